@@ -1,0 +1,35 @@
+package bpf
+
+import "fmt"
+
+// Cookie flags; they match COOKIE_* in kprofd.bpf.c.
+const (
+	// CookieRoot marks the probes of a root function: its entry opens the
+	// thread's context.
+	CookieRoot uint64 = 1 << 36
+	// CookieRootTail marks functions a root can reach by tail calls alone:
+	// their frames may take over the root's own stack slot.
+	CookieRootTail uint64 = 1 << 37
+)
+
+// Cookie packs what the probe program needs to know about one probe into
+// its 64-bit attach cookie: the function id, the probe kind, the Cookie*
+// flags, and slotAdjust, the bytes to add to the stack pointer at the probed
+// instruction to reach the frame's return-address slot (0 at the first
+// instruction and at a ret, +8 after one push, -8 in a uretprobe).
+func Cookie(fn uint32, kind Kind, flags uint64, slotAdjust int) (uint64, error) {
+	if slotAdjust < -1<<15 || slotAdjust >= 1<<15 {
+		return 0, fmt.Errorf("stack adjustment %d does not fit in a cookie", slotAdjust)
+	}
+	if kind > 0xf {
+		return 0, fmt.Errorf("probe kind %d does not fit in a cookie", kind)
+	}
+	return uint64(fn) | uint64(kind)<<32 | flags&(CookieRoot|CookieRootTail) |
+		uint64(uint16(int16(slotAdjust)))<<48, nil
+}
+
+// CookieFunc returns the function id packed into a cookie.
+func CookieFunc(cookie uint64) uint32 { return uint32(cookie) }
+
+// CookieKind returns the probe kind packed into a cookie.
+func CookieKind(cookie uint64) Kind { return Kind(cookie >> 32 & 0xf) }

@@ -1,0 +1,59 @@
+package bpf
+
+// Kind says which probe produced an Event.
+type Kind uint8
+
+// Event kinds. The values are shared with kprofd.bpf.c.
+const (
+	// KindEntry fires once per call, at (or shortly after) a function's entry.
+	KindEntry Kind = 0
+	// KindExit fires at a ret instruction of the function.
+	KindExit Kind = 1
+	// KindReturn fires from a uretprobe, after the function returned.
+	KindReturn Kind = 2
+	// KindCatch fires at an exception landing pad (catch or cleanup).
+	KindCatch Kind = 3
+)
+
+func (k Kind) String() string {
+	switch k {
+	case KindEntry:
+		return "entry"
+	case KindExit:
+		return "exit"
+	case KindReturn:
+		return "return"
+	case KindCatch:
+		return "catch"
+	}
+	return "kind?"
+}
+
+// Event flags.
+const (
+	// FlagLostBefore marks the first event a thread emitted after the ring
+	// buffer dropped one or more of its events.
+	FlagLostBefore uint8 = 1 << 0
+)
+
+// Event is one record from the ring buffer. Its layout matches struct
+// kprofd_event in kprofd.bpf.c (32 bytes, little endian).
+type Event struct {
+	// Time is CLOCK_MONOTONIC in nanoseconds (bpf_ktime_get_ns).
+	Time uint64
+	// Slot is the address of the return-address slot of the frame the
+	// event belongs to: the stack pointer at the function's first
+	// instruction. Entry and exit events of one call carry the same Slot,
+	// whatever instruction the probe sits on. Stacks grow down, so a frame
+	// with a smaller Slot is deeper.
+	Slot uint64
+	// Tid is the kernel thread id.
+	Tid uint32
+	// Func is the id of the function in the session's plan.
+	Func uint32
+	// Kind is the probe kind.
+	Kind Kind
+	// Flags is a set of Flag* bits.
+	Flags uint8
+	_     [6]byte
+}

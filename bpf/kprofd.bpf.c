@@ -1,0 +1,179 @@
+//go:build ignore
+
+// kprofd's probe program. One program serves every probe: the attach cookie
+// says which function and which kind of probe fired. It filters in the
+// kernel (JFluid's context-sensitive activation): a thread emits events only
+// while it is inside a root function. Keep it tiny: the trap costs 0.6-9 us
+// per hit on these machines and everything here adds to it.
+
+#include <linux/bpf.h>
+#include <asm/ptrace.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+// Event kinds; match bpf/event.go.
+#define KIND_ENTRY 0
+#define KIND_EXIT 1
+#define KIND_RETURN 2
+#define KIND_CATCH 3
+
+// Event flags; match bpf/event.go.
+#define FLAG_LOST_BEFORE 1
+
+// Cookie layout (bpf/cookie.go builds it):
+//   bits  0..31  function id
+//   bits 32..35  kind
+//   bit  36      the function is a root
+//   bit  37      the function can be reached from a root by tail calls only,
+//                so its frame may sit in the root's own stack slot
+//   bits 48..63  signed adjustment that turns the probed stack pointer into
+//                the frame's return-address slot
+#define COOKIE_ROOT (1ULL << 36)
+#define COOKIE_ROOT_TAIL (1ULL << 37)
+
+// Counter indexes; match bpf/loader.go.
+enum {
+	STAT_LOST = 0,	      // events dropped: ring buffer full
+	STAT_NO_STORAGE = 1,  // root entries ignored: no memory for thread context
+	STAT_STALE_ROOT = 2,  // threads found above their root's frame
+	STAT_MAX = 3,
+};
+
+struct kprofd_event {
+	__u64 time;
+	__u64 slot;
+	__u32 tid;
+	__u32 func;
+	__u8 kind;
+	__u8 flags;
+	__u8 pad[6];
+};
+
+// Keeps struct kprofd_event in BTF so bpf2go can emit its Go twin, which a
+// test compares with bpf.Event.
+const struct kprofd_event *unused_event __attribute__((unused));
+
+// Per-thread context, created at a thread's first root entry.
+struct kprofd_thread {
+	__u64 root_slot; // return-address slot of the outermost root frame, 0 outside
+	__u32 lost;	 // events of this thread dropped since its last event
+	__u32 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 8 << 20); // the loader may resize it
+} events SEC(".maps");
+
+// Task-local storage is cheaper per hit than a hash map keyed by tid, and
+// the kernel frees it when the thread dies.
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct kprofd_thread);
+} threads SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, STAT_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} stats SEC(".maps");
+
+// Set by the loader before the program is loaded.
+volatile const __u32 target_tgid;
+// Wake the reader once this many bytes wait in the ring buffer; below it,
+// the reader finds the events when it polls (every few tens of ms).
+volatile const __u64 wakeup_bytes = 256 << 10;
+
+static __always_inline void count(__u32 idx)
+{
+	__u64 *v = bpf_map_lookup_elem(&stats, &idx);
+	if (v)
+		*v += 1;
+}
+
+static __always_inline int handle(struct pt_regs *ctx)
+{
+	__u64 now = bpf_ktime_get_ns();
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	if ((__u32)(pid_tgid >> 32) != target_tgid)
+		return 0;
+	__u64 cookie = bpf_get_attach_cookie(ctx);
+	__u8 kind = (cookie >> 32) & 0xf;
+	__u64 slot = PT_REGS_SP(ctx) + (__s64)(__s16)(cookie >> 48);
+
+	// Only a root's probes create a thread's context; any other probe
+	// of a thread that never entered a root stops here.
+	struct kprofd_thread *th = bpf_task_storage_get(
+		&threads, bpf_get_current_task_btf(), 0,
+		(cookie & COOKIE_ROOT) ? BPF_LOCAL_STORAGE_GET_F_CREATE : 0);
+	if (!th) {
+		if (cookie & COOKIE_ROOT)
+			count(STAT_NO_STORAGE);
+		return 0;
+	}
+	// A frame at or above the root's slot means the root is gone (left
+	// by longjmp or an exception we did not see) -- except an exit of the
+	// root itself, and a tail callee of the root, which takes over the
+	// root's slot.
+	if (th->root_slot &&
+	    (slot > th->root_slot ||
+	     (slot == th->root_slot && kind == KIND_ENTRY && !(cookie & COOKIE_ROOT_TAIL)))) {
+		th->root_slot = 0;
+		count(STAT_STALE_ROOT);
+	}
+	if (!th->root_slot) {
+		if (kind != KIND_ENTRY || !(cookie & COOKIE_ROOT))
+			return 0;
+		th->root_slot = slot;
+	}
+
+	struct kprofd_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	if (!e) {
+		th->lost++;
+		count(STAT_LOST);
+	} else {
+		e->time = now;
+		e->slot = slot;
+		e->tid = (__u32)pid_tgid;
+		e->func = (__u32)cookie;
+		e->kind = kind;
+		e->flags = th->lost ? FLAG_LOST_BEFORE : 0;
+		th->lost = 0;
+		__u64 flags = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= wakeup_bytes
+				      ? BPF_RB_FORCE_WAKEUP
+				      : BPF_RB_NO_WAKEUP;
+		bpf_ringbuf_submit(e, flags);
+	}
+
+	// The outermost root frame returned: the thread leaves the root.
+	if ((kind == KIND_EXIT || kind == KIND_RETURN) && slot == th->root_slot)
+		th->root_slot = 0;
+	return 0;
+}
+
+SEC("uprobe.multi")
+int kprofd_multi(struct pt_regs *ctx)
+{
+	return handle(ctx);
+}
+
+// For kernels without uprobe_multi links (before 6.6): one perf-event link
+// per probe, same logic.
+SEC("uprobe")
+int kprofd_single(struct pt_regs *ctx)
+{
+	return handle(ctx);
+}
+
+// An empty program: the bare cost of a uprobe hit, for benchmarks and
+// calibration.
+SEC("uprobe.multi")
+int kprofd_empty(struct pt_regs *ctx)
+{
+	return 0;
+}

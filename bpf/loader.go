@@ -1,0 +1,323 @@
+// Package bpf loads kprofd's probe program, attaches it to uprobes and reads
+// its events.
+package bpf
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/features"
+	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/rlimit"
+)
+
+//go:generate go tool bpf2go -cc clang -cflags "-O2 -g -Wall -Werror -D__TARGET_ARCH_x86 -I/usr/include/x86_64-linux-gnu" -target bpfel -type kprofd_event kprofd kprofd.bpf.c
+
+// Config sets up the probe program for one target process.
+type Config struct {
+	// PID is the target's process id (thread group id).
+	PID int
+	// RingBytes is the ring buffer size, a power of two multiple of the page
+	// size; 0 means 8 MiB.
+	RingBytes int
+	// WakeupBytes wakes the reader once this many bytes are waiting; below
+	// that the reader finds events when it polls. 0 means
+	// DefaultWakeupBytes.
+	WakeupBytes int
+}
+
+// Defaults for Config's zero values.
+const (
+	DefaultRingBytes   = 8 << 20
+	DefaultWakeupBytes = 256 << 10
+)
+
+// Stats are the probe program's counters, summed over CPUs.
+type Stats struct {
+	// Lost counts events dropped because the ring buffer was full.
+	Lost uint64
+	// NoStorage counts root entries ignored because the kernel had no
+	// memory for the thread's context.
+	NoStorage uint64
+	// StaleRoots counts threads found above their root's frame: they had
+	// left the root without an exit event (longjmp, an exception caught
+	// outside the root).
+	StaleRoots uint64
+}
+
+// Counter indexes in the stats map; they match STAT_* in kprofd.bpf.c.
+const (
+	statLost = iota
+	statNoStorage
+	statStaleRoot
+	statMax
+)
+
+// Program is kprofd's probe program loaded for one target.
+type Program struct {
+	objs  kprofdObjects
+	multi bool
+}
+
+// Load checks that the kernel can run kprofd and loads the probe program
+// configured for cfg.PID.
+func Load(cfg Config) (*Program, error) {
+	if err := CheckKernel(); err != nil {
+		return nil, err
+	}
+	if cfg.RingBytes == 0 {
+		cfg.RingBytes = DefaultRingBytes
+	}
+	if cfg.WakeupBytes == 0 {
+		cfg.WakeupBytes = DefaultWakeupBytes
+	}
+	if cfg.RingBytes&(cfg.RingBytes-1) != 0 || cfg.RingBytes < os.Getpagesize() {
+		return nil, fmt.Errorf("ring buffer size %d is not a power of two of at least one page", cfg.RingBytes)
+	}
+	if err := rlimit.RemoveMemlock(); err != nil {
+		return nil, fmt.Errorf("raising the memlock limit: %w", err)
+	}
+	spec, err := loadKprofd()
+	if err != nil {
+		return nil, fmt.Errorf("reading the embedded BPF object: %w", err)
+	}
+	spec.Maps[kprofdMapEvents].MaxEntries = uint32(cfg.RingBytes)
+	if err := spec.Variables[kprofdVarTargetTgid].Set(uint32(cfg.PID)); err != nil {
+		return nil, fmt.Errorf("setting target_tgid: %w", err)
+	}
+	if err := spec.Variables[kprofdVarWakeupBytes].Set(uint64(cfg.WakeupBytes)); err != nil {
+		return nil, fmt.Errorf("setting wakeup_bytes: %w", err)
+	}
+
+	p := &Program{multi: features.HaveBPFLinkUprobeMulti() == nil}
+	if !p.multi {
+		// The kernel would reject the whole collection for one program
+		// type it does not know.
+		delete(spec.Programs, kprofdProgKprofdMulti)
+		delete(spec.Programs, kprofdProgKprofdEmpty)
+	}
+	if err := spec.LoadAndAssign(&p.objs, nil); err != nil {
+		var verr *ebpf.VerifierError
+		if errors.As(err, &verr) {
+			return nil, fmt.Errorf("loading the probe program: %w\n%+v", err, verr)
+		}
+		return nil, fmt.Errorf("loading the probe program: %w", err)
+	}
+	return p, nil
+}
+
+// CheckKernel returns a one-line reason when this kernel cannot run kprofd.
+func CheckKernel() error {
+	if os.Geteuid() != 0 {
+		return errors.New("kprofd needs root (or CAP_BPF, CAP_PERFMON and CAP_SYS_PTRACE) to load BPF programs and attach uprobes")
+	}
+	if err := features.HaveProgramType(ebpf.Kprobe); err != nil {
+		return fmt.Errorf("this kernel cannot load kprobe/uprobe BPF programs: %w", err)
+	}
+	if err := features.HaveMapType(ebpf.RingBuf); err != nil {
+		return fmt.Errorf("this kernel has no BPF ring buffer (Linux 5.8 or newer needed): %w", err)
+	}
+	if _, err := os.Stat("/sys/bus/event_source/devices/uprobe"); err != nil && features.HaveBPFLinkUprobeMulti() != nil {
+		return errors.New("this kernel has no uprobes (CONFIG_UPROBE_EVENTS is off)")
+	}
+	return nil
+}
+
+// MultiLinks reports whether probes are attached with uprobe_multi links
+// (one link for many probes) rather than one perf-event link per probe.
+func (p *Program) MultiLinks() bool { return p.multi }
+
+// Close unloads the program and its maps. Close every link first.
+func (p *Program) Close() error { return p.objs.Close() }
+
+// Stats reads the program's counters.
+func (p *Program) Stats() (Stats, error) {
+	var s Stats
+	counters := [statMax]*uint64{statLost: &s.Lost, statNoStorage: &s.NoStorage, statStaleRoot: &s.StaleRoots}
+	for i, dst := range counters {
+		var perCPU []uint64
+		if err := p.objs.Stats.Lookup(uint32(i), &perCPU); err != nil {
+			return s, fmt.Errorf("reading counter %d: %w", i, err)
+		}
+		for _, v := range perCPU {
+			*dst += v
+		}
+	}
+	return s, nil
+}
+
+// IDs returns the kernel ids of the loaded programs, so a caller can prove
+// they are gone after Close.
+func (p *Program) IDs() []ebpf.ProgramID {
+	var ids []ebpf.ProgramID
+	for _, prog := range []*ebpf.Program{p.objs.KprofdMulti, p.objs.KprofdSingle, p.objs.KprofdEmpty} {
+		if prog == nil {
+			continue
+		}
+		if info, err := prog.Info(); err == nil {
+			if id, ok := info.ID(); ok {
+				ids = append(ids, id)
+			}
+		}
+	}
+	return ids
+}
+
+// Probe is one uprobe to attach.
+type Probe struct {
+	// Offset is the probed instruction's offset in the file.
+	Offset uint64
+	// Cookie is what Cookie returned for the probe.
+	Cookie uint64
+}
+
+// Attach attaches the program to probes in the file at path, for the
+// configured process only. A return probe (KindReturn in the cookie) is a
+// uretprobe on the function starting at Offset. It attaches all or nothing:
+// on error nothing stays attached. When the kernel rejects individual
+// probes, the error is an *AttachError naming them.
+func (p *Program) Attach(path string, pid int, probes []Probe) ([]link.Link, error) {
+	return p.attach(p.objs.KprofdMulti, p.objs.KprofdSingle, path, pid, probes)
+}
+
+// AttachEmpty attaches the empty program to the same probes: the bare cost
+// of the uprobes, for benchmarks and calibration. It needs uprobe_multi.
+func (p *Program) AttachEmpty(path string, pid int, probes []Probe) ([]link.Link, error) {
+	if !p.multi {
+		return nil, errors.New("the empty program needs uprobe_multi links (Linux 6.6 or newer)")
+	}
+	return p.attach(p.objs.KprofdEmpty, nil, path, pid, probes)
+}
+
+// AttachError reports probes the kernel refused to attach.
+type AttachError struct {
+	Path    string
+	Offsets []uint64 // the refused probes' file offsets
+	Err     error    // the first refusal
+}
+
+func (e *AttachError) Error() string {
+	return fmt.Sprintf("attaching %d probe(s) in %s (first at file offset %#x): %v", len(e.Offsets), e.Path, e.Offsets[0], e.Err)
+}
+
+func (e *AttachError) Unwrap() error { return e.Err }
+
+func (p *Program) attach(multi, single *ebpf.Program, path string, pid int, probes []Probe) ([]link.Link, error) {
+	ex, err := link.OpenExecutable(path)
+	if err != nil {
+		return nil, fmt.Errorf("opening %s for uprobes: %w", path, err)
+	}
+	var entries, returns []Probe
+	for _, pr := range probes {
+		if CookieKind(pr.Cookie) == KindReturn {
+			returns = append(returns, pr)
+		} else {
+			entries = append(entries, pr)
+		}
+	}
+	var links []link.Link
+	closeAll := func() {
+		for _, l := range links {
+			l.Close()
+		}
+	}
+	for _, group := range []struct {
+		probes []Probe
+		ret    bool
+	}{{entries, false}, {returns, true}} {
+		if len(group.probes) == 0 {
+			continue
+		}
+		var ls []link.Link
+		if p.multi {
+			ls, err = attachMulti(ex, multi, pid, group.probes, group.ret)
+			if err != nil && single != nil {
+				// Find which probes the kernel refuses, so the caller
+				// can drop just those.
+				if aerr := findRefused(ex, single, path, pid, group.probes, group.ret); aerr != nil {
+					err = aerr
+				}
+			}
+		} else {
+			ls, err = attachSingle(ex, single, pid, group.probes, group.ret)
+			if err != nil {
+				if aerr := findRefused(ex, single, path, pid, group.probes, group.ret); aerr != nil {
+					err = aerr
+				}
+			}
+		}
+		if err != nil {
+			closeAll()
+			return nil, err
+		}
+		links = append(links, ls...)
+	}
+	return links, nil
+}
+
+func attachMulti(ex *link.Executable, prog *ebpf.Program, pid int, probes []Probe, ret bool) ([]link.Link, error) {
+	opts := &link.UprobeMultiOptions{PID: uint32(pid)}
+	for _, pr := range probes {
+		opts.Addresses = append(opts.Addresses, pr.Offset)
+		opts.Cookies = append(opts.Cookies, pr.Cookie)
+	}
+	var (
+		l   link.Link
+		err error
+	)
+	if ret {
+		l, err = ex.UretprobeMulti(nil, prog, opts)
+	} else {
+		l, err = ex.UprobeMulti(nil, prog, opts)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("attaching %d uprobes: %w", len(probes), err)
+	}
+	return []link.Link{l}, nil
+}
+
+func attachSingle(ex *link.Executable, prog *ebpf.Program, pid int, probes []Probe, ret bool) ([]link.Link, error) {
+	var links []link.Link
+	for _, pr := range probes {
+		l, err := attachOne(ex, prog, pid, pr, ret)
+		if err != nil {
+			for _, l := range links {
+				l.Close()
+			}
+			return nil, fmt.Errorf("attaching uprobe at file offset %#x: %w", pr.Offset, err)
+		}
+		links = append(links, l)
+	}
+	return links, nil
+}
+
+func attachOne(ex *link.Executable, prog *ebpf.Program, pid int, pr Probe, ret bool) (link.Link, error) {
+	opts := &link.UprobeOptions{Address: pr.Offset, PID: pid, Cookie: pr.Cookie}
+	if ret {
+		return ex.Uretprobe("", prog, opts)
+	}
+	return ex.Uprobe("", prog, opts)
+}
+
+// findRefused attaches probes one at a time to learn which the kernel
+// refuses; it returns nil when it refuses none (the failure was elsewhere).
+func findRefused(ex *link.Executable, prog *ebpf.Program, path string, pid int, probes []Probe, ret bool) error {
+	aerr := &AttachError{Path: path}
+	for _, pr := range probes {
+		l, err := attachOne(ex, prog, pid, pr, ret)
+		if err != nil {
+			aerr.Offsets = append(aerr.Offsets, pr.Offset)
+			if aerr.Err == nil {
+				aerr.Err = err
+			}
+			continue
+		}
+		l.Close()
+	}
+	if len(aerr.Offsets) == 0 {
+		return nil
+	}
+	return aerr
+}

@@ -1,0 +1,336 @@
+package daemon
+
+import (
+	"maps"
+	"slices"
+
+	"github.com/kprofd/kprofd/bpf"
+	"github.com/kprofd/kprofd/internal/cct"
+)
+
+// FuncInfo is what the stack simulator knows about one probed function,
+// indexed by the function id that events carry.
+type FuncInfo struct {
+	// Logical is the function this one counts as in the tree: itself, or
+	// for a partial-inlining clone foo.part.N the id of foo.
+	Logical cct.FuncID
+	// TailCalls are the functions this one can tail-call (jmp), from
+	// static analysis.
+	TailCalls []cct.FuncID
+	// Root marks a function that may be entered on an empty stack (the
+	// profiled root). Entries of other functions on an empty stack are
+	// counted as SimStats.Orphans. When no function is marked, no entry
+	// is counted as an orphan.
+	Root bool
+}
+
+// SimStats counts what the stack simulator saw and how it reconciled it.
+type SimStats struct {
+	// Events is the number of events handled.
+	Events uint64
+	// Entries is the number of entry events.
+	Entries uint64
+	// Exits is the number of exit and return events.
+	Exits uint64
+	// InferredExits is the number of frames popped without their own exit
+	// event, because a later event on the thread showed that they had
+	// returned.
+	InferredExits uint64
+	// TailCalls is the number of entries recognised as tail calls.
+	TailCalls uint64
+	// Mismatches is the number of exits whose function is not the one of
+	// the frame at their slot.
+	Mismatches uint64
+	// UnmatchedExits is the number of exits with no frame at their slot.
+	UnmatchedExits uint64
+	// Orphans is the number of entries of a non-root function on an empty
+	// stack.
+	Orphans uint64
+	// Unfinished is the number of frames closed by Finish.
+	Unfinished uint64
+	// LostMarks is the number of events flagged bpf.FlagLostBefore.
+	LostMarks uint64
+	// Catches is the number of catch events.
+	Catches uint64
+}
+
+// Frame flags.
+const (
+	// frameReplaced marks a frame whose function tail-called the frame
+	// above it: it has no code running any more and returns with it.
+	frameReplaced uint8 = 1 << iota
+	// frameCont marks a frame that continues its caller (a .part clone
+	// called from its own parent): it shares the caller's node and adds
+	// neither a call nor time.
+	frameCont
+)
+
+// frame is one simulated stack frame.
+type frame struct {
+	slot  uint64    // return-address slot; smaller is deeper
+	start uint64    // entry time, ns
+	node  *cct.Node // calling context the frame's time goes to
+	phys  uint32    // function id from the entry event
+	fn    cct.FuncID
+	flags uint8
+}
+
+// thread is the simulated state of one thread.
+type thread struct {
+	frames []frame // frames[len-1] is the top
+	tree   *cct.Tree
+}
+
+// funcInfo is FuncInfo prepared for lookups.
+type funcInfo struct {
+	logical   cct.FuncID
+	tailCalls []cct.FuncID // sorted
+}
+
+// Simulator replays the probe events of a process into one simulated call
+// stack and one calling-context tree per thread.
+//
+// Slots order frames: stacks grow down, so a frame with a smaller slot is
+// deeper, and an event at slot s proves that every frame with a slot below
+// s has returned (DESIGN.md §1 "Exits can be inferred"). A frame popped
+// that way ends at the time of the event that proved it, an upper bound.
+//
+// Frames with the same slot: a function that tail-calls (jmp) another
+// leaves its callee's frame at its own slot. Such a run of equal slots is
+// kept as one frame per function, every one but the top marked replaced,
+// so the tree shows the source-level context A→B→C although B jumped to
+// C. The simulator keeps the invariant that slots never increase towards
+// the top and that in a run of equal slots only the top frame is not
+// replaced. An entry at the slot of the top frame is therefore either a
+// tail call from the top (its function is in the top's FuncInfo.TailCalls)
+// or proof that the top returned without an exit event, and with it the
+// whole run of frames it had replaced. Without exit events the two cannot
+// be told apart when the missed callee is a tail-call target of the
+// previous one at the same slot; the simulator then assumes a tail call.
+//
+// Simulator is not safe for concurrent use.
+type Simulator struct {
+	funcs   []funcInfo
+	roots   []bool // nil when no function is marked Root
+	threads map[uint32]*thread
+	lastTid uint32
+	last    *thread
+	stats   SimStats
+}
+
+// NewSimulator returns a simulator for the functions in funcs, indexed by
+// the function id of events. Events for ids outside funcs are treated as
+// functions that are their own logical function and make no tail calls.
+func NewSimulator(funcs []FuncInfo) *Simulator {
+	s := &Simulator{
+		funcs:   make([]funcInfo, len(funcs)),
+		threads: make(map[uint32]*thread),
+	}
+	for i, f := range funcs {
+		tc := slices.Clone(f.TailCalls)
+		slices.Sort(tc)
+		s.funcs[i] = funcInfo{logical: f.Logical, tailCalls: tc}
+		if f.Root {
+			if s.roots == nil {
+				s.roots = make([]bool, len(funcs))
+			}
+			s.roots[i] = true
+		}
+	}
+	return s
+}
+
+// logical returns the logical function of function id f.
+func (s *Simulator) logical(f uint32) cct.FuncID {
+	if int(f) < len(s.funcs) {
+		return s.funcs[f].logical
+	}
+	return cct.FuncID(f)
+}
+
+// canTailCall reports whether function caller can tail-call callee, whose
+// logical function is lcallee.
+func (s *Simulator) canTailCall(caller uint32, callee, lcallee cct.FuncID) bool {
+	if int(caller) >= len(s.funcs) {
+		return false
+	}
+	tc := s.funcs[caller].tailCalls
+	if len(tc) == 0 {
+		return false
+	}
+	if _, ok := slices.BinarySearch(tc, callee); ok {
+		return true
+	}
+	_, ok := slices.BinarySearch(tc, lcallee)
+	return ok
+}
+
+// isOrphan reports whether an entry of f on an empty stack is an orphan.
+func (s *Simulator) isOrphan(f uint32) bool {
+	return s.roots != nil && (int(f) >= len(s.roots) || !s.roots[f])
+}
+
+// thread returns the state of thread tid, creating it if needed.
+func (s *Simulator) thread(tid uint32) *thread {
+	if s.last != nil && s.lastTid == tid {
+		return s.last
+	}
+	th := s.threads[tid]
+	if th == nil {
+		th = &thread{frames: make([]frame, 0, 64), tree: cct.NewTree()}
+		s.threads[tid] = th
+	}
+	s.last, s.lastTid = th, tid
+	return th
+}
+
+// Handle applies one event.
+func (s *Simulator) Handle(ev *bpf.Event) {
+	s.stats.Events++
+	if ev.Flags&bpf.FlagLostBefore != 0 {
+		s.stats.LostMarks++
+	}
+	switch ev.Kind {
+	case bpf.KindEntry:
+		s.stats.Entries++
+		s.entry(s.thread(ev.Tid), ev)
+	case bpf.KindExit, bpf.KindReturn:
+		s.stats.Exits++
+		s.exit(s.thread(ev.Tid), ev)
+	case bpf.KindCatch:
+		s.stats.Catches++
+	}
+}
+
+// popDeeper pops every frame with a slot below slot, ending it at t.
+func (s *Simulator) popDeeper(th *thread, slot, t uint64) {
+	fr := th.frames
+	n := len(fr)
+	for n > 0 && fr[n-1].slot < slot {
+		n--
+		end(&fr[n], t)
+		s.stats.InferredExits++
+	}
+	th.frames = fr[:n]
+}
+
+// popRun pops the top frame and the frames it replaced by tail calls (the
+// run of frames sharing its slot), ending them at t, and returns how many
+// it popped.
+func popRun(th *thread, t uint64) int {
+	fr := th.frames
+	n := len(fr)
+	slot := fr[n-1].slot
+	for n > 0 && fr[n-1].slot == slot {
+		n--
+		end(&fr[n], t)
+	}
+	popped := len(fr) - n
+	th.frames = fr[:n]
+	return popped
+}
+
+// end adds a popped frame's time to its node.
+func end(f *frame, t uint64) {
+	if f.flags&frameCont == 0 && t > f.start {
+		f.node.Wall += t - f.start
+	}
+}
+
+func (s *Simulator) entry(th *thread, ev *bpf.Event) {
+	slot, t := ev.Slot, ev.Time
+	f := cct.FuncID(ev.Func)
+	lf := s.logical(ev.Func)
+	s.popDeeper(th, slot, t)
+
+	var parent *cct.Node
+	tail := false
+	if n := len(th.frames); n > 0 && th.frames[n-1].slot == slot {
+		top := &th.frames[n-1]
+		if s.canTailCall(top.phys, f, lf) {
+			// The top jumped to f: it lives on in f's frame.
+			top.flags |= frameReplaced
+			s.stats.TailCalls++
+			tail = true
+		} else {
+			// The top returned without an exit event; so did
+			// everything it had replaced.
+			s.stats.InferredExits += uint64(popRun(th, t))
+		}
+	}
+
+	fr := th.frames
+	n := len(fr)
+	if n == 0 {
+		parent = th.tree.Root
+		if s.isOrphan(ev.Func) {
+			s.stats.Orphans++
+		}
+	} else {
+		top := &fr[n-1]
+		parent = top.node
+		// A .part clone entered from its own logical function (by a
+		// call from deeper, or by a tail call) continues it.
+		if lf != f && top.fn == lf && (top.slot > slot || tail) {
+			th.frames = append(fr, frame{slot: slot, start: t, node: parent, phys: ev.Func, fn: lf, flags: frameCont})
+			return
+		}
+	}
+	node := parent.Child(lf)
+	node.Calls++
+	th.frames = append(fr, frame{slot: slot, start: t, node: node, phys: ev.Func, fn: lf})
+}
+
+func (s *Simulator) exit(th *thread, ev *bpf.Event) {
+	slot, t := ev.Slot, ev.Time
+	s.popDeeper(th, slot, t)
+	n := len(th.frames)
+	if n == 0 || th.frames[n-1].slot != slot {
+		s.stats.UnmatchedExits++
+		return
+	}
+	if th.frames[n-1].fn != s.logical(ev.Func) {
+		s.stats.Mismatches++
+	}
+	popRun(th, t)
+}
+
+// Finish closes every open frame of every thread at endTime, counting
+// them as Unfinished.
+func (s *Simulator) Finish(endTime uint64) {
+	for _, th := range s.threads {
+		fr := th.frames
+		for i := len(fr) - 1; i >= 0; i-- {
+			end(&fr[i], endTime)
+		}
+		s.stats.Unfinished += uint64(len(fr))
+		th.frames = fr[:0]
+	}
+}
+
+// Merged returns a new tree with all threads' trees merged, in thread id
+// order so that the result is deterministic. Call it after Finish: open
+// frames have no time yet.
+func (s *Simulator) Merged() *cct.Tree {
+	tids := slices.Sorted(maps.Keys(s.threads))
+	t := cct.NewTree()
+	for _, tid := range tids {
+		t.Merge(s.threads[tid].tree)
+	}
+	return t
+}
+
+// Threads returns the tree of every thread by thread id. The trees are
+// the simulator's own: they change with later events.
+func (s *Simulator) Threads() map[uint32]*cct.Tree {
+	m := make(map[uint32]*cct.Tree, len(s.threads))
+	for tid, th := range s.threads {
+		m[tid] = th.tree
+	}
+	return m
+}
+
+// Stats returns the counters so far.
+func (s *Simulator) Stats() SimStats {
+	return s.stats
+}

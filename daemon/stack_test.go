@@ -1,0 +1,319 @@
+package daemon
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/kprofd/kprofd/bpf"
+	"github.com/kprofd/kprofd/internal/cct"
+)
+
+// Function ids of the tests.
+const (
+	A cct.FuncID = iota
+	B
+	C
+	D
+	W  // walk, recursive
+	F  // has a partial-inlining clone
+	Fp // F.part.1
+)
+
+var testNames = []string{"A", "B", "C", "D", "walk", "F", "F.part.1"}
+
+func testName(f cct.FuncID) string {
+	if int(f) < len(testNames) {
+		return testNames[f]
+	}
+	return fmt.Sprintf("func%d", f)
+}
+
+// testFuncs returns the FuncInfo of the test functions: F.part.1 is a clone
+// of F, B can tail-call C, F can tail-call F.part.1.
+func testFuncs() []FuncInfo {
+	fs := make([]FuncInfo, len(testNames))
+	for i := range fs {
+		fs[i].Logical = cct.FuncID(i)
+	}
+	fs[Fp].Logical = F
+	fs[B].TailCalls = []cct.FuncID{D, C}
+	fs[F].TailCalls = []cct.FuncID{Fp}
+	return fs
+}
+
+func ev(kind bpf.Kind, t, slot uint64, f cct.FuncID) bpf.Event {
+	return bpf.Event{Time: t, Slot: slot, Tid: 1, Func: uint32(f), Kind: kind}
+}
+
+// in, out and ret build entry, exit (ret-site) and return (uretprobe)
+// events of thread 1.
+func in(t, slot uint64, f cct.FuncID) bpf.Event  { return ev(bpf.KindEntry, t, slot, f) }
+func out(t, slot uint64, f cct.FuncID) bpf.Event { return ev(bpf.KindExit, t, slot, f) }
+func ret(t, slot uint64, f cct.FuncID) bpf.Event { return ev(bpf.KindReturn, t, slot, f) }
+
+// on moves an event to thread tid.
+func on(tid uint32, e bpf.Event) bpf.Event { e.Tid = tid; return e }
+
+// lost marks an event as the first after a loss.
+func lost(e bpf.Event) bpf.Event { e.Flags |= bpf.FlagLostBefore; return e }
+
+// treeString renders a tree as "path calls wall" entries sorted by path
+// and joined by ";", paths as names joined by "/".
+func treeString(t *cct.Tree) string {
+	var ss []string
+	t.Root.Walk(func(n *cct.Node) {
+		if n == t.Root {
+			return
+		}
+		var p []string
+		for _, f := range n.Path() {
+			p = append(p, testName(f))
+		}
+		ss = append(ss, fmt.Sprintf("%s %d %d", strings.Join(p, "/"), n.Calls, n.Wall))
+	})
+	slices.Sort(ss)
+	return strings.Join(ss, ";")
+}
+
+func TestSimulator(t *testing.T) {
+	const s0 = 0x7ffd_0000_1000 // slot of the outermost frame
+	const (
+		s1 = s0 - 0x20*(iota+1) // one frame deeper
+		s2
+		s3
+		s4
+	)
+	tests := []struct {
+		name   string
+		funcs  []FuncInfo // testFuncs() if nil
+		events []bpf.Event
+		finish uint64 // Finish(finish) when non-zero
+		want   string
+		tids   map[uint32]string // per-thread trees, when given
+		stats  SimStats          // Events, Entries, Exits, Catches, LostMarks are counted from events
+	}{{
+		name: "nesting",
+		events: []bpf.Event{
+			in(0, s0, A),
+			in(10, s1, B), out(30, s1, B),
+			in(40, s1, C), in(45, s2, D), out(50, s2, D), out(60, s1, C),
+			in(70, s1, B), out(80, s1, B),
+			out(100, s0, A),
+		},
+		want: "A 1 100;A/B 2 30;A/C 1 20;A/C/D 1 5",
+	}, {
+		name: "return events",
+		events: []bpf.Event{
+			in(0, s0, A), in(10, s1, B), ret(30, s1, B), ret(100, s0, A),
+		},
+		want: "A 1 100;A/B 1 20",
+	}, {
+		name: "recursion",
+		events: []bpf.Event{
+			in(0, s0, A),
+			in(10, s1, W), in(20, s2, W), in(30, s3, W), in(40, s4, W),
+			out(45, s4, W), out(55, s3, W), out(70, s2, W), out(90, s1, W),
+			in(100, s1, W), in(110, s2, W), out(115, s2, W), out(120, s1, W),
+			out(200, s0, A),
+		},
+		want: "A 1 200;A/walk 2 100;A/walk/walk 2 55;A/walk/walk/walk 1 25;A/walk/walk/walk/walk 1 5",
+	}, {
+		name: "tail call",
+		events: []bpf.Event{
+			in(0, s0, A), in(10, s1, B), in(20, s1, C), out(50, s1, C), out(60, s0, A),
+		},
+		want:  "A 1 60;A/B 1 40;A/B/C 1 30",
+		stats: SimStats{TailCalls: 1},
+	}, {
+		name: "tail call by the clone's logical id",
+		funcs: func() []FuncInfo {
+			fs := testFuncs()
+			fs[A].TailCalls = []cct.FuncID{F}
+			return fs
+		}(),
+		events: []bpf.Event{
+			in(0, s0, D), in(10, s1, A), in(20, s1, Fp), out(50, s1, Fp), out(60, s0, D),
+		},
+		want:  "D 1 60;D/A 1 40;D/A/F 1 30",
+		stats: SimStats{TailCalls: 1},
+	}, {
+		name: "tail-called frame's missed exit pops the replaced caller too",
+		events: []bpf.Event{
+			in(0, s0, A), in(10, s1, B), in(20, s1, C),
+			in(50, s1, D), out(55, s1, D),
+			out(60, s0, A),
+		},
+		want:  "A 1 60;A/B 1 40;A/B/C 1 30;A/D 1 5",
+		stats: SimStats{TailCalls: 1, InferredExits: 2},
+	}, {
+		name: "missed exit inferred by an entry at the same slot",
+		events: []bpf.Event{
+			in(0, s0, A), in(10, s1, C), in(30, s1, B), out(40, s1, B), out(50, s0, A),
+		},
+		want:  "A 1 50;A/B 1 10;A/C 1 20",
+		stats: SimStats{InferredExits: 1},
+	}, {
+		name: "missed exits inferred by a shallower exit",
+		events: []bpf.Event{
+			in(0, s0, A), in(10, s1, B), in(15, s2, D), out(40, s0, A),
+		},
+		want:  "A 1 40;A/B 1 30;A/B/D 1 25",
+		stats: SimStats{InferredExits: 2},
+	}, {
+		name: "missed exit inferred by a shallower entry",
+		events: []bpf.Event{
+			in(0, s0, A), in(10, s2, B), in(20, s1, C), out(25, s1, C), out(40, s0, A),
+		},
+		want:  "A 1 40;A/B 1 10;A/C 1 5",
+		stats: SimStats{InferredExits: 1},
+	}, {
+		name: "exit pops deeper frames (longjmp)",
+		events: []bpf.Event{
+			in(0, s0, A), in(10, s1, B), in(20, s2, C), in(30, s3, D),
+			out(50, s1, B), out(60, s0, A),
+		},
+		want:  "A 1 60;A/B 1 40;A/B/C 1 30;A/B/C/D 1 20",
+		stats: SimStats{InferredExits: 2},
+	}, {
+		name: "clone continues its caller",
+		events: []bpf.Event{
+			in(0, s0, A), in(5, s1, F), in(10, s2, Fp),
+			in(20, s3, B), out(30, s3, B),
+			out(40, s2, Fp), out(50, s1, F), out(60, s0, A),
+		},
+		want: "A 1 60;A/F 1 45;A/F/B 1 10",
+	}, {
+		name: "clone tail-called by its caller continues it",
+		events: []bpf.Event{
+			in(0, s0, A), in(5, s1, F), in(10, s1, Fp),
+			in(20, s2, B), out(30, s2, B),
+			out(40, s1, Fp), out(60, s0, A),
+		},
+		want:  "A 1 60;A/F 1 35;A/F/B 1 10",
+		stats: SimStats{TailCalls: 1},
+	}, {
+		name: "clone called from elsewhere is a call of its logical function",
+		events: []bpf.Event{
+			in(0, s0, A), in(10, s1, Fp), out(30, s1, Fp), out(60, s0, A),
+		},
+		want: "A 1 60;A/F 1 20",
+	}, {
+		name: "two threads interleaved",
+		events: []bpf.Event{
+			on(1, in(0, s0, A)), on(1, in(10, s1, B)),
+			on(2, in(12, s0, A)), on(2, in(14, s1, C)),
+			on(1, out(20, s1, B)),
+			on(2, out(24, s1, C)), on(2, in(30, s1, B)),
+			on(1, out(40, s0, A)),
+			on(2, out(35, s1, B)), on(2, out(50, s0, A)),
+		},
+		want: "A 2 78;A/B 2 15;A/C 1 10",
+		tids: map[uint32]string{
+			1: "A 1 40;A/B 1 10",
+			2: "A 1 38;A/B 1 5;A/C 1 10",
+		},
+	}, {
+		name: "finish closes open frames",
+		events: []bpf.Event{
+			in(0, s0, A), in(10, s1, B), in(20, s1, C), in(30, s2, D), out(40, s2, D),
+		},
+		finish: 100,
+		want:   "A 1 100;A/B 1 90;A/B/C 1 80;A/B/C/D 1 10",
+		stats:  SimStats{TailCalls: 1, Unfinished: 3},
+	}, {
+		name: "mismatch and unmatched exits",
+		events: []bpf.Event{
+			in(0, s0, A), in(10, s1, B), out(20, s1, C),
+			out(25, s2, D),
+			out(30, s0, A),
+			out(40, s0, A),
+		},
+		want:  "A 1 30;A/B 1 10",
+		stats: SimStats{Mismatches: 1, UnmatchedExits: 2},
+	}, {
+		name: "orphans, lost marks and catches",
+		funcs: func() []FuncInfo {
+			fs := testFuncs()
+			fs[A].Root = true
+			return fs
+		}(),
+		events: []bpf.Event{
+			in(0, s0, A), out(10, s0, A),
+			lost(in(20, s1, B)), ev(bpf.KindCatch, 25, s1, B), out(30, s1, B),
+			in(40, s0, A), out(50, s0, A),
+			in(60, s0, 99), out(70, s0, 99),
+		},
+		want:  "A 2 20;B 1 10;func99 1 10",
+		stats: SimStats{Orphans: 2},
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			funcs := tt.funcs
+			if funcs == nil {
+				funcs = testFuncs()
+			}
+			s := NewSimulator(funcs)
+			want := tt.stats
+			for i := range tt.events {
+				e := &tt.events[i]
+				s.Handle(e)
+				want.Events++
+				switch e.Kind {
+				case bpf.KindEntry:
+					want.Entries++
+				case bpf.KindExit, bpf.KindReturn:
+					want.Exits++
+				case bpf.KindCatch:
+					want.Catches++
+				}
+				if e.Flags&bpf.FlagLostBefore != 0 {
+					want.LostMarks++
+				}
+			}
+			if tt.finish != 0 {
+				s.Finish(tt.finish)
+			}
+			if got := treeString(s.Merged()); got != tt.want {
+				t.Errorf("tree:\n got %s\nwant %s", got, tt.want)
+			}
+			for tid, w := range tt.tids {
+				if got := treeString(s.Threads()[tid]); got != w {
+					t.Errorf("thread %d tree:\n got %s\nwant %s", tid, got, w)
+				}
+			}
+			if got := s.Stats(); got != want {
+				t.Errorf("stats:\n got %+v\nwant %+v", got, want)
+			}
+		})
+	}
+}
+
+// TestSimulatorThreadsSeparate checks that per-event work stays in the
+// thread's own tree.
+func TestSimulatorThreadsSeparate(t *testing.T) {
+	s := NewSimulator(testFuncs())
+	for _, e := range []bpf.Event{
+		on(7, in(0, 0x100, A)), on(8, in(1, 0x200, B)), on(7, out(5, 0x100, A)),
+	} {
+		s.Handle(&e)
+	}
+	ths := s.Threads()
+	if len(ths) != 2 {
+		t.Fatalf("got %d threads, want 2", len(ths))
+	}
+	if got, want := treeString(ths[7]), "A 1 5"; got != want {
+		t.Errorf("thread 7: got %s, want %s", got, want)
+	}
+	if got, want := treeString(ths[8]), "B 1 0"; got != want {
+		t.Errorf("thread 8: got %s, want %s", got, want)
+	}
+	s.Finish(11)
+	if got, want := treeString(s.Merged()), "A 1 5;B 1 10"; got != want {
+		t.Errorf("merged: got %s, want %s", got, want)
+	}
+	if got := s.Stats().Unfinished; got != 1 {
+		t.Errorf("Unfinished = %d, want 1", got)
+	}
+}

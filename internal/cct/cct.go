@@ -1,0 +1,205 @@
+// Package cct holds the calling-context tree and the profile it belongs to, the hand-off between the daemon and the exporters.
+package cct
+
+import (
+	"fmt"
+	"math"
+	"time"
+)
+
+// FuncID identifies a function: an index into Profile.Functions.
+type FuncID uint32
+
+// NoFunc is the FuncID of a tree's synthetic root node.
+const NoFunc FuncID = math.MaxUint32
+
+// Function describes one profiled function.
+type Function struct {
+	// Name is the display name (demangled).
+	Name string
+	// SystemName is the name in the symbol table (mangled).
+	SystemName string
+	// Filename is the source file, if known.
+	Filename string
+	// StartLine is the line of the function's declaration, if known.
+	StartLine int
+	// Mapping is an index into Profile.Mappings.
+	Mapping int
+	// Addr is the function's entry address in the running process.
+	Addr uint64
+}
+
+// Mapping is one executable mapping of the profiled process.
+type Mapping struct {
+	// Start and Limit bound the mapping's address range [Start, Limit).
+	Start, Limit uint64
+	// Offset is the file offset that Start maps.
+	Offset uint64
+	// File is the path of the mapped file.
+	File string
+	// BuildID is the file's build id, hex encoded, if it has one.
+	BuildID string
+}
+
+// Node is one calling context: a function called along one path from the
+// root.
+type Node struct {
+	// Func is the function called in this context; NoFunc for the root.
+	Func FuncID
+	// Parent is the calling context; nil for the root.
+	Parent *Node
+	// Children are the contexts called from this one, in creation order.
+	Children []*Node
+	// Calls is the number of calls made in this context.
+	Calls uint64
+	// Wall is the inclusive wall time of those calls in nanoseconds.
+	Wall uint64
+
+	last int // index into Children of the last Child hit
+}
+
+// Self returns the node's exclusive wall time: Wall minus the children's
+// Wall, clamped at 0 (a child can exceed its parent when exit times were
+// inferred).
+func (n *Node) Self() uint64 {
+	var c uint64
+	for _, ch := range n.Children {
+		c += ch.Wall
+	}
+	if c >= n.Wall {
+		return 0
+	}
+	return n.Wall - c
+}
+
+// Child returns the child of n for function f, creating it if needed.
+func (n *Node) Child(f FuncID) *Node {
+	if n.last < len(n.Children) && n.Children[n.last].Func == f {
+		return n.Children[n.last]
+	}
+	for i, ch := range n.Children {
+		if ch.Func == f {
+			n.last = i
+			return ch
+		}
+	}
+	ch := &Node{Func: f, Parent: n}
+	n.last = len(n.Children)
+	n.Children = append(n.Children, ch)
+	return ch
+}
+
+// Lookup returns the child of n for function f, or nil.
+func (n *Node) Lookup(f FuncID) *Node {
+	for _, ch := range n.Children {
+		if ch.Func == f {
+			return ch
+		}
+	}
+	return nil
+}
+
+// Walk calls fn for n and every node below it, parents before children.
+func (n *Node) Walk(fn func(*Node)) {
+	fn(n)
+	for _, ch := range n.Children {
+		ch.Walk(fn)
+	}
+}
+
+// Path returns the functions from the outermost call down to n, leaving
+// out the synthetic root.
+func (n *Node) Path() []FuncID {
+	d := 0
+	for m := n; m != nil && m.Func != NoFunc; m = m.Parent {
+		d++
+	}
+	p := make([]FuncID, d)
+	for m := n; d > 0; m = m.Parent {
+		d--
+		p[d] = m.Func
+	}
+	return p
+}
+
+// Tree is a calling-context tree.
+type Tree struct {
+	// Root is synthetic (Func NoFunc) and carries no calls or time; the
+	// outermost calls are its children.
+	Root *Node
+}
+
+// NewTree returns an empty tree.
+func NewTree() *Tree {
+	return &Tree{Root: &Node{Func: NoFunc}}
+}
+
+// Merge adds other's calls and wall times to t, node by node by path.
+func (t *Tree) Merge(other *Tree) {
+	mergeNode(t.Root, other.Root)
+}
+
+func mergeNode(dst, src *Node) {
+	dst.Calls += src.Calls
+	dst.Wall += src.Wall
+	for _, ch := range src.Children {
+		mergeNode(dst.Child(ch.Func), ch)
+	}
+}
+
+// NumNodes returns the number of nodes in t, not counting the root.
+func (t *Tree) NumNodes() int {
+	n := 0
+	t.Root.Walk(func(*Node) { n++ })
+	return n - 1
+}
+
+// Total returns the calls and inclusive wall time of the outermost calls.
+func (t *Tree) Total() (calls, wall uint64) {
+	for _, ch := range t.Root.Children {
+		calls += ch.Calls
+		wall += ch.Wall
+	}
+	return calls, wall
+}
+
+// Profile is a calling-context profile of one process.
+type Profile struct {
+	// Functions is indexed by FuncID.
+	Functions []Function
+	// Mappings[0] is the main executable.
+	Mappings []Mapping
+	// Tree holds all threads merged.
+	Tree *Tree
+	// Threads holds one tree per thread id; nil unless requested.
+	Threads map[uint32]*Tree
+	// Start is when profiling started.
+	Start time.Time
+	// Duration is how long profiling ran.
+	Duration time.Duration
+	// Comments say what the reader should know about the data, e.g.
+	// "lost 12 events".
+	Comments []string
+}
+
+// Func returns the function for id, or a placeholder named "func#<id>"
+// when id is out of range.
+func (p *Profile) Func(id FuncID) Function {
+	if int64(id) < int64(len(p.Functions)) {
+		return p.Functions[id]
+	}
+	return Function{Name: fmt.Sprintf("func#%d", id), Mapping: -1}
+}
+
+// Name returns the display name of id: Name, else SystemName, else
+// "func#<id>".
+func (p *Profile) Name(id FuncID) string {
+	f := p.Func(id)
+	switch {
+	case f.Name != "":
+		return f.Name
+	case f.SystemName != "":
+		return f.SystemName
+	}
+	return fmt.Sprintf("func#%d", id)
+}

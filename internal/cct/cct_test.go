@@ -1,0 +1,113 @@
+package cct
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// add adds calls and wall to the node at path below t's root.
+func add(t *Tree, calls, wall uint64, path ...FuncID) *Node {
+	n := t.Root
+	for _, f := range path {
+		n = n.Child(f)
+	}
+	n.Calls += calls
+	n.Wall += wall
+	return n
+}
+
+// dump renders a tree as "path calls wall" entries joined by ";" in walk
+// order.
+func dump(t *Tree) string {
+	var ss []string
+	t.Root.Walk(func(n *Node) {
+		if n != t.Root {
+			ss = append(ss, fmt.Sprintf("%v %d %d", n.Path(), n.Calls, n.Wall))
+		}
+	})
+	return strings.Join(ss, ";")
+}
+
+func TestChild(t *testing.T) {
+	root := NewTree().Root
+	a := root.Child(1)
+	b := root.Child(2)
+	if a == b || a.Parent != root || a.Func != 1 {
+		t.Fatalf("bad children %+v %+v", a, b)
+	}
+	for range 3 {
+		if root.Child(1) != a || root.Child(2) != b {
+			t.Fatal("Child created a duplicate")
+		}
+	}
+	if len(root.Children) != 2 {
+		t.Errorf("%d children, want 2", len(root.Children))
+	}
+	if root.Lookup(2) != b || root.Lookup(3) != nil {
+		t.Error("Lookup")
+	}
+}
+
+func TestSelfAndPath(t *testing.T) {
+	tr := NewTree()
+	a := add(tr, 1, 100, 1)
+	add(tr, 2, 30, 1, 2)
+	c := add(tr, 1, 50, 1, 3)
+	d := add(tr, 1, 70, 1, 3, 3) // more than its parent: inferred exit times
+	if got := a.Self(); got != 20 {
+		t.Errorf("a.Self() = %d, want 20", got)
+	}
+	if got := c.Self(); got != 0 {
+		t.Errorf("c.Self() = %d, want 0 (clamped)", got)
+	}
+	if got := d.Path(); !slices.Equal(got, []FuncID{1, 3, 3}) {
+		t.Errorf("d.Path() = %v", got)
+	}
+	if got := tr.Root.Path(); len(got) != 0 {
+		t.Errorf("root path = %v, want empty", got)
+	}
+	if got := tr.NumNodes(); got != 4 {
+		t.Errorf("NumNodes = %d, want 4", got)
+	}
+	if calls, wall := tr.Total(); calls != 1 || wall != 100 {
+		t.Errorf("Total = %d, %d; want 1, 100", calls, wall)
+	}
+}
+
+func TestMerge(t *testing.T) {
+	x := NewTree()
+	add(x, 1, 100, 1)
+	add(x, 2, 30, 1, 2)
+	y := NewTree()
+	add(y, 1, 50, 1)
+	add(y, 4, 10, 1, 3)
+	add(y, 1, 5, 1, 2, 2)
+	add(y, 1, 7, 5)
+	m := NewTree()
+	m.Merge(x)
+	m.Merge(y)
+	want := "[1] 2 150;[1 2] 2 30;[1 2 2] 1 5;[1 3] 4 10;[5] 1 7"
+	if got := dump(m); got != want {
+		t.Errorf("merged:\n got %s\nwant %s", got, want)
+	}
+	if got := dump(x); got != "[1] 1 100;[1 2] 2 30" {
+		t.Errorf("Merge changed its source: %s", got)
+	}
+	if m.Root.Calls != 0 || m.Root.Wall != 0 {
+		t.Errorf("root carries %d calls, %d ns", m.Root.Calls, m.Root.Wall)
+	}
+}
+
+func TestProfileNames(t *testing.T) {
+	p := &Profile{Functions: []Function{{Name: "a"}, {SystemName: "_Z1bv"}, {}}}
+	for id, want := range []string{"a", "_Z1bv", "func#2", "func#3"} {
+		if got := p.Name(FuncID(id)); got != want {
+			t.Errorf("Name(%d) = %q, want %q", id, got, want)
+		}
+	}
+	if got := p.Func(7).Mapping; got != -1 {
+		t.Errorf("placeholder mapping %d, want -1", got)
+	}
+}

@@ -1,0 +1,244 @@
+package export
+
+import (
+	"bytes"
+	"flag"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/google/pprof/profile"
+
+	"github.com/kprofd/kprofd/internal/cct"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata")
+
+func TestMain(m *testing.M) {
+	// profile.String prints the start time in the local time zone.
+	time.Local = time.UTC
+	os.Exit(m.Run())
+}
+
+// Function ids of the test profile.
+const (
+	fMain cct.FuncID = iota
+	fWalk
+	fCompute
+	fMemcpy
+	fWeird
+	fUnused
+)
+
+// node adds a child for f with calls and wall to n and returns it.
+func node(n *cct.Node, f cct.FuncID, calls, wall uint64) *cct.Node {
+	c := n.Child(f)
+	c.Calls += calls
+	c.Wall += wall
+	return c
+}
+
+// testProfile returns a profile of two threads: thread 1 runs main, which
+// recurses in walk three deep and calls compute; thread 2 runs main calling
+// compute. memcpy lives in a second mapping.
+func testProfile(perThread bool) *cct.Profile {
+	t1 := cct.NewTree()
+	m := node(t1.Root, fMain, 1, 1_000_000)
+	w := node(m, fWalk, 3, 600_000)
+	w = node(w, fWalk, 2, 400_000)
+	w = node(w, fWalk, 1, 300_000)
+	node(w, fMemcpy, 5, 100_000)
+	c := node(m, fCompute, 2, 300_000)
+	node(c, fMemcpy, 10, 50_000)
+	node(m, fWeird, 1, 40)
+
+	t2 := cct.NewTree()
+	m = node(t2.Root, fMain, 1, 500_000)
+	node(m, fCompute, 1, 400_000)
+
+	p := &cct.Profile{
+		Functions: []cct.Function{
+			fMain:    {Name: "main", SystemName: "main", Filename: "app.c", StartLine: 10, Mapping: 0, Addr: 0x401000},
+			fWalk:    {Name: "walk(Node*)", SystemName: "_Z4walkP4Node", Filename: "walk.cc", StartLine: 3, Mapping: 0, Addr: 0x401100},
+			fCompute: {Name: "compute", Filename: "app.c", StartLine: 42, Mapping: 0, Addr: 0x401200},
+			fMemcpy:  {Name: "memcpy", SystemName: "__memcpy_avx_unaligned", Mapping: 1, Addr: 0x7f0000028000},
+			fWeird:   {Name: "weird;name\nwith newline", Mapping: 0, Addr: 0x401300},
+			fUnused:  {Name: "unused", Mapping: 0, Addr: 0x401400},
+		},
+		Mappings: []cct.Mapping{
+			{Start: 0x400000, Limit: 0x402000, Offset: 0, File: "/usr/bin/app", BuildID: "abcdef"},
+			{Start: 0x7f0000000000, Limit: 0x7f0000100000, Offset: 0x1000, File: "/lib/x86_64-linux-gnu/libc.so.6", BuildID: "0123"},
+		},
+		Tree:     cct.NewTree(),
+		Start:    time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC),
+		Duration: 1500 * time.Millisecond,
+		Comments: []string{"lost 12 events", "3 exits inferred from stack pointers"},
+	}
+	p.Tree.Merge(t1)
+	p.Tree.Merge(t2)
+	if perThread {
+		p.Threads = map[uint32]*cct.Tree{1001: t1, 1002: t2}
+	}
+	return p
+}
+
+// golden compares got with testdata/name, rewriting it under -update.
+func golden(t *testing.T, name string, got []byte) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run with -update to create it)", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("%s differs (run with -update to accept):\n--- got\n%s--- want\n%s", name, got, want)
+	}
+}
+
+func TestPprof(t *testing.T) {
+	for _, tt := range []struct {
+		name      string
+		perThread bool
+	}{{"pprof.golden", false}, {"pprof_threads.golden", true}} {
+		t.Run(tt.name, func(t *testing.T) {
+			p := testProfile(tt.perThread)
+			var buf bytes.Buffer
+			if err := WritePprof(&buf, p); err != nil {
+				t.Fatal(err)
+			}
+			pp, err := profile.Parse(&buf)
+			if err != nil {
+				t.Fatalf("parsing written profile: %v", err)
+			}
+			if err := pp.CheckValid(); err != nil {
+				t.Fatalf("parsed profile: %v", err)
+			}
+			golden(t, tt.name, []byte(pp.String()))
+
+			// Every call and every nanosecond is in the samples once.
+			var calls, wall int64
+			for _, s := range pp.Sample {
+				calls += s.Value[0]
+				wall += s.Value[1]
+				if got := len(s.NumLabel["thread"]); tt.perThread != (got == 1) {
+					t.Errorf("sample %v has %d thread labels", s, got)
+				}
+			}
+			if want := int64(1+3+2+1+5+2+10+1) + (1 + 1); calls != want {
+				t.Errorf("calls sum to %d, want %d", calls, want)
+			}
+			if want := int64(1_500_000); wall != want {
+				t.Errorf("wall sums to %d, want %d", wall, want)
+			}
+			wantSamples := p.Tree.NumNodes()
+			if tt.perThread {
+				wantSamples = p.Threads[1001].NumNodes() + p.Threads[1002].NumNodes()
+			}
+			if len(pp.Sample) != wantSamples {
+				t.Errorf("%d samples, want %d", len(pp.Sample), wantSamples)
+			}
+			if len(pp.Function) != 5 || len(pp.Location) != 5 {
+				t.Errorf("%d functions and %d locations, want 5 each (unused left out)", len(pp.Function), len(pp.Location))
+			}
+		})
+	}
+}
+
+func TestPprofFocusThread(t *testing.T) {
+	pp, err := Pprof(testProfile(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wall int64
+	for _, s := range pp.Sample {
+		if s.NumLabel["thread"][0] == 1002 {
+			wall += s.Value[1]
+		}
+	}
+	if wall != 500_000 {
+		t.Errorf("thread 1002 has wall %d, want 500000", wall)
+	}
+}
+
+func TestPprofEmpty(t *testing.T) {
+	pp, err := Pprof(&cct.Profile{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pp.Sample) != 0 {
+		t.Errorf("%d samples, want 0", len(pp.Sample))
+	}
+}
+
+func TestText(t *testing.T) {
+	p := testProfile(true)
+	for _, tt := range []struct {
+		name  string
+		write func(*bytes.Buffer) error
+	}{
+		{"tree.golden", func(b *bytes.Buffer) error { return WriteTree(b, p, TreeOptions{}) }},
+		{"tree_pruned.golden", func(b *bytes.Buffer) error {
+			return WriteTree(b, p, TreeOptions{MaxDepth: 3, MinPercent: 5})
+		}},
+		{"top.golden", func(b *bytes.Buffer) error { return WriteTop(b, p, 0) }},
+		{"top3.golden", func(b *bytes.Buffer) error { return WriteTop(b, p, 3) }},
+		{"folded.golden", func(b *bytes.Buffer) error { return WriteFolded(b, p) }},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var buf bytes.Buffer
+			if err := tt.write(&buf); err != nil {
+				t.Fatal(err)
+			}
+			golden(t, tt.name, buf.Bytes())
+		})
+	}
+}
+
+func TestDuration(t *testing.T) {
+	for _, tt := range []struct {
+		ns   uint64
+		want string
+	}{
+		{0, "0"},
+		{12, "12ns"},
+		{999, "999ns"},
+		{1000, "1.00µs"},
+		{1234, "1.23µs"},
+		{9996, "10.0µs"},
+		{99_960, "100µs"},
+		{830_000, "830µs"},
+		{999_499, "999µs"},
+		{999_500, "1.00ms"},
+		{1_250_000, "1.25ms"},
+		{12_500_000, "12.5ms"},
+		{125_000_000, "125ms"},
+		{1_250_000_000, "1.25s"},
+		{3_600_000_000_000, "3600s"},
+	} {
+		if got := Duration(tt.ns); got != tt.want {
+			t.Errorf("Duration(%d) = %q, want %q", tt.ns, got, tt.want)
+		}
+	}
+}
+
+func TestTextFromThreadsOnly(t *testing.T) {
+	p := testProfile(true)
+	var want, got bytes.Buffer
+	if err := WriteFolded(&want, p); err != nil {
+		t.Fatal(err)
+	}
+	p.Tree = nil
+	if err := WriteFolded(&got, p); err != nil {
+		t.Fatal(err)
+	}
+	if got.String() != want.String() {
+		t.Errorf("folded from threads:\n%s\nwant\n%s", got.String(), want.String())
+	}
+}

@@ -1,0 +1,137 @@
+// Package export writes a calling-context profile as pprof, a text tree, a flat top list or folded stacks.
+package export
+
+import (
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+
+	"github.com/google/pprof/profile"
+
+	"github.com/kprofd/kprofd/internal/cct"
+)
+
+// Pprof converts p to a pprof profile with two sample types, calls/count
+// and wall/nanoseconds (the default). Every node of the tree becomes one
+// sample with the node's calls and self time, located by the node's
+// calling context, leaf first; summing a function's samples in pprof gives
+// its inclusive time. When p.Threads is non-nil the samples come from the
+// per-thread trees instead of p.Tree, each labelled with the numeric label
+// "thread" (for pprof -tagfocus thread=TID).
+func Pprof(p *cct.Profile) (*profile.Profile, error) {
+	out := &profile.Profile{
+		SampleType: []*profile.ValueType{
+			{Type: "calls", Unit: "count"},
+			{Type: "wall", Unit: "nanoseconds"},
+		},
+		DefaultSampleType: "wall",
+		PeriodType:        &profile.ValueType{Type: "wall", Unit: "nanoseconds"},
+		Period:            1,
+		DurationNanos:     p.Duration.Nanoseconds(),
+		Comments:          slices.Clone(p.Comments),
+	}
+	if !p.Start.IsZero() {
+		out.TimeNanos = p.Start.UnixNano()
+	}
+
+	type tree struct {
+		tid uint32
+		t   *cct.Tree
+	}
+	var trees []tree
+	if p.Threads != nil {
+		for _, tid := range slices.Sorted(maps.Keys(p.Threads)) {
+			if t := p.Threads[tid]; t != nil {
+				trees = append(trees, tree{tid, t})
+			}
+		}
+	} else if p.Tree != nil {
+		trees = append(trees, tree{t: p.Tree})
+	}
+
+	for i, m := range p.Mappings {
+		out.Mapping = append(out.Mapping, &profile.Mapping{
+			ID:           uint64(i + 1),
+			Start:        m.Start,
+			Limit:        m.Limit,
+			Offset:       m.Offset,
+			File:         m.File,
+			BuildID:      m.BuildID,
+			HasFunctions: true,
+		})
+	}
+
+	// One function and one location per function that occurs in a
+	// tree, in FuncID order.
+	used := make(map[cct.FuncID]*profile.Location)
+	for _, t := range trees {
+		t.t.Root.Walk(func(n *cct.Node) {
+			if n.Func != cct.NoFunc {
+				used[n.Func] = nil
+			}
+		})
+	}
+	for i, id := range slices.Sorted(maps.Keys(used)) {
+		f := p.Func(id)
+		fn := &profile.Function{
+			ID:         uint64(i + 1),
+			Name:       p.Name(id),
+			SystemName: f.SystemName,
+			Filename:   f.Filename,
+			StartLine:  int64(f.StartLine),
+		}
+		if fn.SystemName == "" {
+			fn.SystemName = fn.Name
+		}
+		loc := &profile.Location{
+			ID:      uint64(i + 1),
+			Address: f.Addr,
+			Line:    []profile.Line{{Function: fn, Line: int64(f.StartLine)}},
+		}
+		if f.Mapping >= 0 && f.Mapping < len(out.Mapping) {
+			loc.Mapping = out.Mapping[f.Mapping]
+		}
+		out.Function = append(out.Function, fn)
+		out.Location = append(out.Location, loc)
+		used[id] = loc
+	}
+
+	for _, t := range trees {
+		var label map[string][]int64
+		if p.Threads != nil {
+			label = map[string][]int64{"thread": {int64(t.tid)}}
+		}
+		t.t.Root.Walk(func(n *cct.Node) {
+			if n.Func == cct.NoFunc {
+				return
+			}
+			var locs []*profile.Location
+			for m := n; m != nil && m.Func != cct.NoFunc; m = m.Parent {
+				locs = append(locs, used[m.Func])
+			}
+			out.Sample = append(out.Sample, &profile.Sample{
+				Location: locs,
+				Value:    []int64{int64(n.Calls), int64(n.Self())},
+				NumLabel: label,
+			})
+		})
+	}
+
+	if err := out.CheckValid(); err != nil {
+		return nil, fmt.Errorf("building pprof profile: %w", err)
+	}
+	return out, nil
+}
+
+// WritePprof writes p to w as a gzipped pprof protocol buffer (see Pprof).
+func WritePprof(w io.Writer, p *cct.Profile) error {
+	pp, err := Pprof(p)
+	if err != nil {
+		return err
+	}
+	if err := pp.Write(w); err != nil {
+		return fmt.Errorf("writing pprof profile: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,326 @@
+package export
+
+import (
+	"bufio"
+	"cmp"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"unicode"
+
+	"github.com/kprofd/kprofd/internal/cct"
+)
+
+// TreeOptions control WriteTree.
+type TreeOptions struct {
+	// MaxDepth limits the printed depth; the outermost calls are depth 1.
+	// Zero means no limit.
+	MaxDepth int
+	// MinPercent hides subtrees whose inclusive wall time is below this
+	// percentage of the total. Zero hides nothing.
+	MinPercent float64
+}
+
+// WriteTree writes p.Tree (or, when nil, p.Threads merged) as an indented text tree with the columns calls,
+// total (inclusive wall time), self and function; children are sorted by
+// wall time, largest first, then by name. A last line says how many nodes
+// the options hid.
+func WriteTree(w io.Writer, p *cct.Profile, opt TreeOptions) error {
+	t := treeOf(p)
+	_, total := t.Total()
+	rows := [][]string{{"calls", "total", "self", "function"}}
+	var hiddenSmall, hiddenSmallNodes, hiddenDeep int
+	var walk func(n *cct.Node, depth int, prefix string)
+	walk = func(n *cct.Node, depth int, prefix string) {
+		kids := sortedChildren(p, n)
+		var shown []*cct.Node
+		for _, ch := range kids {
+			switch {
+			case opt.MaxDepth > 0 && depth > opt.MaxDepth:
+				hiddenDeep += countNodes(ch)
+			case opt.MinPercent > 0 && float64(ch.Wall)*100 < opt.MinPercent*float64(total):
+				hiddenSmall++
+				hiddenSmallNodes += countNodes(ch)
+			default:
+				shown = append(shown, ch)
+			}
+		}
+		for i, ch := range shown {
+			branch, indent := "├─ ", "│  "
+			if i == len(shown)-1 {
+				branch, indent = "└─ ", "   "
+			}
+			if depth == 1 {
+				branch, indent = "", ""
+			}
+			rows = append(rows, []string{
+				strconv.FormatUint(ch.Calls, 10),
+				Duration(ch.Wall),
+				Duration(ch.Self()),
+				prefix + branch + name(p, ch.Func),
+			})
+			walk(ch, depth+1, prefix+indent)
+		}
+	}
+	walk(t.Root, 1, "")
+
+	bw := bufio.NewWriter(w)
+	writeComments(bw, p)
+	fmt.Fprintf(bw, "total wall %s, %d nodes\n", Duration(total), t.NumNodes())
+	writeTable(bw, rows, 3)
+	var hid []string
+	if hiddenSmall > 0 {
+		hid = append(hid, fmt.Sprintf("%d subtrees (%d nodes) below %g%%", hiddenSmall, hiddenSmallNodes, opt.MinPercent))
+	}
+	if hiddenDeep > 0 {
+		hid = append(hid, fmt.Sprintf("%d nodes deeper than %d", hiddenDeep, opt.MaxDepth))
+	}
+	if len(hid) > 0 {
+		fmt.Fprintf(bw, "hidden: %s\n", strings.Join(hid, ", "))
+	}
+	if err := bw.Flush(); err != nil {
+		return fmt.Errorf("writing tree: %w", err)
+	}
+	return nil
+}
+
+// WriteTop writes, for p.Tree (or p.Threads merged), a flat table of the n
+// functions with the most self time (all functions if n <= 0): calls,
+// self, self%, cum, cum% and function. A function's cum is its inclusive
+// time, counted once per calling context: a recursive call inside the
+// function adds nothing.
+func WriteTop(w io.Writer, p *cct.Profile, n int) error {
+	t := treeOf(p)
+	_, total := t.Total()
+	type stat struct {
+		id               cct.FuncID
+		calls, self, cum uint64
+	}
+	stats := make(map[cct.FuncID]*stat)
+	onPath := make(map[cct.FuncID]int)
+	var walk func(n *cct.Node)
+	walk = func(n *cct.Node) {
+		st := stats[n.Func]
+		if st == nil {
+			st = &stat{id: n.Func}
+			stats[n.Func] = st
+		}
+		st.calls += n.Calls
+		st.self += n.Self()
+		if onPath[n.Func] == 0 {
+			st.cum += n.Wall
+		}
+		onPath[n.Func]++
+		for _, ch := range n.Children {
+			walk(ch)
+		}
+		onPath[n.Func]--
+	}
+	for _, ch := range t.Root.Children {
+		walk(ch)
+	}
+	list := slices.SortedFunc(maps.Values(stats), func(a, b *stat) int {
+		return cmp.Or(
+			cmp.Compare(b.self, a.self),
+			cmp.Compare(b.cum, a.cum),
+			strings.Compare(p.Name(a.id), p.Name(b.id)),
+			cmp.Compare(a.id, b.id),
+		)
+	})
+	all := len(list)
+	if n > 0 && n < len(list) {
+		list = list[:n]
+	}
+	rows := [][]string{{"calls", "self", "self%", "cum", "cum%", "function"}}
+	for _, st := range list {
+		rows = append(rows, []string{
+			strconv.FormatUint(st.calls, 10),
+			Duration(st.self),
+			percent(st.self, total),
+			Duration(st.cum),
+			percent(st.cum, total),
+			name(p, st.id),
+		})
+	}
+
+	bw := bufio.NewWriter(w)
+	writeComments(bw, p)
+	fmt.Fprintf(bw, "total wall %s, %d functions", Duration(total), all)
+	if len(list) < all {
+		fmt.Fprintf(bw, ", top %d shown", len(list))
+	}
+	fmt.Fprintln(bw)
+	writeTable(bw, rows, 5)
+	if err := bw.Flush(); err != nil {
+		return fmt.Errorf("writing top list: %w", err)
+	}
+	return nil
+}
+
+// WriteFolded writes p.Tree (or p.Threads merged) as folded stacks
+// ("a;b;c <self ns>", the input of flamegraph.pl): one line per calling
+// context with self time, sorted.
+// Contexts whose names coincide are summed into one line. In names, ';'
+// becomes ':' and control characters such as line breaks become spaces.
+func WriteFolded(w io.Writer, p *cct.Profile) error {
+	t := treeOf(p)
+	sums := make(map[string]uint64)
+	var stack []string
+	var walk func(n *cct.Node)
+	walk = func(n *cct.Node) {
+		stack = append(stack, foldedName(p, n.Func))
+		if self := n.Self(); self > 0 {
+			sums[strings.Join(stack, ";")] += self
+		}
+		for _, ch := range n.Children {
+			walk(ch)
+		}
+		stack = stack[:len(stack)-1]
+	}
+	for _, ch := range t.Root.Children {
+		walk(ch)
+	}
+	bw := bufio.NewWriter(w)
+	for _, k := range slices.Sorted(maps.Keys(sums)) {
+		fmt.Fprintf(bw, "%s %d\n", k, sums[k])
+	}
+	if err := bw.Flush(); err != nil {
+		return fmt.Errorf("writing folded stacks: %w", err)
+	}
+	return nil
+}
+
+// name returns the display name of id with control characters (line
+// breaks, tabs) replaced by spaces, so that it fits on one line.
+func name(p *cct.Profile, id cct.FuncID) string {
+	return oneLine(p.Name(id))
+}
+
+func oneLine(s string) string {
+	return strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return ' '
+		}
+		return r
+	}, s)
+}
+
+// foldedName returns the name of id for folded stacks, where ';' separates
+// frames.
+func foldedName(p *cct.Profile, id cct.FuncID) string {
+	return strings.ReplaceAll(name(p, id), ";", ":")
+}
+
+// Duration formats ns nanoseconds with 3 significant digits and a unit:
+// "0", "12ns", "830µs", "1.25ms", "12.5s". Times of 1000 s and more are
+// whole seconds.
+func Duration(ns uint64) string {
+	if ns == 0 {
+		return "0"
+	}
+	if ns < 1000 {
+		return strconv.FormatUint(ns, 10) + "ns"
+	}
+	units := []struct {
+		div  float64
+		name string
+	}{{1e3, "µs"}, {1e6, "ms"}, {1e9, "s"}}
+	for i, u := range units {
+		v := float64(ns) / u.div
+		if v >= 999.5 && i < len(units)-1 {
+			continue // rounds to 1000: use the next unit
+		}
+		switch {
+		case v < 9.995:
+			return strconv.FormatFloat(v, 'f', 2, 64) + u.name
+		case v < 99.95:
+			return strconv.FormatFloat(v, 'f', 1, 64) + u.name
+		}
+		return strconv.FormatFloat(v, 'f', 0, 64) + u.name
+	}
+	panic("unreachable")
+}
+
+// percent formats part/total as a percentage with two decimals.
+func percent(part, total uint64) string {
+	if total == 0 {
+		return "-"
+	}
+	return strconv.FormatFloat(float64(part)*100/float64(total), 'f', 2, 64) + "%"
+}
+
+// treeOf returns p.Tree, or when it is nil the per-thread trees merged.
+func treeOf(p *cct.Profile) *cct.Tree {
+	if p.Tree != nil {
+		return p.Tree
+	}
+	t := cct.NewTree()
+	for _, tid := range slices.Sorted(maps.Keys(p.Threads)) {
+		if th := p.Threads[tid]; th != nil {
+			t.Merge(th)
+		}
+	}
+	return t
+}
+
+// sortedChildren returns n's children by wall time, largest first, then by
+// name and id.
+func sortedChildren(p *cct.Profile, n *cct.Node) []*cct.Node {
+	return slices.SortedFunc(slices.Values(n.Children), func(a, b *cct.Node) int {
+		return cmp.Or(
+			cmp.Compare(b.Wall, a.Wall),
+			strings.Compare(p.Name(a.Func), p.Name(b.Func)),
+			cmp.Compare(a.Func, b.Func),
+		)
+	})
+}
+
+func countNodes(n *cct.Node) int {
+	c := 0
+	n.Walk(func(*cct.Node) { c++ })
+	return c
+}
+
+func writeComments(w io.Writer, p *cct.Profile) {
+	for _, c := range p.Comments {
+		fmt.Fprintf(w, "# %s\n", oneLine(c))
+	}
+}
+
+// writeTable writes rows in columns separated by two spaces; the first
+// right columns are right-aligned, the rest left-aligned with the last
+// column unpadded.
+func writeTable(w io.Writer, rows [][]string, right int) {
+	var width []int
+	for _, r := range rows {
+		for i, c := range r {
+			if i >= len(width) {
+				width = append(width, 0)
+			}
+			width[i] = max(width[i], len([]rune(c)))
+		}
+	}
+	var b strings.Builder
+	for _, r := range rows {
+		b.Reset()
+		for i, c := range r {
+			if i > 0 {
+				b.WriteString("  ")
+			}
+			pad := strings.Repeat(" ", width[i]-len([]rune(c)))
+			switch {
+			case i < right:
+				b.WriteString(pad + c)
+			case i == len(r)-1:
+				b.WriteString(c)
+			default:
+				b.WriteString(c + pad)
+			}
+		}
+		b.WriteByte('\n')
+		io.WriteString(w, b.String())
+	}
+}
