@@ -9,6 +9,12 @@ require (
 	github.com/prometheus/procfs v0.23.0
 )
 
-require golang.org/x/sys v0.49.0 // indirect
+require (
+	github.com/inconshreveable/mousetrap v1.1.0 // indirect
+	github.com/spf13/cobra v1.10.2 // indirect
+	github.com/spf13/pflag v1.0.10 // indirect
+	golang.org/x/arch v0.32.0 // indirect
+	golang.org/x/sys v0.49.0 // indirect
+)
 
 tool github.com/cilium/ebpf/cmd/bpf2go

@@ -334,3 +334,15 @@ func (s *Simulator) Threads() map[uint32]*cct.Tree {
 func (s *Simulator) Stats() SimStats {
 	return s.stats
 }
+
+// Active returns how many threads have frames on their simulated stack:
+// the threads inside a root.
+func (s *Simulator) Active() int {
+	n := 0
+	for _, th := range s.threads {
+		if len(th.frames) > 0 {
+			n++
+		}
+	}
+	return n
+}

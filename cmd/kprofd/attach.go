@@ -1,0 +1,277 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"regexp"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
+
+	"github.com/kprofd/kprofd/daemon"
+	"github.com/kprofd/kprofd/internal/cct"
+	"github.com/kprofd/kprofd/internal/export"
+	"github.com/kprofd/kprofd/internal/plan"
+)
+
+type attachOptions struct {
+	pid          int
+	roots        []string
+	mode         string
+	duration     time.Duration
+	output       string
+	format       string
+	folded       string
+	exclude      []string
+	maxFunctions int
+	dryRun       bool
+	exits        string
+	perThread    bool
+	ringMiB      int
+	verbose      bool
+}
+
+func newAttachCmd() *cobra.Command {
+	o := &attachOptions{}
+	cmd := &cobra.Command{
+		Use:   "attach -p PID --root FUNCTION",
+		Short: "Trace a running process below a root function",
+		Long: `attach traces the running process PID. Every function the root can reach
+(direct calls, calls through the PLT into shared libraries, tail calls) gets
+an entry probe and exit probes; a thread emits events only while it is inside
+the root. When tracing ends (-d elapses, Ctrl-C or SIGTERM, or the process
+exits) kprofd detaches every probe and writes the calling-context tree.
+
+The root may be given as a symbol (mangled or not), a demangled name without
+parameters when unambiguous (serve, ns::Class::method), object:name
+(libfoo.so:serve), object+0xOFFSET (how kprofd names functions of stripped
+binaries) or a run-time address (0x55d0c0a01139).
+
+Exits (--exits): ` + plan.ExitRule + `.`,
+		Example: `  sudo kprofd attach -p 1234 --root handle_request -d 10s
+  sudo kprofd attach -p 1234 --root 'ns::Server::handle' --exclude 'libc\.so' -o server.pb.gz
+  sudo kprofd attach -p 1234 --root handle_request --dry-run`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runAttach(cmd.Context(), o, cmd.OutOrStdout(), cmd.ErrOrStderr())
+		},
+	}
+	f := cmd.Flags()
+	f.IntVarP(&o.pid, "pid", "p", 0, "process to trace (required)")
+	f.StringArrayVar(&o.roots, "root", nil, "root function (required; repeat for several roots)")
+	f.StringVar(&o.mode, "mode", "exact", "exact: probe every reachable function")
+	f.DurationVarP(&o.duration, "duration", "d", 0, "stop after this long (default: until Ctrl-C or the process exits)")
+	f.StringVarP(&o.output, "output", "o", "", "pprof output file (default kprofd-PID.pb.gz)")
+	f.StringVar(&o.format, "format", "tree", "what to print at the end: tree, top or none")
+	f.StringVar(&o.folded, "folded", "", "also write folded stacks (for flame graphs) to this file")
+	f.StringArrayVar(&o.exclude, "exclude", nil, "do not trace functions whose 'object:function' name matches this regular expression, nor what only they reach (repeatable)")
+	f.IntVar(&o.maxFunctions, "max-functions", 5000, "refuse to trace when the root reaches more functions than this")
+	f.BoolVar(&o.dryRun, "dry-run", false, "print the functions and probes that would be attached, then exit")
+	f.StringVar(&o.exits, "exits", "auto", "how to probe exits: auto, ret or uretprobe")
+	f.BoolVar(&o.perThread, "per-thread", false, "keep one tree per thread (pprof label 'thread')")
+	f.IntVar(&o.ringMiB, "ring-mib", 8, "ring buffer size in MiB (a power of two)")
+	f.BoolVarP(&o.verbose, "verbose", "v", false, "print warnings about every function and the kernel ids of what is attached")
+	cmd.MarkFlagRequired("pid")
+	cmd.MarkFlagRequired("root")
+	return cmd
+}
+
+func (o *attachOptions) config(stderr io.Writer) (daemon.Config, error) {
+	cfg := daemon.Config{
+		PID:          o.pid,
+		Roots:        o.roots,
+		MaxFunctions: o.maxFunctions,
+		PerThread:    o.perThread,
+		RingBytes:    o.ringMiB << 20,
+	}
+	switch o.mode {
+	case "exact":
+	case "hybrid", "sample":
+		return cfg, fmt.Errorf("--mode %s is not available yet; use --mode exact", o.mode)
+	default:
+		return cfg, fmt.Errorf("--mode must be exact, not %q", o.mode)
+	}
+	switch o.format {
+	case "tree", "top", "none":
+	default:
+		return cfg, fmt.Errorf("--format must be tree, top or none, not %q", o.format)
+	}
+	if o.ringMiB <= 0 || o.ringMiB&(o.ringMiB-1) != 0 {
+		return cfg, fmt.Errorf("--ring-mib must be a power of two, not %d", o.ringMiB)
+	}
+	if o.duration < 0 {
+		return cfg, fmt.Errorf("--duration must be positive")
+	}
+	var err error
+	if cfg.Exits, err = plan.ParseExitMode(o.exits); err != nil {
+		return cfg, err
+	}
+	for _, e := range o.exclude {
+		re, err := regexp.Compile(e)
+		if err != nil {
+			return cfg, fmt.Errorf("--exclude %q: %w", e, err)
+		}
+		cfg.Exclude = append(cfg.Exclude, re)
+	}
+	cfg.Warnf = func(format string, args ...any) {
+		fmt.Fprintf(stderr, "kprofd: warning: "+format+"\n", args...)
+	}
+	return cfg, nil
+}
+
+func runAttach(ctx context.Context, o *attachOptions, stdout, stderr io.Writer) error {
+	cfg, err := o.config(stderr)
+	if err != nil {
+		return err
+	}
+	if !o.dryRun && os.Geteuid() != 0 {
+		return errors.New("kprofd needs root to attach uprobes (run it with sudo)")
+	}
+	prep, err := daemon.Prepare(cfg)
+	if err != nil {
+		return err
+	}
+	if o.dryRun {
+		defer prep.Close()
+		return prep.Plan.Write(stdout)
+	}
+	if o.verbose {
+		for _, f := range prep.Plan.Funcs {
+			for _, n := range append(f.Notes, f.Node.Notes...) {
+				cfg.Warnf("%s: %s", f.Node.Name(), n)
+			}
+		}
+	}
+
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	ctx, stopSignals := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stopSignals()
+
+	s, err := daemon.StartPrepared(prep, cfg)
+	if err != nil {
+		prep.Close()
+		return err
+	}
+	defer s.Close()
+	pr := s.Progress()
+	fmt.Fprintf(stderr, "kprofd: tracing pid %d below %s: %d functions, %d probes, exits by %s; Ctrl-C to stop\n",
+		o.pid, strings.Join(o.roots, ", "), pr.Functions, pr.Probes, prep.Plan.Exits)
+	if o.verbose {
+		progs, links := s.KernelIDs()
+		fmt.Fprintf(stderr, "kprofd: bpf programs %v, links %v\n", progs, links)
+	}
+
+	why := wait(ctx, s, o.duration, stderr)
+	profile, stopErr := s.Stop()
+	fmt.Fprintf(stderr, "kprofd: %s; detached\n", why)
+	if profile == nil {
+		return stopErr
+	}
+	if err := writeOutputs(o, profile, stdout, stderr); err != nil {
+		return errors.Join(err, stopErr)
+	}
+	return stopErr
+}
+
+// wait blocks until tracing should end and says why.
+func wait(ctx context.Context, s *daemon.Session, d time.Duration, stderr io.Writer) string {
+	var timeout <-chan time.Time
+	if d > 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		timeout = t.C
+	}
+	var tick <-chan time.Time
+	live := isTerminal(stderr)
+	if live {
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		tick = t.C
+	}
+	defer func() {
+		if live {
+			fmt.Fprint(stderr, "\r\x1b[K")
+		}
+	}()
+	var last daemon.Progress
+	for {
+		select {
+		case <-ctx.Done():
+			return "interrupted"
+		case <-timeout:
+			return fmt.Sprintf("%s elapsed", d)
+		case <-s.Exited():
+			return "the process exited"
+		case <-s.Failed():
+			return "event processing failed"
+		case <-tick:
+			p := s.Progress()
+			rate := float64(p.Events-last.Events) / (p.Elapsed - last.Elapsed).Seconds()
+			last = p
+			fmt.Fprintf(stderr, "\r\x1b[K%6.0fs  %d events (%.0f/s)  %d functions probed  %d threads in root  %d lost",
+				p.Elapsed.Seconds(), p.Events, rate, p.Functions, p.ThreadsInRoot, p.Lost)
+		}
+	}
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
+}
+
+func writeOutputs(o *attachOptions, p *cct.Profile, stdout, stderr io.Writer) error {
+	out := o.output
+	if out == "" {
+		out = fmt.Sprintf("kprofd-%d.pb.gz", o.pid)
+	}
+	if err := writeFile(out, func(w io.Writer) error { return export.WritePprof(w, p) }); err != nil {
+		return err
+	}
+	fmt.Fprintf(stderr, "kprofd: wrote %s (go tool pprof -top %s)\n", out, out)
+	if o.folded != "" {
+		if err := writeFile(o.folded, func(w io.Writer) error { return export.WriteFolded(w, p) }); err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "kprofd: wrote %s\n", o.folded)
+	}
+	switch o.format {
+	case "tree":
+		return export.WriteTree(stdout, p, export.TreeOptions{})
+	case "top":
+		return export.WriteTop(stdout, p, 0)
+	}
+	return nil
+}
+
+// writeFile writes through a temporary file so a failed write leaves no
+// truncated output behind.
+func writeFile(path string, write func(io.Writer) error) error {
+	tmp := path + ".tmp"
+	f, err := os.Create(tmp)
+	if err != nil {
+		return fmt.Errorf("creating %s: %w", path, err)
+	}
+	if err := write(f); err != nil {
+		f.Close()
+		os.Remove(tmp)
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	return os.Rename(tmp, path)
+}

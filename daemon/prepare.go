@@ -1,0 +1,107 @@
+package daemon
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"regexp"
+
+	"github.com/kprofd/kprofd/internal/callgraph"
+	"github.com/kprofd/kprofd/internal/plan"
+	"github.com/kprofd/kprofd/internal/proc"
+	"github.com/kprofd/kprofd/symbolizer"
+)
+
+// Config describes one tracing session.
+type Config struct {
+	// PID is the process to trace.
+	PID int
+	// Roots name the root functions (see symbolizer.Process.Resolve for
+	// the accepted forms).
+	Roots []string
+	// Exclude drops matching functions from the call graph.
+	Exclude []*regexp.Regexp
+	// MaxFunctions fails the session when the roots reach more functions;
+	// 0 means no limit.
+	MaxFunctions int
+	// Exits chooses how exits are probed.
+	Exits plan.ExitMode
+	// RingBytes sizes the ring buffer; 0 means the default.
+	RingBytes int
+	// PerThread keeps one tree per thread in the profile.
+	PerThread bool
+	// Warnf receives warnings about the target and the plan; nil discards
+	// them.
+	Warnf func(format string, args ...any)
+}
+
+func (c *Config) warnf(format string, args ...any) {
+	if c.Warnf != nil {
+		c.Warnf(format, args...)
+	}
+}
+
+// Prepared is a process analysed and a plan made, before anything is
+// attached: what --dry-run shows.
+type Prepared struct {
+	Proc *symbolizer.Process
+	Plan *plan.Plan
+}
+
+// Close releases the process's opened files.
+func (p *Prepared) Close() error { return p.Proc.Close() }
+
+// Prepare reads the target's mappings and symbols, resolves the roots,
+// builds the call graph and places the probes. It attaches nothing.
+func Prepare(cfg Config) (*Prepared, error) {
+	if cfg.PID <= 0 {
+		return nil, fmt.Errorf("invalid pid %d", cfg.PID)
+	}
+	if !proc.Alive(cfg.PID) {
+		return nil, fmt.Errorf("no process with pid %d", cfg.PID)
+	}
+	if len(cfg.Roots) == 0 {
+		return nil, errors.New("no root function given (--root)")
+	}
+	p, err := symbolizer.LoadProcess(cfg.PID)
+	if err != nil {
+		if errors.Is(err, os.ErrPermission) {
+			return nil, fmt.Errorf("reading pid %d: %w (kprofd needs root)", cfg.PID, err)
+		}
+		return nil, err
+	}
+	for _, w := range p.Warnings {
+		cfg.warnf("%s", w)
+	}
+	pr, err := prepare(cfg, p)
+	if err != nil {
+		p.Close()
+		return nil, err
+	}
+	return pr, nil
+}
+
+func prepare(cfg Config, p *symbolizer.Process) (*Prepared, error) {
+	var roots []callgraph.Root
+	for _, spec := range cfg.Roots {
+		m, fn, err := p.Resolve(spec)
+		if err != nil {
+			return nil, err
+		}
+		roots = append(roots, callgraph.Root{Obj: m, Func: fn})
+	}
+	opt := callgraph.Options{Exclude: cfg.Exclude, MaxFunctions: cfg.MaxFunctions}
+	if mem, err := os.Open(fmt.Sprintf("/proc/%d/mem", cfg.PID)); err == nil {
+		defer mem.Close()
+		opt.Mem = mem
+	}
+	g, err := callgraph.Build(p, roots, opt)
+	if err != nil {
+		return nil, err
+	}
+	pl, err := plan.New(g, p, cfg.Exits)
+	if err != nil {
+		return nil, err
+	}
+	return &Prepared{Proc: p, Plan: pl}, nil
+}

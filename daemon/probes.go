@@ -1,0 +1,182 @@
+package daemon
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/cilium/ebpf/link"
+
+	"github.com/kprofd/kprofd/bpf"
+	"github.com/kprofd/kprofd/internal/plan"
+	"github.com/kprofd/kprofd/symbolizer"
+)
+
+// probeSet is every link a session attached. Close detaches them all.
+type probeSet struct {
+	links []link.Link
+	// funcs and probes count what is attached.
+	funcs, probes int
+}
+
+// fileProbes are the probes of one attach phase going into one file.
+type fileProbes struct {
+	obj    *symbolizer.Mapped
+	probes []bpf.Probe
+	owner  []*plan.Func // owner[i] is the function of probes[i]
+	entry  []bool       // entry[i] marks entry probes
+}
+
+// Attach phases. A thread emits events only after a root entry, so
+// attaching exits first and root entries last means every call the
+// profile sees has all its probes in place; detaching runs in reverse.
+const (
+	phaseExits = iota
+	phaseEntries
+	phaseRootEntries
+	numPhases
+)
+
+// attachPlan attaches every probe of pl for pid, phase by phase and file
+// by file. Probes the kernel refuses are dropped with a warning (a refused
+// entry drops its function) and the file is attached again; any other
+// error detaches everything attached so far.
+func attachPlan(prog *bpf.Program, pid int, pl *plan.Plan, warnf func(string, ...any)) (*probeSet, error) {
+	set := &probeSet{}
+	phases := groupProbes(pl)
+	dead := map[*plan.Func]bool{}
+	for _, files := range phases {
+		for _, fp := range files {
+			fp.dropDead(dead)
+			for {
+				links, err := prog.Attach(fp.obj.Path(), pid, fp.probes)
+				var aerr *bpf.AttachError
+				if errors.As(err, &aerr) && fp.drop(aerr.Offsets, aerr.Err, dead, warnf) {
+					continue
+				}
+				if err != nil {
+					return nil, errors.Join(fmt.Errorf("attaching probes in %s: %w", fp.obj.MapPath, err), set.Close())
+				}
+				set.links = append(set.links, links...)
+				set.probes += len(fp.probes)
+				break
+			}
+		}
+	}
+	set.funcs = len(pl.Funcs) - len(dead)
+	return set, nil
+}
+
+// groupProbes sorts the plan's probes into attach phases and files.
+func groupProbes(pl *plan.Plan) [numPhases][]*fileProbes {
+	var phases [numPhases][]*fileProbes
+	var index [numPhases]map[*symbolizer.Mapped]*fileProbes
+	add := func(phase int, f *plan.Func, p plan.Probe) {
+		if index[phase] == nil {
+			index[phase] = map[*symbolizer.Mapped]*fileProbes{}
+		}
+		fp := index[phase][f.Node.Obj]
+		if fp == nil {
+			fp = &fileProbes{obj: f.Node.Obj}
+			index[phase][f.Node.Obj] = fp
+			phases[phase] = append(phases[phase], fp)
+		}
+		var flags uint64
+		if f.Root {
+			flags |= bpf.CookieRoot
+		}
+		if f.RootTail {
+			flags |= bpf.CookieRootTail
+		}
+		cookie, err := bpf.Cookie(f.ID, p.Kind, flags, p.SlotAdjust)
+		if err != nil {
+			// plan bounds the prologue it looks at far below 32 KiB.
+			panic(err)
+		}
+		fp.probes = append(fp.probes, bpf.Probe{Offset: p.Offset, Cookie: cookie})
+		fp.owner = append(fp.owner, f)
+		fp.entry = append(fp.entry, p.Kind == bpf.KindEntry)
+	}
+	for _, f := range pl.Funcs {
+		for _, p := range f.Exits {
+			add(phaseExits, f, p)
+		}
+		if f.Root {
+			add(phaseRootEntries, f, f.Entry)
+		} else {
+			add(phaseEntries, f, f.Entry)
+		}
+	}
+	return phases
+}
+
+// dropDead removes the probes of functions already given up.
+func (fp *fileProbes) dropDead(dead map[*plan.Func]bool) {
+	n := 0
+	for i, p := range fp.probes {
+		if dead[fp.owner[i]] {
+			continue
+		}
+		fp.probes[n], fp.owner[n], fp.entry[n] = p, fp.owner[i], fp.entry[i]
+		n++
+	}
+	fp.probes, fp.owner, fp.entry = fp.probes[:n], fp.owner[:n], fp.entry[:n]
+}
+
+// drop removes refused probes and, for a refused entry, the function (it
+// goes into dead, and its exits attached in an earlier phase only cost a
+// trap). It reports false when no probe matched: the error is then not
+// about individual probes.
+func (fp *fileProbes) drop(offsets []uint64, why error, dead map[*plan.Func]bool, warnf func(string, ...any)) bool {
+	matched := 0
+	for i, p := range fp.probes {
+		if !slices.Contains(offsets, p.Offset) {
+			continue
+		}
+		f := fp.owner[i]
+		if fp.entry[i] {
+			dead[f] = true
+			warnf("not tracing %s: the kernel refuses a uprobe at its entry (%v)", f.Node.Name(), why)
+		} else {
+			warnf("%s: the kernel refuses an exit probe at file offset %#x (%v); those exits are inferred", f.Node.Name(), p.Offset, why)
+		}
+		matched++
+	}
+	if matched == 0 {
+		return false
+	}
+	n := 0
+	for i, p := range fp.probes {
+		if slices.Contains(offsets, p.Offset) {
+			continue
+		}
+		fp.probes[n], fp.owner[n], fp.entry[n] = p, fp.owner[i], fp.entry[i]
+		n++
+	}
+	fp.probes, fp.owner, fp.entry = fp.probes[:n], fp.owner[:n], fp.entry[:n]
+	fp.dropDead(dead)
+	return true
+}
+
+// Close detaches every probe.
+func (s *probeSet) Close() error {
+	var errs []error
+	for i := len(s.links) - 1; i >= 0; i-- {
+		if err := s.links[i].Close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	s.links = nil
+	return errors.Join(errs...)
+}
+
+// linkIDs returns the kernel ids of the attached links.
+func (s *probeSet) linkIDs() []link.ID {
+	var ids []link.ID
+	for _, l := range s.links {
+		if info, err := l.Info(); err == nil {
+			ids = append(ids, info.ID)
+		}
+	}
+	return ids
+}

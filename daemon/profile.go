@@ -1,0 +1,92 @@
+package daemon
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/kprofd/kprofd/bpf"
+	"github.com/kprofd/kprofd/internal/cct"
+	"github.com/kprofd/kprofd/symbolizer"
+)
+
+// buildProfile turns the simulator's trees into a profile: functions and
+// mappings from the plan, comments that say how far to trust it.
+func (s *Session) buildProfile(end uint64, st bpf.Stats) *cct.Profile {
+	pr := s.prep
+	p := &cct.Profile{
+		Tree:     s.sim.Merged(),
+		Start:    s.start,
+		Duration: time.Duration(end - s.startMono),
+	}
+	if s.cfg.PerThread {
+		p.Threads = s.sim.Threads()
+	}
+
+	// Mappings: the main executable first (pprof wants it there), then
+	// every object with a traced function.
+	index := map[*symbolizer.Mapped]int{}
+	addMapping := func(m *symbolizer.Mapped) int {
+		if i, ok := index[m]; ok {
+			return i
+		}
+		index[m] = len(p.Mappings)
+		p.Mappings = append(p.Mappings, cct.Mapping{
+			Start: m.Start, Limit: m.End, Offset: m.Offset,
+			File: m.MapPath, BuildID: m.BuildID(),
+		})
+		return index[m]
+	}
+	addMapping(pr.Proc.Objects[0])
+	for _, f := range pr.Plan.Funcs {
+		obj, fn := f.Node.Obj, f.Node.Func
+		file, line := obj.Source(fn)
+		sys := fn.Name
+		if sys == "" {
+			sys = fn.Display
+		}
+		p.Functions = append(p.Functions, cct.Function{
+			Name:       fn.Display,
+			SystemName: sys,
+			Filename:   file,
+			StartLine:  line,
+			Mapping:    addMapping(obj),
+			Addr:       fn.Addr + obj.Bias,
+		})
+	}
+	p.Comments = s.comments(st)
+	return p
+}
+
+// comments say what the profile is and every reason it may be inexact.
+func (s *Session) comments(st bpf.Stats) []string {
+	pl := s.prep.Plan
+	ss := s.sim.Stats()
+	c := []string{
+		fmt.Sprintf("kprofd exact trace of pid %d, root %s", s.cfg.PID, strings.Join(s.cfg.Roots, ", ")),
+		fmt.Sprintf("%d functions, %d probes, exits by %s", s.probes.funcs, s.probes.probes, pl.Exits),
+		fmt.Sprintf("%d events", ss.Events),
+	}
+	if st.Lost > 0 {
+		c = append(c, fmt.Sprintf("WARNING: %d events lost (ring buffer full); counts are low and stacks were resynchronised from stack pointers", st.Lost))
+	}
+	if st.NoStorage > 0 {
+		c = append(c, fmt.Sprintf("WARNING: %d root entries ignored: no kernel memory for thread context", st.NoStorage))
+	}
+	if ss.InferredExits > 0 {
+		c = append(c, fmt.Sprintf("%d exits inferred from stack pointers (their time is an upper bound)", ss.InferredExits))
+	}
+	if st.StaleRoots > 0 {
+		c = append(c, fmt.Sprintf("%d times a thread left the root without an exit event (longjmp or exception)", st.StaleRoots))
+	}
+	if ss.Mismatches+ss.UnmatchedExits > 0 {
+		c = append(c, fmt.Sprintf("%d exits did not match the simulated stack", ss.Mismatches+ss.UnmatchedExits))
+	}
+	if ss.Unfinished > 0 {
+		c = append(c, fmt.Sprintf("%d calls still running at the end, timed up to it", ss.Unfinished))
+	}
+	if n := len(pl.Graph.Skipped) + len(pl.Graph.Excluded); n > 0 {
+		c = append(c, fmt.Sprintf("%d callees excluded or not traceable (see --dry-run)", n))
+	}
+	return c
+}

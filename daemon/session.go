@@ -1,0 +1,265 @@
+// Package daemon runs kprofd's tracing sessions: it analyses the target,
+// attaches the probes, reads their events, simulates each thread's call
+// stack and builds the calling-context tree.
+package daemon
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
+
+	"github.com/kprofd/kprofd/bpf"
+	"github.com/kprofd/kprofd/internal/cct"
+)
+
+// pollInterval is how often the reader looks at the ring buffer when the
+// probe program has not woken it (DESIGN.md §2: 20-50 ms).
+const pollInterval = 30 * time.Millisecond
+
+// Session is one attached tracing session.
+type Session struct {
+	cfg    Config
+	prep   *Prepared
+	prog   *bpf.Program
+	probes *probeSet
+	reader *bpf.Reader
+	sim    *Simulator
+
+	start     time.Time
+	startMono uint64
+
+	stopping  atomic.Bool
+	done      chan struct{} // the event loop returned
+	exited    chan struct{} // the target process exited
+	pidfd     int
+	watching  bool          // watchExit owns pidfd
+	watchDone chan struct{} // watchExit returned
+
+	events atomic.Uint64
+	active atomic.Int64
+	runErr error // set by the event loop before done closes
+
+	stopOnce sync.Once
+	profile  *cct.Profile
+	stopErr  error
+	closed   bool
+}
+
+// Progress is a snapshot of a running session.
+type Progress struct {
+	// Events counts the events processed so far.
+	Events uint64
+	// Lost counts events the ring buffer dropped.
+	Lost uint64
+	// Functions and Probes count what is attached.
+	Functions, Probes int
+	// ThreadsInRoot counts threads inside a root now.
+	ThreadsInRoot int
+	// Elapsed is the time since the probes were attached.
+	Elapsed time.Duration
+}
+
+// Start prepares and attaches a session.
+func Start(cfg Config) (*Session, error) {
+	pr, err := Prepare(cfg)
+	if err != nil {
+		return nil, err
+	}
+	s, err := StartPrepared(pr, cfg)
+	if err != nil {
+		pr.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// StartPrepared loads the probe program, attaches the plan's probes and
+// starts reading events. On error nothing stays attached; pr stays open.
+func StartPrepared(pr *Prepared, cfg Config) (s *Session, err error) {
+	s = &Session{cfg: cfg, prep: pr, done: make(chan struct{}), exited: make(chan struct{}), watchDone: make(chan struct{}), pidfd: -1}
+	defer func() {
+		if err != nil {
+			s.release()
+		}
+	}()
+	s.prog, err = bpf.Load(bpf.Config{PID: cfg.PID, RingBytes: cfg.RingBytes})
+	if err != nil {
+		return nil, err
+	}
+	s.reader, err = s.prog.NewReader(pollInterval)
+	if err != nil {
+		return nil, err
+	}
+	s.sim = NewSimulator(funcInfos(pr))
+	// Watch the target before attaching: a pid that exits now must not be
+	// reused unnoticed.
+	s.pidfd, err = unix.PidfdOpen(cfg.PID, 0)
+	if err != nil {
+		return nil, fmt.Errorf("watching pid %d: %w", cfg.PID, err)
+	}
+	s.probes, err = attachPlan(s.prog, cfg.PID, pr.Plan, cfg.warnf)
+	if err != nil {
+		return nil, err
+	}
+	s.start, s.startMono = time.Now(), monotonicNow()
+	s.watching = true
+	go s.watchExit()
+	go s.run()
+	return s, nil
+}
+
+func funcInfos(pr *Prepared) []FuncInfo {
+	infos := make([]FuncInfo, len(pr.Plan.Funcs))
+	for i, f := range pr.Plan.Funcs {
+		infos[i] = FuncInfo{Logical: cct.FuncID(f.Logical), Root: f.Root}
+		for _, t := range f.TailCalls {
+			infos[i].TailCalls = append(infos[i].TailCalls, cct.FuncID(t))
+		}
+	}
+	return infos
+}
+
+// Exited is closed when the target process exits.
+func (s *Session) Exited() <-chan struct{} { return s.exited }
+
+// Failed is closed when the event loop stops on its own, which only an
+// error makes it do; Stop then reports the error.
+func (s *Session) Failed() <-chan struct{} { return s.done }
+
+// watchExit closes exited when the pidfd becomes readable, which it does
+// when the process exits. It polls with a timeout so that it ends with the
+// session too.
+func (s *Session) watchExit() {
+	defer close(s.watchDone)
+	defer unix.Close(s.pidfd)
+	fds := []unix.PollFd{{Fd: int32(s.pidfd), Events: unix.POLLIN}}
+	for !s.stopping.Load() {
+		n, err := unix.Poll(fds, 100)
+		if err == nil && n > 0 {
+			close(s.exited)
+			return
+		}
+	}
+}
+
+// run is the event loop: it feeds events to the simulator until Stop has
+// detached the probes and the ring buffer is empty.
+func (s *Session) run() {
+	defer close(s.done)
+	buf := make([]bpf.Event, 0, 8192)
+	lastActive := time.Now()
+	for {
+		var err error
+		buf, err = s.reader.Read(buf[:0])
+		for i := range buf {
+			s.sim.Handle(&buf[i])
+		}
+		s.events.Add(uint64(len(buf)))
+		if time.Since(lastActive) > 200*time.Millisecond {
+			s.active.Store(int64(s.sim.Active()))
+			lastActive = time.Now()
+		}
+		if err != nil {
+			if !errors.Is(err, bpf.ErrClosed) {
+				s.runErr = fmt.Errorf("reading events: %w", err)
+			}
+			return
+		}
+		if len(buf) == 0 && s.stopping.Load() && s.reader.Pending() == 0 {
+			return
+		}
+	}
+}
+
+// Progress returns a snapshot of the session.
+func (s *Session) Progress() Progress {
+	p := Progress{
+		Events:        s.events.Load(),
+		Functions:     s.probes.funcs,
+		Probes:        s.probes.probes,
+		ThreadsInRoot: int(s.active.Load()),
+		Elapsed:       time.Since(s.start),
+	}
+	if st, err := s.prog.Stats(); err == nil {
+		p.Lost = st.Lost
+	}
+	return p
+}
+
+// Stop detaches every probe, processes the events still buffered and
+// returns the profile. It can be called once the target has exited too.
+// Later calls return the same result.
+func (s *Session) Stop() (*cct.Profile, error) {
+	s.stopOnce.Do(func() { s.profile, s.stopErr = s.stop() })
+	return s.profile, s.stopErr
+}
+
+func (s *Session) stop() (*cct.Profile, error) {
+	// Teardown order: detach (no new events; closing a uprobe link waits
+	// for running handlers), let the loop drain the ring buffer, then
+	// read the counters; the program and maps go in Close.
+	detachErr := s.probes.Close()
+	end := monotonicNow()
+	s.stopping.Store(true)
+	s.reader.Flush()
+	<-s.done
+	stats, statsErr := s.prog.Stats()
+	s.sim.Finish(end)
+	p := s.buildProfile(end, stats)
+	return p, errors.Join(detachErr, s.runErr, statsErr)
+}
+
+// Close stops the session if needed and releases everything: probes,
+// ring buffer, program, maps and the target's files.
+func (s *Session) Close() error {
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	_, err := s.Stop()
+	return errors.Join(err, s.release())
+}
+
+// release frees what Start acquired, in reverse order.
+func (s *Session) release() error {
+	var errs []error
+	if s.probes != nil {
+		errs = append(errs, s.probes.Close())
+	}
+	if s.reader != nil {
+		errs = append(errs, s.reader.Close())
+	}
+	if s.prog != nil {
+		errs = append(errs, s.prog.Close())
+	}
+	s.stopping.Store(true)
+	if s.watching {
+		<-s.watchDone // it closes the pidfd
+	} else if s.pidfd >= 0 {
+		errs = append(errs, unix.Close(s.pidfd))
+	}
+	if s.prep != nil {
+		errs = append(errs, s.prep.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// KernelIDs returns the ids of the session's BPF programs and links, so a
+// test can prove they are gone after Close.
+func (s *Session) KernelIDs() ([]ebpf.ProgramID, []link.ID) {
+	return s.prog.IDs(), s.probes.linkIDs()
+}
+
+func monotonicNow() uint64 {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		panic(err) // cannot fail on Linux
+	}
+	return uint64(ts.Nano())
+}

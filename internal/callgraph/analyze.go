@@ -1,0 +1,156 @@
+package callgraph
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/kprofd/kprofd/internal/x86"
+	"github.com/kprofd/kprofd/symbolizer"
+)
+
+// maxFuncBytes bounds how much code one function may have; larger symbols
+// are data or garbage, and decoding them would only waste time.
+const maxFuncBytes = 4 << 20
+
+// siteKind says how an instruction leaves the function or calls out.
+type siteKind uint8
+
+const (
+	siteCall     siteKind = iota // direct call
+	siteJump                     // direct jmp/jcc leaving the function
+	siteCallSlot                 // call through a rip-relative memory slot (GOT)
+	siteJumpSlot                 // jmp through a rip-relative memory slot
+)
+
+// site is a call or an outgoing jump found in a function's code.
+type site struct {
+	kind   siteKind
+	from   uint64 // address of the instruction
+	target uint64 // destination, or the memory slot for *Slot kinds
+}
+
+// body is what decoding one function's code found.
+type body struct {
+	ranges   []symbolizer.Range
+	sites    []site
+	rets     []uint64
+	targets  []uint64 // branch targets inside the function, sorted
+	indirect int      // register/memory calls and jumps it cannot follow
+	problems []string
+}
+
+// decodeFunc decodes fn's body and parts. Jumps into unattached .eh_frame
+// fragments make those fragments parts of fn (attach is called) and they
+// are decoded too.
+func decodeFunc(obj *symbolizer.Object, fn *symbolizer.Func) (*body, error) {
+	b := &body{ranges: append([]symbolizer.Range{{Start: fn.Addr, End: fn.Addr + fn.Size}}, fn.Parts...)}
+	if fn.Size == 0 {
+		return nil, fmt.Errorf("%s has no size", fn.Display)
+	}
+	for i := 0; i < len(b.ranges); i++ {
+		r := b.ranges[i]
+		if r.End-r.Start > maxFuncBytes {
+			return nil, fmt.Errorf("%s is %d bytes long, too large to be code", fn.Display, r.End-r.Start)
+		}
+		code, err := obj.Code(r.Start, r.End-r.Start)
+		if err != nil {
+			return nil, fmt.Errorf("reading code of %s: %w", fn.Display, err)
+		}
+		b.decodeRange(obj, fn, r, code)
+	}
+	// Jumps that looked like they left the function may land in a part
+	// found after them.
+	sites := b.sites[:0]
+	for _, s := range b.sites {
+		if s.kind == siteJump && b.inside(s.target) {
+			b.targets = append(b.targets, s.target)
+			continue
+		}
+		sites = append(sites, s)
+	}
+	b.sites = sites
+	slices.Sort(b.targets)
+	b.targets = slices.Compact(b.targets)
+	slices.Sort(b.rets)
+	return b, nil
+}
+
+func (b *body) inside(addr uint64) bool {
+	for _, r := range b.ranges {
+		if r.Contains(addr) {
+			return true
+		}
+	}
+	return false
+}
+
+func (b *body) decodeRange(obj *symbolizer.Object, fn *symbolizer.Func, r symbolizer.Range, code []byte) {
+	for off := 0; off < len(code); {
+		addr := r.Start + uint64(off)
+		in, err := x86.Decode(code[off:], addr)
+		if err != nil {
+			// Rare instructions x86asm does not know. Skipping one byte
+			// may desynchronise, so say so; the entry probe is still
+			// right and the stack-pointer rule covers missed exits.
+			b.problems = append(b.problems, fmt.Sprintf("undecodable instruction at %#x (% x): %v", addr, head(code[off:], 4), err))
+			off++
+			continue
+		}
+		off += in.Len
+		switch {
+		case in.IsRet():
+			b.rets = append(b.rets, addr)
+		case in.IsCall():
+			if t, ok := in.Target(); ok {
+				b.sites = append(b.sites, site{kind: siteCall, from: addr, target: t})
+			} else if slot, ok := in.MemTarget(); ok {
+				b.sites = append(b.sites, site{kind: siteCallSlot, from: addr, target: slot})
+			} else {
+				b.indirect++
+			}
+		case in.IsJump() || in.IsCondJump():
+			t, ok := in.Target()
+			if !ok {
+				if slot, ok := in.MemTarget(); ok && in.IsJump() {
+					b.sites = append(b.sites, site{kind: siteJumpSlot, from: addr, target: slot})
+				} else {
+					// Jump tables stay inside the function; a
+					// register jump may also be a tail call.
+					b.indirect++
+				}
+				continue
+			}
+			if b.inside(t) {
+				b.targets = append(b.targets, t)
+				continue
+			}
+			owner := obj.FuncAt(t)
+			if owner == fn {
+				// A part attached after we started.
+				for _, p := range fn.Parts {
+					if p.Contains(t) && !b.inside(t) {
+						b.ranges = append(b.ranges, p)
+					}
+				}
+				b.targets = append(b.targets, t)
+				continue
+			}
+			if frag := obj.FuncStart(t); owner == nil && frag != nil && frag.Fragment {
+				// A split-off piece of this function (a cold part
+				// in a stripped binary): decode it as ours.
+				obj.AttachFragment(frag, fn)
+				b.ranges = append(b.ranges, symbolizer.Range{Start: frag.Addr, End: frag.Addr + frag.Size})
+				b.targets = append(b.targets, t)
+				continue
+			}
+			b.sites = append(b.sites, site{kind: siteJump, from: addr, target: t})
+		}
+	}
+}
+
+func head(b []byte, n int) []byte {
+	if len(b) < n {
+		return b
+	}
+	return b[:n]
+}

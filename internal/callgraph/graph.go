@@ -1,0 +1,319 @@
+// Package callgraph finds every function a root function can reach, by
+// decoding x86-64 machine code: direct calls, calls through the PLT or GOT
+// into other objects, and tail calls.
+package callgraph
+
+import (
+	"encoding/binary"
+	"fmt"
+	"io"
+	"maps"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/kprofd/kprofd/internal/x86"
+	"github.com/kprofd/kprofd/symbolizer"
+)
+
+// Node is one function of the graph.
+type Node struct {
+	// Obj is the mapped object holding the function.
+	Obj *symbolizer.Mapped
+	// Func is the function.
+	Func *symbolizer.Func
+	// Calls are the functions it calls directly, by address, each once.
+	Calls []*Node
+	// TailCalls are the functions it jumps to (tail calls), each once.
+	TailCalls []*Node
+	// Rets are the link-time addresses of its ret instructions, in its
+	// body and in its parts.
+	Rets []uint64
+	// BranchTargets are the addresses inside the function that its own
+	// jumps lead to, sorted.
+	BranchTargets []uint64
+	// Indirect counts call and jump sites through registers or memory
+	// that the analysis cannot follow (function pointers, virtual calls,
+	// jump tables).
+	Indirect int
+	// Notes says what the analysis could not settle in this function.
+	Notes []string
+}
+
+// Name returns "object:function", how kprofd names functions in messages.
+func (n *Node) Name() string { return baseName(n.Obj.MapPath) + ":" + n.Func.Display }
+
+// Graph is the part of a process's call graph reachable from its roots.
+type Graph struct {
+	// Nodes holds every reachable function, roots first, then in
+	// breadth-first order.
+	Nodes []*Node
+	// Roots are the root functions.
+	Roots []*Node
+	// Excluded lists the functions the Exclude patterns cut off, by Name.
+	Excluded []string
+	// Skipped lists callees that cannot be traced, with the reason.
+	Skipped []string
+}
+
+// Root is a function to start the closure from.
+type Root struct {
+	Obj  *symbolizer.Mapped
+	Func *symbolizer.Func
+}
+
+// Options tunes Build.
+type Options struct {
+	// Exclude drops functions whose "object:function" name or function
+	// name matches any of these, and everything reachable only through
+	// them.
+	Exclude []*regexp.Regexp
+	// MaxFunctions makes Build fail with a *TooLargeError when more
+	// functions are reachable; 0 means no limit.
+	MaxFunctions int
+	// Mem reads the target's memory at run-time addresses (typically
+	// /proc/PID/mem). When set, calls through the PLT follow the GOT slot
+	// as the dynamic linker bound it, which resolves IFUNCs and symbol
+	// interposition exactly.
+	Mem io.ReaderAt
+}
+
+// TooLargeError says that more functions are reachable than allowed.
+type TooLargeError struct {
+	Limit, Reachable int
+	// PerObject counts reachable functions by object base name.
+	PerObject map[string]int
+}
+
+func (e *TooLargeError) Error() string {
+	objs := slices.Collect(maps.Keys(e.PerObject))
+	sort.Slice(objs, func(i, j int) bool {
+		if e.PerObject[objs[i]] != e.PerObject[objs[j]] {
+			return e.PerObject[objs[i]] > e.PerObject[objs[j]]
+		}
+		return objs[i] < objs[j]
+	})
+	var parts []string
+	for _, o := range objs {
+		parts = append(parts, fmt.Sprintf("%s %d", o, e.PerObject[o]))
+	}
+	return fmt.Sprintf("the root reaches %d functions, more than --max-functions %d (%s); exclude some with --exclude REGEX (for example --exclude 'libc\\.so') or raise --max-functions",
+		e.Reachable, e.Limit, strings.Join(parts, ", "))
+}
+
+// hardLimit stops the closure even without MaxFunctions: nobody probes
+// more functions than this.
+const hardLimit = 200000
+
+type key struct {
+	obj  *symbolizer.Mapped
+	addr uint64
+}
+
+type builder struct {
+	proc  *symbolizer.Process
+	opt   Options
+	nodes map[key]*Node
+	g     *Graph
+	queue []*Node
+	skip  map[string]bool
+}
+
+// Build computes the transitive closure of calls and tail calls from roots.
+func Build(p *symbolizer.Process, roots []Root, opt Options) (*Graph, error) {
+	b := &builder{proc: p, opt: opt, nodes: map[key]*Node{}, g: &Graph{}, skip: map[string]bool{}}
+	for _, r := range roots {
+		n := b.node(r.Obj, r.Func)
+		if n == nil {
+			return nil, fmt.Errorf("root %s:%s is excluded by --exclude", baseName(r.Obj.MapPath), r.Func.Display)
+		}
+		if !slices.Contains(b.g.Roots, n) {
+			b.g.Roots = append(b.g.Roots, n)
+		}
+	}
+	for len(b.queue) > 0 {
+		n := b.queue[0]
+		b.queue = b.queue[1:]
+		if err := b.analyze(n); err != nil {
+			return nil, err
+		}
+		if len(b.g.Nodes) > hardLimit {
+			break
+		}
+	}
+	if opt.MaxFunctions > 0 && len(b.g.Nodes) > opt.MaxFunctions {
+		e := &TooLargeError{Limit: opt.MaxFunctions, Reachable: len(b.g.Nodes), PerObject: map[string]int{}}
+		for _, n := range b.g.Nodes {
+			e.PerObject[baseName(n.Obj.MapPath)]++
+		}
+		return nil, e
+	}
+	slices.Sort(b.g.Excluded)
+	slices.Sort(b.g.Skipped)
+	return b.g, nil
+}
+
+// node returns the graph node of fn, queueing new ones; nil if excluded.
+func (b *builder) node(obj *symbolizer.Mapped, fn *symbolizer.Func) *Node {
+	k := key{obj, fn.Addr}
+	if n, ok := b.nodes[k]; ok {
+		return n
+	}
+	name := baseName(obj.MapPath) + ":" + fn.Display
+	for _, re := range b.opt.Exclude {
+		if re.MatchString(name) || re.MatchString(fn.Display) {
+			b.nodes[k] = nil
+			b.g.Excluded = append(b.g.Excluded, name)
+			return nil
+		}
+	}
+	n := &Node{Obj: obj, Func: fn}
+	b.nodes[k] = n
+	b.g.Nodes = append(b.g.Nodes, n)
+	b.queue = append(b.queue, n)
+	return n
+}
+
+func (b *builder) skipped(what string) {
+	if !b.skip[what] {
+		b.skip[what] = true
+		b.g.Skipped = append(b.g.Skipped, what)
+	}
+}
+
+// analyze decodes n and links it to its callees.
+func (b *builder) analyze(n *Node) error {
+	body, err := decodeFunc(n.Obj.Object, n.Func)
+	if err != nil {
+		n.Notes = append(n.Notes, err.Error())
+		return nil
+	}
+	n.Rets = body.rets
+	n.BranchTargets = body.targets
+	n.Indirect = body.indirect
+	n.Notes = append(n.Notes, body.problems...)
+	for _, s := range body.sites {
+		var (
+			obj *symbolizer.Mapped
+			fn  *symbolizer.Func
+		)
+		switch s.kind {
+		case siteCall, siteJump:
+			obj, fn = b.resolveCode(n, s.target)
+		case siteCallSlot, siteJumpSlot:
+			obj, fn = b.resolveSlot(n, s.target)
+		}
+		if fn == nil {
+			continue
+		}
+		callee := b.node(obj, fn)
+		if callee == nil {
+			continue
+		}
+		if s.kind == siteCall || s.kind == siteCallSlot {
+			if !slices.Contains(n.Calls, callee) {
+				n.Calls = append(n.Calls, callee)
+			}
+		} else if !slices.Contains(n.TailCalls, callee) {
+			n.TailCalls = append(n.TailCalls, callee)
+		}
+	}
+	return nil
+}
+
+// resolveCode finds the function a direct call or jump from n to target
+// enters: a function of the same object, or, through a PLT stub, a
+// function of another object.
+func (b *builder) resolveCode(n *Node, target uint64) (*symbolizer.Mapped, *symbolizer.Func) {
+	obj := n.Obj
+	if fn := obj.FuncStart(target); fn != nil && !fn.Fragment {
+		return b.usable(obj, fn)
+	}
+	if name, ok := obj.Import(target); ok {
+		slot, _ := pltSlot(obj.Object, target)
+		return b.resolveImport(n, name, slot)
+	}
+	if fn := obj.FuncAt(target); fn != nil {
+		n.Notes = append(n.Notes, fmt.Sprintf("branch into the middle of %s (%#x) not followed", fn.Display, target))
+		return nil, nil
+	}
+	n.Notes = append(n.Notes, fmt.Sprintf("branch to %#x, outside any known function, not followed", target))
+	return nil, nil
+}
+
+// resolveSlot finds the function a call or jump through a GOT slot enters.
+func (b *builder) resolveSlot(n *Node, slot uint64) (*symbolizer.Mapped, *symbolizer.Func) {
+	name, ok := n.Obj.Import(slot)
+	if !ok {
+		n.Indirect++
+		return nil, nil
+	}
+	return b.resolveImport(n, name, slot)
+}
+
+// resolveImport finds the definition of an imported function: the bound
+// GOT slot when the target's memory can be read and the slot is bound,
+// else the dynamic linker's symbol search.
+func (b *builder) resolveImport(n *Node, name string, slot uint64) (*symbolizer.Mapped, *symbolizer.Func) {
+	if b.opt.Mem != nil && slot != 0 {
+		var buf [8]byte
+		if _, err := b.opt.Mem.ReadAt(buf[:], int64(slot+n.Obj.Bias)); err == nil {
+			addr := binary.LittleEndian.Uint64(buf[:])
+			if m := b.proc.MappedAt(addr); m != nil {
+				if fn := m.FuncStart(addr - m.Bias); fn != nil && !fn.Fragment {
+					return b.usable(m, fn)
+				}
+			}
+		}
+	}
+	m, fn := b.proc.ResolveImport(name)
+	if fn == nil {
+		b.skipped(fmt.Sprintf("%s: no mapped object defines it", name))
+		return nil, nil
+	}
+	if fn.IFunc {
+		b.skipped(fmt.Sprintf("%s: an IFUNC whose implementation is not bound yet", name))
+		return nil, nil
+	}
+	return b.usable(m, fn)
+}
+
+// usable filters out functions that cannot be traced.
+func (b *builder) usable(obj *symbolizer.Mapped, fn *symbolizer.Func) (*symbolizer.Mapped, *symbolizer.Func) {
+	if fn.IFunc {
+		b.skipped(fmt.Sprintf("%s:%s: an IFUNC resolver", baseName(obj.MapPath), fn.Display))
+		return nil, nil
+	}
+	return obj, fn
+}
+
+// pltSlot returns the GOT slot a PLT stub jumps through.
+func pltSlot(obj *symbolizer.Object, stub uint64) (uint64, bool) {
+	code, err := obj.Code(stub, 16)
+	if err != nil {
+		return 0, false
+	}
+	for off := 0; off < len(code); {
+		in, err := x86.Decode(code[off:], stub+uint64(off))
+		if err != nil {
+			return 0, false
+		}
+		off += in.Len
+		if in.Endbr {
+			continue
+		}
+		if in.IsJump() {
+			return in.MemTarget()
+		}
+		return 0, false
+	}
+	return 0, false
+}
+
+func baseName(path string) string {
+	if i := strings.LastIndexByte(path, '/'); i >= 0 {
+		return path[i+1:]
+	}
+	return path
+}

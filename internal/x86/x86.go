@@ -1,0 +1,264 @@
+// Package x86 decodes x86-64 machine code for call-graph analysis and probe
+// placement: instruction boundaries, branch targets, stack-pointer effects,
+// and what a uprobe on an instruction costs.
+package x86
+
+import (
+	"bytes"
+	"errors"
+
+	"golang.org/x/arch/x86/x86asm"
+)
+
+// Inst is one decoded instruction.
+type Inst struct {
+	x86asm.Inst
+	// Addr is the instruction's address.
+	Addr uint64
+	// Raw holds the instruction's bytes.
+	Raw []byte
+	// Endbr marks endbr64/endbr32, which x86asm cannot decode: Op is 0.
+	Endbr bool
+}
+
+var (
+	endbr64 = []byte{0xf3, 0x0f, 0x1e, 0xfa}
+	endbr32 = []byte{0xf3, 0x0f, 0x1e, 0xfb}
+)
+
+// ErrTruncated is returned for an instruction that runs past the code.
+var ErrTruncated = errors.New("instruction runs past the end of the code")
+
+// Decode decodes the instruction at the start of code, which sits at addr.
+func Decode(code []byte, addr uint64) (Inst, error) {
+	if bytes.HasPrefix(code, endbr64) || bytes.HasPrefix(code, endbr32) {
+		in := Inst{Addr: addr, Raw: code[:4], Endbr: true}
+		in.Len = 4
+		return in, nil
+	}
+	xi, err := x86asm.Decode(code, 64)
+	if err != nil {
+		if errors.Is(err, x86asm.ErrTruncated) {
+			return Inst{}, ErrTruncated
+		}
+		return Inst{}, err
+	}
+	return Inst{Inst: xi, Addr: addr, Raw: code[:xi.Len]}, nil
+}
+
+// End returns the address just after the instruction.
+func (in *Inst) End() uint64 { return in.Addr + uint64(in.Len) }
+
+// IsCall reports a call of any form.
+func (in *Inst) IsCall() bool { return in.Op == x86asm.CALL || in.Op == x86asm.LCALL }
+
+// IsRet reports a near or far return.
+func (in *Inst) IsRet() bool { return in.Op == x86asm.RET || in.Op == x86asm.LRET }
+
+// IsJump reports an unconditional jump.
+func (in *Inst) IsJump() bool { return in.Op == x86asm.JMP || in.Op == x86asm.LJMP }
+
+// IsCondJump reports a conditional jump (including jcxz and loop forms).
+func (in *Inst) IsCondJump() bool {
+	switch in.Op {
+	case x86asm.JA, x86asm.JAE, x86asm.JB, x86asm.JBE, x86asm.JE, x86asm.JG, x86asm.JGE,
+		x86asm.JL, x86asm.JLE, x86asm.JNE, x86asm.JNO, x86asm.JNP, x86asm.JNS, x86asm.JO,
+		x86asm.JP, x86asm.JS, x86asm.JCXZ, x86asm.JECXZ, x86asm.JRCXZ,
+		x86asm.LOOP, x86asm.LOOPE, x86asm.LOOPNE:
+		return true
+	}
+	return false
+}
+
+// IsBranch reports any instruction that can transfer control elsewhere
+// than the next instruction.
+func (in *Inst) IsBranch() bool {
+	return in.IsCall() || in.IsRet() || in.IsJump() || in.IsCondJump() ||
+		in.Op == x86asm.UD2 || in.Op == x86asm.HLT || in.Op == x86asm.INT
+}
+
+// Target returns the destination of a direct (pc-relative) call or jump.
+func (in *Inst) Target() (uint64, bool) {
+	if in.Endbr || !(in.IsCall() || in.IsJump() || in.IsCondJump()) {
+		return 0, false
+	}
+	if rel, ok := in.Args[0].(x86asm.Rel); ok {
+		return uint64(int64(in.End()) + int64(rel)), true
+	}
+	return 0, false
+}
+
+// MemTarget returns the address of the memory slot an indirect call or jump
+// reads its destination from, when it is rip-relative (a GOT slot).
+func (in *Inst) MemTarget() (uint64, bool) {
+	if in.Endbr || !(in.IsCall() || in.IsJump()) {
+		return 0, false
+	}
+	m, ok := in.Args[0].(x86asm.Mem)
+	if !ok || m.Base != x86asm.RIP || m.Index != 0 {
+		return 0, false
+	}
+	return uint64(int64(in.End()) + m.Disp), true
+}
+
+// IsIndirect reports a call or jump through a register or memory.
+func (in *Inst) IsIndirect() bool {
+	if in.Endbr || !(in.IsCall() || in.IsJump()) {
+		return false
+	}
+	_, rel := in.Args[0].(x86asm.Rel)
+	return !rel
+}
+
+// StackDelta returns how the instruction moves the stack pointer when it
+// runs straight through (negative: the stack grows), and false when it
+// changes rsp in a way this function does not model or transfers control.
+func (in *Inst) StackDelta() (int, bool) {
+	if in.Endbr {
+		return 0, true
+	}
+	if in.IsBranch() {
+		return 0, false
+	}
+	switch in.Op {
+	case x86asm.PUSH:
+		return -in.DataSize / 8, in.DataSize > 0
+	case x86asm.POP:
+		if r, ok := in.Args[0].(x86asm.Reg); ok && r == x86asm.RSP {
+			return 0, false
+		}
+		return in.DataSize / 8, in.DataSize > 0
+	case x86asm.PUSHF, x86asm.PUSHFQ:
+		return -8, true
+	case x86asm.POPF, x86asm.POPFQ:
+		return 8, true
+	case x86asm.SUB, x86asm.ADD:
+		if r, ok := in.Args[0].(x86asm.Reg); ok && r == x86asm.RSP {
+			imm, ok := in.Args[1].(x86asm.Imm)
+			if !ok {
+				return 0, false
+			}
+			if in.Op == x86asm.SUB {
+				return -int(imm), true
+			}
+			return int(imm), true
+		}
+	case x86asm.ENTER, x86asm.LEAVE:
+		return 0, false
+	}
+	if writesRSP(&in.Inst) {
+		return 0, false
+	}
+	return 0, true
+}
+
+// writesRSP reports an instruction whose first (destination) operand is rsp
+// or esp, or one that pushes or pops implicitly.
+func writesRSP(xi *x86asm.Inst) bool {
+	switch xi.Op {
+	case x86asm.CMP, x86asm.TEST, x86asm.BT:
+		return false // compare only
+	}
+	if r, ok := xi.Args[0].(x86asm.Reg); ok {
+		return r == x86asm.RSP || r == x86asm.ESP || r == x86asm.SP
+	}
+	return false
+}
+
+// Class is what a uprobe on an instruction costs, from DESIGN.md §1.
+type Class uint8
+
+// Probe classes, cheapest first.
+const (
+	// ClassOptimized: a 5-byte nop, which the kernel rewrites into a call
+	// to a trampoline (about 0.46 us here).
+	ClassOptimized Class = iota
+	// ClassEmulated: push reg, nop, jmp, jcc, call rel32 are emulated by
+	// the kernel (about 0.6 us here).
+	ClassEmulated
+	// ClassStepped: anything else is copied out of line and single-stepped
+	// (about 9 us here, about 1 us on bare metal).
+	ClassStepped
+	// ClassUnprobeable: the kernel refuses uprobes on these.
+	ClassUnprobeable
+)
+
+func (c Class) String() string {
+	switch c {
+	case ClassOptimized:
+		return "optimized"
+	case ClassEmulated:
+		return "emulated"
+	case ClassStepped:
+		return "stepped"
+	case ClassUnprobeable:
+		return "unprobeable"
+	}
+	return "class?"
+}
+
+var nop5 = []byte{0x0f, 0x1f, 0x44, 0x00, 0x00}
+
+// ProbeClass classifies a uprobe on the instruction, following what
+// arch/x86/kernel/uprobes.c emulates.
+func ProbeClass(in *Inst) Class {
+	if in.Endbr {
+		return ClassStepped
+	}
+	if bytes.Equal(in.Raw, nop5) {
+		return ClassOptimized
+	}
+	switch in.Op {
+	case x86asm.INT, x86asm.INTO, x86asm.IRET, x86asm.IRETD, x86asm.IRETQ,
+		x86asm.SYSENTER, x86asm.SYSEXIT, x86asm.LCALL, x86asm.LJMP, x86asm.LRET:
+		return ClassUnprobeable
+	case x86asm.NOP:
+		return ClassEmulated
+	case x86asm.PUSH:
+		if _, ok := in.Args[0].(x86asm.Reg); ok && onlyREX(in) && in.DataSize == 64 {
+			return ClassEmulated
+		}
+	case x86asm.CALL, x86asm.JMP:
+		if _, ok := in.Args[0].(x86asm.Rel); ok && noPrefixes(in) {
+			return ClassEmulated
+		}
+	default:
+		if in.IsCondJump() && in.Op != x86asm.JCXZ && in.Op != x86asm.JECXZ && in.Op != x86asm.JRCXZ &&
+			in.Op != x86asm.LOOP && in.Op != x86asm.LOOPE && in.Op != x86asm.LOOPNE && noPrefixes(in) {
+			return ClassEmulated
+		}
+	}
+	if in.Raw[0] == 0xcc {
+		return ClassUnprobeable
+	}
+	return ClassStepped
+}
+
+// noPrefixes reports an instruction without legacy prefixes (the kernel
+// declines to emulate branches with, for example, an operand-size prefix).
+func noPrefixes(in *Inst) bool {
+	for _, p := range in.Prefix {
+		if p == 0 {
+			break
+		}
+		if p&(x86asm.PrefixImplicit) != 0 {
+			continue
+		}
+		return false
+	}
+	return true
+}
+
+// onlyREX reports an instruction whose only prefix is REX.B (push r8-r15).
+func onlyREX(in *Inst) bool {
+	for _, p := range in.Prefix {
+		if p == 0 {
+			break
+		}
+		if p&0xf0 == x86asm.PrefixREX && p&^(x86asm.PrefixREX|x86asm.PrefixREXB|x86asm.PrefixImplicit|x86asm.PrefixIgnored) == 0 {
+			continue
+		}
+		return false
+	}
+	return true
+}
