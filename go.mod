@@ -7,14 +7,14 @@ require (
 	github.com/google/pprof v0.0.0-20260906184651-6331bc6350fe
 	github.com/ianlancetaylor/demangle v0.0.0-20260724033716-83e58baca724
 	github.com/prometheus/procfs v0.23.0
+	github.com/spf13/cobra v1.10.2
+	golang.org/x/arch v0.32.0
+	golang.org/x/sys v0.49.0
 )
 
 require (
 	github.com/inconshreveable/mousetrap v1.1.0 // indirect
-	github.com/spf13/cobra v1.10.2 // indirect
 	github.com/spf13/pflag v1.0.10 // indirect
-	golang.org/x/arch v0.32.0 // indirect
-	golang.org/x/sys v0.49.0 // indirect
 )
 
 tool github.com/cilium/ebpf/cmd/bpf2go
