@@ -15,6 +15,7 @@ import (
 // probeSet is every link a session attached. Close detaches them all.
 type probeSet struct {
 	links []link.Link
+	ids   []link.ID // kernel ids of links, kept after Close
 	// funcs and probes count what is attached.
 	funcs, probes int
 }
@@ -58,6 +59,11 @@ func attachPlan(prog *bpf.Program, pid int, pl *plan.Plan, warnf func(string, ..
 					return nil, errors.Join(fmt.Errorf("attaching probes in %s: %w", fp.obj.MapPath, err), set.Close())
 				}
 				set.links = append(set.links, links...)
+				for _, l := range links {
+					if info, err := l.Info(); err == nil {
+						set.ids = append(set.ids, info.ID)
+					}
+				}
 				set.probes += len(fp.probes)
 				break
 			}
@@ -168,15 +174,4 @@ func (s *probeSet) Close() error {
 	}
 	s.links = nil
 	return errors.Join(errs...)
-}
-
-// linkIDs returns the kernel ids of the attached links.
-func (s *probeSet) linkIDs() []link.ID {
-	var ids []link.ID
-	for _, l := range s.links {
-		if info, err := l.Info(); err == nil {
-			ids = append(ids, info.ID)
-		}
-	}
-	return ids
 }

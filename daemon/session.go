@@ -253,7 +253,7 @@ func (s *Session) release() error {
 // KernelIDs returns the ids of the session's BPF programs and links, so a
 // test can prove they are gone after Close.
 func (s *Session) KernelIDs() ([]ebpf.ProgramID, []link.ID) {
-	return s.prog.IDs(), s.probes.linkIDs()
+	return s.prog.IDs(), s.probes.ids
 }
 
 func monotonicNow() uint64 {

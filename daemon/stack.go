@@ -43,6 +43,10 @@ type SimStats struct {
 	Mismatches uint64
 	// UnmatchedExits is the number of exits with no frame at their slot.
 	UnmatchedExits uint64
+	// ChainedReturns is the number of returns (uretprobe events) of
+	// tail-call-replaced frames, which the return of the chain's last
+	// callee has already popped.
+	ChainedReturns uint64
 	// Orphans is the number of entries of a non-root function on an empty
 	// stack.
 	Orphans uint64
@@ -79,6 +83,10 @@ type frame struct {
 type thread struct {
 	frames []frame // frames[len-1] is the top
 	tree   *cct.Tree
+	// runSlot is the slot of the run of frames the last exit popped, 0
+	// after an entry: with uretprobes, every function of a tail-call
+	// chain returns there, one event each.
+	runSlot uint64
 }
 
 // funcInfo is FuncInfo prepared for lookups.
@@ -241,6 +249,7 @@ func (s *Simulator) entry(th *thread, ev *bpf.Event) {
 	slot, t := ev.Slot, ev.Time
 	f := cct.FuncID(ev.Func)
 	lf := s.logical(ev.Func)
+	th.runSlot = 0
 	s.popDeeper(th, slot, t)
 
 	var parent *cct.Node
@@ -286,13 +295,18 @@ func (s *Simulator) exit(th *thread, ev *bpf.Event) {
 	s.popDeeper(th, slot, t)
 	n := len(th.frames)
 	if n == 0 || th.frames[n-1].slot != slot {
-		s.stats.UnmatchedExits++
+		if ev.Kind == bpf.KindReturn && slot == th.runSlot {
+			s.stats.ChainedReturns++
+		} else {
+			s.stats.UnmatchedExits++
+		}
 		return
 	}
 	if th.frames[n-1].fn != s.logical(ev.Func) {
 		s.stats.Mismatches++
 	}
 	popRun(th, t)
+	th.runSlot = slot
 }
 
 // Finish closes every open frame of every thread at endTime, counting

@@ -223,6 +223,17 @@ func TestSimulator(t *testing.T) {
 		want:   "A 1 100;A/B 1 90;A/B/C 1 80;A/B/C/D 1 10",
 		stats:  SimStats{TailCalls: 1, Unfinished: 3},
 	}, {
+		// With uretprobes, both B (which tail-called C) and C return
+		// at the same slot: C's return pops both, B's is a chained
+		// return, not an error.
+		name: "uretprobe returns of a tail-call chain",
+		events: []bpf.Event{
+			in(0, s0, A), in(10, s1, B), in(20, s1, C), ret(30, s1, C), ret(30, s1, B),
+			in(40, s1, B), ret(50, s1, B), ret(60, s0, A),
+		},
+		want:  "A 1 60;A/B 2 30;A/B/C 1 10",
+		stats: SimStats{TailCalls: 1, ChainedReturns: 1},
+	}, {
 		name: "mismatch and unmatched exits",
 		events: []bpf.Event{
 			in(0, s0, A), in(10, s1, B), out(20, s1, C),

@@ -135,17 +135,49 @@ func (b *body) decodeRange(obj *symbolizer.Object, fn *symbolizer.Func, r symbol
 				b.targets = append(b.targets, t)
 				continue
 			}
-			if frag := obj.FuncStart(t); owner == nil && frag != nil && frag.Fragment {
+			start := obj.FuncStart(t)
+			if start != nil && (owner == nil && start.Fragment ||
+				owner == start && isSplitPart(obj, fn, start, in.IsCondJump()) && obj.AttachUnnamed(start, fn)) {
 				// A split-off piece of this function (a cold part
 				// in a stripped binary): decode it as ours.
-				obj.AttachFragment(frag, fn)
-				b.ranges = append(b.ranges, symbolizer.Range{Start: frag.Addr, End: frag.Addr + frag.Size})
+				obj.AttachFragment(start, fn)
+				b.ranges = append(b.ranges, symbolizer.Range{Start: start.Addr, End: start.Addr + start.Size})
 				b.targets = append(b.targets, t)
 				continue
 			}
 			b.sites = append(b.sites, site{kind: siteJump, from: addr, target: t})
 		}
 	}
+}
+
+// isSplitPart reports whether the unnamed function region, which fn
+// branches to, is rather a cold part of fn that .eh_frame could not tell
+// apart (its CFA at the start is rsp+8 because fn had pushed nothing): it
+// branches back into fn's body, or fn reaches it by a conditional jump and
+// it does not start on the 16-byte boundary compilers align functions to.
+// gcc emits no conditional tail calls; clang's land on aligned functions.
+func isSplitPart(obj *symbolizer.Object, fn, region *symbolizer.Func, cond bool) bool {
+	if region.Name != "" || region.Fragment || region.Size > maxFuncBytes {
+		return false
+	}
+	if cond && region.Addr%16 != 0 {
+		return true
+	}
+	code, err := obj.Code(region.Addr, region.Size)
+	if err != nil {
+		return false
+	}
+	for off := 0; off < len(code); {
+		in, err := x86.Decode(code[off:], region.Addr+uint64(off))
+		if err != nil {
+			return false
+		}
+		off += in.Len
+		if t, ok := in.Target(); ok && !in.IsCall() && t != fn.Addr && fn.Contains(t) {
+			return true
+		}
+	}
+	return false
 }
 
 func head(b []byte, n int) []byte {

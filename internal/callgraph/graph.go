@@ -42,7 +42,7 @@ type Node struct {
 }
 
 // Name returns "object:function", how kprofd names functions in messages.
-func (n *Node) Name() string { return baseName(n.Obj.MapPath) + ":" + n.Func.Display }
+func (n *Node) Name() string { return n.Obj.Base() + ":" + n.Func.Display }
 
 // Graph is the part of a process's call graph reachable from its roots.
 type Graph struct {
@@ -126,7 +126,7 @@ func Build(p *symbolizer.Process, roots []Root, opt Options) (*Graph, error) {
 	for _, r := range roots {
 		n := b.node(r.Obj, r.Func)
 		if n == nil {
-			return nil, fmt.Errorf("root %s:%s is excluded by --exclude", baseName(r.Obj.MapPath), r.Func.Display)
+			return nil, fmt.Errorf("root %s:%s is excluded by --exclude", r.Obj.Base(), r.Func.Display)
 		}
 		if !slices.Contains(b.g.Roots, n) {
 			b.g.Roots = append(b.g.Roots, n)
@@ -145,7 +145,7 @@ func Build(p *symbolizer.Process, roots []Root, opt Options) (*Graph, error) {
 	if opt.MaxFunctions > 0 && len(b.g.Nodes) > opt.MaxFunctions {
 		e := &TooLargeError{Limit: opt.MaxFunctions, Reachable: len(b.g.Nodes), PerObject: map[string]int{}}
 		for _, n := range b.g.Nodes {
-			e.PerObject[baseName(n.Obj.MapPath)]++
+			e.PerObject[n.Obj.Base()]++
 		}
 		return nil, e
 	}
@@ -160,7 +160,7 @@ func (b *builder) node(obj *symbolizer.Mapped, fn *symbolizer.Func) *Node {
 	if n, ok := b.nodes[k]; ok {
 		return n
 	}
-	name := baseName(obj.MapPath) + ":" + fn.Display
+	name := obj.Base() + ":" + fn.Display
 	for _, re := range b.opt.Exclude {
 		if re.MatchString(name) || re.MatchString(fn.Display) {
 			b.nodes[k] = nil
@@ -282,7 +282,7 @@ func (b *builder) resolveImport(n *Node, name string, slot uint64) (*symbolizer.
 // usable filters out functions that cannot be traced.
 func (b *builder) usable(obj *symbolizer.Mapped, fn *symbolizer.Func) (*symbolizer.Mapped, *symbolizer.Func) {
 	if fn.IFunc {
-		b.skipped(fmt.Sprintf("%s:%s: an IFUNC resolver", baseName(obj.MapPath), fn.Display))
+		b.skipped(fmt.Sprintf("%s:%s: an IFUNC resolver", obj.Base(), fn.Display))
 		return nil, nil
 	}
 	return obj, fn
@@ -309,11 +309,4 @@ func pltSlot(obj *symbolizer.Object, stub uint64) (uint64, bool) {
 		return 0, false
 	}
 	return 0, false
-}
-
-func baseName(path string) string {
-	if i := strings.LastIndexByte(path, '/'); i >= 0 {
-		return path[i+1:]
-	}
-	return path
 }

@@ -167,7 +167,7 @@ func AutoExits(p *symbolizer.Process) (ExitMode, string) {
 	for _, o := range p.Objects {
 		for _, sym := range []string{"__cxa_throw", "_Unwind_RaiseException"} {
 			if o.Defines(sym) {
-				return ExitsRet, fmt.Sprintf("%s defines %s: an exception unwinding through a uretprobe's hijacked frame kills the process", baseName(o.MapPath), sym)
+				return ExitsRet, fmt.Sprintf("%s defines %s: an exception unwinding through a uretprobe's hijacked frame kills the process", o.Base(), sym)
 			}
 		}
 	}
@@ -177,33 +177,42 @@ func AutoExits(p *symbolizer.Process) (ExitMode, string) {
 // maxPrologue bounds how far into a function the entry probe may move.
 const maxPrologue = 64
 
-// placeEntry finds the entry probe: the first instruction if the kernel
-// emulates it, else the first emulated instruction that still runs exactly
-// once per call before anything can leave the function (straight-line from
-// the entry, no branch target at or before it). DESIGN.md §1.
+// placeEntry places the entry probe of a function.
 func placeEntry(n *callgraph.Node) (Probe, []string, error) {
-	fn := n.Func
-	size := min(fn.Size, maxPrologue)
-	code, err := n.Obj.Code(fn.Addr, size)
+	code, err := n.Obj.Code(n.Func.Addr, min(n.Func.Size, maxPrologue))
 	if err != nil {
 		return Probe{}, nil, err
 	}
-	first, err := x86.Decode(code, fn.Addr)
+	p, notes, err := entrySite(code, n.Func.Addr, n.BranchTargets)
+	if err != nil {
+		return Probe{}, nil, err
+	}
+	p, _, err = withOffset(n, p)
+	return p, notes, err
+}
+
+// entrySite finds where the entry probe of the function whose code starts
+// at addr goes: the first instruction if the kernel emulates it, else the
+// first emulated instruction that still runs exactly once per call before
+// anything can leave the function (straight-line from the entry, only
+// stack-pointer changes it can follow, no branch target at or before it).
+// targets are the function's own branch targets, sorted. DESIGN.md §1.
+func entrySite(code []byte, addr uint64, targets []uint64) (Probe, []string, error) {
+	first, err := x86.Decode(code, addr)
 	if err != nil {
 		return Probe{}, nil, fmt.Errorf("decoding its first instruction: %w", err)
 	}
-	entry := Probe{Addr: fn.Addr, Kind: bpf.KindEntry, Class: x86.ProbeClass(&first)}
+	entry := Probe{Addr: addr, Kind: bpf.KindEntry, Class: x86.ProbeClass(&first)}
 	if entry.Class == x86.ClassUnprobeable {
 		return Probe{}, nil, fmt.Errorf("the kernel cannot probe its first instruction (% x)", first.Raw)
 	}
 	if entry.Class <= x86.ClassEmulated {
-		return withOffset(n, entry)
+		return entry, nil, nil
 	}
 	depth := 0 // bytes pushed since the entry
-	in := first
-	for off := 0; ; {
+	for in, off := first, 0; ; {
 		if in.IsBranch() {
-			break // emulated branches were taken below; others end the search
+			break // an emulated branch was taken below; others end the search
 		}
 		d, ok := in.StackDelta()
 		if !ok {
@@ -211,25 +220,18 @@ func placeEntry(n *callgraph.Node) (Probe, []string, error) {
 		}
 		depth -= d
 		off += in.Len
-		if off >= len(code) {
+		next := addr + uint64(off)
+		if _, target := slices.BinarySearch(targets, next); target || off >= len(code) {
 			break
 		}
-		addr := fn.Addr + uint64(off)
-		if _, target := slices.BinarySearch(n.BranchTargets, addr); target {
-			break
-		}
-		in, err = x86.Decode(code[off:], addr)
-		if err != nil {
+		if in, err = x86.Decode(code[off:], next); err != nil {
 			break
 		}
 		if c := x86.ProbeClass(&in); c <= x86.ClassEmulated {
-			p, notes, err := withOffset(n, Probe{Addr: addr, Kind: bpf.KindEntry, Class: c, SlotAdjust: depth})
-			return p, notes, err
+			return Probe{Addr: next, Kind: bpf.KindEntry, Class: c, SlotAdjust: depth}, nil, nil
 		}
 	}
-	p, notes, err := withOffset(n, entry)
-	notes = append(notes, fmt.Sprintf("entry probe single-stepped (%s): no emulated instruction in the prologue", describe(&first)))
-	return p, notes, err
+	return entry, []string{fmt.Sprintf("entry probe single-stepped (%s): no emulated instruction in the prologue", describe(&first))}, nil
 }
 
 func describe(in *x86.Inst) string {
@@ -307,7 +309,7 @@ func (pl *Plan) Write(w io.Writer) error {
 		}
 		flags = append(flags, f.Notes...)
 		flags = append(flags, f.Node.Notes...)
-		fmt.Fprintf(tw, "%d\t%s\t%s\t+%#x\t%s\t%s\t%s\n", f.ID, f.Node.Func.Display, baseName(f.Node.Obj.MapPath),
+		fmt.Fprintf(tw, "%d\t%s\t%s\t+%#x\t%s\t%s\t%s\n", f.ID, f.Node.Func.Display, f.Node.Obj.Base(),
 			f.Entry.Addr-f.Node.Func.Addr, f.Entry.Class, exitSummary(f), strings.Join(flags, "; "))
 	}
 	if err := tw.Flush(); err != nil {
@@ -339,11 +341,4 @@ func (pl *Plan) NumProbes() int {
 		n += 1 + len(f.Exits)
 	}
 	return n
-}
-
-func baseName(path string) string {
-	if i := strings.LastIndexByte(path, '/'); i >= 0 {
-		return path[i+1:]
-	}
-	return path
 }

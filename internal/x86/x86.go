@@ -43,6 +43,11 @@ func Decode(code []byte, addr uint64) (Inst, error) {
 		}
 		return Inst{}, err
 	}
+	if xi.Op == 0 {
+		// x86asm returns a bare prefix, without error, for an
+		// instruction cut short.
+		return Inst{}, ErrTruncated
+	}
 	return Inst{Inst: xi, Addr: addr, Raw: code[:xi.Len]}, nil
 }
 
@@ -122,12 +127,12 @@ func (in *Inst) StackDelta() (int, bool) {
 	}
 	switch in.Op {
 	case x86asm.PUSH:
-		return -in.DataSize / 8, in.DataSize > 0
+		return -stackWord(in), true
 	case x86asm.POP:
 		if r, ok := in.Args[0].(x86asm.Reg); ok && r == x86asm.RSP {
 			return 0, false
 		}
-		return in.DataSize / 8, in.DataSize > 0
+		return stackWord(in), true
 	case x86asm.PUSHF, x86asm.PUSHFQ:
 		return -8, true
 	case x86asm.POPF, x86asm.POPFQ:
@@ -150,6 +155,21 @@ func (in *Inst) StackDelta() (int, bool) {
 		return 0, false
 	}
 	return 0, true
+}
+
+// stackWord returns the bytes a push or pop moves: 8 in 64-bit mode, 2
+// with an operand-size prefix. (x86asm reports DataSize 32 for a plain
+// push, so it cannot be used.)
+func stackWord(in *Inst) int {
+	for _, p := range in.Prefix {
+		if p == 0 {
+			break
+		}
+		if p&0xff == x86asm.PrefixDataSize && p&x86asm.PrefixIgnored == 0 {
+			return 2
+		}
+	}
+	return 8
 }
 
 // writesRSP reports an instruction whose first (destination) operand is rsp
@@ -215,7 +235,7 @@ func ProbeClass(in *Inst) Class {
 	case x86asm.NOP:
 		return ClassEmulated
 	case x86asm.PUSH:
-		if _, ok := in.Args[0].(x86asm.Reg); ok && onlyREX(in) && in.DataSize == 64 {
+		if _, ok := in.Args[0].(x86asm.Reg); ok && onlyREX(in) {
 			return ClassEmulated
 		}
 	case x86asm.CALL, x86asm.JMP:

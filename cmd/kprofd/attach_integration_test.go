@@ -1,0 +1,322 @@
+//go:build integration
+
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/google/pprof/profile"
+
+	"github.com/kprofd/kprofd/internal/testtarget"
+)
+
+const requests = 400
+
+// buildKprofd builds the command once per test binary.
+func buildKprofd(t *testing.T) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatal("integration tests need root: run them with sudo (make test-integration)")
+	}
+	// Not in t.TempDir, whose parent only root can enter: the not-root
+	// case runs it as nobody.
+	dir, err := os.MkdirTemp("", "kprofd-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "kprofd")
+	testtarget.Compile(t, ".", "go", "build", "-o", bin, ".")
+	return bin
+}
+
+// kprofdRun is a running kprofd command.
+type kprofdRun struct {
+	cmd    *exec.Cmd
+	stdout bytes.Buffer
+	stderr *lockedBuffer
+}
+
+func startKprofd(t *testing.T, bin string, args ...string) *kprofdRun {
+	t.Helper()
+	r := &kprofdRun{cmd: exec.Command(bin, args...), stderr: &lockedBuffer{}}
+	r.cmd.Stdout = &r.stdout
+	r.cmd.Stderr = r.stderr
+	if err := r.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if r.cmd.ProcessState == nil {
+			r.cmd.Process.Kill()
+			r.cmd.Wait()
+		}
+	})
+	// Wait until the probes are attached.
+	deadline := time.Now().Add(time.Minute)
+	for !strings.Contains(r.stderr.String(), "Ctrl-C to stop") {
+		if time.Now().After(deadline) || r.exited() {
+			t.Fatalf("kprofd did not attach; stderr:\n%s", r.stderr.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return r
+}
+
+func (r *kprofdRun) exited() bool {
+	var ws syscall.WaitStatus
+	pid, _ := syscall.Wait4(r.cmd.Process.Pid, &ws, syscall.WNOHANG|syscall.WNOWAIT, nil)
+	return pid == r.cmd.Process.Pid
+}
+
+// wait waits for kprofd to exit and returns its exit status.
+func (r *kprofdRun) wait(t *testing.T) int {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- r.cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("kprofd did not exit; stderr:\n%s", r.stderr.String())
+	}
+	return r.cmd.ProcessState.ExitCode()
+}
+
+// kernelIDs reads the program and link ids that -v prints.
+func (r *kprofdRun) kernelIDs(t *testing.T) ([]ebpf.ProgramID, []link.ID) {
+	t.Helper()
+	m := regexp.MustCompile(`bpf programs \[([0-9 ]*)\], links \[([0-9 ]*)\]`).FindStringSubmatch(r.stderr.String())
+	if m == nil {
+		t.Fatalf("no kernel ids in kprofd -v output:\n%s", r.stderr.String())
+	}
+	var progs []ebpf.ProgramID
+	var links []link.ID
+	for _, f := range strings.Fields(m[1]) {
+		id, _ := strconv.Atoi(f)
+		progs = append(progs, ebpf.ProgramID(id))
+	}
+	for _, f := range strings.Fields(m[2]) {
+		id, _ := strconv.Atoi(f)
+		links = append(links, link.ID(id))
+	}
+	return progs, links
+}
+
+// TestAttachInterrupt is the Ctrl-C path: kprofd detaches, writes the
+// profile, the folded stacks and the tree, and leaves nothing attached.
+func TestAttachInterrupt(t *testing.T) {
+	bin := buildKprofd(t)
+	build := testtarget.BuildCTree(t)
+	target := testtarget.Start(t, build.Exe)
+	dir := t.TempDir()
+	out, folded := filepath.Join(dir, "p.pb.gz"), filepath.Join(dir, "p.folded")
+	k := startKprofd(t, bin, "attach", "-p", fmt.Sprint(target.Pid()), "--root", "handle_request", "-o", out, "--folded", folded, "-v")
+	target.Run(t, requests)
+	k.cmd.Process.Signal(os.Interrupt)
+	if code := k.wait(t); code != 0 {
+		t.Fatalf("kprofd exited %d after Ctrl-C; stderr:\n%s", code, k.stderr.String())
+	}
+	progs, links := k.kernelIDs(t)
+	testtarget.CheckGone(t, progs, links)
+	testtarget.CheckNoProbes(t, target.Pid())
+	if !strings.Contains(k.stderr.String(), "interrupted; detached") {
+		t.Errorf("stderr does not say it was interrupted:\n%s", k.stderr.String())
+	}
+
+	checkProfileFile(t, out)
+	checkPprofTool(t, out)
+	if tree := k.stdout.String(); !strings.Contains(tree, "handle_request") || !strings.Contains(tree, "lib_helper") {
+		t.Errorf("the printed tree lacks functions:\n%s", tree)
+	}
+	b, err := os.ReadFile(folded)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`(?m)^handle_request;lib_compute;lib_helper \d+$`).Match(b) {
+		t.Errorf("folded stacks lack handle_request;lib_compute;lib_helper:\n%s", b)
+	}
+	if status := target.Exit(t); status != 3 {
+		t.Errorf("target exited %d after tracing, want 3", status)
+	}
+}
+
+// TestAttachTargetExits: the target exits while traced; kprofd writes what
+// it collected and exits 0.
+func TestAttachTargetExits(t *testing.T) {
+	bin := buildKprofd(t)
+	build := testtarget.BuildCTree(t)
+	target := testtarget.Start(t, build.Exe)
+	out := filepath.Join(t.TempDir(), "p.pb.gz")
+	k := startKprofd(t, bin, "attach", "-p", fmt.Sprint(target.Pid()), "--root", "handle_request", "-o", out, "--format", "top")
+	target.Run(t, requests)
+	if status := target.Exit(t); status != 3 {
+		t.Errorf("traced target exited %d, want 3", status)
+	}
+	if code := k.wait(t); code != 0 {
+		t.Fatalf("kprofd exited %d; stderr:\n%s", code, k.stderr.String())
+	}
+	if !strings.Contains(k.stderr.String(), "the process exited") {
+		t.Errorf("stderr does not say the process exited:\n%s", k.stderr.String())
+	}
+	checkProfileFile(t, out)
+}
+
+// TestAttachDuration: -d ends the session by itself.
+func TestAttachDuration(t *testing.T) {
+	bin := buildKprofd(t)
+	build := testtarget.BuildCTree(t)
+	target := testtarget.Start(t, build.Exe)
+	out := filepath.Join(t.TempDir(), "p.pb.gz")
+	k := startKprofd(t, bin, "attach", "-p", fmt.Sprint(target.Pid()), "--root", "handle_request", "-o", out, "-d", "1s", "--format", "none")
+	if code := k.wait(t); code != 0 {
+		t.Fatalf("kprofd exited %d; stderr:\n%s", code, k.stderr.String())
+	}
+	if !strings.Contains(k.stderr.String(), "1s elapsed") {
+		t.Errorf("stderr does not say the duration elapsed:\n%s", k.stderr.String())
+	}
+	if _, err := os.Stat(out); err != nil {
+		t.Error(err)
+	}
+	testtarget.CheckNoProbes(t, target.Pid())
+}
+
+// TestAttachErrors checks that bad input gets a one-line reason and a
+// non-zero exit status.
+func TestAttachErrors(t *testing.T) {
+	bin := buildKprofd(t)
+	build := testtarget.BuildCTree(t)
+	target := testtarget.Start(t, build.Exe)
+	stripped := testtarget.Start(t, build.Stripped(t).Exe)
+	pid := fmt.Sprint(target.Pid())
+	for _, tc := range []struct {
+		name string
+		args []string
+		uid  int // run as this user when non-zero
+		want string
+	}{
+		{"no such pid", []string{"attach", "-p", "999999999", "--root", "main"}, 0, "no process with pid 999999999"},
+		{"misspelled root", []string{"attach", "-p", pid, "--root", "handle_reqest"}, 0, "handle_request"},
+		{"stripped binary", []string{"attach", "-p", fmt.Sprint(stripped.Pid()), "--root", "handle_request"}, 0, "stripped"},
+		{"not root", []string{"attach", "-p", pid, "--root", "handle_request"}, 65534, "needs root"},
+		{"bad mode", []string{"attach", "-p", pid, "--root", "handle_request", "--mode", "fast"}, 0, "--mode"},
+		{"bad exits", []string{"attach", "-p", pid, "--root", "handle_request", "--exits", "never"}, 0, "--exits"},
+		{"too many functions", []string{"attach", "-p", pid, "--root", "handle_request", "--max-functions", "3"}, 0, "--max-functions 3"},
+		{"missing root flag", []string{"attach", "-p", pid}, 0, "root"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cmd := exec.Command(bin, tc.args...)
+			if tc.uid != 0 {
+				cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(tc.uid), Gid: uint32(tc.uid)}}
+			}
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			err := cmd.Run()
+			if cmd.ProcessState == nil || cmd.ProcessState.ExitCode() == 0 {
+				t.Fatalf("kprofd %v succeeded (%v); stderr: %s", tc.args, err, stderr.String())
+			}
+			msg := stderr.String()
+			if !strings.Contains(msg, tc.want) {
+				t.Errorf("stderr %q does not mention %q", msg, tc.want)
+			}
+			if lines := strings.Count(strings.TrimSpace(msg), "\n") + 1; lines > 2 {
+				t.Errorf("error is %d lines, want one:\n%s", lines, msg)
+			}
+		})
+	}
+}
+
+// TestAttachDryRun lists the plan without attaching.
+func TestAttachDryRun(t *testing.T) {
+	bin := buildKprofd(t)
+	build := testtarget.BuildCTree(t)
+	target := testtarget.Start(t, build.Exe)
+	out, err := exec.Command(bin, "attach", "-p", fmt.Sprint(target.Pid()), "--root", "handle_request", "--dry-run").CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	for _, fn := range []string{"handle_request", "parse", "walk", "dispatch", "finish", "lib_compute", "lib_helper", "check", "rare"} {
+		if !regexp.MustCompile(`(?m)^\d+\s+` + fn + `\s`).Match(out) {
+			t.Errorf("dry run does not list %s:\n%s", fn, out)
+		}
+	}
+	if !bytes.HasPrefix(out, []byte("9 functions")) {
+		t.Errorf("dry run does not start with the function count:\n%s", out)
+	}
+	testtarget.CheckNoProbes(t, target.Pid())
+}
+
+func checkProfileFile(t *testing.T, path string) {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	p, err := profile.Parse(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.CheckValid(); err != nil {
+		t.Fatal(err)
+	}
+	got := testtarget.PprofCounts(p, nil)
+	if diff := testtarget.DiffCounts(got, testtarget.CTreeCounts(requests, 2)); diff != "" {
+		t.Errorf("calls per context differ:\n%s", diff)
+	}
+}
+
+// checkPprofTool opens the profile with go tool pprof, as users will.
+func checkPprofTool(t *testing.T, path string) {
+	t.Helper()
+	for _, view := range []string{"-top", "-traces"} {
+		out, err := exec.Command("go", "tool", "pprof", view, path).CombinedOutput()
+		if err != nil {
+			t.Fatalf("go tool pprof %s: %v\n%s", view, err, out)
+		}
+		if !bytes.Contains(out, []byte("handle_request")) {
+			t.Errorf("go tool pprof %s does not show handle_request:\n%s", view, out)
+		}
+	}
+	out, err := exec.Command("go", "tool", "pprof", "-sample_index=calls", "-top", path).CombinedOutput()
+	if err != nil {
+		t.Fatalf("go tool pprof -sample_index=calls: %v\n%s", err, out)
+	}
+	// lib_helper: 2 calls per handle_request, top-level and nested.
+	want := 2 * 2 * (requests + requests/4)
+	if !regexp.MustCompile(fmt.Sprintf(`(?m)^\s+%d\s.*lib_helper$`, want)).Match(out) {
+		t.Errorf("go tool pprof -sample_index=calls does not show %d calls of lib_helper:\n%s", want, out)
+	}
+}
+
+// lockedBuffer is a bytes.Buffer safe for a writer and a reader goroutine.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}

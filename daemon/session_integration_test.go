@@ -1,0 +1,220 @@
+//go:build integration
+
+package daemon_test
+
+import (
+	"bytes"
+	"debug/elf"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/google/pprof/profile"
+
+	"github.com/kprofd/kprofd/daemon"
+	"github.com/kprofd/kprofd/internal/cct"
+	"github.com/kprofd/kprofd/internal/export"
+	"github.com/kprofd/kprofd/internal/plan"
+	"github.com/kprofd/kprofd/internal/testtarget"
+)
+
+// requests is how many root calls each ctree thread makes per run.
+const requests = 400
+
+// TestExactCTree traces the ctree target and checks the exact call count
+// of every calling context against its structure: recursion, a tail
+// call, a call through the PLT into a library, a compiler-split cold
+// part, and calls of subgraph functions from outside the root (which must
+// not count). It also checks that tracing changes neither the target's
+// output nor its exit status, and that nothing stays attached.
+func TestExactCTree(t *testing.T) {
+	requireRoot(t)
+	for _, tc := range []struct {
+		name  string
+		exits plan.ExitMode
+		strip bool
+	}{
+		{"uretprobe", plan.ExitsUretprobe, false},
+		{"ret", plan.ExitsRet, false},
+		{"auto", plan.ExitsAuto, false},
+		{"stripped", plan.ExitsAuto, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			build := testtarget.BuildCTree(t)
+			exe := build
+			root := "handle_request"
+			var rename func(string) string
+			if tc.strip {
+				exe = build.Stripped(t)
+				names := unnamed(t, build)
+				root = reverse(names)["handle_request"]
+				rename = func(s string) string {
+					if n, ok := names[s]; ok {
+						return n
+					}
+					return s
+				}
+			}
+
+			// The same work without kprofd, for the output and status.
+			ref := testtarget.Start(t, exe.Exe)
+			refDone := ref.Run(t, requests)
+			refStatus := ref.Exit(t)
+
+			target := testtarget.Start(t, exe.Exe)
+			s, err := daemon.Start(daemon.Config{PID: target.Pid(), Roots: []string{root}, Exits: tc.exits, Warnf: t.Logf})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff, _ := testtarget.TextDiff(target.Pid()); diff == "" {
+				t.Error("no breakpoint found in the target's code while probes are attached; the no-probes-left check below would prove nothing")
+			}
+			done := target.Run(t, requests)
+			p, err := s.Stop()
+			if err != nil {
+				t.Fatal(err)
+			}
+			progs, links := s.KernelIDs()
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			testtarget.CheckGone(t, progs, links)
+			testtarget.CheckNoProbes(t, target.Pid())
+			if status := target.Exit(t); status != refStatus || done != refDone {
+				t.Errorf("traced target printed %q and exited %d; untraced %q and %d", done, status, refDone, refStatus)
+			}
+
+			got := testtarget.PprofCounts(roundTrip(t, p), rename)
+			if diff := testtarget.DiffCounts(got, testtarget.CTreeCounts(requests, 2)); diff != "" {
+				t.Errorf("calls per context differ:\n%s", diff)
+			}
+			checkTimes(t, p)
+		})
+	}
+}
+
+// TestTargetExitsMidSession checks that a session whose target exits keeps
+// what it collected.
+func TestTargetExitsMidSession(t *testing.T) {
+	requireRoot(t)
+	build := testtarget.BuildCTree(t)
+	target := testtarget.Start(t, build.Exe)
+	s, err := daemon.Start(daemon.Config{PID: target.Pid(), Roots: []string{"handle_request"}, Warnf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	target.Run(t, requests)
+	if status := target.Exit(t); status != 3 {
+		t.Errorf("target exited %d, want 3", status)
+	}
+	<-s.Exited()
+	p, err := s.Stop()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := testtarget.PprofCounts(roundTrip(t, p), nil)
+	if diff := testtarget.DiffCounts(got, testtarget.CTreeCounts(requests, 2)); diff != "" {
+		t.Errorf("calls per context differ:\n%s", diff)
+	}
+}
+
+// TestRootErrors checks the one-line errors for roots that do not exist.
+func TestRootErrors(t *testing.T) {
+	build := testtarget.BuildCTree(t)
+	target := testtarget.Start(t, build.Exe)
+	_, err := daemon.Prepare(daemon.Config{PID: target.Pid(), Roots: []string{"handle_reqest"}})
+	if err == nil {
+		t.Fatal("Prepare accepted a misspelled root")
+	}
+	if msg := err.Error(); !bytes.Contains([]byte(msg), []byte("handle_request")) {
+		t.Errorf("error %q does not suggest handle_request", msg)
+	}
+	if _, err := daemon.Prepare(daemon.Config{PID: 1 << 30, Roots: []string{"main"}}); err == nil {
+		t.Error("Prepare accepted a pid that does not exist")
+	}
+}
+
+func requireRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatal("integration tests need root: run them with sudo (make test-integration)")
+	}
+}
+
+// roundTrip writes the profile as pprof and parses it back.
+func roundTrip(t *testing.T, p *cct.Profile) *profile.Profile {
+	t.Helper()
+	var buf bytes.Buffer
+	if err := export.WritePprof(&buf, p); err != nil {
+		t.Fatal(err)
+	}
+	pp, err := profile.Parse(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pp.CheckValid(); err != nil {
+		t.Fatal(err)
+	}
+	return pp
+}
+
+// checkTimes checks what the structure fixes about times: every context
+// that ran took time, and no context's children took longer than it.
+func checkTimes(t *testing.T, p *cct.Profile) {
+	t.Helper()
+	p.Tree.Root.Walk(func(n *cct.Node) {
+		if n.Func == cct.NoFunc {
+			return
+		}
+		if n.Calls > 0 && n.Wall == 0 {
+			t.Errorf("%v: %d calls but no time", n.Path(), n.Calls)
+		}
+		var children uint64
+		for _, c := range n.Children {
+			children += c.Wall
+		}
+		if children > n.Wall {
+			t.Errorf("%v: children took %d ns, more than the %d ns of the context", n.Path(), children, n.Wall)
+		}
+	})
+}
+
+// unnamed maps the names kprofd gives functions of the stripped build
+// ("ctree+0x13e0") to their symbols in the unstripped one.
+func unnamed(t *testing.T, b *testtarget.CTree) map[string]string {
+	t.Helper()
+	names := map[string]string{}
+	for _, path := range []string{b.Exe, b.Lib} {
+		f, err := elf.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		syms, err := f.Symbols()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var minVaddr uint64 = ^uint64(0)
+		for _, p := range f.Progs {
+			if p.Type == elf.PT_LOAD {
+				minVaddr = min(minVaddr, p.Vaddr)
+			}
+		}
+		for _, s := range syms {
+			if elf.ST_TYPE(s.Info) == elf.STT_FUNC && s.Value != 0 {
+				names[fmt.Sprintf("%s+%#x", filepath.Base(path), s.Value-minVaddr)] = s.Name
+			}
+		}
+		f.Close()
+	}
+	return names
+}
+
+func reverse(m map[string]string) map[string]string {
+	r := map[string]string{}
+	for k, v := range m {
+		r[v] = k
+	}
+	return r
+}

@@ -1,0 +1,161 @@
+package testtarget
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/google/pprof/profile"
+)
+
+// PprofCounts sums the first sample value (calls) of every calling context
+// of a parsed profile, keyed by function names from the root down joined
+// by ";". rename, when not nil, maps function names first.
+func PprofCounts(p *profile.Profile, rename func(string) string) map[string]uint64 {
+	counts := map[string]uint64{}
+	for _, s := range p.Sample {
+		var names []string
+		for i := len(s.Location) - 1; i >= 0; i-- {
+			for j := len(s.Location[i].Line) - 1; j >= 0; j-- {
+				name := s.Location[i].Line[j].Function.Name
+				if rename != nil {
+					name = rename(name)
+				}
+				names = append(names, name)
+			}
+		}
+		counts[strings.Join(names, ";")] += uint64(s.Value[0])
+	}
+	return counts
+}
+
+// DiffCounts describes how got differs from want, "" when equal.
+func DiffCounts(got, want map[string]uint64) string {
+	var keys []string
+	seen := map[string]bool{}
+	for k := range want {
+		keys, seen[k] = append(keys, k), true
+	}
+	for k := range got {
+		if !seen[k] {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	for _, k := range keys {
+		g, gok := got[k]
+		w, wok := want[k]
+		switch {
+		case !wok:
+			fmt.Fprintf(&b, "  unexpected context %s: %d calls\n", k, g)
+		case !gok:
+			fmt.Fprintf(&b, "  missing context %s: want %d calls\n", k, w)
+		case g != w:
+			fmt.Fprintf(&b, "  %s: %d calls, want %d\n", k, g, w)
+		}
+	}
+	return b.String()
+}
+
+// TextDiff compares the executable file mappings of a process with the
+// files they map and returns the first difference, "" when none. Uprobes
+// write breakpoints into the process's copy of the code, so a difference
+// means a probe is still installed.
+func TextDiff(pid int) (string, error) {
+	maps, err := os.Open(fmt.Sprintf("/proc/%d/maps", pid))
+	if err != nil {
+		return "", err
+	}
+	defer maps.Close()
+	mem, err := os.Open(fmt.Sprintf("/proc/%d/mem", pid))
+	if err != nil {
+		return "", err
+	}
+	defer mem.Close()
+	sc := bufio.NewScanner(maps)
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) < 6 || f[1] != "r-xp" || !strings.HasPrefix(f[5], "/") {
+			continue
+		}
+		lo, hi, _ := strings.Cut(f[0], "-")
+		start, _ := strconv.ParseUint(lo, 16, 64)
+		end, _ := strconv.ParseUint(hi, 16, 64)
+		off, _ := strconv.ParseUint(f[2], 16, 64)
+		file, err := os.ReadFile(fmt.Sprintf("/proc/%d/map_files/%s", pid, f[0]))
+		if err != nil {
+			return "", err
+		}
+		n := end - start
+		if off+n > uint64(len(file)) {
+			n = uint64(len(file)) - off
+		}
+		live := make([]byte, n)
+		if _, err := mem.ReadAt(live, int64(start)); err != nil {
+			return "", fmt.Errorf("reading %s at %#x: %w", f[5], start, err)
+		}
+		want := file[off : off+n]
+		if !bytes.Equal(live, want) {
+			for i := range live {
+				if live[i] != want[i] {
+					return fmt.Sprintf("%s at %#x (file offset %#x): byte %#02x in memory, %#02x in the file",
+						f[5], start+uint64(i), off+uint64(i), live[i], want[i]), nil
+				}
+			}
+		}
+	}
+	return "", sc.Err()
+}
+
+// CheckNoProbes fails the test if any uprobe is still installed in pid.
+func CheckNoProbes(t testing.TB, pid int) {
+	t.Helper()
+	diff, err := TextDiff(pid)
+	if err != nil {
+		t.Fatalf("comparing pid %d's code with its files: %v", pid, err)
+	}
+	if diff != "" {
+		t.Errorf("a probe is still installed in pid %d: %s", pid, diff)
+	}
+}
+
+// CheckGone proves that BPF programs and links no longer exist in the
+// kernel. The kernel frees a uprobe_multi link's program after an RCU
+// grace period, so it gives them a few seconds.
+func CheckGone(t testing.TB, progs []ebpf.ProgramID, links []link.ID) {
+	t.Helper()
+	if len(progs) == 0 || len(links) == 0 {
+		t.Fatalf("nothing to check: %d programs and %d links", len(progs), len(links))
+	}
+	var alive []string
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		alive = alive[:0]
+		for _, id := range progs {
+			if p, err := ebpf.NewProgramFromID(id); err == nil {
+				p.Close()
+				alive = append(alive, fmt.Sprintf("program %d", id))
+			}
+		}
+		for _, id := range links {
+			if l, err := link.NewFromID(id); err == nil {
+				l.Close()
+				alive = append(alive, fmt.Sprintf("link %d", id))
+			}
+		}
+		if len(alive) == 0 || time.Now().After(deadline) {
+			break
+		}
+	}
+	if len(alive) > 0 {
+		t.Errorf("still in the kernel 5s after detaching: %v", alive)
+	}
+}

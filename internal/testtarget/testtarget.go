@@ -1,0 +1,199 @@
+// Package testtarget builds the target programs under testdata/ and drives
+// them, for kprofd's tests.
+package testtarget
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Testdata returns the repository's testdata directory.
+func Testdata() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..", "testdata")
+}
+
+// Compile runs a compiler command in dir and fails the test on error.
+func Compile(t testing.TB, dir string, name string, args ...string) {
+	t.Helper()
+	cmd := exec.Command(name, args...)
+	cmd.Dir = dir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+	}
+}
+
+// CTree is a build of testdata/ctree: the executable and its library.
+type CTree struct {
+	Dir, Exe, Lib string
+}
+
+// BuildCTree builds testdata/ctree at -O2 into a fresh directory, so each
+// test probes its own copy (uprobes belong to the file). extra flags go to
+// both compilations.
+func BuildCTree(t testing.TB, extra ...string) *CTree {
+	t.Helper()
+	src := filepath.Join(Testdata(), "ctree")
+	dir := t.TempDir()
+	Compile(t, dir, "gcc", append([]string{"-O2", "-fPIC", "-shared", "-o", "libktarget.so", filepath.Join(src, "libktarget.c")}, extra...)...)
+	Compile(t, dir, "gcc", append([]string{"-O2", "-pthread", "-o", "ctree", filepath.Join(src, "ctree.c"), "-L.", "-lktarget", "-Wl,-rpath,$ORIGIN"}, extra...)...)
+	return &CTree{Dir: dir, Exe: filepath.Join(dir, "ctree"), Lib: filepath.Join(dir, "libktarget.so")}
+}
+
+// Stripped returns stripped copies of the build (strip --strip-all keeps
+// only .dynsym) in a fresh directory.
+func (c *CTree) Stripped(t testing.TB) *CTree {
+	t.Helper()
+	dir := t.TempDir()
+	s := &CTree{Dir: dir, Exe: filepath.Join(dir, "ctree"), Lib: filepath.Join(dir, "libktarget.so")}
+	Compile(t, dir, "strip", "--strip-all", "-o", s.Exe, c.Exe)
+	Compile(t, dir, "strip", "--strip-all", "-o", s.Lib, c.Lib)
+	return s
+}
+
+// CTreeCounts returns the exact call count of every calling context (names
+// from the root down, joined by ";") after "run n" with threads threads,
+// n a multiple of 8. It follows the structure of handle_request in
+// testdata/ctree/ctree.c.
+func CTreeCounts(n, threads int) map[string]uint64 {
+	if n%8 != 0 {
+		panic("n must be a multiple of 8")
+	}
+	want := map[string]uint64{}
+	add := func(prefix string, calls, rare int) {
+		c := uint64(calls * threads)
+		want[prefix] += c
+		want[prefix+";parse"] += c
+		walk := prefix
+		for range 4 {
+			walk += ";walk"
+			want[walk] += c
+		}
+		want[prefix+";dispatch"] += c
+		want[prefix+";dispatch;finish"] += c
+		want[prefix+";lib_compute"] += c
+		want[prefix+";lib_compute;lib_helper"] += 2 * c
+		want[prefix+";check"] += c
+		want[prefix+";check;rare"] += uint64(rare * threads)
+	}
+	add("handle_request", n, n/8)                  // i in [0,n), rare when i%8 == 0
+	add("handle_request;handle_request", n/4, n/8) // i%4 == 1 recurses with i-1; rare when i%8 == 1
+	return want
+}
+
+// Proc is a running target speaking the ready/run/exit protocol.
+type Proc struct {
+	Cmd   *exec.Cmd
+	stdin io.WriteCloser
+	out   *bufio.Reader
+	// Output collects every line the target printed.
+	Output strings.Builder
+}
+
+// Start starts a target and waits until it prints "ready". The test's
+// cleanup kills it if it is still running.
+func Start(t testing.TB, exe string, args ...string) *Proc {
+	t.Helper()
+	cmd := exec.Command(exe, args...)
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &Proc{Cmd: cmd, stdin: stdin, out: bufio.NewReader(stdout)}
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+	})
+	if line := p.line(t); line != "ready" {
+		t.Fatalf("%s printed %q, want ready", exe, line)
+	}
+	return p
+}
+
+// Pid returns the target's process id.
+func (p *Proc) Pid() int { return p.Cmd.Process.Pid }
+
+func (p *Proc) line(t testing.TB) string {
+	t.Helper()
+	type result struct {
+		s   string
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		s, err := p.out.ReadString('\n')
+		ch <- result{s, err}
+	}()
+	select {
+	case r := <-ch:
+		if r.err != nil {
+			t.Fatalf("reading the target's output: %v (so far: %q)", r.err, p.Output.String())
+		}
+		p.Output.WriteString(r.s)
+		return strings.TrimSuffix(r.s, "\n")
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("the target printed nothing for 2 minutes (so far: %q)", p.Output.String())
+		return ""
+	}
+}
+
+// Send writes one command line.
+func (p *Proc) Send(t testing.TB, cmd string) {
+	t.Helper()
+	if _, err := fmt.Fprintln(p.stdin, cmd); err != nil {
+		t.Fatalf("sending %q to the target: %v", cmd, err)
+	}
+}
+
+// Run sends "run n" and returns the "done ..." line.
+func (p *Proc) Run(t testing.TB, n int) string {
+	t.Helper()
+	p.Send(t, fmt.Sprintf("run %d", n))
+	line := p.line(t)
+	if !strings.HasPrefix(line, "done ") {
+		t.Fatalf("target answered %q to run", line)
+	}
+	return line
+}
+
+// Exit sends "exit" and returns the target's exit status.
+func (p *Proc) Exit(t testing.TB) int {
+	t.Helper()
+	p.Send(t, "exit")
+	return p.Wait(t)
+}
+
+// Wait waits for the target to exit and returns its exit status.
+func (p *Proc) Wait(t testing.TB) int {
+	t.Helper()
+	rest, _ := io.ReadAll(p.out)
+	p.Output.Write(rest)
+	err := p.Cmd.Wait()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode()
+	}
+	if err != nil {
+		t.Fatalf("waiting for the target: %v", err)
+	}
+	return 0
+}
