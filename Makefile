@@ -1,0 +1,61 @@
+# kprofd. `make help` lists the targets.
+
+GO      ?= go
+BIN     := bin
+KPROFD  := $(BIN)/kprofd
+VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+DEMO    := $(BIN)/demo
+
+.PHONY: help build generate check-generated test test-unit test-integration bench demo lint clean
+
+help:
+	@echo "make build             build bin/kprofd (no clang needed: the BPF object is committed)"
+	@echo "make demo              (as root) trace the bundled example program and print its call tree"
+	@echo "make test              (as root) vet, unit tests and integration tests with real uprobes"
+	@echo "make test-unit         tests that need no privileges"
+	@echo "make test-integration  (as root) tests with real BPF and uprobes"
+	@echo "make bench             (as root) benchmarks"
+	@echo "make generate          regenerate the BPF object with clang (bpf2go)"
+	@echo "make check-generated   fail if the committed BPF object does not match its source"
+
+build:
+	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(KPROFD) ./cmd/kprofd
+
+generate:
+	$(GO) generate ./bpf/
+
+check-generated: generate
+	git diff --exit-code -- bpf/ || { echo "bpf/: committed bpf2go output does not match kprofd.bpf.c; run make generate and commit" >&2; exit 1; }
+
+lint:
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
+	$(GO) vet ./...
+	$(GO) vet -tags integration ./...
+
+test: lint test-unit test-integration
+
+test-unit:
+	$(GO) test ./...
+
+# Integration tests load BPF programs and attach uprobes: they need root and
+# fail (never skip) without it. -p 1: the packages' sessions run one at a
+# time so timing-sensitive targets do not compete for the two CPUs.
+test-integration:
+	$(GO) test -tags integration -p 1 -count 1 -timeout 20m ./...
+
+# Benchmarks: ratios measured side by side in one run; -count 5 for medians.
+bench:
+	$(GO) test -tags integration -p 1 -run '^$$' -bench . -benchtime 1x -count 5 ./...
+
+# The demo: build kprofd and the example target, start the target, trace
+# it for 3 seconds and print its calling-context tree.
+demo: build
+	mkdir -p $(DEMO)
+	gcc -O2 -fPIC -shared -o $(DEMO)/libktarget.so testdata/ctree/libktarget.c
+	gcc -O2 -pthread -o $(DEMO)/ctree testdata/ctree/ctree.c -L$(DEMO) -lktarget -Wl,-rpath,'$$ORIGIN'
+	@$(DEMO)/ctree loop 500 > /dev/null & pid=$$!; \
+	trap "kill $$pid" EXIT; sleep 0.5; \
+	$(KPROFD) attach -p $$pid --root handle_request -d 3s -o $(DEMO)/profile.pb.gz --folded $(DEMO)/profile.folded
+
+clean:
+	rm -rf $(BIN)
