@@ -13,6 +13,9 @@ const (
 	KindReturn Kind = 2
 	// KindCatch fires at an exception landing pad (catch or cleanup).
 	KindCatch Kind = 3
+	// KindThreadExit says the thread exited while inside the root; Slot
+	// and Func are 0.
+	KindThreadExit Kind = 4
 )
 
 func (k Kind) String() string {
@@ -25,9 +28,15 @@ func (k Kind) String() string {
 		return "return"
 	case KindCatch:
 		return "catch"
+	case KindThreadExit:
+		return "thread exit"
 	}
 	return "kind?"
 }
+
+// BatchSize is how many events the probe program batches per thread
+// before it hands them to the ring buffer (BATCH in kprofd.bpf.c).
+const BatchSize = 16
 
 // Event flags.
 const (

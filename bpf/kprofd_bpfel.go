@@ -28,7 +28,8 @@ type kprofdKprofdThread struct {
 	_        structs.HostLayout
 	RootSlot uint64
 	Lost     uint32
-	Pad      uint32
+	N        uint32
+	Buf      [16]kprofdKprofdEvent
 }
 
 // Names of all BPF objects in the ELF.
@@ -38,9 +39,12 @@ const (
 	kprofdMapEvents        = "events"
 	kprofdMapStats         = "stats"
 	kprofdMapThreads       = "threads"
+	kprofdProgKprofdDrain  = "kprofd_drain"
 	kprofdProgKprofdEmpty  = "kprofd_empty"
+	kprofdProgKprofdExit   = "kprofd_exit"
 	kprofdProgKprofdMulti  = "kprofd_multi"
 	kprofdProgKprofdSingle = "kprofd_single"
+	kprofdVarBatchAgeNs    = "batch_age_ns"
 	kprofdVarTargetTgid    = "target_tgid"
 	kprofdVarUnusedEvent   = "unused_event"
 	kprofdVarWakeupBytes   = "wakeup_bytes"
@@ -88,7 +92,9 @@ type kprofdSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type kprofdProgramSpecs struct {
+	KprofdDrain  *ebpf.ProgramSpec `ebpf:"kprofd_drain"`
 	KprofdEmpty  *ebpf.ProgramSpec `ebpf:"kprofd_empty"`
+	KprofdExit   *ebpf.ProgramSpec `ebpf:"kprofd_exit"`
 	KprofdMulti  *ebpf.ProgramSpec `ebpf:"kprofd_multi"`
 	KprofdSingle *ebpf.ProgramSpec `ebpf:"kprofd_single"`
 }
@@ -106,6 +112,7 @@ type kprofdMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type kprofdVariableSpecs struct {
+	BatchAgeNs  *ebpf.VariableSpec `ebpf:"batch_age_ns"`
 	TargetTgid  *ebpf.VariableSpec `ebpf:"target_tgid"`
 	UnusedEvent *ebpf.VariableSpec `ebpf:"unused_event"`
 	WakeupBytes *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
@@ -148,6 +155,7 @@ func (m *kprofdMaps) Close() error {
 //
 // It can be passed to loadKprofdObjects or ebpf.CollectionSpec.LoadAndAssign.
 type kprofdVariables struct {
+	BatchAgeNs  *ebpf.Variable `ebpf:"batch_age_ns"`
 	TargetTgid  *ebpf.Variable `ebpf:"target_tgid"`
 	UnusedEvent *ebpf.Variable `ebpf:"unused_event"`
 	WakeupBytes *ebpf.Variable `ebpf:"wakeup_bytes"`
@@ -157,14 +165,18 @@ type kprofdVariables struct {
 //
 // It can be passed to loadKprofdObjects or ebpf.CollectionSpec.LoadAndAssign.
 type kprofdPrograms struct {
+	KprofdDrain  *ebpf.Program `ebpf:"kprofd_drain"`
 	KprofdEmpty  *ebpf.Program `ebpf:"kprofd_empty"`
+	KprofdExit   *ebpf.Program `ebpf:"kprofd_exit"`
 	KprofdMulti  *ebpf.Program `ebpf:"kprofd_multi"`
 	KprofdSingle *ebpf.Program `ebpf:"kprofd_single"`
 }
 
 func (p *kprofdPrograms) Close() error {
 	return _KprofdClose(
+		p.KprofdDrain,
 		p.KprofdEmpty,
+		p.KprofdExit,
 		p.KprofdMulti,
 		p.KprofdSingle,
 	)

@@ -5,6 +5,7 @@ package bpf
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 
 	"github.com/cilium/ebpf"
@@ -13,7 +14,7 @@ import (
 	"github.com/cilium/ebpf/rlimit"
 )
 
-//go:generate go tool bpf2go -cc clang -cflags "-O2 -g -Wall -Werror -D__TARGET_ARCH_x86 -I/usr/include/x86_64-linux-gnu" -target bpfel -type kprofd_event kprofd kprofd.bpf.c
+//go:generate go tool bpf2go -cc clang -cflags "-O2 -mcpu=v3 -g -Wall -Werror -D__TARGET_ARCH_x86 -I/usr/include/x86_64-linux-gnu" -target bpfel -type kprofd_event kprofd kprofd.bpf.c
 
 // Config sets up the probe program for one target process.
 type Config struct {
@@ -55,10 +56,12 @@ const (
 	statMax
 )
 
-// Program is kprofd's probe program loaded for one target.
+// Program is kprofd's probe program loaded for one target, with the
+// tracepoint that saves the events of exiting threads attached.
 type Program struct {
 	objs  kprofdObjects
 	multi bool
+	exit  link.Link
 }
 
 // Load checks that the kernel can run kprofd and loads the probe program
@@ -105,6 +108,11 @@ func Load(cfg Config) (*Program, error) {
 		}
 		return nil, fmt.Errorf("loading the probe program: %w", err)
 	}
+	p.exit, err = link.AttachRawTracepoint(link.RawTracepointOptions{Name: "sched_process_exit", Program: p.objs.KprofdExit})
+	if err != nil {
+		p.objs.Close()
+		return nil, fmt.Errorf("attaching to the sched_process_exit tracepoint: %w", err)
+	}
 	return p, nil
 }
 
@@ -129,8 +137,29 @@ func CheckKernel() error {
 // (one link for many probes) rather than one perf-event link per probe.
 func (p *Program) MultiLinks() bool { return p.multi }
 
-// Close unloads the program and its maps. Close every link first.
-func (p *Program) Close() error { return p.objs.Close() }
+// Close unloads the program and its maps. Close every uprobe link first.
+func (p *Program) Close() error { return errors.Join(p.exit.Close(), p.objs.Close()) }
+
+// Drain returns the events still batched in the threads of the target, and
+// forgets them. Call it after every uprobe is detached and before reading
+// the ring buffer dry: its events come after any of the same thread there.
+func (p *Program) Drain() ([]Event, error) {
+	it, err := link.AttachIter(link.IterOptions{Program: p.objs.KprofdDrain})
+	if err != nil {
+		return nil, fmt.Errorf("attaching the drain iterator: %w", err)
+	}
+	defer it.Close()
+	rd, err := it.Open()
+	if err != nil {
+		return nil, fmt.Errorf("running the drain iterator: %w", err)
+	}
+	defer rd.Close()
+	raw, err := io.ReadAll(rd)
+	if err != nil {
+		return nil, fmt.Errorf("reading the drain iterator: %w", err)
+	}
+	return appendEvents(nil, raw)
+}
 
 // Stats reads the program's counters.
 func (p *Program) Stats() (Stats, error) {
@@ -152,7 +181,7 @@ func (p *Program) Stats() (Stats, error) {
 // they are gone after Close.
 func (p *Program) IDs() []ebpf.ProgramID {
 	var ids []ebpf.ProgramID
-	for _, prog := range []*ebpf.Program{p.objs.KprofdMulti, p.objs.KprofdSingle, p.objs.KprofdEmpty} {
+	for _, prog := range []*ebpf.Program{p.objs.KprofdMulti, p.objs.KprofdSingle, p.objs.KprofdEmpty, p.objs.KprofdExit, p.objs.KprofdDrain} {
 		if prog == nil {
 			continue
 		}

@@ -31,12 +31,12 @@ func (p *Program) NewReader(poll time.Duration) (*Reader, error) {
 	return &Reader{rd: rd, poll: poll}, nil
 }
 
-// Read appends to dst, up to its capacity, the events that are ready,
-// waiting at most one poll interval for the first. It returns ErrClosed
-// once the reader is closed and drained.
+// Read appends to dst the events that are ready, waiting at most one poll
+// interval for the first, and stops once dst holds cap(dst)-BatchSize
+// events or more. It returns ErrClosed once the reader is closed.
 func (r *Reader) Read(dst []Event) ([]Event, error) {
 	r.rd.SetDeadline(time.Now().Add(r.poll))
-	for len(dst) < cap(dst) {
+	for len(dst)+BatchSize <= cap(dst) {
 		err := r.rd.ReadInto(&r.rec)
 		if errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, ringbuf.ErrFlushed) {
 			return dst, nil
@@ -44,10 +44,21 @@ func (r *Reader) Read(dst []Event) ([]Event, error) {
 		if err != nil {
 			return dst, err
 		}
-		if len(r.rec.RawSample) < int(unsafe.Sizeof(Event{})) {
-			return dst, fmt.Errorf("short ring buffer record: %d bytes", len(r.rec.RawSample))
+		if dst, err = appendEvents(dst, r.rec.RawSample); err != nil {
+			return dst, err
 		}
-		dst = append(dst, *(*Event)(unsafe.Pointer(&r.rec.RawSample[0])))
+	}
+	return dst, nil
+}
+
+// appendEvents decodes a batch of events.
+func appendEvents(dst []Event, raw []byte) ([]Event, error) {
+	const size = int(unsafe.Sizeof(Event{}))
+	if len(raw)%size != 0 {
+		return dst, fmt.Errorf("ring buffer record of %d bytes is not a batch of %d-byte events", len(raw), size)
+	}
+	for off := 0; off < len(raw); off += size {
+		dst = append(dst, *(*Event)(unsafe.Pointer(&raw[off])))
 	}
 	return dst, nil
 }

@@ -82,6 +82,9 @@ func (s *Session) comments(st bpf.Stats) []string {
 	if ss.Mismatches+ss.UnmatchedExits > 0 {
 		c = append(c, fmt.Sprintf("%d exits did not match the simulated stack", ss.Mismatches+ss.UnmatchedExits))
 	}
+	if ss.ThreadExits > 0 {
+		c = append(c, fmt.Sprintf("%d threads exited inside the root, ending %d calls", ss.ThreadExits, ss.DiedFrames))
+	}
 	if ss.Unfinished > 0 {
 		c = append(c, fmt.Sprintf("%d calls still running at the end, timed up to it", ss.Unfinished))
 	}

@@ -45,6 +45,8 @@ type Session struct {
 	active atomic.Int64
 	runErr error // set by the event loop before done closes
 
+	ownsPrep bool // Close closes prep (Start made it)
+
 	stopOnce sync.Once
 	profile  *cct.Profile
 	stopErr  error
@@ -76,13 +78,15 @@ func Start(cfg Config) (*Session, error) {
 		pr.Close()
 		return nil, err
 	}
+	s.ownsPrep = true
 	return s, nil
 }
 
 // StartPrepared loads the probe program, attaches the plan's probes and
-// starts reading events. On error nothing stays attached; pr stays open.
-func StartPrepared(pr *Prepared, cfg Config) (s *Session, err error) {
-	s = &Session{cfg: cfg, prep: pr, done: make(chan struct{}), exited: make(chan struct{}), watchDone: make(chan struct{}), pidfd: -1}
+// starts reading events. On error nothing stays attached. pr stays the
+// caller's: Close leaves it open, so one plan can serve several sessions.
+func StartPrepared(pr *Prepared, cfg Config) (_ *Session, err error) {
+	s := &Session{cfg: cfg, prep: pr, done: make(chan struct{}), exited: make(chan struct{}), watchDone: make(chan struct{}), pidfd: -1}
 	defer func() {
 		if err != nil {
 			s.release()
@@ -202,17 +206,24 @@ func (s *Session) Stop() (*cct.Profile, error) {
 
 func (s *Session) stop() (*cct.Profile, error) {
 	// Teardown order: detach (no new events; closing a uprobe link waits
-	// for running handlers), let the loop drain the ring buffer, then
-	// read the counters; the program and maps go in Close.
+	// for running handlers), take the events still batched in the
+	// threads, let the loop read the ring buffer dry, and only then
+	// replay the batched events, which come after any of the same
+	// thread in the ring buffer. The program and maps go in Close.
 	detachErr := s.probes.Close()
 	end := monotonicNow()
+	batched, drainErr := s.prog.Drain()
 	s.stopping.Store(true)
 	s.reader.Flush()
 	<-s.done
+	for i := range batched {
+		s.sim.Handle(&batched[i])
+	}
+	s.events.Add(uint64(len(batched)))
 	stats, statsErr := s.prog.Stats()
 	s.sim.Finish(end)
 	p := s.buildProfile(end, stats)
-	return p, errors.Join(detachErr, s.runErr, statsErr)
+	return p, errors.Join(detachErr, drainErr, s.runErr, statsErr)
 }
 
 // Close stops the session if needed and releases everything: probes,
@@ -244,7 +255,7 @@ func (s *Session) release() error {
 	} else if s.pidfd >= 0 {
 		errs = append(errs, unix.Close(s.pidfd))
 	}
-	if s.prep != nil {
+	if s.ownsPrep {
 		errs = append(errs, s.prep.Close())
 	}
 	return errors.Join(errs...)

@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"testing"
+	"time"
 
 	"github.com/google/pprof/profile"
 
@@ -120,6 +122,68 @@ func TestTargetExitsMidSession(t *testing.T) {
 	}
 }
 
+// TestThreadsInsideRoot checks the events nobody flushes on the way: a
+// thread that ends with pthread_exit inside the root, and a thread still
+// blocked inside the root when the session stops. Both sit in the probe
+// program's per-thread batches until the thread's exit and the final
+// drain hand them over. The C library is excluded so that the tree is
+// exactly the program's.
+func TestThreadsInsideRoot(t *testing.T) {
+	requireRoot(t)
+	build := testtarget.BuildCTree(t)
+	target := testtarget.Start(t, build.Exe)
+	s, err := daemon.Start(daemon.Config{
+		PID: target.Pid(), Roots: []string{"handle_request"}, PerThread: true, Warnf: t.Logf,
+		Exclude: []*regexp.Regexp{regexp.MustCompile(`^(libc\.so|ld-linux)`)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	target.Send(t, "quit 2")
+	if line := target.Line(t); line != "quit" {
+		t.Fatalf("target printed %q", line)
+	}
+	target.Send(t, "hold 3")
+	if line := target.Line(t); line != "holding" {
+		t.Fatalf("target printed %q", line)
+	}
+	time.Sleep(200 * time.Millisecond)
+	p, err := s.Stop()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := testtarget.PprofCounts(roundTrip(t, p), nil)
+	want := map[string]uint64{
+		"handle_request":              2,
+		"handle_request;parse":        5,
+		"handle_request;leave_thread": 1,
+		"handle_request;wait_release": 1,
+	}
+	if diff := testtarget.DiffCounts(got, want); diff != "" {
+		t.Errorf("calls per context differ:\n%s", diff)
+	}
+	// The thread that exited ends there, not when the session ends.
+	for tid, tree := range p.Threads {
+		if len(tree.Root.Children) != 1 {
+			t.Fatalf("thread %d: %d outermost contexts", tid, len(tree.Root.Children))
+		}
+		hr := tree.Root.Children[0]
+		exited := len(hr.Children) == 2 && (p.Functions[hr.Children[1].Func].Name == "leave_thread" ||
+			p.Functions[hr.Children[0].Func].Name == "leave_thread")
+		if exited && hr.Wall > uint64(100*time.Millisecond) {
+			t.Errorf("the exited thread's root call lasted %v: it was not ended at the thread's exit", time.Duration(hr.Wall))
+		}
+		if !exited && hr.Wall < uint64(200*time.Millisecond) {
+			t.Errorf("the held thread's root call lasted only %v", time.Duration(hr.Wall))
+		}
+	}
+	target.Send(t, "release")
+	if status := target.Exit(t); status != 3 {
+		t.Errorf("target exited %d, want 3", status)
+	}
+}
+
 // TestRootErrors checks the one-line errors for roots that do not exist.
 func TestRootErrors(t *testing.T) {
 	build := testtarget.BuildCTree(t)
@@ -136,7 +200,7 @@ func TestRootErrors(t *testing.T) {
 	}
 }
 
-func requireRoot(t *testing.T) {
+func requireRoot(t testing.TB) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Fatal("integration tests need root: run them with sudo (make test-integration)")

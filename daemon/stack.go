@@ -52,6 +52,9 @@ type SimStats struct {
 	Orphans uint64
 	// Unfinished is the number of frames closed by Finish.
 	Unfinished uint64
+	// ThreadExits is the number of threads that exited inside the root;
+	// DiedFrames the frames their exit closed.
+	ThreadExits, DiedFrames uint64
 	// LostMarks is the number of events flagged bpf.FlagLostBefore.
 	LostMarks uint64
 	// Catches is the number of catch events.
@@ -207,6 +210,11 @@ func (s *Simulator) Handle(ev *bpf.Event) {
 		s.exit(s.thread(ev.Tid), ev)
 	case bpf.KindCatch:
 		s.stats.Catches++
+	case bpf.KindThreadExit:
+		th := s.thread(ev.Tid)
+		s.stats.ThreadExits++
+		s.stats.DiedFrames += uint64(len(th.frames))
+		s.closeAll(th, ev.Time)
 	}
 }
 
@@ -313,13 +321,19 @@ func (s *Simulator) exit(th *thread, ev *bpf.Event) {
 // them as Unfinished.
 func (s *Simulator) Finish(endTime uint64) {
 	for _, th := range s.threads {
-		fr := th.frames
-		for i := len(fr) - 1; i >= 0; i-- {
-			end(&fr[i], endTime)
-		}
-		s.stats.Unfinished += uint64(len(fr))
-		th.frames = fr[:0]
+		s.stats.Unfinished += uint64(len(th.frames))
+		s.closeAll(th, endTime)
 	}
+}
+
+// closeAll ends every frame of a thread at t.
+func (s *Simulator) closeAll(th *thread, t uint64) {
+	fr := th.frames
+	for i := len(fr) - 1; i >= 0; i-- {
+		end(&fr[i], t)
+	}
+	th.frames = fr[:0]
+	th.runSlot = 0
 }
 
 // Merged returns a new tree with all threads' trees merged, in thread id

@@ -234,6 +234,15 @@ func TestSimulator(t *testing.T) {
 		want:  "A 1 60;A/B 2 30;A/B/C 1 10",
 		stats: SimStats{TailCalls: 1, ChainedReturns: 1},
 	}, {
+		name: "thread exit inside the root ends its frames",
+		events: []bpf.Event{
+			in(0, s0, A), in(10, s1, B), in(20, s2, C), ev(bpf.KindThreadExit, 50, 0, 0),
+			in(60, s0, A), out(70, s0, A),
+		},
+		finish: 100,
+		want:   "A 2 60;A/B 1 40;A/B/C 1 30",
+		stats:  SimStats{ThreadExits: 1, DiedFrames: 3},
+	}, {
 		name: "mismatch and unmatched exits",
 		events: []bpf.Event{
 			in(0, s0, A), in(10, s1, B), out(20, s1, C),

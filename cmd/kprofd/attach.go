@@ -138,8 +138,8 @@ func runAttach(ctx context.Context, o *attachOptions, stdout, stderr io.Writer) 
 	if err != nil {
 		return err
 	}
+	defer prep.Close()
 	if o.dryRun {
-		defer prep.Close()
 		return prep.Plan.Write(stdout)
 	}
 	if o.verbose {
@@ -158,7 +158,6 @@ func runAttach(ctx context.Context, o *attachOptions, stdout, stderr io.Writer) 
 
 	s, err := daemon.StartPrepared(prep, cfg)
 	if err != nil {
-		prep.Close()
 		return err
 	}
 	defer s.Close()

@@ -245,17 +245,21 @@ func TestAttachDryRun(t *testing.T) {
 	bin := buildKprofd(t)
 	build := testtarget.BuildCTree(t)
 	target := testtarget.Start(t, build.Exe)
-	out, err := exec.Command(bin, "attach", "-p", fmt.Sprint(target.Pid()), "--root", "handle_request", "--dry-run").CombinedOutput()
+	out, err := exec.Command(bin, "attach", "-p", fmt.Sprint(target.Pid()), "--root", "handle_request", "--dry-run",
+		"--exclude", `^(libc\.so|ld-linux)`).CombinedOutput()
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	for _, fn := range []string{"handle_request", "parse", "walk", "dispatch", "finish", "lib_compute", "lib_helper", "check", "rare"} {
+	for _, fn := range []string{"handle_request", "parse", "walk", "dispatch", "finish", "lib_compute", "lib_helper", "check", "rare", "wait_release", "leave_thread"} {
 		if !regexp.MustCompile(`(?m)^\d+\s+` + fn + `\s`).Match(out) {
 			t.Errorf("dry run does not list %s:\n%s", fn, out)
 		}
 	}
-	if !bytes.HasPrefix(out, []byte("9 functions")) {
+	if !bytes.HasPrefix(out, []byte("11 functions")) {
 		t.Errorf("dry run does not start with the function count:\n%s", out)
+	}
+	if !regexp.MustCompile(`(?m)^excluded: libc\.so\.6:pthread_exit$`).Match(out) {
+		t.Errorf("dry run does not list the excluded pthread_exit:\n%s", out)
 	}
 	testtarget.CheckNoProbes(t, target.Pid())
 }

@@ -123,7 +123,7 @@ func Start(t testing.TB, exe string, args ...string) *Proc {
 			cmd.Wait()
 		}
 	})
-	if line := p.line(t); line != "ready" {
+	if line := p.Line(t); line != "ready" {
 		t.Fatalf("%s printed %q, want ready", exe, line)
 	}
 	return p
@@ -132,7 +132,9 @@ func Start(t testing.TB, exe string, args ...string) *Proc {
 // Pid returns the target's process id.
 func (p *Proc) Pid() int { return p.Cmd.Process.Pid }
 
-func (p *Proc) line(t testing.TB) string {
+// Line reads the target's next output line, failing the test after two
+// minutes of silence.
+func (p *Proc) Line(t testing.TB) string {
 	t.Helper()
 	type result struct {
 		s   string
@@ -168,7 +170,7 @@ func (p *Proc) Send(t testing.TB, cmd string) {
 func (p *Proc) Run(t testing.TB, n int) string {
 	t.Helper()
 	p.Send(t, fmt.Sprintf("run %d", n))
-	line := p.line(t)
+	line := p.Line(t)
 	if !strings.HasPrefix(line, "done ") {
 		t.Fatalf("target answered %q to run", line)
 	}
@@ -196,4 +198,13 @@ func (p *Proc) Wait(t testing.TB) int {
 		t.Fatalf("waiting for the target: %v", err)
 	}
 	return 0
+}
+
+// BuildHot builds testdata/hot, the overhead benchmarks' target, at -O2
+// into a fresh directory and returns the executable's path.
+func BuildHot(t testing.TB) string {
+	t.Helper()
+	dir := t.TempDir()
+	Compile(t, dir, "gcc", "-O2", "-pthread", "-o", "hot", filepath.Join(Testdata(), "hot", "hot.c"))
+	return filepath.Join(dir, "hot")
 }

@@ -9,6 +9,12 @@
 //   run N   every one of THREADS threads makes N calls of handle_request
 //           (and, outside the root, N calls of parse, lib_compute and
 //           check); prints "done CHECKSUM"
+//   hold K  a new thread calls handle_request(-K): K calls of parse, then
+//           wait_release, which prints "holding" and blocks inside the root
+//           until "release"; then it prints "released"
+//   quit K  a new thread calls handle_request(-1000-K): K calls of parse,
+//           then leave_thread ends the thread with pthread_exit inside the
+//           root; prints "quit"
 //   exit    exits with status 3 (so tests see the status is preserved)
 // and at end of input exits with status 4. "ctree loop N" instead runs
 // "run N" ten times a second until killed, like a server (for the demo).
@@ -74,11 +80,39 @@ __attribute__((noinline)) int check(int x)
 	return x + 1;
 }
 
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
+static int released;
+
+NOINLINE void wait_release(void)
+{
+	pthread_mutex_lock(&mu);
+	printf("holding\n");
+	while (!released)
+		pthread_cond_wait(&cv, &mu);
+	released = 0;
+	pthread_mutex_unlock(&mu);
+}
+
+NOINLINE void leave_thread(void)
+{
+	pthread_exit(NULL);
+}
+
 // The root. Per call with argument i: parse 1, walk 1 (4 deep), dispatch 1
 // (tail-calling finish 1), lib_compute 1 (lib_helper 2), check 1 (rare 1
 // when i % 8 == 0), and when i % 4 == 1 one recursive handle_request(i-1).
 NOINLINE int handle_request(int i)
 {
+	if (i < 0) {
+		int v = 0;
+		for (int j = 0; j < -i % 1000; j++)
+			v += parse(j);
+		if (i <= -1000)
+			leave_thread();
+		wait_release();
+		return v;
+	}
 	int v = parse(i);
 	v += walk(3);
 	v += dispatch(i);
@@ -128,6 +162,23 @@ static long run(int n)
 	return total;
 }
 
+static void *special(void *arg)
+{
+	handle_request((int)(long)arg);
+	return NULL;
+}
+
+// spawn runs handle_request(arg) in a new thread; join waits for it.
+static void spawn(int arg, int join)
+{
+	pthread_t th;
+	pthread_create(&th, NULL, special, (void *)(long)arg);
+	if (join)
+		pthread_join(th, NULL);
+	else
+		pthread_detach(th);
+}
+
 int main(int argc, char **argv)
 {
 	char line[128];
@@ -144,6 +195,23 @@ int main(int argc, char **argv)
 	while (fgets(line, sizeof line, stdin)) {
 		if (strcmp(line, "exit\n") == 0)
 			return 3;
+		if (sscanf(line, "hold %d", &n) == 1) {
+			spawn(-n, 0);
+			continue;
+		}
+		if (strcmp(line, "release\n") == 0) {
+			pthread_mutex_lock(&mu);
+			released = 1;
+			pthread_cond_signal(&cv);
+			pthread_mutex_unlock(&mu);
+			printf("released\n");
+			continue;
+		}
+		if (sscanf(line, "quit %d", &n) == 1) {
+			spawn(-1000 - n, 1);
+			printf("quit\n");
+			continue;
+		}
 		if (sscanf(line, "run %d", &n) != 1) {
 			fprintf(stderr, "ctree: bad command: %s", line);
 			return 2;

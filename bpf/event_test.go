@@ -1,0 +1,66 @@
+package bpf
+
+import (
+	"reflect"
+	"testing"
+	"unsafe"
+)
+
+// TestEventLayout checks bpf.Event against struct kprofd_event as bpf2go
+// generated it from the BPF object's BTF.
+func TestEventLayout(t *testing.T) {
+	var gen kprofdKprofdEvent
+	var ev Event
+	if unsafe.Sizeof(gen) != unsafe.Sizeof(ev) {
+		t.Fatalf("Event is %d bytes, kprofd_event %d", unsafe.Sizeof(ev), unsafe.Sizeof(gen))
+	}
+	gt, et := reflect.TypeOf(gen), reflect.TypeOf(ev)
+	for _, name := range []string{"Time", "Slot", "Tid", "Func", "Kind", "Flags"} {
+		gf, _ := gt.FieldByName(name)
+		ef, ok := et.FieldByName(name)
+		if !ok || gf.Offset != ef.Offset || gf.Type.Size() != ef.Type.Size() {
+			t.Errorf("field %s: Event offset %d size %d, kprofd_event offset %d size %d", name, ef.Offset, ef.Type.Size(), gf.Offset, gf.Type.Size())
+		}
+	}
+}
+
+func TestCookie(t *testing.T) {
+	for _, tc := range []struct {
+		fn     uint32
+		kind   Kind
+		flags  uint64
+		adjust int
+	}{
+		{0, KindEntry, 0, 0},
+		{7, KindExit, CookieRoot, 0},
+		{1 << 20, KindReturn, CookieRootTail, -8},
+		{42, KindEntry, CookieRoot | CookieRootTail, 24},
+	} {
+		c, err := Cookie(tc.fn, tc.kind, tc.flags, tc.adjust)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if CookieFunc(c) != tc.fn || CookieKind(c) != tc.kind || c&(CookieRoot|CookieRootTail) != tc.flags ||
+			int(int16(c>>48)) != tc.adjust {
+			t.Errorf("Cookie(%d, %s, %#x, %d) = %#x decodes wrong", tc.fn, tc.kind, tc.flags, tc.adjust, c)
+		}
+	}
+	if _, err := Cookie(1, KindEntry, 0, 1<<15); err == nil {
+		t.Error("accepted a stack adjustment that does not fit")
+	}
+}
+
+func TestAppendEvents(t *testing.T) {
+	evs := []Event{{Time: 1, Slot: 2, Tid: 3, Func: 4, Kind: KindExit, Flags: FlagLostBefore}, {Time: 5}}
+	raw := unsafe.Slice((*byte)(unsafe.Pointer(&evs[0])), len(evs)*int(unsafe.Sizeof(Event{})))
+	got, err := appendEvents(nil, raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, evs) {
+		t.Errorf("decoded %+v, want %+v", got, evs)
+	}
+	if _, err := appendEvents(nil, raw[:40]); err == nil {
+		t.Error("accepted a record that is not a whole number of events")
+	}
+}

@@ -1,0 +1,48 @@
+package daemon
+
+import (
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/cilium/ebpf/link"
+
+	"github.com/kprofd/kprofd/bpf"
+)
+
+// bareProbes is an empty BPF program attached at a plan's probe sites.
+type bareProbes struct {
+	prog  *bpf.Program
+	links []link.Link
+}
+
+// AttachBare attaches an empty BPF program at every probe site of pr's
+// plan: what the same uprobes cost without kprofd's program, for
+// benchmarks and calibration. Close detaches it.
+func AttachBare(pr *Prepared) (io.Closer, error) {
+	prog, err := bpf.Load(bpf.Config{PID: pr.Proc.Pid})
+	if err != nil {
+		return nil, err
+	}
+	b := &bareProbes{prog: prog}
+	for _, files := range groupProbes(pr.Plan) {
+		for _, fp := range files {
+			links, err := prog.AttachEmpty(fp.obj.Path(), pr.Proc.Pid, fp.probes)
+			if err != nil {
+				return nil, errors.Join(fmt.Errorf("attaching empty probes in %s: %w", fp.obj.MapPath, err), b.Close())
+			}
+			b.links = append(b.links, links...)
+		}
+	}
+	return b, nil
+}
+
+// Close detaches the probes and unloads the program.
+func (b *bareProbes) Close() error {
+	var errs []error
+	for i := len(b.links) - 1; i >= 0; i-- {
+		errs = append(errs, b.links[i].Close())
+	}
+	errs = append(errs, b.prog.Close())
+	return errors.Join(errs...)
+}

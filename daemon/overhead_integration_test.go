@@ -1,0 +1,137 @@
+//go:build integration
+
+package daemon_test
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kprofd/kprofd/daemon"
+	"github.com/kprofd/kprofd/internal/plan"
+	"github.com/kprofd/kprofd/internal/testtarget"
+)
+
+// hotCost is the hot target's time per leaf call in nanoseconds.
+type hotCost struct{ wall, cpu float64 }
+
+func (c *hotCost) add(d hotCost) { c.wall += d.wall; c.cpu += d.cpu }
+
+// runHot makes the hot target run n root calls per thread.
+func runHot(b *testing.B, p *testtarget.Proc, n int) hotCost {
+	b.Helper()
+	p.Send(b, "run "+strconv.Itoa(n))
+	line := p.Line(b)
+	var c hotCost
+	f := strings.Fields(line)
+	if len(f) != 3 || f[0] != "ns" {
+		b.Fatalf("hot answered %q", line)
+	}
+	var err1, err2 error
+	c.wall, err1 = strconv.ParseFloat(f[1], 64)
+	c.cpu, err2 = strconv.ParseFloat(f[2], 64)
+	if err1 != nil || err2 != nil {
+		b.Fatalf("hot answered %q", line)
+	}
+	return c
+}
+
+// BenchmarkProbeCost measures side by side, in every iteration, the time
+// per traced call of the hot target: without probes, with an empty BPF
+// program on kprofd's probe sites (the bare cost of the uprobes), and under
+// a kprofd session. Metrics: CPU ns per call of each on the target's
+// threads (where the traps run), and cost/bare, the cost of a traced call
+// over the bare uprobe cost (goal ≤ 1.15), in CPU time and in wall time
+// (which also pays for kprofd's reader taking CPU from the target on a
+// small machine). Run with -count 5 and take medians (make bench).
+func BenchmarkProbeCost(b *testing.B) {
+	requireRoot(b)
+	for _, tc := range []struct {
+		exits plan.ExitMode
+		n     int // root calls per thread per run: about half a second
+	}{
+		{plan.ExitsUretprobe, 30000},
+		{plan.ExitsRet, 3000},
+	} {
+		b.Run(tc.exits.String(), func(b *testing.B) {
+			target := testtarget.Start(b, testtarget.BuildHot(b))
+			cfg := daemon.Config{PID: target.Pid(), Roots: []string{"root"}, Exits: tc.exits}
+			pr, err := daemon.Prepare(cfg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer pr.Close()
+			var none, bare, traced hotCost
+			for range b.N {
+				none.add(runHot(b, target, tc.n))
+
+				probes, err := daemon.AttachBare(pr)
+				if err != nil {
+					b.Fatal(err)
+				}
+				bare.add(runHot(b, target, tc.n))
+				if err := probes.Close(); err != nil {
+					b.Fatal(err)
+				}
+
+				s, err := daemon.StartPrepared(pr, cfg)
+				if err != nil {
+					b.Fatal(err)
+				}
+				traced.add(runHot(b, target, tc.n))
+				p, err := s.Stop()
+				if err != nil {
+					b.Fatal(err)
+				}
+				s.Close()
+				if calls, _ := p.Tree.Total(); calls != uint64(2*tc.n) {
+					b.Fatalf("traced %d root calls, want %d", calls, 2*tc.n)
+				}
+			}
+			n := float64(b.N)
+			b.ReportMetric(none.cpu/n, "cpu-ns/call-unprobed")
+			b.ReportMetric(bare.cpu/n, "cpu-ns/call-bare")
+			b.ReportMetric(traced.cpu/n, "cpu-ns/call-kprofd")
+			b.ReportMetric(traced.cpu/bare.cpu, "cost/bare-cpu")
+			b.ReportMetric(traced.wall/bare.wall, "cost/bare-wall")
+		})
+	}
+}
+
+// BenchmarkEventRate drives the hot target's two threads as fast as they go
+// under kprofd with the cheapest probes (emulated entries, uretprobes) and
+// reports the event rate; any lost event fails it.
+func BenchmarkEventRate(b *testing.B) {
+	requireRoot(b)
+	const n = 60000
+	target := testtarget.Start(b, testtarget.BuildHot(b))
+	var events, lost uint64
+	var elapsed time.Duration
+	for range b.N {
+		s, err := daemon.Start(daemon.Config{PID: target.Pid(), Roots: []string{"root"}, Exits: plan.ExitsUretprobe})
+		if err != nil {
+			b.Fatal(err)
+		}
+		start := time.Now()
+		runHot(b, target, n)
+		elapsed += time.Since(start)
+		p, err := s.Stop()
+		if err != nil {
+			b.Fatal(err)
+		}
+		pr := s.Progress()
+		s.Close()
+		lost += pr.Lost
+		leaf := p.Tree.Root.Children[0].Children[0]
+		if leaf.Calls != 2*n*16 {
+			b.Errorf("traced %d leaf calls, want %d", leaf.Calls, 2*n*16)
+		}
+		events += 2 * (2*n + 2*n*16)
+	}
+	b.ReportMetric(float64(events)/elapsed.Seconds(), "events/s")
+	b.ReportMetric(float64(lost), "lost")
+	if lost > 0 {
+		b.Errorf("%d events lost", lost)
+	}
+}
