@@ -1,0 +1,110 @@
+package plan
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/kprofd/kprofd/bpf"
+	"github.com/kprofd/kprofd/internal/callgraph"
+	"github.com/kprofd/kprofd/internal/testtarget"
+	"github.com/kprofd/kprofd/internal/x86"
+	"github.com/kprofd/kprofd/symbolizer"
+)
+
+func open(t *testing.T, paths ...string) *symbolizer.Process {
+	t.Helper()
+	p := &symbolizer.Process{}
+	for _, path := range paths {
+		o, err := symbolizer.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { o.Close() })
+		p.Objects = append(p.Objects, &symbolizer.Mapped{Object: o, MapPath: path})
+	}
+	return p
+}
+
+func TestAutoExits(t *testing.T) {
+	b := testtarget.BuildCTree(t)
+	if mode, why := AutoExits(open(t, b.Exe, b.Lib)); mode != ExitsUretprobe {
+		t.Errorf("C program: exits by %s (%s), want uretprobe", mode, why)
+	}
+	cxx := open(t, b.Exe, "/usr/lib/x86_64-linux-gnu/libstdc++.so.6")
+	if mode, why := AutoExits(cxx); mode != ExitsRet || !strings.Contains(why, "libstdc++.so.6") {
+		t.Errorf("C++ runtime mapped: exits by %s (%s), want ret because of libstdc++", mode, why)
+	}
+}
+
+// TestPlanCTree checks the probes of testdata/ctree's functions against
+// the code gcc -O2 generates for them (the test documents it).
+func TestPlanCTree(t *testing.T) {
+	b := testtarget.BuildCTree(t)
+	p := open(t, b.Exe, b.Lib)
+	hr := p.Objects[0].Lookup("handle_request")[0]
+	g, err := callgraph.Build(p, []callgraph.Root{{Obj: p.Objects[0], Func: hr}}, callgraph.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mode := range []ExitMode{ExitsRet, ExitsUretprobe} {
+		pl, err := New(g, p, mode)
+		if err != nil {
+			t.Fatal(err)
+		}
+		funcs := map[string]*Func{}
+		for _, f := range pl.Funcs {
+			funcs[f.Node.Func.Name] = f
+			off, err := f.Node.Obj.FileOffset(f.Entry.Addr)
+			if err != nil || off != f.Entry.Offset {
+				t.Errorf("%s: entry offset %#x, want %#x (%v)", f.Node.Name(), f.Entry.Offset, off, err)
+			}
+		}
+		for _, tc := range []struct {
+			name  string
+			class x86.Class
+			rets  int
+		}{
+			{"handle_request", x86.ClassEmulated, 3}, // push; rets: normal, recursive, negative argument
+			{"walk", x86.ClassEmulated, 2},           // test; jne
+			{"dispatch", x86.ClassEmulated, 0},       // its tail-call jmp
+			{"check", x86.ClassEmulated, 2},          // test; je (to check.cold)
+			{"parse", x86.ClassStepped, 1},           // mov first, no emulated instruction before ret
+			{"lib_compute", x86.ClassEmulated, 1},
+		} {
+			f := funcs[tc.name]
+			if f == nil {
+				t.Fatalf("%s not in the plan", tc.name)
+			}
+			if f.Entry.Class != tc.class || f.Entry.Kind != bpf.KindEntry {
+				t.Errorf("%s: entry %s %s, want %s", tc.name, f.Entry.Kind, f.Entry.Class, tc.class)
+			}
+			switch mode {
+			case ExitsRet:
+				if len(f.Exits) != tc.rets {
+					t.Errorf("%s: %d exit probes, want %d rets", tc.name, len(f.Exits), tc.rets)
+				}
+				for _, e := range f.Exits {
+					if e.Kind != bpf.KindExit || e.SlotAdjust != 0 {
+						t.Errorf("%s: exit %+v", tc.name, e)
+					}
+				}
+			case ExitsUretprobe:
+				want := f.Entry.Addr
+				if f.Entry.SlotAdjust != 0 {
+					want = f.Node.Func.Addr
+				}
+				if len(f.Exits) != 1 || f.Exits[0].Kind != bpf.KindReturn || f.Exits[0].Addr != want || f.Exits[0].SlotAdjust != -8 {
+					t.Errorf("%s: exits %+v, want one uretprobe at %#x", tc.name, f.Exits, want)
+				}
+			}
+		}
+		if !funcs["handle_request"].Root || funcs["walk"].Root {
+			t.Error("root flags wrong")
+		}
+		// dispatch tail-calls finish; nothing reaches the root's slot by
+		// tail calls.
+		if d, fin := funcs["dispatch"], funcs["finish"]; len(d.TailCalls) != 1 || d.TailCalls[0] != fin.ID || fin.RootTail {
+			t.Errorf("dispatch tail calls %v, finish id %d root-tail %v", d.TailCalls, fin.ID, fin.RootTail)
+		}
+	}
+}
