@@ -45,6 +45,8 @@ type Object struct {
 	needed   []string // DT_NEEDED
 	isGo     bool
 	stripped bool
+	// debugFile is the separate debug file .symtab was read from.
+	debugFile string
 
 	funcs []*Func // callable functions, sorted by Addr
 	frags []*Func // fragments (attached or not), sorted by Addr
@@ -164,8 +166,8 @@ func (o *Object) IsPIE() bool { return o.elf.Type == elf.ET_DYN }
 // IsGo reports whether the file was built by the Go toolchain.
 func (o *Object) IsGo() bool { return o.isGo }
 
-// Stripped reports whether the file has no .symtab, so that only exported
-// functions are named.
+// Stripped reports whether the file has no .symtab and no separate debug
+// file (see DebugDir), so that only exported functions are named.
 func (o *Object) Stripped() bool { return o.stripped }
 
 // MinVaddr returns the lowest p_vaddr of the PT_LOAD segments.

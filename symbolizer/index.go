@@ -28,7 +28,9 @@ type symbol struct {
 func (o *Object) index() error {
 	syms, err := o.elf.Symbols()
 	if errors.Is(err, elf.ErrNoSymbols) {
-		o.stripped = true
+		if syms, o.debugFile = o.debugSymbols(); syms == nil {
+			o.stripped = true
+		}
 	} else if err != nil {
 		return fmt.Errorf("reading .symtab: %w", err)
 	}
