@@ -144,6 +144,22 @@ func preloads(pid int) []string {
 	return nil
 }
 
+// OpenFiles opens ELF files as a process that mapped them unrelocated
+// (Bias 0, Pid 0), the first as its executable: for analysing binaries on
+// disk.
+func OpenFiles(paths ...string) (*Process, error) {
+	p := &Process{}
+	for _, path := range paths {
+		o, err := Open(path)
+		if err != nil {
+			p.Close()
+			return nil, err
+		}
+		p.Objects = append(p.Objects, &Mapped{Object: o, MapPath: path})
+	}
+	return p, nil
+}
+
 // MappedAt returns the object whose mappings cover the run-time address
 // addr, or nil.
 func (p *Process) MappedAt(addr uint64) *Mapped {

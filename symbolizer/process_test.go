@@ -1,17 +1,16 @@
 package symbolizer
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
-	"time"
+
+	"github.com/kprofd/kprofd/internal/testtarget"
 )
 
 // target is a running app (testdata/app.c) and the run-time addresses it
@@ -24,37 +23,11 @@ type target struct {
 // start runs the app at path until the end of the test.
 func start(t *testing.T, path string) *target {
 	t.Helper()
-	cmd := exec.Command(path)
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		stdin.Close()
-		cmd.Process.Kill()
-		cmd.Wait()
-	})
-	line := make(chan string, 1)
-	go func() {
-		s, _ := bufio.NewReader(stdout).ReadString('\n')
-		line <- s
-		io.Copy(io.Discard, stdout)
-	}()
-	tg := &target{cmd: cmd}
-	select {
-	case s := <-line:
-		if _, err := fmt.Sscanf(s, "work=%v kp_add=%v abs=%v", &tg.work, &tg.kpAdd, &tg.abs); err != nil {
-			t.Fatalf("parsing %q: %v", s, err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the target printed nothing in 10s")
+	p := testtarget.Launch(t, path)
+	tg := &target{cmd: p.Cmd}
+	line := p.Line(t)
+	if _, err := fmt.Sscanf(line, "work=%v kp_add=%v abs=%v", &tg.work, &tg.kpAdd, &tg.abs); err != nil {
+		t.Fatalf("parsing %q: %v", line, err)
 	}
 	return tg
 }

@@ -12,19 +12,14 @@ import (
 	"github.com/kprofd/kprofd/symbolizer"
 )
 
-// files opens a ctree build as a process would map it (unrelocated: the
-// analysis needs no run-time addresses).
-func files(t *testing.T, b *testtarget.CTree) *symbolizer.Process {
-	t.Helper()
-	p := &symbolizer.Process{}
-	for _, path := range []string{b.Exe, b.Lib} {
-		o, err := symbolizer.Open(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { o.Close() })
-		p.Objects = append(p.Objects, &symbolizer.Mapped{Object: o, MapPath: path})
+
+// open opens files as a process would map them, unrelocated.
+func open(t *testing.T, paths ...string) *symbolizer.Process {
+	p, err := symbolizer.OpenFiles(paths...)
+	if err != nil {
+		t.Fatal(err)
 	}
+	t.Cleanup(func() { p.Close() })
 	return p
 }
 
@@ -72,7 +67,7 @@ var wantEdges = []string{
 
 func TestBuildCTree(t *testing.T) {
 	b := testtarget.BuildCTree(t)
-	p := files(t, b)
+	p := open(t, b.Exe, b.Lib)
 	g, err := Build(p, []Root{root(t, p, "handle_request")}, Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -109,7 +104,8 @@ func TestBuildCTree(t *testing.T) {
 
 func TestBuildStripped(t *testing.T) {
 	b := testtarget.BuildCTree(t)
-	p := files(t, b.Stripped(t))
+	sb := b.Stripped(t)
+	p := open(t, sb.Exe, sb.Lib)
 	names := map[string]string{} // "ctree+0x1234" -> "ctree:walk"
 	for i, path := range []string{b.Exe, b.Lib} {
 		o, err := symbolizer.Open(path)
@@ -156,7 +152,7 @@ func mustOffset(t *testing.T, name string) uint64 {
 
 func TestBuildExclude(t *testing.T) {
 	b := testtarget.BuildCTree(t)
-	p := files(t, b)
+	p := open(t, b.Exe, b.Lib)
 	g, err := Build(p, []Root{root(t, p, "handle_request")}, Options{
 		Exclude: []*regexp.Regexp{regexp.MustCompile(`^libktarget\.so:`), regexp.MustCompile(`^walk$`)},
 	})
@@ -178,7 +174,7 @@ func TestBuildExclude(t *testing.T) {
 
 func TestBuildTooLarge(t *testing.T) {
 	b := testtarget.BuildCTree(t)
-	p := files(t, b)
+	p := open(t, b.Exe, b.Lib)
 	_, err := Build(p, []Root{root(t, p, "handle_request")}, Options{MaxFunctions: 5})
 	var tl *TooLargeError
 	if !errors.As(err, &tl) {

@@ -11,17 +11,14 @@ import (
 	"github.com/kprofd/kprofd/symbolizer"
 )
 
+
+// open opens files as a process would map them, unrelocated.
 func open(t *testing.T, paths ...string) *symbolizer.Process {
-	t.Helper()
-	p := &symbolizer.Process{}
-	for _, path := range paths {
-		o, err := symbolizer.Open(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { o.Close() })
-		p.Objects = append(p.Objects, &symbolizer.Mapped{Object: o, MapPath: path})
+	p, err := symbolizer.OpenFiles(paths...)
+	if err != nil {
+		t.Fatal(err)
 	}
+	t.Cleanup(func() { p.Close() })
 	return p
 }
 

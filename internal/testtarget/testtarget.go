@@ -99,9 +99,9 @@ type Proc struct {
 	Output strings.Builder
 }
 
-// Start starts a target and waits until it prints "ready". The test's
-// cleanup kills it if it is still running.
-func Start(t testing.TB, exe string, args ...string) *Proc {
+// Launch starts a target with its stdin and stdout connected to the Proc.
+// The test's cleanup kills it if it is still running.
+func Launch(t testing.TB, exe string, args ...string) *Proc {
 	t.Helper()
 	cmd := exec.Command(exe, args...)
 	cmd.Stderr = os.Stderr
@@ -119,10 +119,19 @@ func Start(t testing.TB, exe string, args ...string) *Proc {
 	p := &Proc{Cmd: cmd, stdin: stdin, out: bufio.NewReader(stdout)}
 	t.Cleanup(func() {
 		if cmd.ProcessState == nil {
+			stdin.Close()
 			cmd.Process.Kill()
 			cmd.Wait()
 		}
 	})
+	return p
+}
+
+// Start launches a target of the ready/run/exit protocol and waits until
+// it prints "ready".
+func Start(t testing.TB, exe string, args ...string) *Proc {
+	t.Helper()
+	p := Launch(t, exe, args...)
 	if line := p.Line(t); line != "ready" {
 		t.Fatalf("%s printed %q, want ready", exe, line)
 	}
@@ -133,7 +142,7 @@ func Start(t testing.TB, exe string, args ...string) *Proc {
 func (p *Proc) Pid() int { return p.Cmd.Process.Pid }
 
 // Line reads the target's next output line, failing the test after two
-// minutes of silence.
+// minutes of silence or at the end of the output.
 func (p *Proc) Line(t testing.TB) string {
 	t.Helper()
 	type result struct {
