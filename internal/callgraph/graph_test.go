@@ -12,7 +12,6 @@ import (
 	"github.com/kprofd/kprofd/symbolizer"
 )
 
-
 // open opens files as a process would map them, unrelocated.
 func open(t *testing.T, paths ...string) *symbolizer.Process {
 	p, err := symbolizer.OpenFiles(paths...)
