@@ -36,7 +36,7 @@ func (k Kind) String() string {
 
 // BatchSize is how many events the probe program batches per thread
 // before it hands them to the ring buffer (BATCH in kprofd.bpf.c).
-const BatchSize = 16
+const BatchSize = 64
 
 // Event flags.
 const (

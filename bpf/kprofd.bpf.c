@@ -45,7 +45,7 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #define COOKIE_ROOT_TAIL (1ULL << 37)
 
 // Events per batch; a power of two. Matches bpf/event.go.
-#define BATCH 16
+#define BATCH 64
 
 // Counter indexes; match bpf/loader.go.
 enum {

@@ -29,7 +29,7 @@ type kprofdKprofdThread struct {
 	RootSlot uint64
 	Lost     uint32
 	N        uint32
-	Buf      [16]kprofdKprofdEvent
+	Buf      [64]kprofdKprofdEvent
 }
 
 // Names of all BPF objects in the ELF.

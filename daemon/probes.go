@@ -28,21 +28,28 @@ type fileProbes struct {
 	entry  []bool       // entry[i] marks entry probes
 }
 
-// Attach phases. A thread emits events only after a root entry, so
-// attaching exits first and root entries last means every call the
-// profile sees has all its probes in place; detaching runs in reverse.
+// Attach phases. A thread emits events only after a root entry, so with
+// root entries last every call the profile sees has all its probes in
+// place; detaching runs in reverse. Other entries go first so that a
+// function whose entry the kernel refuses is dropped before its exits
+// are attached for nothing.
 const (
-	phaseExits = iota
-	phaseEntries
+	phaseEntries = iota
+	phaseExits
 	phaseRootEntries
 	numPhases
 )
+
+// attacher attaches uprobes; *bpf.Program is the real one.
+type attacher interface {
+	Attach(path string, pid int, probes []bpf.Probe) ([]link.Link, error)
+}
 
 // attachPlan attaches every probe of pl for pid, phase by phase and file
 // by file. Probes the kernel refuses are dropped with a warning (a refused
 // entry drops its function) and the file is attached again; any other
 // error detaches everything attached so far.
-func attachPlan(prog *bpf.Program, pid int, pl *plan.Plan, warnf func(string, ...any)) (*probeSet, error) {
+func attachPlan(prog attacher, pid int, pl *plan.Plan, warnf func(string, ...any)) (*probeSet, error) {
 	set := &probeSet{}
 	phases := groupProbes(pl)
 	dead := map[*plan.Func]bool{}
@@ -70,6 +77,9 @@ func attachPlan(prog *bpf.Program, pid int, pl *plan.Plan, warnf func(string, ..
 		}
 	}
 	set.funcs = len(pl.Funcs) - len(dead)
+	if set.funcs == 0 || !slices.ContainsFunc(pl.Funcs, func(f *plan.Func) bool { return f.Root && !dead[f] }) {
+		return nil, errors.Join(errors.New("the kernel refuses the root's entry probe: nothing to trace"), set.Close())
+	}
 	return set, nil
 }
 
