@@ -170,6 +170,9 @@ func runAttach(ctx context.Context, o *attachOptions, stdout, stderr io.Writer) 
 	}
 
 	why := wait(ctx, s, o.duration, stderr)
+	// A second Ctrl-C now kills kprofd; the kernel then detaches the
+	// probes itself, since their links die with the process.
+	stopSignals()
 	profile, stopErr := s.Stop()
 	fmt.Fprintf(stderr, "kprofd: %s; detached\n", why)
 	if profile == nil {
