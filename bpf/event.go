@@ -64,5 +64,10 @@ type Event struct {
 	Kind Kind
 	// Flags is a set of Flag* bits.
 	Flags uint8
-	_     [6]byte
+	_     [2]byte
+	// Adjust is how many nanoseconds the probe spent, after Time, on
+	// kprofd's own work beyond its usual cost (flushing the thread's
+	// batch): the seed patent's adjust time, to be taken out of the frame
+	// it lands in.
+	Adjust uint32
 }

@@ -15,7 +15,7 @@ func TestEventLayout(t *testing.T) {
 		t.Fatalf("Event is %d bytes, kprofd_event %d", unsafe.Sizeof(ev), unsafe.Sizeof(gen))
 	}
 	gt, et := reflect.TypeOf(gen), reflect.TypeOf(ev)
-	for _, name := range []string{"Time", "Slot", "Tid", "Func", "Kind", "Flags"} {
+	for _, name := range []string{"Time", "Slot", "Tid", "Func", "Kind", "Flags", "Adjust"} {
 		gf, _ := gt.FieldByName(name)
 		ef, ok := et.FieldByName(name)
 		if !ok || gf.Offset != ef.Offset || gf.Type.Size() != ef.Type.Size() {
@@ -51,7 +51,7 @@ func TestCookie(t *testing.T) {
 }
 
 func TestAppendEvents(t *testing.T) {
-	evs := []Event{{Time: 1, Slot: 2, Tid: 3, Func: 4, Kind: KindExit, Flags: FlagLostBefore}, {Time: 5}}
+	evs := []Event{{Time: 1, Slot: 2, Tid: 3, Func: 4, Kind: KindExit, Flags: FlagLostBefore, Adjust: 6}, {Time: 5}}
 	raw := unsafe.Slice((*byte)(unsafe.Pointer(&evs[0])), len(evs)*int(unsafe.Sizeof(Event{})))
 	got, err := appendEvents(nil, raw)
 	if err != nil {

@@ -62,7 +62,8 @@ struct kprofd_event {
 	__u32 func;
 	__u8 kind;
 	__u8 flags;
-	__u8 pad[6];
+	__u8 pad[2];
+	__u32 adjust; // ns the probe spent flushing after time (adjust time)
 };
 
 // Keeps struct kprofd_event in BTF so bpf2go can emit its Go twin, which a
@@ -138,6 +139,17 @@ static __always_inline void flush(struct kprofd_thread *th)
 	th->n = 0;
 }
 
+// timed_flush flushes and returns how long it took: the seed patent's
+// adjust time, which the daemon subtracts from the frame it lands in
+// instead of counting it as the target's time.
+static __always_inline __u32 timed_flush(struct kprofd_thread *th)
+{
+	__u64 t0 = bpf_ktime_get_ns();
+	flush(th);
+	__u64 d = bpf_ktime_get_ns() - t0;
+	return d > 0xffffffff ? 0xffffffff : (__u32)d;
+}
+
 // take claims a thread's batch where two flushes can race (the thread's
 // exit and the end-of-session drain): only one gets the events.
 static __always_inline __u32 take(struct kprofd_thread *th)
@@ -181,9 +193,12 @@ static __always_inline int handle(struct pt_regs *ctx)
 		th->root_slot = slot;
 	}
 
+	// A full or old batch is flushed before this event is added, after
+	// its timestamp: the event carries the flush's duration.
+	__u32 adjust = 0;
 	__u32 i = th->n;
 	if (i >= BATCH || (i > 0 && now - th->buf[0].time > batch_age_ns)) {
-		flush(th);
+		adjust = timed_flush(th);
 		i = 0;
 	}
 	struct kprofd_event *e = &th->buf[i & (BATCH - 1)];
@@ -193,13 +208,13 @@ static __always_inline int handle(struct pt_regs *ctx)
 	e->func = (__u32)cookie;
 	e->kind = kind;
 	e->flags = 0;
+	e->adjust = adjust;
 	th->n = i + 1;
 
-	// The outermost root frame returned: the thread leaves the root.
+	// The outermost root frame returned: the thread leaves the root, and
+	// the time its batch takes to flush is no frame's.
 	if ((kind == KIND_EXIT || kind == KIND_RETURN) && slot == th->root_slot) {
 		th->root_slot = 0;
-		flush(th);
-	} else if (th->n == BATCH) {
 		flush(th);
 	}
 	return 0;
@@ -239,6 +254,7 @@ int kprofd_exit(void *ctx)
 		e->func = 0;
 		e->kind = KIND_THREAD_EXIT;
 		e->flags = 0;
+		e->adjust = 0;
 		n++;
 	}
 	output(th, n);

@@ -14,14 +14,15 @@ import (
 )
 
 type kprofdKprofdEvent struct {
-	_     structs.HostLayout
-	Time  uint64
-	Slot  uint64
-	Tid   uint32
-	Func  uint32
-	Kind  uint8
-	Flags uint8
-	Pad   [6]uint8
+	_      structs.HostLayout
+	Time   uint64
+	Slot   uint64
+	Tid    uint32
+	Func   uint32
+	Kind   uint8
+	Flags  uint8
+	Pad    [2]uint8
+	Adjust uint32
 }
 
 type kprofdKprofdThread struct {

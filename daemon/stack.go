@@ -52,6 +52,9 @@ type SimStats struct {
 	Orphans uint64
 	// Unfinished is the number of frames closed by Finish.
 	Unfinished uint64
+	// AdjustNs is the adjust time taken out of frames: what kprofd spent
+	// in the target's threads beyond its calibrated probe cost.
+	AdjustNs uint64
 	// ThreadExits is the number of threads that exited inside the root;
 	// DiedFrames the frames their exit closed.
 	ThreadExits, DiedFrames uint64
@@ -77,6 +80,7 @@ type frame struct {
 	slot  uint64    // return-address slot; smaller is deeper
 	start uint64    // entry time, ns
 	node  *cct.Node // calling context the frame's time goes to
+	adj   uint64    // adjust time spent in the frame, its callees' included
 	phys  uint32    // function id from the entry event
 	fn    cct.FuncID
 	flags uint8
@@ -216,6 +220,21 @@ func (s *Simulator) Handle(ev *bpf.Event) {
 		s.stats.DiedFrames += uint64(len(th.frames))
 		s.closeAll(th, ev.Time)
 	}
+	if ev.Adjust != 0 {
+		// kprofd's time came after the event: it lands in the frame
+		// on top once the event is applied.
+		s.adjust(ev.Tid, ev.Adjust)
+	}
+}
+
+// adjust takes d nanoseconds of kprofd's own time out of the thread's
+// top frame.
+func (s *Simulator) adjust(tid uint32, d uint32) {
+	s.stats.AdjustNs += uint64(d)
+	th := s.thread(tid)
+	if n := len(th.frames); n > 0 {
+		th.frames[n-1].adj += uint64(d)
+	}
 }
 
 // popDeeper pops every frame with a slot below slot, ending it at t.
@@ -224,7 +243,7 @@ func (s *Simulator) popDeeper(th *thread, slot, t uint64) {
 	n := len(fr)
 	for n > 0 && fr[n-1].slot < slot {
 		n--
-		end(&fr[n], t)
+		end(fr, n, t)
 		s.stats.InferredExits++
 	}
 	th.frames = fr[:n]
@@ -239,17 +258,22 @@ func popRun(th *thread, t uint64) int {
 	slot := fr[n-1].slot
 	for n > 0 && fr[n-1].slot == slot {
 		n--
-		end(&fr[n], t)
+		end(fr, n, t)
 	}
 	popped := len(fr) - n
 	th.frames = fr[:n]
 	return popped
 }
 
-// end adds a popped frame's time to its node.
-func end(f *frame, t uint64) {
-	if f.flags&frameCont == 0 && t > f.start {
-		f.node.Wall += t - f.start
+// end adds the time of frame fr[i], popped at t, to its node, less the
+// adjust time kprofd spent in it, which its caller's time held too.
+func end(fr []frame, i int, t uint64) {
+	f := &fr[i]
+	if i > 0 {
+		fr[i-1].adj += f.adj
+	}
+	if f.flags&frameCont == 0 && t > f.start+f.adj {
+		f.node.Wall += t - f.start - f.adj
 	}
 }
 
@@ -330,7 +354,7 @@ func (s *Simulator) Finish(endTime uint64) {
 func (s *Simulator) closeAll(th *thread, t uint64) {
 	fr := th.frames
 	for i := len(fr) - 1; i >= 0; i-- {
-		end(&fr[i], t)
+		end(fr, i, t)
 	}
 	th.frames = fr[:0]
 	th.runSlot = 0

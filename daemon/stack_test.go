@@ -56,6 +56,9 @@ func ret(t, slot uint64, f cct.FuncID) bpf.Event { return ev(bpf.KindReturn, t, 
 // on moves an event to thread tid.
 func on(tid uint32, e bpf.Event) bpf.Event { e.Tid = tid; return e }
 
+// adj gives an event adjust time.
+func adj(e bpf.Event, d uint32) bpf.Event { e.Adjust = d; return e }
+
 // lost marks an event as the first after a loss.
 func lost(e bpf.Event) bpf.Event { e.Flags |= bpf.FlagLostBefore; return e }
 
@@ -242,6 +245,15 @@ func TestSimulator(t *testing.T) {
 		finish: 100,
 		want:   "A 2 60;A/B 1 40;A/B/C 1 30",
 		stats:  SimStats{ThreadExits: 1, DiedFrames: 3},
+	}, {
+		// Adjust time after an entry lands in the new frame, after an
+		// exit in the caller; callers lose their callees' adjust too.
+		name: "adjust time",
+		events: []bpf.Event{
+			in(0, s0, A), adj(in(10, s1, B), 4), adj(out(30, s1, B), 5), out(50, s0, A),
+		},
+		want:  "A 1 41;A/B 1 16",
+		stats: SimStats{AdjustNs: 9},
 	}, {
 		name: "mismatch and unmatched exits",
 		events: []bpf.Event{
