@@ -52,8 +52,11 @@ type Node struct {
 	Children []*Node
 	// Calls is the number of calls made in this context.
 	Calls uint64
-	// Wall is the inclusive wall time of those calls in nanoseconds.
+	// Wall is the inclusive wall time of those calls in nanoseconds;
+	// after Compensate, without the instrumentation's own time.
 	Wall uint64
+	// Raw is the inclusive wall time as measured, set by Compensate.
+	Raw uint64
 
 	last int // index into Children of the last Child hit
 }
@@ -70,6 +73,19 @@ func (n *Node) Self() uint64 {
 		return 0
 	}
 	return n.Wall - c
+}
+
+// RawSelf returns the node's exclusive wall time as measured, before
+// Compensate; Self() until a tree is compensated.
+func (n *Node) RawSelf() uint64 {
+	var c uint64
+	for _, ch := range n.Children {
+		c += ch.Raw
+	}
+	if c >= n.Raw {
+		return 0
+	}
+	return n.Raw - c
 }
 
 // Child returns the child of n for function f, creating it if needed.
@@ -142,9 +158,51 @@ func (t *Tree) Merge(other *Tree) {
 func mergeNode(dst, src *Node) {
 	dst.Calls += src.Calls
 	dst.Wall += src.Wall
+	dst.Raw += src.Raw
 	for _, ch := range src.Children {
 		mergeNode(dst.Child(ch.Func), ch)
 	}
+}
+
+// Costs is what the instrumentation of one function adds to the measured
+// times, per call, in nanoseconds: the seed patent's inner time (the part
+// of its own entry and exit probes that falls between their timestamps)
+// and outer time (the rest, which its caller pays).
+type Costs struct{ Inner, Outer float64 }
+
+// Compensate takes the instrumentation's time out of every node (seed
+// patent: t_exact = t_rough - t_I - m*t_O): its self time loses Calls times
+// its function's inner time, and for each child the child's Calls times the
+// child's outer time. It keeps the measured times in Raw, rewrites Wall,
+// and returns how many nodes it clamped at zero self time.
+func (t *Tree) Compensate(cost func(FuncID) Costs) (clamped int) {
+	for _, ch := range t.Root.Children {
+		clamped += compensate(ch, cost)
+	}
+	return clamped
+}
+
+func compensate(n *Node, cost func(FuncID) Costs) (clamped int) {
+	var childRaw, childWall uint64
+	outer := 0.0
+	for _, ch := range n.Children {
+		clamped += compensate(ch, cost)
+		childRaw += ch.Raw
+		childWall += ch.Wall
+		outer += float64(ch.Calls) * cost(ch.Func).Outer
+	}
+	n.Raw = n.Wall
+	self := 0.0
+	if n.Raw > childRaw {
+		self = float64(n.Raw - childRaw)
+	}
+	self -= float64(n.Calls)*cost(n.Func).Inner + outer
+	if self < 0 {
+		self = 0
+		clamped++
+	}
+	n.Wall = uint64(math.Round(self)) + childWall
+	return clamped
 }
 
 // NumNodes returns the number of nodes in t, not counting the root.
@@ -180,6 +238,9 @@ type Profile struct {
 	// Comments say what the reader should know about the data, e.g.
 	// "lost 12 events".
 	Comments []string
+	// Compensated says the trees' Wall times have the instrumentation's
+	// time taken out (Tree.Compensate) and Raw holds the measured ones.
+	Compensated bool
 }
 
 // Func returns the function for id, or a placeholder named "func#<id>"

@@ -111,3 +111,59 @@ func TestProfileNames(t *testing.T) {
 		t.Errorf("placeholder mapping %d, want -1", got)
 	}
 }
+
+func TestCompensate(t *testing.T) {
+	// main (2 calls, 10000 ns) calls work 4 times (6000 ns), which calls
+	// leaf 40 times (2000 ns); main also calls leaf twice (300 ns).
+	tr := NewTree()
+	main := tr.Root.Child(0)
+	main.Calls, main.Wall = 2, 10000
+	work := main.Child(1)
+	work.Calls, work.Wall = 4, 6000
+	leaf := work.Child(2)
+	leaf.Calls, leaf.Wall = 40, 2000
+	leaf2 := main.Child(2)
+	leaf2.Calls, leaf2.Wall = 2, 300
+
+	costs := map[FuncID]Costs{0: {Inner: 100, Outer: 50}, 1: {Inner: 200, Outer: 60}, 2: {Inner: 30, Outer: 20.5}}
+	clamped := tr.Compensate(func(f FuncID) Costs { return costs[f] })
+
+	// leaf: 2000 - 40*30 = 800 (no callees).
+	// work: self 6000-2000 = 4000, - 4*200 - 40*20.5 = 2380; wall 2380+800.
+	// leaf under main: 300 - 2*30 = 240.
+	// main: self 10000-6300 = 3700, - 2*100 - 4*60 - 2*20.5 = 3219;
+	//       wall 3219 + 3180 + 240.
+	for _, tc := range []struct {
+		n             *Node
+		wall, raw     uint64
+		self, rawSelf uint64
+	}{
+		{leaf, 800, 2000, 800, 2000},
+		{work, 3180, 6000, 2380, 4000},
+		{leaf2, 240, 300, 240, 300},
+		{main, 6639, 10000, 3219, 3700},
+	} {
+		if tc.n.Wall != tc.wall || tc.n.Raw != tc.raw || tc.n.Self() != tc.self || tc.n.RawSelf() != tc.rawSelf {
+			t.Errorf("%v: wall %d raw %d self %d raw self %d; want %d %d %d %d", tc.n.Path(),
+				tc.n.Wall, tc.n.Raw, tc.n.Self(), tc.n.RawSelf(), tc.wall, tc.raw, tc.self, tc.rawSelf)
+		}
+	}
+	if clamped != 0 {
+		t.Errorf("clamped %d nodes", clamped)
+	}
+
+	// A node whose instrumentation costs more than it measured is
+	// clamped at zero self time, its children's time kept.
+	tr = NewTree()
+	a := tr.Root.Child(0)
+	a.Calls, a.Wall = 1, 500
+	b := a.Child(1)
+	b.Calls, b.Wall = 3, 450
+	// b: 450 - 3*100 = 150; a: 50 - 100 - 3*40 < 0.
+	if clamped := tr.Compensate(func(f FuncID) Costs { return Costs{Inner: 100, Outer: 40} }); clamped != 1 {
+		t.Errorf("clamped %d nodes, want 1", clamped)
+	}
+	if b.Wall != 150 || a.Wall != 150 || a.Self() != 0 {
+		t.Errorf("b wall %d, a wall %d self %d; want 150 150 0", b.Wall, a.Wall, a.Self())
+	}
+}

@@ -151,6 +151,38 @@ func TestPprof(t *testing.T) {
 	}
 }
 
+// TestPprofCompensated checks the third sample type of a compensated
+// profile: wall is compensated, raw_wall as measured.
+func TestPprofCompensated(t *testing.T) {
+	p := testProfile(false)
+	p.Tree.Compensate(func(f cct.FuncID) cct.Costs { return cct.Costs{Inner: 1000, Outer: 500} })
+	p.Compensated = true
+	var buf bytes.Buffer
+	if err := WritePprof(&buf, p); err != nil {
+		t.Fatal(err)
+	}
+	pp, err := profile.Parse(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "pprof_compensated.golden", []byte(pp.String()))
+	if len(pp.SampleType) != 3 || pp.SampleType[2].Type != "raw_wall" {
+		t.Fatalf("sample types %v", pp.SampleType)
+	}
+	var wall, raw int64
+	for _, s := range pp.Sample {
+		wall += s.Value[1]
+		raw += s.Value[2]
+	}
+	// Every call but main's 2 costs its caller 500 outer (25 calls); every
+	// call costs 1000 inner, except weird's, whose 40 ns self time is
+	// clamped at 0 (26 calls).
+	want := int64(1_500_000 - 26*1000 - 25*500 - 40)
+	if raw != 1_500_000 || wall != want {
+		t.Errorf("wall %d raw %d; want %d %d", wall, raw, want, 1_500_000)
+	}
+}
+
 func TestPprofFocusThread(t *testing.T) {
 	pp, err := Pprof(testProfile(true))
 	if err != nil {

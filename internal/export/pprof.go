@@ -13,7 +13,9 @@ import (
 )
 
 // Pprof converts p to a pprof profile with two sample types, calls/count
-// and wall/nanoseconds (the default). Every node of the tree becomes one
+// and wall/nanoseconds (the default), and a third, raw_wall/nanoseconds,
+// the self time as measured, when p is compensated (wall then has the
+// instrumentation's own time taken out). Every node of the tree becomes one
 // sample with the node's calls and self time, located by the node's
 // calling context, leaf first; summing a function's samples in pprof gives
 // its inclusive time. When p.Threads is non-nil the samples come from the
@@ -30,6 +32,9 @@ func Pprof(p *cct.Profile) (*profile.Profile, error) {
 		Period:            1,
 		DurationNanos:     p.Duration.Nanoseconds(),
 		Comments:          slices.Clone(p.Comments),
+	}
+	if p.Compensated {
+		out.SampleType = append(out.SampleType, &profile.ValueType{Type: "raw_wall", Unit: "nanoseconds"})
 	}
 	if !p.Start.IsZero() {
 		out.TimeNanos = p.Start.UnixNano()
@@ -110,9 +115,13 @@ func Pprof(p *cct.Profile) (*profile.Profile, error) {
 			for m := n; m != nil && m.Func != cct.NoFunc; m = m.Parent {
 				locs = append(locs, used[m.Func])
 			}
+			values := []int64{int64(n.Calls), int64(n.Self())}
+			if p.Compensated {
+				values = append(values, int64(n.RawSelf()))
+			}
 			out.Sample = append(out.Sample, &profile.Sample{
 				Location: locs,
-				Value:    []int64{int64(n.Calls), int64(n.Self())},
+				Value:    values,
 				NumLabel: label,
 			})
 		})
