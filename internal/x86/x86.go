@@ -6,6 +6,7 @@ package x86
 import (
 	"bytes"
 	"errors"
+	"fmt"
 
 	"golang.org/x/arch/x86/x86asm"
 )
@@ -215,6 +216,20 @@ func (c Class) String() string {
 		return "unprobeable"
 	}
 	return "class?"
+}
+
+// MarshalText writes the class's name.
+func (c Class) MarshalText() ([]byte, error) { return []byte(c.String()), nil }
+
+// UnmarshalText reads a class's name.
+func (c *Class) UnmarshalText(b []byte) error {
+	for k := ClassOptimized; k <= ClassUnprobeable; k++ {
+		if k.String() == string(b) {
+			*c = k
+			return nil
+		}
+	}
+	return fmt.Errorf("unknown probe class %q", b)
 }
 
 var nop5 = []byte{0x0f, 0x1f, 0x44, 0x00, 0x00}

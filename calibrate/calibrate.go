@@ -1,0 +1,443 @@
+// Package calibrate measures what kprofd's probes cost on this machine, per
+// probe class, so that the daemon can take the instrumentation's own time
+// out of a profile: the seed patent's inner time (the part of a function's
+// entry and exit probes that falls between their two timestamps, and so
+// inside the function's measured time) and outer time (the rest, which
+// lands in the caller's time).
+package calibrate
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"slices"
+	"time"
+
+	"github.com/kprofd/kprofd/bpf"
+	"github.com/kprofd/kprofd/internal/cct"
+	"github.com/kprofd/kprofd/internal/x86"
+	"github.com/kprofd/kprofd/symbolizer"
+)
+
+// ExitClass is how a function's exit is probed.
+type ExitClass uint8
+
+// Exit classes.
+const (
+	// ExitRet: a probe on every ret instruction (single-stepped).
+	ExitRet ExitClass = iota
+	// ExitUretprobe: a uretprobe sharing the entry probe's trap.
+	ExitUretprobe
+	// ExitCatch: a probe on a landing pad's first instruction.
+	ExitCatch
+	// ExitNone: no exit probe (the function only tail-calls); no
+	// measurement, its costs count as zero.
+	ExitNone
+)
+
+func (c ExitClass) String() string {
+	switch c {
+	case ExitRet:
+		return "ret"
+	case ExitUretprobe:
+		return "uretprobe"
+	case ExitCatch:
+		return "catch"
+	case ExitNone:
+		return "none"
+	}
+	return "exit?"
+}
+
+// MarshalText writes the class's name.
+func (c ExitClass) MarshalText() ([]byte, error) { return []byte(c.String()), nil }
+
+// UnmarshalText reads a class's name.
+func (c *ExitClass) UnmarshalText(b []byte) error {
+	for k := ExitRet; k <= ExitNone; k++ {
+		if k.String() == string(b) {
+			*c = k
+			return nil
+		}
+	}
+	return fmt.Errorf("unknown exit class %q", b)
+}
+
+// Pair is a combination of an entry probe class and an exit class.
+type Pair struct {
+	Entry x86.Class
+	Exit  ExitClass
+}
+
+func (p Pair) String() string { return fmt.Sprintf("entry %s + %s", p.Entry, p.Exit) }
+
+// Stat summarises a time over the batches of a measurement, in
+// nanoseconds per call.
+type Stat struct {
+	Min, P10, Median, P90, Mean float64
+}
+
+// Measurement is the inner and outer time of one pair of probe classes.
+type Measurement struct {
+	Pair
+	Inner, Outer Stat
+}
+
+// Result is a calibration of this machine.
+type Result struct {
+	Key          Key
+	Time         time.Time
+	Quick        bool
+	Batches      int // batches per pair
+	BatchSize    int // calls per batch
+	Measurements []Measurement
+}
+
+// Costs returns what a function whose probes are of classes p adds per
+// call: the mean over batches. The seed patent takes the minimum, the cost
+// of the batches nothing disturbed; but a profile reports mean times, which
+// include the disturbed calls, and BenchmarkCompensation measured the mean
+// coming closest to the truth (the minimum left 3-10 times the error of
+// the mean in a function whose time is mostly its callees' probes). ok is
+// false when p was not measured; ExitNone costs nothing.
+func (r *Result) Costs(p Pair) (c cct.Costs, ok bool) {
+	if p.Exit == ExitNone {
+		return cct.Costs{}, true
+	}
+	for _, m := range r.Measurements {
+		if m.Pair == p {
+			return cct.Costs{Inner: m.Inner.Mean, Outer: m.Outer.Mean}, true
+		}
+	}
+	return cct.Costs{}, false
+}
+
+// Options tunes Run.
+type Options struct {
+	// Batches per pair of classes and calls per batch: the seed patent
+	// used 10,000 pairs in batches of 100.
+	Batches, BatchSize int
+	// Quick marks a shortened run (for Result.Quick).
+	Quick bool
+}
+
+// Full and Quick are the standard calibrations: the patent's 10,000
+// calls per pair, and a run that takes well under two seconds.
+var (
+	Full  = Options{Batches: 100, BatchSize: 100}
+	Quick = Options{Batches: 20, BatchSize: 100, Quick: true}
+)
+
+// target is one measurement: a leaf whose probes are of the pair's
+// classes, and the loop that calls it (indexes into targetAddrs).
+type target struct {
+	pair       Pair
+	leaf, loop int
+	run        func(int)
+}
+
+var targets = []target{
+	{Pair{x86.ClassEmulated, ExitRet}, addrCalPush, addrLoopPush, loopPush},
+	{Pair{x86.ClassEmulated, ExitUretprobe}, addrCalPush, addrLoopPush, loopPush},
+	{Pair{x86.ClassStepped, ExitRet}, addrCalStep, addrLoopStep, loopStep},
+	{Pair{x86.ClassStepped, ExitUretprobe}, addrCalStep, addrLoopStep, loopStep},
+	{Pair{x86.ClassOptimized, ExitRet}, addrCalNop5, addrLoopNop5, loopNop5},
+	{Pair{x86.ClassOptimized, ExitUretprobe}, addrCalNop5, addrLoopNop5, loopNop5},
+	{Pair{x86.ClassEmulated, ExitCatch}, addrCalCatch, addrLoopCatch, loopCatch},
+}
+
+// Function ids of the calibration probes.
+const (
+	idLoop = 0
+	idLeaf = 1
+)
+
+// Run measures every pair of classes kprofd uses, in this process: it
+// probes assembly functions of its own binary that start with chosen
+// instructions, calls them, and reads the probes' own timestamps. It needs
+// root, like attaching to another process.
+func Run(opt Options) (*Result, error) {
+	if opt.Batches < 1 || opt.BatchSize < 1 {
+		return nil, fmt.Errorf("calibration needs at least one batch of one call, not %d of %d", opt.Batches, opt.BatchSize)
+	}
+	key, err := ThisMachine()
+	if err != nil {
+		return nil, err
+	}
+	// One thread: the probe program's context and batches are per
+	// thread, and the loops must not migrate mid-measurement.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+
+	pid := os.Getpid()
+	self, err := symbolizer.LoadProcess(pid)
+	if err != nil {
+		return nil, fmt.Errorf("reading kprofd's own binary: %w", err)
+	}
+	defer self.Close()
+	exe := self.Objects[0]
+	prog, err := bpf.Load(bpf.Config{PID: pid})
+	if err != nil {
+		return nil, err
+	}
+	defer prog.Close()
+	rd, err := prog.NewReader(10 * time.Millisecond)
+	if err != nil {
+		return nil, err
+	}
+	defer rd.Close()
+
+	r := &Result{Key: key, Time: time.Now(), Quick: opt.Quick, Batches: opt.Batches, BatchSize: opt.BatchSize}
+	var addrs [8]uintptr
+	targetAddrs(&addrs)
+	for _, t := range targets {
+		probes, err := t.probes(exe, addrs)
+		if err != nil {
+			return nil, err
+		}
+		m, err := measure(prog, rd, exe.Path(), pid, t, probes, opt)
+		if err != nil {
+			return nil, fmt.Errorf("calibrating %s: %w", t.pair, err)
+		}
+		r.Measurements = append(r.Measurements, m)
+	}
+	return r, nil
+}
+
+// measure runs one target under its probes and computes its inner and
+// outer time from the probes' timestamps.
+func measure(prog *bpf.Program, rd *bpf.Reader, path string, pid int, t target, probes []bpf.Probe, opt Options) (Measurement, error) {
+	base := unprobed(t.run)
+	before, err := prog.Stats()
+	if err != nil {
+		return Measurement{}, err
+	}
+	links, err := prog.Attach(path, pid, probes)
+	if err != nil {
+		return Measurement{}, err
+	}
+	calls := opt.Batches*opt.BatchSize + 1
+	t.run(calls)
+	var errs []error
+	for _, l := range links {
+		errs = append(errs, l.Close())
+	}
+	if err := errors.Join(errs...); err != nil {
+		return Measurement{}, err
+	}
+	events, err := readAll(prog, rd)
+	if err != nil {
+		return Measurement{}, err
+	}
+	after, err := prog.Stats()
+	if err != nil {
+		return Measurement{}, err
+	}
+	if lost := after.Lost - before.Lost; lost > 0 {
+		return Measurement{}, fmt.Errorf("%d events lost", lost)
+	}
+	return computeMeasurement(t.pair, events, calls, opt.BatchSize, base)
+}
+
+// unprobed returns the time per call of a loop without probes: the
+// call's own cost, which the measured periods between entries include.
+func unprobed(run func(int)) float64 {
+	const n = 100000
+	best := 0.0
+	for range 5 {
+		start := time.Now()
+		run(n)
+		if d := float64(time.Since(start).Nanoseconds()) / n; best == 0 || d < best {
+			best = d
+		}
+	}
+	return best
+}
+
+// readAll returns every event of the detached probes: the ring buffer's,
+// then those still batched in the thread.
+func readAll(prog *bpf.Program, rd *bpf.Reader) ([]bpf.Event, error) {
+	batched, err := prog.Drain()
+	if err != nil {
+		return nil, err
+	}
+	var events []bpf.Event
+	buf := make([]bpf.Event, 0, 8192)
+	for {
+		buf, err = rd.Read(buf[:0])
+		if err != nil {
+			return nil, err
+		}
+		events = append(events, buf...)
+		if len(buf) == 0 && rd.Pending() == 0 {
+			break
+		}
+	}
+	return append(events, batched...), nil
+}
+
+// computeMeasurement turns the events of calls calls of the leaf into
+// inner and outer times per batch. With e and x the entry and exit
+// timestamps of call i:
+//
+//	inner_i = x_i - e_i          (y1 + x2 of the patent, plus the leaf's body)
+//	total_i = e_{i+1} - e_i - base  (all four parts)
+//	outer_i = total_i - inner_i  (x1 + y2)
+//
+// less the adjust time of batch flushes that fell in each interval.
+func computeMeasurement(p Pair, events []bpf.Event, calls, batchSize int, base float64) (Measurement, error) {
+	exitKind := map[ExitClass]bpf.Kind{ExitRet: bpf.KindExit, ExitUretprobe: bpf.KindReturn, ExitCatch: bpf.KindCatch}[p.Exit]
+	type call struct{ entry, exit bpf.Event }
+	var cs []call
+	for _, ev := range events {
+		if ev.Func != idLeaf {
+			continue
+		}
+		switch {
+		case ev.Kind == bpf.KindEntry:
+			cs = append(cs, call{entry: ev})
+		case ev.Kind == exitKind && len(cs) > 0 && cs[len(cs)-1].exit.Time == 0:
+			cs[len(cs)-1].exit = ev
+		default:
+			return Measurement{}, fmt.Errorf("unexpected %s event after %d calls", ev.Kind, len(cs))
+		}
+	}
+	if len(cs) != calls {
+		return Measurement{}, fmt.Errorf("%d calls seen, %d made", len(cs), calls)
+	}
+	var inner, outer []float64
+	for b := 0; (b+1)*batchSize < len(cs); b++ {
+		var in, out float64
+		for i := b * batchSize; i < (b+1)*batchSize; i++ {
+			c, next := cs[i], cs[i+1]
+			if c.exit.Time == 0 {
+				return Measurement{}, fmt.Errorf("call %d has no exit event", i)
+			}
+			ci := float64(c.exit.Time-c.entry.Time) - float64(c.entry.Adjust)
+			total := float64(next.entry.Time-c.entry.Time) - float64(c.entry.Adjust) - float64(c.exit.Adjust) - base
+			in += ci
+			out += total - ci
+		}
+		inner = append(inner, in/float64(batchSize))
+		outer = append(outer, out/float64(batchSize))
+	}
+	return Measurement{Pair: p, Inner: summarise(inner), Outer: summarise(outer)}, nil
+}
+
+// summarise returns the minimum, 10th percentile, median, 90th percentile
+// and mean of xs.
+func summarise(xs []float64) Stat {
+	if len(xs) == 0 {
+		return Stat{}
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	at := func(q float64) float64 { return s[int(q*float64(len(s)-1)+0.5)] }
+	sum := 0.0
+	for _, x := range s {
+		sum += x
+	}
+	return Stat{Min: s[0], P10: at(0.1), Median: at(0.5), P90: at(0.9), Mean: sum / float64(len(s))}
+}
+
+// probes returns the probes of a target: the loop as the root, entry on its
+// first emulated instruction and exits at its rets; the leaf's entry at its
+// first instruction and its exit as the pair says.
+func (t target) probes(exe *symbolizer.Mapped, addrs [8]uintptr) ([]bpf.Probe, error) {
+	loop, err := function(exe, uint64(addrs[t.loop]))
+	if err != nil {
+		return nil, err
+	}
+	leaf, err := function(exe, uint64(addrs[t.leaf]))
+	if err != nil {
+		return nil, err
+	}
+	var probes []bpf.Probe
+	add := func(addr uint64, fn uint32, kind bpf.Kind, flags uint64, adjust int) error {
+		off, err := exe.FileOffset(addr)
+		if err != nil {
+			return err
+		}
+		c, err := bpf.Cookie(fn, kind, flags, adjust)
+		if err != nil {
+			return err
+		}
+		probes = append(probes, bpf.Probe{Offset: off, Cookie: c})
+		return nil
+	}
+
+	// The loop: mov n, rcx (stepped); push rbp (emulated): the entry.
+	var entry uint64
+	for _, in := range loop {
+		if x86.ProbeClass(&in) == x86.ClassEmulated {
+			entry = in.Addr
+			break
+		}
+	}
+	if entry == 0 {
+		return nil, fmt.Errorf("calibration loop at %#x has no emulated instruction", addrs[t.loop])
+	}
+	if err := add(entry, idLoop, bpf.KindEntry, bpf.CookieRoot, 0); err != nil {
+		return nil, err
+	}
+	for _, in := range loop {
+		if in.IsRet() {
+			if err := add(in.Addr, idLoop, bpf.KindExit, bpf.CookieRoot, 0); err != nil {
+				return nil, err
+			}
+		}
+	}
+
+	first := leaf[0]
+	if c := x86.ProbeClass(&first); c != t.pair.Entry {
+		return nil, fmt.Errorf("calibration target at %#x starts with a %s instruction, not %s", first.Addr, c, t.pair.Entry)
+	}
+	if err := add(first.Addr, idLeaf, bpf.KindEntry, 0, 0); err != nil {
+		return nil, err
+	}
+	switch t.pair.Exit {
+	case ExitRet:
+		for _, in := range leaf {
+			if in.IsRet() {
+				if err := add(in.Addr, idLeaf, bpf.KindExit, 0, 0); err != nil {
+					return nil, err
+				}
+			}
+		}
+	case ExitUretprobe:
+		return probes, add(first.Addr, idLeaf, bpf.KindReturn, 0, -8)
+	case ExitCatch:
+		// push rbp; lea: the catch probe sits on the lea, one push
+		// below the return-address slot.
+		if len(leaf) < 2 || x86.ProbeClass(&leaf[1]) != x86.ClassStepped {
+			return nil, fmt.Errorf("calibration target at %#x has no single-stepped second instruction", first.Addr)
+		}
+		return probes, add(leaf[1].Addr, idLeaf, bpf.KindCatch, 0, 8)
+	}
+	return probes, nil
+}
+
+// function decodes one of this package's assembly functions, at run-time
+// address addr, up to its ret. The addresses are link-time ones.
+func function(exe *symbolizer.Mapped, addr uint64) ([]x86.Inst, error) {
+	const maxLen = 64
+	start := addr - exe.Bias
+	code, err := exe.Code(start, maxLen)
+	if err != nil {
+		return nil, fmt.Errorf("reading calibration code at %#x: %w", addr, err)
+	}
+	var insts []x86.Inst
+	for off := 0; off < len(code); {
+		in, err := x86.Decode(code[off:], start+uint64(off))
+		if err != nil {
+			return nil, fmt.Errorf("decoding calibration code at %#x: %w", addr, err)
+		}
+		insts = append(insts, in)
+		off += in.Len
+		if in.IsRet() {
+			return insts, nil
+		}
+	}
+	return nil, fmt.Errorf("calibration code at %#x has no ret in %d bytes", addr, maxLen)
+}

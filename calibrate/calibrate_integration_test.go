@@ -1,0 +1,46 @@
+//go:build integration
+
+package calibrate
+
+import (
+	"os"
+	"testing"
+
+	"github.com/kprofd/kprofd/internal/x86"
+)
+
+// TestRun calibrates this machine and checks what must hold whatever its
+// speed: every figure is positive, and the single-stepped classes cost
+// more than the emulated ones.
+func TestRun(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("calibration needs root: run the integration tests with sudo")
+	}
+	r, err := Run(Quick)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%+v", r.Measurements)
+	total := map[Pair]float64{}
+	for _, m := range r.Measurements {
+		if m.Inner.Min <= 0 || m.Outer.Min <= 0 {
+			t.Errorf("%s: inner %.0f ns, outer %.0f ns; want both positive", m.Pair, m.Inner.Min, m.Outer.Min)
+		}
+		if !(m.Inner.Min <= m.Inner.P10 && m.Inner.P10 <= m.Inner.Median && m.Inner.Median <= m.Inner.P90) {
+			t.Errorf("%s: inner statistics out of order: %+v", m.Pair, m.Inner)
+		}
+		total[m.Pair] = m.Inner.Min + m.Outer.Min
+	}
+	if len(total) != len(targets) {
+		t.Fatalf("%d pairs measured, want %d", len(total), len(targets))
+	}
+	for _, exit := range []ExitClass{ExitRet, ExitUretprobe} {
+		stepped, emulated := total[Pair{x86.ClassStepped, exit}], total[Pair{x86.ClassEmulated, exit}]
+		if stepped <= emulated {
+			t.Errorf("exit %s: single-stepped entry %.0f ns, emulated %.0f ns; want stepped dearer", exit, stepped, emulated)
+		}
+	}
+	if ret, uret := total[Pair{x86.ClassEmulated, ExitRet}], total[Pair{x86.ClassEmulated, ExitUretprobe}]; ret <= uret {
+		t.Errorf("ret-site exit %.0f ns, uretprobe %.0f ns; want the single-stepped ret dearer", ret, uret)
+	}
+}

@@ -1,0 +1,95 @@
+package calibrate
+
+import (
+	"bytes"
+	"encoding/json"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/kprofd/kprofd/bpf"
+	"github.com/kprofd/kprofd/internal/x86"
+)
+
+func TestSummarise(t *testing.T) {
+	got := summarise([]float64{5, 1, 9, 3, 7, 2, 8, 4, 6, 10, 11})
+	if want := (Stat{Min: 1, P10: 2, Median: 6, P90: 10, Mean: 6}); got != want {
+		t.Errorf("summarise = %+v, want %+v", got, want)
+	}
+}
+
+// TestComputeMeasurement feeds a synthetic stream: every call has an
+// entry at 1000*i, an exit 300 ns later (inner 300), the next entry 1000 ns
+// after the last (total 1000, minus a base of 2), and one flush of 50 ns
+// lands in the fourth call's inner interval and one of 70 ns after its
+// exit.
+func TestComputeMeasurement(t *testing.T) {
+	const calls, batch = 9, 4
+	var events []bpf.Event
+	events = append(events, bpf.Event{Func: idLoop, Kind: bpf.KindEntry})
+	for i := range calls {
+		e := bpf.Event{Time: uint64(1000 * i), Func: idLeaf, Kind: bpf.KindEntry}
+		x := bpf.Event{Time: uint64(1000*i + 300), Func: idLeaf, Kind: bpf.KindReturn}
+		if i == 3 {
+			e.Adjust, x.Adjust = 50, 70
+			x.Time += 50
+		}
+		events = append(events, e, x)
+	}
+	// Calls after the fourth are pushed back by the two flushes.
+	for i := range events {
+		if events[i].Func == idLeaf && events[i].Time >= 4000 {
+			events[i].Time += 120
+		}
+	}
+	events = append(events, bpf.Event{Func: idLoop, Kind: bpf.KindExit})
+
+	m, err := computeMeasurement(Pair{x86.ClassEmulated, ExitUretprobe}, events, calls, batch, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Measurement{
+		Pair:  Pair{x86.ClassEmulated, ExitUretprobe},
+		Inner: Stat{Min: 300, P10: 300, Median: 300, P90: 300, Mean: 300},
+		Outer: Stat{Min: 698, P10: 698, Median: 698, P90: 698, Mean: 698},
+	}
+	if !reflect.DeepEqual(m, want) {
+		t.Errorf("got %+v\nwant %+v", m, want)
+	}
+
+	if _, err := computeMeasurement(Pair{x86.ClassEmulated, ExitRet}, events, calls, batch, 2); err == nil {
+		t.Error("accepted uretprobe events for a ret-site pair")
+	}
+	if _, err := computeMeasurement(Pair{x86.ClassEmulated, ExitUretprobe}, events[:7], calls, batch, 2); err == nil {
+		t.Error("accepted a stream with calls missing")
+	}
+}
+
+func TestResultJSON(t *testing.T) {
+	r := &Result{
+		Key:  Key{Kernel: "6.18", CPU: "AMD EPYC", Binary: "0123456789abcdef"},
+		Time: time.Date(2026, 11, 21, 0, 0, 0, 0, time.UTC), Batches: 2, BatchSize: 100,
+		Measurements: []Measurement{{Pair: Pair{x86.ClassStepped, ExitRet}, Inner: Stat{Min: 0.5, Mean: 1}, Outer: Stat{Min: 1.5, Mean: 2}}},
+	}
+	var buf bytes.Buffer
+	if err := r.WriteJSON(&buf); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(buf.Bytes(), []byte(`"Entry": "stepped"`)) || !bytes.Contains(buf.Bytes(), []byte(`"Exit": "ret"`)) {
+		t.Errorf("classes not written by name:\n%s", buf.Bytes())
+	}
+	var back Result
+	if err := json.Unmarshal(buf.Bytes(), &back); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(&back, r) {
+		t.Errorf("round trip: got %+v, want %+v", back, *r)
+	}
+	c, ok := back.Costs(Pair{x86.ClassStepped, ExitRet})
+	if !ok || c.Inner != 1 || c.Outer != 2 {
+		t.Errorf("Costs = %+v, %v", c, ok)
+	}
+	if _, ok := back.Costs(Pair{x86.ClassEmulated, ExitRet}); ok {
+		t.Error("Costs found a pair that was not measured")
+	}
+}

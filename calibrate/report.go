@@ -1,0 +1,41 @@
+package calibrate
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+)
+
+// WriteTable prints r for people: one row per pair of classes with the
+// inner and outer time (the mean over batches, which kprofd subtracts),
+// their minimum over batches (the seed patent's figure) and their spread
+// over batches (10th to 90th percentile).
+func (r *Result) WriteTable(w io.Writer) error {
+	kind := "full"
+	if r.Quick {
+		kind = "quick"
+	}
+	fmt.Fprintf(w, "calibration (%s, %d batches of %d calls per pair, %s)\nkernel %s, %s\n\n",
+		kind, r.Batches, r.BatchSize, r.Time.Format(time.RFC3339), r.Key.Kernel, r.Key.CPU)
+	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "entry\texit\tinner ns\touter ns\ttotal ns\tinner min\tp10-p90\touter min\tp10-p90\t")
+	for _, m := range r.Measurements {
+		fmt.Fprintf(tw, "%s\t%s\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f-%.0f\t%.0f\t%.0f-%.0f\t\n", m.Entry, m.Exit,
+			m.Inner.Mean, m.Outer.Mean, m.Inner.Mean+m.Outer.Mean,
+			m.Inner.Min, m.Inner.P10, m.Inner.P90, m.Outer.Min, m.Outer.P10, m.Outer.P90)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintln(w, "\ninner: probe time inside the function's measured time; outer: the rest, charged to its caller per call")
+	return err
+}
+
+// WriteJSON writes r as indented JSON.
+func (r *Result) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
+}

@@ -1,0 +1,98 @@
+#include "textflag.h"
+
+// Calibration targets: leaf functions whose probed instructions belong to
+// the probe classes kprofd uses, and for each one a driver loop that calls
+// it n times. The loops are the roots of the measurement. Everything is
+// NOSPLIT and NOFRAME: no stack checks, no frame set-up, no preemption
+// point inside, and the instructions are exactly these.
+
+// Entry emulated (push), exit at a ret.
+TEXT ·calPush(SB), NOSPLIT|NOFRAME, $0-0
+	PUSHQ BP
+	POPQ BP
+	RET
+
+// Entry single-stepped (lea), exit at a ret.
+TEXT ·calStep(SB), NOSPLIT|NOFRAME, $0-0
+	LEAQ 1(AX), AX
+	RET
+
+// Entry on a 5-byte nop, which the kernel may optimise into a call.
+TEXT ·calNop5(SB), NOSPLIT|NOFRAME, $0-0
+	BYTE $0x0f; BYTE $0x1f; BYTE $0x44; BYTE $0x00; BYTE $0x00
+	RET
+
+// Entry emulated (push), then a single-stepped instruction where the catch
+// probe sits, as on a landing pad.
+TEXT ·calCatch(SB), NOSPLIT|NOFRAME, $0-0
+	PUSHQ BP
+	LEAQ 1(AX), AX
+	POPQ BP
+	RET
+
+// func loopPush(n int)
+TEXT ·loopPush(SB), NOSPLIT|NOFRAME, $0-8
+	MOVQ n+0(FP), CX
+	PUSHQ BP
+pushAgain:
+	CALL ·calPush(SB)
+	DECQ CX
+	JNZ pushAgain
+	POPQ BP
+	RET
+
+// func loopStep(n int)
+TEXT ·loopStep(SB), NOSPLIT|NOFRAME, $0-8
+	MOVQ n+0(FP), CX
+	PUSHQ BP
+stepAgain:
+	CALL ·calStep(SB)
+	DECQ CX
+	JNZ stepAgain
+	POPQ BP
+	RET
+
+// func loopNop5(n int)
+TEXT ·loopNop5(SB), NOSPLIT|NOFRAME, $0-8
+	MOVQ n+0(FP), CX
+	PUSHQ BP
+nop5Again:
+	CALL ·calNop5(SB)
+	DECQ CX
+	JNZ nop5Again
+	POPQ BP
+	RET
+
+// func loopCatch(n int)
+TEXT ·loopCatch(SB), NOSPLIT|NOFRAME, $0-8
+	MOVQ n+0(FP), CX
+	PUSHQ BP
+catchAgain:
+	CALL ·calCatch(SB)
+	DECQ CX
+	JNZ catchAgain
+	POPQ BP
+	RET
+
+// func targetAddrs(a *[8]uintptr) stores the run-time addresses of the
+// targets: the symbol table may be stripped (go test, go build -s), but
+// the assembler knows them.
+TEXT ·targetAddrs(SB), NOSPLIT, $0-8
+	MOVQ a+0(FP), DI
+	LEAQ ·calPush(SB), AX
+	MOVQ AX, 0(DI)
+	LEAQ ·calStep(SB), AX
+	MOVQ AX, 8(DI)
+	LEAQ ·calNop5(SB), AX
+	MOVQ AX, 16(DI)
+	LEAQ ·calCatch(SB), AX
+	MOVQ AX, 24(DI)
+	LEAQ ·loopPush(SB), AX
+	MOVQ AX, 32(DI)
+	LEAQ ·loopStep(SB), AX
+	MOVQ AX, 40(DI)
+	LEAQ ·loopNop5(SB), AX
+	MOVQ AX, 48(DI)
+	LEAQ ·loopCatch(SB), AX
+	MOVQ AX, 56(DI)
+	RET
