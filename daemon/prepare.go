@@ -6,6 +6,7 @@ import (
 	"os"
 	"regexp"
 
+	"github.com/kprofd/kprofd/calibrate"
 	"github.com/kprofd/kprofd/internal/callgraph"
 	"github.com/kprofd/kprofd/internal/plan"
 	"github.com/kprofd/kprofd/internal/proc"
@@ -30,6 +31,9 @@ type Config struct {
 	RingBytes int
 	// PerThread keeps one tree per thread in the profile.
 	PerThread bool
+	// Calibration, when set, is used to take the probes' own time out of
+	// the profile's times (the raw times stay in it too).
+	Calibration *calibrate.Result
 	// Warnf receives warnings about the target and the plan; nil discards
 	// them.
 	Warnf func(format string, args ...any)

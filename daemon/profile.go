@@ -2,11 +2,14 @@ package daemon
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/kprofd/kprofd/bpf"
+	"github.com/kprofd/kprofd/calibrate"
 	"github.com/kprofd/kprofd/internal/cct"
+	"github.com/kprofd/kprofd/internal/plan"
 	"github.com/kprofd/kprofd/symbolizer"
 )
 
@@ -55,6 +58,60 @@ func (s *Session) buildProfile(end uint64, st bpf.Stats) *cct.Profile {
 		})
 	}
 	p.Comments = s.comments(st)
+	if c := s.cfg.Calibration; c != nil {
+		p.Comments = append(p.Comments, compensate(p, pr.Plan, c)...)
+	}
+	return p
+}
+
+// compensate takes the probes' own time out of p's trees, using the
+// calibration's inner and outer time of each function's probe classes.
+func compensate(p *cct.Profile, pl *plan.Plan, c *calibrate.Result) []string {
+	costs := make([]cct.Costs, len(pl.Funcs))
+	var missing []string
+	for i, f := range pl.Funcs {
+		var ok bool
+		if costs[i], ok = c.Costs(ProbePair(f)); !ok {
+			missing = append(missing, ProbePair(f).String())
+		}
+	}
+	cost := func(id cct.FuncID) cct.Costs {
+		if int(id) < len(costs) {
+			return costs[id]
+		}
+		return cct.Costs{}
+	}
+	clamped := p.Tree.Compensate(cost)
+	for _, t := range p.Threads {
+		t.Compensate(cost)
+	}
+	p.Compensated = true
+	kind := "full"
+	if c.Quick {
+		kind = "quick"
+	}
+	comments := []string{fmt.Sprintf("wall times compensated for the probes' own time (%s calibration of %s); raw_wall as measured",
+		kind, c.Time.Format(time.RFC3339))}
+	if clamped > 0 {
+		comments = append(comments, fmt.Sprintf("%d contexts had less time than their probes cost and were clamped at zero self time", clamped))
+	}
+	if len(missing) > 0 {
+		slices.Sort(missing)
+		comments = append(comments, "not compensated (no calibration for): "+strings.Join(slices.Compact(missing), ", "))
+	}
+	return comments
+}
+
+// ProbePair returns the probe classes of a planned function, which select
+// its calibrated costs.
+func ProbePair(f *plan.Func) calibrate.Pair {
+	p := calibrate.Pair{Entry: f.Entry.Class, Exit: calibrate.ExitNone}
+	if len(f.Exits) > 0 {
+		p.Exit = calibrate.ExitRet
+		if f.Exits[0].Kind == bpf.KindReturn {
+			p.Exit = calibrate.ExitUretprobe
+		}
+	}
 	return p
 }
 
@@ -81,6 +138,9 @@ func (s *Session) comments(st bpf.Stats) []string {
 	}
 	if ss.Mismatches+ss.UnmatchedExits > 0 {
 		c = append(c, fmt.Sprintf("%d exits did not match the simulated stack", ss.Mismatches+ss.UnmatchedExits))
+	}
+	if ss.AdjustNs > 0 {
+		c = append(c, fmt.Sprintf("%s of kprofd's own work (flushing event batches) taken out of the frames it landed in", time.Duration(ss.AdjustNs)))
 	}
 	if ss.ThreadExits > 0 {
 		c = append(c, fmt.Sprintf("%d threads exited inside the root, ending %d calls", ss.ThreadExits, ss.DiedFrames))

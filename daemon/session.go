@@ -274,3 +274,6 @@ func monotonicNow() uint64 {
 	}
 	return uint64(ts.Nano())
 }
+
+// Prepared returns the analysis and plan the session runs.
+func (s *Session) Prepared() *Prepared { return s.prep }

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 
+	"github.com/kprofd/kprofd/calibrate"
 	"github.com/kprofd/kprofd/daemon"
 	"github.com/kprofd/kprofd/internal/cct"
 	"github.com/kprofd/kprofd/internal/export"
@@ -36,6 +37,7 @@ type attachOptions struct {
 	perThread    bool
 	ringMiB      int
 	verbose      bool
+	recalibrate  bool
 }
 
 func newAttachCmd() *cobra.Command {
@@ -78,6 +80,7 @@ Exits (--exits): ` + plan.ExitRule + `.`,
 	f.BoolVar(&o.perThread, "per-thread", false, "keep one tree per thread (pprof label 'thread')")
 	f.IntVar(&o.ringMiB, "ring-mib", 8, "ring buffer size in MiB (a power of two)")
 	f.BoolVarP(&o.verbose, "verbose", "v", false, "print warnings about every function and the kernel ids of what is attached")
+	f.BoolVar(&o.recalibrate, "recalibrate", false, "measure the probes' costs again (quick mode) even when a calibration is cached")
 	cmd.MarkFlagRequired("pid")
 	cmd.MarkFlagRequired("root")
 	return cmd
@@ -150,6 +153,8 @@ func runAttach(ctx context.Context, o *attachOptions, stdout, stderr io.Writer) 
 		}
 	}
 
+	cfg.Calibration = calibration(o.recalibrate, stderr)
+
 	if ctx == nil {
 		ctx = context.Background()
 	}
@@ -182,6 +187,36 @@ func runAttach(ctx context.Context, o *attachOptions, stdout, stderr io.Writer) 
 		return errors.Join(err, stopErr)
 	}
 	return stopErr
+}
+
+// calibration returns the cached calibration of this machine, or makes a
+// quick one when there is none or a new one is asked for. Without one the
+// profile keeps the probes' time: a warning, not an error.
+func calibration(recalibrate bool, stderr io.Writer) *calibrate.Result {
+	key, err := calibrate.ThisMachine()
+	if err != nil {
+		fmt.Fprintf(stderr, "kprofd: warning: times not compensated for the probes' cost: %v\n", err)
+		return nil
+	}
+	if !recalibrate {
+		r, err := calibrate.Load(key)
+		if err == nil {
+			return r
+		}
+		if !errors.Is(err, calibrate.ErrNoCache) {
+			fmt.Fprintf(stderr, "kprofd: warning: %v\n", err)
+		}
+	}
+	fmt.Fprintln(stderr, "kprofd: measuring what probes cost on this machine (quick calibration, cached for next time)")
+	r, err := calibrate.Run(calibrate.Quick)
+	if err != nil {
+		fmt.Fprintf(stderr, "kprofd: warning: times not compensated for the probes' cost: %v\n", err)
+		return nil
+	}
+	if err := calibrate.Save(r); err != nil {
+		fmt.Fprintf(stderr, "kprofd: warning: %v\n", err)
+	}
+	return r
 }
 
 // wait blocks until tracing should end and says why.

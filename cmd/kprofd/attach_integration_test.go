@@ -4,6 +4,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -25,25 +26,48 @@ import (
 
 const requests = 400
 
-// buildKprofd builds the command once per test binary.
+// The kprofd binary the tests run, built once, and the calibration cache
+// its runs share.
+var (
+	binDir   string
+	buildErr error
+	built    sync.Once
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
+// buildKprofd builds the command once per test binary and points its
+// calibration cache at a directory of the test's own.
 func buildKprofd(t *testing.T) string {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Fatal("integration tests need root: run them with sudo (make test-integration)")
 	}
-	// Not in t.TempDir, whose parent only root can enter: the not-root
-	// case runs it as nobody.
-	dir, err := os.MkdirTemp("", "kprofd-test-")
-	if err != nil {
-		t.Fatal(err)
+	built.Do(func() {
+		// Not in t.TempDir, whose parent only root can enter: the
+		// not-root case runs it as nobody.
+		if binDir, buildErr = os.MkdirTemp("", "kprofd-test-"); buildErr != nil {
+			return
+		}
+		if buildErr = os.Chmod(binDir, 0o755); buildErr != nil {
+			return
+		}
+		out, err := exec.Command("go", "build", "-o", filepath.Join(binDir, "kprofd"), ".").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+		os.Setenv("KPROFD_CACHE_DIR", filepath.Join(binDir, "cache"))
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
 	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(dir, "kprofd")
-	testtarget.Compile(t, ".", "go", "build", "-o", bin, ".")
-	return bin
+	return filepath.Join(binDir, "kprofd")
 }
 
 // kprofdRun is a running kprofd command.
@@ -138,17 +162,31 @@ func TestAttachInterrupt(t *testing.T) {
 		t.Errorf("stderr does not say it was interrupted:\n%s", k.stderr.String())
 	}
 
-	checkProfileFile(t, out)
+	p := checkProfileFile(t, out)
 	checkPprofTool(t, out)
+	checkCompensated(t, p)
 	if tree := k.stdout.String(); !strings.Contains(tree, "handle_request") || !strings.Contains(tree, "lib_helper") {
 		t.Errorf("the printed tree lacks functions:\n%s", tree)
 	}
+	// Folded stacks hold every context with self time, as pprof's wall.
 	b, err := os.ReadFile(folded)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !regexp.MustCompile(`(?m)^handle_request;lib_compute;lib_helper \d+$`).Match(b) {
-		t.Errorf("folded stacks lack handle_request;lib_compute;lib_helper:\n%s", b)
+	var foldedSum, wall int64
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		m := regexp.MustCompile(`^handle_request(;[a-z_]+)* (\d+)$`).FindStringSubmatch(line)
+		if m == nil {
+			t.Fatalf("bad folded line %q", line)
+		}
+		v, _ := strconv.ParseInt(m[2], 10, 64)
+		foldedSum += v
+	}
+	for _, s := range p.Sample {
+		wall += s.Value[1]
+	}
+	if foldedSum != wall {
+		t.Errorf("folded stacks sum to %d ns, the profile's wall to %d", foldedSum, wall)
 	}
 	if status := target.Exit(t); status != 3 {
 		t.Errorf("target exited %d after tracing, want 3", status)
@@ -264,7 +302,7 @@ func TestAttachDryRun(t *testing.T) {
 	testtarget.CheckNoProbes(t, target.Pid())
 }
 
-func checkProfileFile(t *testing.T, path string) {
+func checkProfileFile(t *testing.T, path string) *profile.Profile {
 	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
@@ -281,6 +319,76 @@ func checkProfileFile(t *testing.T, path string) {
 	got := testtarget.PprofCounts(p, nil)
 	if diff := testtarget.DiffCounts(got, testtarget.CTreeCounts(requests, 2)); diff != "" {
 		t.Errorf("calls per context differ:\n%s", diff)
+	}
+	return p
+}
+
+// checkCompensated checks a profile that attach compensated with its
+// calibration: wall (compensated) never exceeds raw_wall (measured) in a
+// context, and falls short of it in total.
+func checkCompensated(t *testing.T, p *profile.Profile) {
+	t.Helper()
+	if len(p.SampleType) != 3 || p.SampleType[1].Type != "wall" || p.SampleType[2].Type != "raw_wall" {
+		t.Fatalf("sample types %v, want calls, wall, raw_wall", p.SampleType)
+	}
+	var wall, raw int64
+	for _, s := range p.Sample {
+		if s.Value[1] > s.Value[2] {
+			t.Errorf("sample %v: compensated time above the measured one", s)
+		}
+		wall += s.Value[1]
+		raw += s.Value[2]
+	}
+	if wall >= raw || wall <= 0 {
+		t.Errorf("compensated %d ns in all, measured %d ns", wall, raw)
+	}
+}
+
+// TestCalibrate runs kprofd calibrate and checks the table, the JSON and
+// that attach then uses the cache instead of calibrating again.
+func TestCalibrate(t *testing.T) {
+	bin := buildKprofd(t)
+	out, err := exec.Command(bin, "calibrate", "--quick", "--json").Output()
+	if err != nil {
+		t.Fatalf("calibrate --json: %v", err)
+	}
+	var r struct {
+		Quick        bool
+		Measurements []struct {
+			Entry, Exit  string
+			Inner, Outer struct{ Min, Mean float64 }
+		}
+	}
+	if err := json.Unmarshal(out, &r); err != nil {
+		t.Fatalf("calibrate --json printed %s: %v", out, err)
+	}
+	if !r.Quick || len(r.Measurements) != 7 {
+		t.Fatalf("calibration %+v", r)
+	}
+	for _, m := range r.Measurements {
+		if m.Inner.Mean <= 0 || m.Outer.Mean <= 0 || m.Inner.Min > m.Inner.Mean {
+			t.Errorf("%s/%s: %+v", m.Entry, m.Exit, m)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(os.Getenv("KPROFD_CACHE_DIR"), "calibration.json")); err != nil {
+		t.Errorf("no cache written: %v", err)
+	}
+	out, err = exec.Command(bin, "calibrate", "--quick", "--no-save").Output()
+	if err != nil {
+		t.Fatalf("calibrate: %v", err)
+	}
+	if !regexp.MustCompile(`(?m)^\s+emulated\s+uretprobe\s+\d+\s+\d+\s+\d+`).Match(out) {
+		t.Errorf("calibrate table lacks the emulated/uretprobe row:\n%s", out)
+	}
+
+	build := testtarget.BuildCTree(t)
+	target := testtarget.Start(t, build.Exe)
+	k := startKprofd(t, bin, "attach", "-p", fmt.Sprint(target.Pid()), "--root", "handle_request", "-d", "100ms", "-o", filepath.Join(t.TempDir(), "p.pb.gz"))
+	if code := k.wait(t); code != 0 {
+		t.Fatalf("kprofd exited %d; stderr:\n%s", code, k.stderr.String())
+	}
+	if strings.Contains(k.stderr.String(), "measuring what probes cost") {
+		t.Errorf("attach calibrated although a calibration is cached:\n%s", k.stderr.String())
 	}
 }
 

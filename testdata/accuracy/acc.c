@@ -1,0 +1,127 @@
+// acc: the target of kprofd's compensation accuracy benchmark. Before any
+// probe is attached it measures the self time per call of each of its
+// functions, unprobed, and prints it; then it serves "run N" under the
+// root, work, while kprofd traces it.
+//
+// Build: gcc -O2 -o acc acc.c
+//
+// Below the root work, each call of work makes:
+//   fanout   1 call; it calls tiny FANOUT times: its own time is small and
+//            the probes of its callees (their outer time) dominate it
+//   tiny     FANOUT calls, a few ns each
+// Every function starts with push, which the kernel emulates: the cheap
+// and common probe class. (A single-stepped probe costs 10-14 us here, and
+// its spread alone exceeds the accuracy goal for a 3 us function.)
+//   few_us   1 call of about 3 us
+//   tens_us  1 call of about 30 us
+//
+// Protocol: prints "true work=W fanout=F tiny=T few_us=A tens_us=B" (ns of
+// self time per call, the median over batches) and "ready"; "run N" calls
+// work N times and prints "done"; "exit" exits.
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define FANOUT 40
+#define NOINLINE __attribute__((noinline, noipa))
+
+volatile unsigned sink;
+
+NOINLINE int tiny(int x)
+{
+	asm volatile("" ::: "rbx"); // saving rbx makes it start with push
+	return x * 3 + 1;
+}
+
+NOINLINE int fanout(int x)
+{
+	int s = 0;
+	for (int i = 0; i < FANOUT; i++)
+		s += tiny(x + i);
+	return s;
+}
+
+static unsigned spin(unsigned n)
+{
+	unsigned v = sink;
+	for (unsigned i = 0; i < n; i++)
+		v = v * 1103515245u + 12345u;
+	return v;
+}
+
+NOINLINE unsigned few_us(void)
+{
+	asm volatile("" ::: "rbx");
+	return spin(3000);
+}
+
+NOINLINE unsigned tens_us(void)
+{
+	asm volatile("" ::: "rbx");
+	return spin(30000);
+}
+
+NOINLINE unsigned work(int x)
+{
+	return fanout(x) + few_us() + tens_us();
+}
+
+static double now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1e9 + ts.tv_nsec;
+}
+
+static int cmp(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+// PER_CALL returns the median over batches of the mean time per call: the
+// mean is what a profile reports, the median keeps the odd disturbed batch
+// out.
+#define BATCHES 51
+#define PER_CALL(expr, calls)                                  \
+	({                                                     \
+		double t[BATCHES];                             \
+		for (int b = 0; b < BATCHES; b++) {            \
+			double t0 = now();                     \
+			for (int i = 0; i < (calls); i++)      \
+				sink += (expr);                \
+			t[b] = (now() - t0) / (calls);         \
+		}                                              \
+		qsort(t, BATCHES, sizeof t[0], cmp);           \
+		t[BATCHES / 2];                                \
+	})
+
+int main(void)
+{
+	char line[64];
+	int n;
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	double t_tiny = PER_CALL(tiny(i), 10000);
+	double t_fanout = PER_CALL(fanout(i), 1000);
+	double t_few = PER_CALL(few_us(), 100);
+	double t_tens = PER_CALL(tens_us(), 20);
+	double t_work = PER_CALL(work(i), 20);
+	double self_work = t_work - t_fanout - t_few - t_tens;
+	double self_fanout = t_fanout - FANOUT * t_tiny;
+	// Differences of noisy minima can dip below zero; no time is negative.
+	printf("true work=%.1f fanout=%.1f tiny=%.1f few_us=%.1f tens_us=%.1f\n",
+	       self_work > 0 ? self_work : 0, self_fanout > 0 ? self_fanout : 0, t_tiny, t_few, t_tens);
+	printf("ready\n");
+	while (fgets(line, sizeof line, stdin)) {
+		if (strcmp(line, "exit\n") == 0)
+			return 0;
+		if (sscanf(line, "run %d", &n) != 1)
+			return 2;
+		for (int i = 0; i < n; i++)
+			sink += work(i);
+		printf("done\n");
+	}
+	return 0;
+}
