@@ -30,49 +30,37 @@ TEXT ·calCatch(SB), NOSPLIT|NOFRAME, $0-0
 	POPQ BP
 	RET
 
+// LOOP is the body of a driver loop: call fn CX times (the loop loads
+// its argument n into CX first; the targets leave CX alone). The push is
+// the loop's first emulated instruction, its entry probe.
+#define LOOP(fn, again) \
+	PUSHQ BP; \
+again: \
+	CALL fn(SB); \
+	DECQ CX; \
+	JNZ again; \
+	POPQ BP; \
+	RET
+
 // func loopPush(n int)
 TEXT ·loopPush(SB), NOSPLIT|NOFRAME, $0-8
 	MOVQ n+0(FP), CX
-	PUSHQ BP
-pushAgain:
-	CALL ·calPush(SB)
-	DECQ CX
-	JNZ pushAgain
-	POPQ BP
-	RET
+	LOOP(·calPush, pushAgain)
 
 // func loopStep(n int)
 TEXT ·loopStep(SB), NOSPLIT|NOFRAME, $0-8
 	MOVQ n+0(FP), CX
-	PUSHQ BP
-stepAgain:
-	CALL ·calStep(SB)
-	DECQ CX
-	JNZ stepAgain
-	POPQ BP
-	RET
+	LOOP(·calStep, stepAgain)
 
 // func loopNop5(n int)
 TEXT ·loopNop5(SB), NOSPLIT|NOFRAME, $0-8
 	MOVQ n+0(FP), CX
-	PUSHQ BP
-nop5Again:
-	CALL ·calNop5(SB)
-	DECQ CX
-	JNZ nop5Again
-	POPQ BP
-	RET
+	LOOP(·calNop5, nop5Again)
 
 // func loopCatch(n int)
 TEXT ·loopCatch(SB), NOSPLIT|NOFRAME, $0-8
 	MOVQ n+0(FP), CX
-	PUSHQ BP
-catchAgain:
-	CALL ·calCatch(SB)
-	DECQ CX
-	JNZ catchAgain
-	POPQ BP
-	RET
+	LOOP(·calCatch, catchAgain)
 
 // func targetAddrs(a *[8]uintptr) stores the run-time addresses of the
 // targets: the symbol table may be stripped (go test, go build -s), but

@@ -64,28 +64,22 @@ type Node struct {
 // Self returns the node's exclusive wall time: Wall minus the children's
 // Wall, clamped at 0 (a child can exceed its parent when exit times were
 // inferred).
-func (n *Node) Self() uint64 {
-	var c uint64
-	for _, ch := range n.Children {
-		c += ch.Wall
-	}
-	if c >= n.Wall {
-		return 0
-	}
-	return n.Wall - c
-}
+func (n *Node) Self() uint64 { return n.exclusive(func(m *Node) uint64 { return m.Wall }) }
 
 // RawSelf returns the node's exclusive wall time as measured, before
-// Compensate; Self() until a tree is compensated.
-func (n *Node) RawSelf() uint64 {
+// Compensate; 0 until a tree is compensated.
+func (n *Node) RawSelf() uint64 { return n.exclusive(func(m *Node) uint64 { return m.Raw }) }
+
+// exclusive returns a time of n less the same time of its children.
+func (n *Node) exclusive(time func(*Node) uint64) uint64 {
 	var c uint64
 	for _, ch := range n.Children {
-		c += ch.Raw
+		c += time(ch)
 	}
-	if c >= n.Raw {
-		return 0
+	if t := time(n); t > c {
+		return t - c
 	}
-	return n.Raw - c
+	return 0
 }
 
 // Child returns the child of n for function f, creating it if needed.
