@@ -278,3 +278,47 @@ func TestFragmentRule(t *testing.T) {
 		}
 	}
 }
+
+// TestSlotRule checks the slot rule against what a function's code does:
+// at its entry the slot is the stack pointer; after push rbp; mov rsp,rbp
+// (with frame pointers) it is rbp+8.
+func TestSlotRule(t *testing.T) {
+	need(t, "gcc")
+	for _, tc := range []struct {
+		flags   []string
+		fromRBP bool
+	}{{[]string{"-fomit-frame-pointer"}, false}, {[]string{"-fno-omit-frame-pointer"}, true}} {
+		app := buildApp(t, tc.flags...)
+		o, err := Open(app)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer o.Close()
+		f := o.Lookup("main")[0]
+		if adj, rbp, ok := o.SlotRule(f.Addr); !ok || adj != 0 || rbp {
+			t.Errorf("%v: at main's entry: adjust %d, rbp %v, ok %v; want 0 from the stack pointer", tc.flags, adj, rbp, ok)
+		}
+		// The last instruction before main's first ret has the body's
+		// rule.
+		code, _ := o.Code(f.Addr, f.Size)
+		var last uint64
+		for off := 0; off < len(code); {
+			in, err := x86asm.Decode(code[off:], 64)
+			if err != nil {
+				off++
+				continue
+			}
+			if in.Op == x86asm.CALL {
+				last = f.Addr + uint64(off)
+			}
+			off += in.Len
+		}
+		adj, rbp, ok := o.SlotRule(last)
+		if !ok || rbp != tc.fromRBP || (rbp && adj != 8) || (!rbp && adj <= 0) {
+			t.Errorf("%v: at main's last call: adjust %d, rbp %v, ok %v", tc.flags, adj, rbp, ok)
+		}
+	}
+	if _, _, ok := (&Object{}).SlotRule(0x1000); ok {
+		t.Error("a rule without FDEs")
+	}
+}
