@@ -26,6 +26,7 @@ const (
 type site struct {
 	kind   siteKind
 	from   uint64 // address of the instruction
+	next   uint64 // address of the next instruction (a call's return address)
 	target uint64 // destination, or the memory slot for *Slot kinds
 }
 
@@ -102,9 +103,9 @@ func (b *body) decodeRange(obj *symbolizer.Object, fn *symbolizer.Func, r symbol
 			b.rets = append(b.rets, addr)
 		case in.IsCall():
 			if t, ok := in.Target(); ok {
-				b.sites = append(b.sites, site{kind: siteCall, from: addr, target: t})
+				b.sites = append(b.sites, site{kind: siteCall, from: addr, next: in.End(), target: t})
 			} else if slot, ok := in.MemTarget(); ok {
-				b.sites = append(b.sites, site{kind: siteCallSlot, from: addr, target: slot})
+				b.sites = append(b.sites, site{kind: siteCallSlot, from: addr, next: in.End(), target: slot})
 			} else {
 				b.indirect++
 			}

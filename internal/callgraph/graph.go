@@ -37,6 +37,9 @@ type Node struct {
 	// that the analysis cannot follow (function pointers, virtual calls,
 	// jump tables).
 	Indirect int
+	// SetjmpReturns are the return addresses of its calls of setjmp and
+	// its kin: a longjmp lands there, skipping the frames in between.
+	SetjmpReturns []uint64
 	// Notes says what the analysis could not settle in this function.
 	Notes []string
 }
@@ -207,6 +210,14 @@ func (b *builder) analyze(n *Node) error {
 		if fn == nil {
 			continue
 		}
+		if isSetjmp(fn) {
+			// It returns twice, the second time from a longjmp: not
+			// traced, its return sites are probed instead.
+			if s.kind == siteCall || s.kind == siteCallSlot {
+				n.SetjmpReturns = append(n.SetjmpReturns, s.next)
+			}
+			continue
+		}
 		callee := b.node(obj, fn)
 		if callee == nil {
 			continue
@@ -286,6 +297,21 @@ func (b *builder) usable(obj *symbolizer.Mapped, fn *symbolizer.Func) (*symboliz
 		return nil, nil
 	}
 	return obj, fn
+}
+
+// setjmpNames are the C library's functions that return twice.
+var setjmpNames = []string{"setjmp", "_setjmp", "__setjmp", "sigsetjmp", "__sigsetjmp", "__sigsetjmp_cancel", "savectx", "getcontext"}
+
+func isSetjmp(fn *symbolizer.Func) bool {
+	if slices.Contains(setjmpNames, fn.Name) {
+		return true
+	}
+	for _, a := range fn.Aliases {
+		if slices.Contains(setjmpNames, a) {
+			return true
+		}
+	}
+	return false
 }
 
 // pltSlot returns the GOT slot a PLT stub jumps through.

@@ -71,9 +71,13 @@ type Probe struct {
 	Kind bpf.Kind
 	// Class is what a hit costs.
 	Class x86.Class
-	// SlotAdjust turns the stack pointer at the probe into the frame's
-	// return-address slot.
+	// SlotAdjust turns the stack pointer (or rbp, with FromRBP) at the
+	// probe into the frame's return-address slot.
 	SlotAdjust int
+	// FromRBP makes SlotAdjust relative to rbp.
+	FromRBP bool
+	// Capture makes the probe capture the thread's real stack.
+	Capture bool
 }
 
 // Func is the plan for one function.
@@ -86,6 +90,10 @@ type Func struct {
 	Entry Probe
 	// Exits are the exit probes: ret sites or one uretprobe.
 	Exits []Probe
+	// Catches are probes where the function resumes after frames below it
+	// were skipped: its exception landing pads (catch and cleanup) and the
+	// return sites of its setjmp calls, where a longjmp lands.
+	Catches []Probe
 	// Logical is the id this function counts as: its own, or the one of
 	// the function a partial-inlining clone (foo.part.N) belongs to.
 	Logical uint32
@@ -98,9 +106,20 @@ type Func struct {
 	Notes []string
 }
 
+// SyncProbe marks a moment the stack is known to be shallower than the
+// probe's frame: the entry of __cxa_begin_catch, which every catch handler
+// calls once unwinding is done (also outside the traced functions, when an
+// exception leaves the root).
+type SyncProbe struct {
+	Obj *symbolizer.Mapped
+	Probe
+}
+
 // Plan is every probe of a session.
 type Plan struct {
 	Funcs []*Func
+	// Syncs are probes that are no function's.
+	Syncs []SyncProbe
 	// Exits is the exit mode in force (never ExitsAuto).
 	Exits ExitMode
 	// ExitsReason says why, when the mode was chosen automatically.
@@ -132,6 +151,9 @@ func New(g *callgraph.Graph, p *symbolizer.Process, mode ExitMode) (*Plan, error
 		if err != nil {
 			return nil, fmt.Errorf("placing the exit probes of %s: %w", n.Name(), err)
 		}
+		catches, catchNotes := placeCatches(n)
+		f.Catches = catches
+		f.Notes = append(f.Notes, catchNotes...)
 		if id, ok := byFunc[n.Func.PartOf]; ok && n.Func.PartOf != nil {
 			f.Logical = id
 		}
@@ -156,7 +178,75 @@ func New(g *callgraph.Graph, p *symbolizer.Process, mode ExitMode) (*Plan, error
 			}
 		}
 	}
+	pl.Syncs = placeSyncs(p, byFunc)
 	return pl, nil
+}
+
+// placeCatches places a catch probe on every landing pad of the function
+// and after every call of setjmp. Each captures the real stack, to check
+// the simulated one where it is most likely to be wrong.
+func placeCatches(n *callgraph.Node) ([]Probe, []string) {
+	var notes []string
+	pads, err := n.Obj.LandingPads(n.Func)
+	if err != nil {
+		notes = append(notes, fmt.Sprintf("landing pads not read: %v", err))
+	}
+	sites := n.SetjmpReturns
+	for _, p := range pads {
+		sites = append(sites, p.Addr)
+	}
+	var probes []Probe
+	for _, addr := range sites {
+		adjust, fromRBP, ok := n.Obj.SlotRule(addr)
+		if !ok {
+			notes = append(notes, fmt.Sprintf("no call frame information at %#x: its catch site is not probed", addr))
+			continue
+		}
+		code, err := n.Obj.Code(addr, 16)
+		if err != nil {
+			notes = append(notes, fmt.Sprintf("catch site %#x: %v", addr, err))
+			continue
+		}
+		in, err := x86.Decode(code, addr)
+		if err != nil || x86.ProbeClass(&in) == x86.ClassUnprobeable {
+			notes = append(notes, fmt.Sprintf("catch site %#x cannot be probed", addr))
+			continue
+		}
+		p, _, err := withOffset(n, Probe{Addr: addr, Kind: bpf.KindCatch, Class: x86.ProbeClass(&in),
+			SlotAdjust: int(adjust), FromRBP: fromRBP, Capture: true})
+		if err != nil {
+			notes = append(notes, fmt.Sprintf("catch site %#x: %v", addr, err))
+			continue
+		}
+		probes = append(probes, p)
+	}
+	return probes, notes
+}
+
+// placeSyncs places a sync probe on the entry of __cxa_begin_catch when
+// the process maps it and it is not traced already (its entry would then
+// say as much).
+func placeSyncs(p *symbolizer.Process, traced map[*symbolizer.Func]uint32) []SyncProbe {
+	m, fn := p.ResolveImport("__cxa_begin_catch")
+	if fn == nil {
+		return nil
+	}
+	if _, ok := traced[fn]; ok {
+		return nil
+	}
+	off, err := m.FileOffset(fn.Addr)
+	if err != nil {
+		return nil
+	}
+	code, err := m.Code(fn.Addr, 16)
+	if err != nil {
+		return nil
+	}
+	in, err := x86.Decode(code, fn.Addr)
+	if err != nil {
+		return nil
+	}
+	return []SyncProbe{{Obj: m, Probe: Probe{Addr: fn.Addr, Offset: off, Kind: bpf.KindSync, Class: x86.ProbeClass(&in)}}}
 }
 
 // AutoExits chooses the exit mode for a process and says why.
@@ -307,6 +397,9 @@ func (pl *Plan) Write(w io.Writer) error {
 		if f.Node.Indirect > 0 {
 			flags = append(flags, fmt.Sprintf("%d indirect calls not followed", f.Node.Indirect))
 		}
+		if len(f.Catches) > 0 {
+			flags = append(flags, fmt.Sprintf("%d catch sites", len(f.Catches)))
+		}
 		flags = append(flags, f.Notes...)
 		flags = append(flags, f.Node.Notes...)
 		fmt.Fprintf(tw, "%d\t%s\t%s\t+%#x\t%s\t%s\t%s\n", f.ID, f.Node.Func.Display, f.Node.Obj.Base(),
@@ -338,7 +431,7 @@ func exitSummary(f *Func) string {
 func (pl *Plan) NumProbes() int {
 	n := 0
 	for _, f := range pl.Funcs {
-		n += 1 + len(f.Exits)
+		n += 1 + len(f.Exits) + len(f.Catches)
 	}
-	return n
+	return n + len(pl.Syncs)
 }
