@@ -10,13 +10,21 @@ const (
 	// CookieRootTail marks functions a root can reach by tail calls alone:
 	// their frames may take over the root's own stack slot.
 	CookieRootTail uint64 = 1 << 37
+	// CookieSlotRBP makes the slot adjustment relative to rbp instead of
+	// the stack pointer (landing pads of functions with a frame pointer).
+	CookieSlotRBP uint64 = 1 << 38
+	// CookieCapture makes the probe capture the thread's real stack.
+	CookieCapture uint64 = 1 << 39
+
+	cookieFlags = CookieRoot | CookieRootTail | CookieSlotRBP | CookieCapture
 )
 
 // Cookie packs what the probe program needs to know about one probe into
 // its 64-bit attach cookie: the function id, the probe kind, the Cookie*
 // flags, and slotAdjust, the bytes to add to the stack pointer at the probed
 // instruction to reach the frame's return-address slot (0 at the first
-// instruction and at a ret, +8 after one push, -8 in a uretprobe).
+// instruction and at a ret, +8 after one push, -8 in a uretprobe), or to
+// rbp with CookieSlotRBP.
 func Cookie(fn uint32, kind Kind, flags uint64, slotAdjust int) (uint64, error) {
 	if slotAdjust < -1<<15 || slotAdjust >= 1<<15 {
 		return 0, fmt.Errorf("stack adjustment %d does not fit in a cookie", slotAdjust)
@@ -24,7 +32,7 @@ func Cookie(fn uint32, kind Kind, flags uint64, slotAdjust int) (uint64, error) 
 	if kind > 0xf {
 		return 0, fmt.Errorf("probe kind %d does not fit in a cookie", kind)
 	}
-	return uint64(fn) | uint64(kind)<<32 | flags&(CookieRoot|CookieRootTail) |
+	return uint64(fn) | uint64(kind)<<32 | flags&cookieFlags |
 		uint64(uint16(int16(slotAdjust)))<<48, nil
 }
 

@@ -13,9 +13,14 @@ const (
 	KindReturn Kind = 2
 	// KindCatch fires at an exception landing pad (catch or cleanup).
 	KindCatch Kind = 3
-	// KindThreadExit says the thread exited while inside the root; Slot
-	// and Func are 0.
+	// KindThreadExit says the thread exited, or exec'd, while inside the
+	// root; Slot and Func are 0.
 	KindThreadExit Kind = 4
+	// KindSync says every frame at or below Slot is gone (the entry of
+	// __cxa_begin_catch, or the root found left: Slot is then ^0).
+	KindSync Kind = 5
+	// KindStack is a captured real stack; Reader.Stack returns it.
+	KindStack Kind = 6
 )
 
 func (k Kind) String() string {
@@ -30,6 +35,10 @@ func (k Kind) String() string {
 		return "catch"
 	case KindThreadExit:
 		return "thread exit"
+	case KindSync:
+		return "sync"
+	case KindStack:
+		return "stack"
 	}
 	return "kind?"
 }
@@ -71,3 +80,20 @@ type Event struct {
 	// it lands in.
 	Adjust uint32
 }
+
+// Stack is a thread's real user stack captured by the probe program.
+type Stack struct {
+	// Tid and Time say whose stack and when.
+	Tid  uint32
+	Time uint64
+	// RootSlot is the return-address slot of the thread's outermost root
+	// frame: the copy reaches it unless it is more than StackMax bytes up.
+	RootSlot uint64
+	// PC, SP and BP are the registers at the probe.
+	PC, SP, BP uint64
+	// Data is the stack memory from SP up.
+	Data []byte
+}
+
+// StackMax is the most stack a capture copies (STACK_MAX in kprofd.bpf.c).
+const StackMax = 16384

@@ -29,6 +29,8 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #define KIND_RETURN 2
 #define KIND_CATCH 3
 #define KIND_THREAD_EXIT 4
+#define KIND_SYNC 5
+#define KIND_STACK 6
 
 // Event flags; match bpf/event.go.
 #define FLAG_LOST_BEFORE 1
@@ -39,10 +41,18 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 //   bit  36      the function is a root
 //   bit  37      the function can be reached from a root by tail calls only,
 //                so its frame may sit in the root's own stack slot
-//   bits 48..63  signed adjustment that turns the probed stack pointer into
-//                the frame's return-address slot
+//   bit  38      the slot is relative to rbp, not to the stack pointer
+//   bit  39      capture the thread's real stack at this probe
+//   bits 48..63  signed adjustment that turns the probed stack pointer (or
+//                rbp) into the frame's return-address slot
 #define COOKIE_ROOT (1ULL << 36)
 #define COOKIE_ROOT_TAIL (1ULL << 37)
+#define COOKIE_SLOT_RBP (1ULL << 38)
+#define COOKIE_CAPTURE (1ULL << 39)
+
+// Bytes of stack a capture copies at most, from the stack pointer up to
+// the root's frame. A power of two.
+#define STACK_MAX 16384
 
 // Events per batch; a power of two. Matches bpf/event.go.
 #define BATCH 64
@@ -52,7 +62,9 @@ enum {
 	STAT_LOST = 0,	     // events dropped: ring buffer full
 	STAT_NO_STORAGE = 1, // root entries ignored: no memory for thread context
 	STAT_STALE_ROOT = 2, // threads found above their root's frame
-	STAT_MAX = 3,
+	STAT_STACKS = 3,     // stacks captured
+	STAT_STACKS_LOST = 4, // stacks not captured: ring buffer full
+	STAT_MAX = 5,
 };
 
 struct kprofd_event {
@@ -70,11 +82,34 @@ struct kprofd_event {
 // test compares with bpf.Event.
 const struct kprofd_event *unused_event __attribute__((unused));
 
+// A captured user stack: a KIND_STACK event (slot: the root's slot;
+// func: bytes of data; adjust: the capture's cost), the registers, and a
+// copy of the stack from sp up.
+struct kprofd_stack {
+	struct kprofd_event ev;
+	__u64 pc;
+	__u64 sp;
+	__u64 bp;
+	__u8 data[STACK_MAX];
+};
+
+// Keeps struct kprofd_stack in BTF for bpf2go.
+const struct kprofd_stack *unused_stack __attribute__((unused));
+
+// Depth of the shadow stack of slots the probe program keeps per thread,
+// to notice exits that do not match the frame it expects. A power of two.
+#define SHADOW 32
+
 // Per-thread context, created at a thread's first root entry.
 struct kprofd_thread {
-	__u64 root_slot; // return-address slot of the outermost root frame, 0 outside
-	__u32 lost;	 // events of this thread dropped since its last batch
-	__u32 n;	 // events in buf
+	__u64 root_slot;  // return-address slot of the outermost root frame, 0 outside
+	__u64 last_check; // time of the last consistency capture
+	__u32 lost;	  // events of this thread dropped since its last batch
+	__u32 n;	  // events in buf
+	__u32 depth;	  // frames on the shadow stack (more than SHADOW: the rest unchecked)
+	__u32 pad;
+	__u64 popped;	  // slot of the last frame an exit popped (uretprobes return once per tail call)
+	__u64 shadow[SHADOW]; // slots of the innermost frames, shadow[(depth-1) % SHADOW] on top
 	struct kprofd_event buf[BATCH];
 };
 
@@ -105,6 +140,9 @@ volatile const __u32 target_tgid;
 volatile const __u64 wakeup_bytes = 256 << 10;
 // Flush a batch whose first event is older than this.
 volatile const __u64 batch_age_ns = 10 * 1000 * 1000;
+// Capture a thread's real stack at most this often to check its simulated
+// one (0: only at catch sites).
+volatile const __u64 check_interval_ns = 0;
 
 static __always_inline void count(__u32 idx, __u64 n)
 {
@@ -157,15 +195,126 @@ static __always_inline __u32 take(struct kprofd_thread *th)
 	return __sync_lock_test_and_set(&th->n, 0);
 }
 
+// append adds an event to the thread's batch, flushing a full or old
+// batch first; a flush happens after the event's timestamp, so the event
+// carries its duration (adjust time).
+static __always_inline struct kprofd_event *append(struct kprofd_thread *th, __u64 now)
+{
+	__u32 adjust = 0;
+	__u32 i = th->n;
+	if (i >= BATCH || (i > 0 && now - th->buf[0].time > batch_age_ns)) {
+		adjust = timed_flush(th);
+		i = 0;
+	}
+	struct kprofd_event *e = &th->buf[i & (BATCH - 1)];
+	e->time = now;
+	e->flags = 0;
+	e->adjust = adjust;
+	th->n = i + 1;
+	return e;
+}
+
+// capture flushes the thread's batch and writes its real stack, from the
+// stack pointer up to the root's frame, as one KIND_STACK record after it.
+// The record's adjust is what flushing and copying cost the thread.
+static __always_inline void capture(struct pt_regs *ctx, struct kprofd_thread *th, __u32 tid)
+{
+	__u64 t0 = bpf_ktime_get_ns();
+	flush(th);
+	struct kprofd_stack *st = bpf_ringbuf_reserve(&events, sizeof(*st), 0);
+	if (!st) {
+		count(STAT_STACKS_LOST, 1);
+		return;
+	}
+	__u64 sp = PT_REGS_SP(ctx);
+	__u64 n = STACK_MAX;
+	if (th->root_slot + 8 > sp && th->root_slot + 8 - sp < STACK_MAX)
+		n = th->root_slot + 8 - sp;
+	if (bpf_probe_read_user(st->data, n, (void *)sp))
+		n = 0;
+	st->pc = PT_REGS_IP(ctx);
+	st->sp = sp;
+	st->bp = PT_REGS_FP(ctx);
+	st->ev.slot = th->root_slot;
+	st->ev.tid = tid;
+	st->ev.func = n;
+	st->ev.kind = KIND_STACK;
+	st->ev.flags = 0;
+	__u64 now = bpf_ktime_get_ns();
+	st->ev.time = now;
+	st->ev.adjust = now - t0;
+	th->last_check = now;
+	bpf_ringbuf_submit(st, BPF_RB_FORCE_WAKEUP);
+	count(STAT_STACKS, 1);
+}
+
+// shadow_pop pops the shadow frames below slot (at or below it when
+// inclusive): the stack-slot rule of the daemon's simulation, in small.
+static __always_inline void shadow_pop(struct kprofd_thread *th, __u64 slot, int inclusive)
+{
+	for (int i = 0; i < SHADOW; i++) {
+		if (th->depth == 0 || th->depth > SHADOW)
+			return;
+		__u64 top = th->shadow[(th->depth - 1) & (SHADOW - 1)];
+		if (top > slot || (top == slot && !inclusive))
+			return;
+		th->depth--;
+	}
+}
+
+// shadow reports whether the event matches the thread's shadow stack and
+// updates it. An exit matches when its frame is on top once the frames
+// below its slot are popped (missed exits are not mismatches: the slot
+// rule infers them); the daemon then needs no real stack.
+static __always_inline int shadow(struct kprofd_thread *th, __u8 kind, __u64 slot)
+{
+	switch (kind) {
+	case KIND_ENTRY:
+		th->popped = 0;
+		shadow_pop(th, slot, 0);
+		if (th->depth > 0 && th->depth <= SHADOW && th->shadow[(th->depth - 1) & (SHADOW - 1)] == slot)
+			return 1; // a tail call: it takes over the slot
+		if (th->depth < SHADOW)
+			th->shadow[th->depth & (SHADOW - 1)] = slot;
+		th->depth++;
+		return 1;
+	case KIND_EXIT:
+	case KIND_RETURN:
+		if (th->depth > SHADOW) {
+			th->depth--;
+			return 1;
+		}
+		shadow_pop(th, slot, 0);
+		if (th->depth > 0 && th->shadow[(th->depth - 1) & (SHADOW - 1)] == slot) {
+			th->depth--;
+			th->popped = slot;
+			return 1;
+		}
+		return slot == th->popped;
+	case KIND_CATCH:
+		shadow_pop(th, slot, 0);
+		return 1;
+	case KIND_SYNC:
+		shadow_pop(th, slot, 1);
+		return 1;
+	}
+	return 1;
+}
+
 static __always_inline int handle(struct pt_regs *ctx)
 {
 	__u64 now = bpf_ktime_get_ns();
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	if ((__u32)(pid_tgid >> 32) != target_tgid)
 		return 0;
+	__u32 tid = (__u32)pid_tgid;
 	__u64 cookie = bpf_get_attach_cookie(ctx);
 	__u8 kind = (cookie >> 32) & 0xf;
-	__u64 slot = PT_REGS_SP(ctx) + (__s64)(__s16)(cookie >> 48);
+	// Load both registers: selecting the context field itself would be a
+	// variable context offset, which the verifier refuses.
+	__u64 sp = PT_REGS_SP(ctx), fp = PT_REGS_FP(ctx);
+	asm volatile("" : "+r"(sp), "+r"(fp));
+	__u64 slot = ((cookie & COOKIE_SLOT_RBP) ? fp : sp) + (__s64)(__s16)(cookie >> 48);
 
 	// Only a root's probes create a thread's context; any other probe
 	// of a thread that never entered a root stops here.
@@ -178,45 +327,48 @@ static __always_inline int handle(struct pt_regs *ctx)
 		return 0;
 	}
 	// A frame at or above the root's slot means the root is gone (left
-	// by longjmp or an exception we did not see) -- except an exit of the
-	// root itself, and a tail callee of the root, which takes over the
-	// root's slot.
+	// by longjmp or an exception caught outside it) -- except an exit of
+	// the root itself, and a tail callee of the root, which takes over the
+	// root's slot. A sync at the root's slot (__cxa_begin_catch called
+	// where the root was) means the same. Say so now: every simulated
+	// frame ended by this time.
 	if (th->root_slot &&
 	    (slot > th->root_slot ||
-	     (slot == th->root_slot && kind == KIND_ENTRY && !(cookie & COOKIE_ROOT_TAIL)))) {
+	     (slot == th->root_slot && (kind == KIND_SYNC ||
+					(kind == KIND_ENTRY && !(cookie & COOKIE_ROOT_TAIL)))))) {
+		struct kprofd_event *e = append(th, now);
+		e->slot = ~0ULL;
+		e->tid = tid;
+		e->func = 0;
+		e->kind = KIND_SYNC;
 		th->root_slot = 0;
+		flush(th);
 		count(STAT_STALE_ROOT, 1);
 	}
 	if (!th->root_slot) {
 		if (kind != KIND_ENTRY || !(cookie & COOKIE_ROOT))
 			return 0;
 		th->root_slot = slot;
+		th->last_check = now;
+		th->depth = 0;
 	}
 
-	// A full or old batch is flushed before this event is added, after
-	// its timestamp: the event carries the flush's duration.
-	__u32 adjust = 0;
-	__u32 i = th->n;
-	if (i >= BATCH || (i > 0 && now - th->buf[0].time > batch_age_ns)) {
-		adjust = timed_flush(th);
-		i = 0;
-	}
-	struct kprofd_event *e = &th->buf[i & (BATCH - 1)];
-	e->time = now;
+	struct kprofd_event *e = append(th, now);
 	e->slot = slot;
-	e->tid = (__u32)pid_tgid;
+	e->tid = tid;
 	e->func = (__u32)cookie;
 	e->kind = kind;
-	e->flags = 0;
-	e->adjust = adjust;
-	th->n = i + 1;
 
 	// The outermost root frame returned: the thread leaves the root, and
 	// the time its batch takes to flush is no frame's.
 	if ((kind == KIND_EXIT || kind == KIND_RETURN) && slot == th->root_slot) {
 		th->root_slot = 0;
 		flush(th);
+		return 0;
 	}
+	int matched = shadow(th, kind, slot);
+	if (!matched || (cookie & COOKIE_CAPTURE) || (check_interval_ns && now - th->last_check > check_interval_ns))
+		capture(ctx, th, tid);
 	return 0;
 }
 
@@ -258,6 +410,27 @@ int kprofd_exit(void *ctx)
 		n++;
 	}
 	output(th, n);
+	return 0;
+}
+
+// exec replaces the program the thread's frames were in: they end now, and
+// the thread is outside any root.
+SEC("raw_tracepoint/sched_process_exec")
+int kprofd_exec(void *ctx)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	if ((__u32)(pid_tgid >> 32) != target_tgid)
+		return 0;
+	struct kprofd_thread *th = bpf_task_storage_get(&threads, bpf_get_current_task_btf(), 0, 0);
+	if (!th || !th->root_slot)
+		return 0;
+	struct kprofd_event *e = append(th, bpf_ktime_get_ns());
+	e->slot = 0;
+	e->tid = (__u32)pid_tgid;
+	e->func = 0;
+	e->kind = KIND_THREAD_EXIT;
+	th->root_slot = 0;
+	flush(th);
 	return 0;
 }
 

@@ -25,30 +25,47 @@ type kprofdKprofdEvent struct {
 	Adjust uint32
 }
 
+type kprofdKprofdStack struct {
+	_    structs.HostLayout
+	Ev   kprofdKprofdEvent
+	Pc   uint64
+	Sp   uint64
+	Bp   uint64
+	Data [16384]uint8
+}
+
 type kprofdKprofdThread struct {
-	_        structs.HostLayout
-	RootSlot uint64
-	Lost     uint32
-	N        uint32
-	Buf      [64]kprofdKprofdEvent
+	_         structs.HostLayout
+	RootSlot  uint64
+	LastCheck uint64
+	Lost      uint32
+	N         uint32
+	Depth     uint32
+	Pad       uint32
+	Popped    uint64
+	Shadow    [32]uint64
+	Buf       [64]kprofdKprofdEvent
 }
 
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	kprofdMapEvents        = "events"
-	kprofdMapStats         = "stats"
-	kprofdMapThreads       = "threads"
-	kprofdProgKprofdDrain  = "kprofd_drain"
-	kprofdProgKprofdEmpty  = "kprofd_empty"
-	kprofdProgKprofdExit   = "kprofd_exit"
-	kprofdProgKprofdMulti  = "kprofd_multi"
-	kprofdProgKprofdSingle = "kprofd_single"
-	kprofdVarBatchAgeNs    = "batch_age_ns"
-	kprofdVarTargetTgid    = "target_tgid"
-	kprofdVarUnusedEvent   = "unused_event"
-	kprofdVarWakeupBytes   = "wakeup_bytes"
+	kprofdMapEvents          = "events"
+	kprofdMapStats           = "stats"
+	kprofdMapThreads         = "threads"
+	kprofdProgKprofdDrain    = "kprofd_drain"
+	kprofdProgKprofdEmpty    = "kprofd_empty"
+	kprofdProgKprofdExec     = "kprofd_exec"
+	kprofdProgKprofdExit     = "kprofd_exit"
+	kprofdProgKprofdMulti    = "kprofd_multi"
+	kprofdProgKprofdSingle   = "kprofd_single"
+	kprofdVarBatchAgeNs      = "batch_age_ns"
+	kprofdVarCheckIntervalNs = "check_interval_ns"
+	kprofdVarTargetTgid      = "target_tgid"
+	kprofdVarUnusedEvent     = "unused_event"
+	kprofdVarUnusedStack     = "unused_stack"
+	kprofdVarWakeupBytes     = "wakeup_bytes"
 )
 
 // loadKprofd returns the embedded CollectionSpec for kprofd.
@@ -95,6 +112,7 @@ type kprofdSpecs struct {
 type kprofdProgramSpecs struct {
 	KprofdDrain  *ebpf.ProgramSpec `ebpf:"kprofd_drain"`
 	KprofdEmpty  *ebpf.ProgramSpec `ebpf:"kprofd_empty"`
+	KprofdExec   *ebpf.ProgramSpec `ebpf:"kprofd_exec"`
 	KprofdExit   *ebpf.ProgramSpec `ebpf:"kprofd_exit"`
 	KprofdMulti  *ebpf.ProgramSpec `ebpf:"kprofd_multi"`
 	KprofdSingle *ebpf.ProgramSpec `ebpf:"kprofd_single"`
@@ -113,10 +131,12 @@ type kprofdMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type kprofdVariableSpecs struct {
-	BatchAgeNs  *ebpf.VariableSpec `ebpf:"batch_age_ns"`
-	TargetTgid  *ebpf.VariableSpec `ebpf:"target_tgid"`
-	UnusedEvent *ebpf.VariableSpec `ebpf:"unused_event"`
-	WakeupBytes *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
+	BatchAgeNs      *ebpf.VariableSpec `ebpf:"batch_age_ns"`
+	CheckIntervalNs *ebpf.VariableSpec `ebpf:"check_interval_ns"`
+	TargetTgid      *ebpf.VariableSpec `ebpf:"target_tgid"`
+	UnusedEvent     *ebpf.VariableSpec `ebpf:"unused_event"`
+	UnusedStack     *ebpf.VariableSpec `ebpf:"unused_stack"`
+	WakeupBytes     *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
 }
 
 // kprofdObjects contains all objects after they have been loaded into the kernel.
@@ -156,10 +176,12 @@ func (m *kprofdMaps) Close() error {
 //
 // It can be passed to loadKprofdObjects or ebpf.CollectionSpec.LoadAndAssign.
 type kprofdVariables struct {
-	BatchAgeNs  *ebpf.Variable `ebpf:"batch_age_ns"`
-	TargetTgid  *ebpf.Variable `ebpf:"target_tgid"`
-	UnusedEvent *ebpf.Variable `ebpf:"unused_event"`
-	WakeupBytes *ebpf.Variable `ebpf:"wakeup_bytes"`
+	BatchAgeNs      *ebpf.Variable `ebpf:"batch_age_ns"`
+	CheckIntervalNs *ebpf.Variable `ebpf:"check_interval_ns"`
+	TargetTgid      *ebpf.Variable `ebpf:"target_tgid"`
+	UnusedEvent     *ebpf.Variable `ebpf:"unused_event"`
+	UnusedStack     *ebpf.Variable `ebpf:"unused_stack"`
+	WakeupBytes     *ebpf.Variable `ebpf:"wakeup_bytes"`
 }
 
 // kprofdPrograms contains all programs after they have been loaded into the kernel.
@@ -168,6 +190,7 @@ type kprofdVariables struct {
 type kprofdPrograms struct {
 	KprofdDrain  *ebpf.Program `ebpf:"kprofd_drain"`
 	KprofdEmpty  *ebpf.Program `ebpf:"kprofd_empty"`
+	KprofdExec   *ebpf.Program `ebpf:"kprofd_exec"`
 	KprofdExit   *ebpf.Program `ebpf:"kprofd_exit"`
 	KprofdMulti  *ebpf.Program `ebpf:"kprofd_multi"`
 	KprofdSingle *ebpf.Program `ebpf:"kprofd_single"`
@@ -177,6 +200,7 @@ func (p *kprofdPrograms) Close() error {
 	return _KprofdClose(
 		p.KprofdDrain,
 		p.KprofdEmpty,
+		p.KprofdExec,
 		p.KprofdExit,
 		p.KprofdMulti,
 		p.KprofdSingle,

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/features"
@@ -14,7 +15,7 @@ import (
 	"github.com/cilium/ebpf/rlimit"
 )
 
-//go:generate go tool bpf2go -cc clang -cflags "-O2 -mcpu=v3 -g -Wall -Werror -D__TARGET_ARCH_x86 -I/usr/include/x86_64-linux-gnu" -target bpfel -type kprofd_event kprofd kprofd.bpf.c
+//go:generate go tool bpf2go -cc clang -cflags "-O2 -mcpu=v3 -g -Wall -Werror -D__TARGET_ARCH_x86 -I/usr/include/x86_64-linux-gnu" -target bpfel -type kprofd_event -type kprofd_stack kprofd kprofd.bpf.c
 
 // Config sets up the probe program for one target process.
 type Config struct {
@@ -27,6 +28,10 @@ type Config struct {
 	// that the reader finds events when it polls. 0 means
 	// DefaultWakeupBytes.
 	WakeupBytes int
+	// CheckInterval makes each thread inside a root capture its real
+	// stack this often, to check the simulated one; 0 captures only at
+	// catch sites.
+	CheckInterval time.Duration
 }
 
 // Defaults for Config's zero values.
@@ -46,6 +51,9 @@ type Stats struct {
 	// left the root without an exit event (longjmp, an exception caught
 	// outside the root).
 	StaleRoots uint64
+	// Stacks counts real stacks captured; StacksLost those the ring buffer
+	// had no room for.
+	Stacks, StacksLost uint64
 }
 
 // Counter indexes in the stats map; they match STAT_* in kprofd.bpf.c.
@@ -53,15 +61,19 @@ const (
 	statLost = iota
 	statNoStorage
 	statStaleRoot
+	statStacks
+	statStacksLost
 	statMax
 )
 
 // Program is kprofd's probe program loaded for one target, with the
-// tracepoint that saves the events of exiting threads attached.
+// tracepoints that save the events of exiting and exec'ing threads
+// attached.
 type Program struct {
 	objs  kprofdObjects
 	multi bool
-	exit  link.Link
+	exit  link.Link // flushes exiting threads
+	exec  link.Link // ends the frames of a thread that execs
 }
 
 // Load checks that the kernel can run kprofd and loads the probe program
@@ -93,6 +105,9 @@ func Load(cfg Config) (*Program, error) {
 	if err := spec.Variables[kprofdVarWakeupBytes].Set(uint64(cfg.WakeupBytes)); err != nil {
 		return nil, fmt.Errorf("setting wakeup_bytes: %w", err)
 	}
+	if err := spec.Variables[kprofdVarCheckIntervalNs].Set(uint64(cfg.CheckInterval.Nanoseconds())); err != nil {
+		return nil, fmt.Errorf("setting check_interval_ns: %w", err)
+	}
 
 	p := &Program{multi: features.HaveBPFLinkUprobeMulti() == nil}
 	if !p.multi {
@@ -112,6 +127,12 @@ func Load(cfg Config) (*Program, error) {
 	if err != nil {
 		p.objs.Close()
 		return nil, fmt.Errorf("attaching to the sched_process_exit tracepoint: %w", err)
+	}
+	p.exec, err = link.AttachRawTracepoint(link.RawTracepointOptions{Name: "sched_process_exec", Program: p.objs.KprofdExec})
+	if err != nil {
+		p.exit.Close()
+		p.objs.Close()
+		return nil, fmt.Errorf("attaching to the sched_process_exec tracepoint: %w", err)
 	}
 	return p, nil
 }
@@ -138,7 +159,7 @@ func CheckKernel() error {
 func (p *Program) MultiLinks() bool { return p.multi }
 
 // Close unloads the program and its maps. Close every uprobe link first.
-func (p *Program) Close() error { return errors.Join(p.exit.Close(), p.objs.Close()) }
+func (p *Program) Close() error { return errors.Join(p.exec.Close(), p.exit.Close(), p.objs.Close()) }
 
 // Drain returns the events still batched in the threads of the target, and
 // forgets them. Call it after every uprobe is detached and before reading
@@ -164,7 +185,8 @@ func (p *Program) Drain() ([]Event, error) {
 // Stats reads the program's counters.
 func (p *Program) Stats() (Stats, error) {
 	var s Stats
-	counters := [statMax]*uint64{statLost: &s.Lost, statNoStorage: &s.NoStorage, statStaleRoot: &s.StaleRoots}
+	counters := [statMax]*uint64{statLost: &s.Lost, statNoStorage: &s.NoStorage, statStaleRoot: &s.StaleRoots,
+		statStacks: &s.Stacks, statStacksLost: &s.StacksLost}
 	for i, dst := range counters {
 		var perCPU []uint64
 		if err := p.objs.Stats.Lookup(uint32(i), &perCPU); err != nil {
@@ -181,7 +203,7 @@ func (p *Program) Stats() (Stats, error) {
 // they are gone after Close.
 func (p *Program) IDs() []ebpf.ProgramID {
 	var ids []ebpf.ProgramID
-	for _, prog := range []*ebpf.Program{p.objs.KprofdMulti, p.objs.KprofdSingle, p.objs.KprofdEmpty, p.objs.KprofdExit, p.objs.KprofdDrain} {
+	for _, prog := range []*ebpf.Program{p.objs.KprofdMulti, p.objs.KprofdSingle, p.objs.KprofdEmpty, p.objs.KprofdExit, p.objs.KprofdExec, p.objs.KprofdDrain} {
 		if prog == nil {
 			continue
 		}

@@ -12,9 +12,10 @@ import (
 
 // Reader reads events from the program's ring buffer in batches.
 type Reader struct {
-	rd   *ringbuf.Reader
-	rec  ringbuf.Record
-	poll time.Duration
+	rd     *ringbuf.Reader
+	rec    ringbuf.Record
+	poll   time.Duration
+	stacks []Stack // the stacks of the last Read
 }
 
 // ErrClosed is returned by Read after Close.
@@ -33,9 +34,12 @@ func (p *Program) NewReader(poll time.Duration) (*Reader, error) {
 
 // Read appends to dst the events that are ready, waiting at most one poll
 // interval for the first, and stops once dst holds cap(dst)-BatchSize
-// events or more. It returns ErrClosed once the reader is closed.
+// events or more. A captured stack comes as a KindStack event; Stack
+// returns it until the next Read. It returns ErrClosed once the reader is
+// closed.
 func (r *Reader) Read(dst []Event) ([]Event, error) {
 	r.rd.SetDeadline(time.Now().Add(r.poll))
+	r.stacks = r.stacks[:0]
 	for len(dst)+BatchSize <= cap(dst) {
 		err := r.rd.ReadInto(&r.rec)
 		if errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, ringbuf.ErrFlushed) {
@@ -44,20 +48,65 @@ func (r *Reader) Read(dst []Event) ([]Event, error) {
 		if err != nil {
 			return dst, err
 		}
-		if dst, err = appendEvents(dst, r.rec.RawSample); err != nil {
+		raw := r.rec.RawSample
+		if isStack(raw) {
+			var st Stack
+			if st, err = decodeStack(raw); err != nil {
+				return dst, err
+			}
+			dst = append(dst, Event{Time: st.Time, Slot: st.RootSlot, Tid: st.Tid, Func: uint32(len(r.stacks)), Kind: KindStack, Adjust: adjustOf(raw)})
+			r.stacks = append(r.stacks, st)
+			continue
+		}
+		if dst, err = appendEvents(dst, raw); err != nil {
 			return dst, err
 		}
 	}
 	return dst, nil
 }
 
+// Stack returns the stack of a KindStack event of the last Read.
+func (r *Reader) Stack(ev *Event) *Stack {
+	if ev.Kind != KindStack || int(ev.Func) >= len(r.stacks) {
+		return nil
+	}
+	return &r.stacks[ev.Func]
+}
+
+const eventSize = int(unsafe.Sizeof(Event{}))
+
+// isStack reports a KIND_STACK record.
+func isStack(raw []byte) bool {
+	return len(raw) >= eventSize && Kind(raw[unsafe.Offsetof(Event{}.Kind)]) == KindStack
+}
+
+func adjustOf(raw []byte) uint32 { return (*Event)(unsafe.Pointer(&raw[0])).Adjust }
+
+// decodeStack decodes a struct kprofd_stack record, copying its data.
+func decodeStack(raw []byte) (Stack, error) {
+	const header = int(unsafe.Sizeof(kprofdKprofdStack{}) - StackMax)
+	if len(raw) < header {
+		return Stack{}, fmt.Errorf("stack record of %d bytes", len(raw))
+	}
+	ev := (*Event)(unsafe.Pointer(&raw[0]))
+	regs := (*[3]uint64)(unsafe.Pointer(&raw[eventSize]))
+	n := int(ev.Func)
+	if n > StackMax || header+n > len(raw) {
+		return Stack{}, fmt.Errorf("stack record of %d bytes claims %d bytes of stack", len(raw), n)
+	}
+	return Stack{
+		Tid: ev.Tid, Time: ev.Time, RootSlot: ev.Slot,
+		PC: regs[0], SP: regs[1], BP: regs[2],
+		Data: append([]byte(nil), raw[header:header+n]...),
+	}, nil
+}
+
 // appendEvents decodes a batch of events.
 func appendEvents(dst []Event, raw []byte) ([]Event, error) {
-	const size = int(unsafe.Sizeof(Event{}))
-	if len(raw)%size != 0 {
-		return dst, fmt.Errorf("ring buffer record of %d bytes is not a batch of %d-byte events", len(raw), size)
+	if len(raw)%eventSize != 0 {
+		return dst, fmt.Errorf("ring buffer record of %d bytes is not a batch of %d-byte events", len(raw), eventSize)
 	}
-	for off := 0; off < len(raw); off += size {
+	for off := 0; off < len(raw); off += eventSize {
 		dst = append(dst, *(*Event)(unsafe.Pointer(&raw[off])))
 	}
 	return dst, nil

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"time"
 
 	"github.com/kprofd/kprofd/calibrate"
 	"github.com/kprofd/kprofd/internal/callgraph"
@@ -34,6 +35,10 @@ type Config struct {
 	// Calibration, when set, is used to take the probes' own time out of
 	// the profile's times (the raw times stay in it too).
 	Calibration *calibrate.Result
+	// CheckInterval is how often each thread inside the root has its real
+	// stack compared with the simulated one (besides at catch sites); 0
+	// means DefaultCheckInterval, negative only at catch sites.
+	CheckInterval time.Duration
 	// Warnf receives warnings about the target and the plan; nil discards
 	// them.
 	Warnf func(format string, args ...any)

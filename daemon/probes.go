@@ -87,24 +87,34 @@ func attachPlan(prog attacher, pid int, pl *plan.Plan, warnf func(string, ...any
 func groupProbes(pl *plan.Plan) [numPhases][]*fileProbes {
 	var phases [numPhases][]*fileProbes
 	var index [numPhases]map[*symbolizer.Mapped]*fileProbes
-	add := func(phase int, f *plan.Func, p plan.Probe) {
+	add := func(phase int, obj *symbolizer.Mapped, f *plan.Func, p plan.Probe) {
 		if index[phase] == nil {
 			index[phase] = map[*symbolizer.Mapped]*fileProbes{}
 		}
-		fp := index[phase][f.Node.Obj]
+		fp := index[phase][obj]
 		if fp == nil {
-			fp = &fileProbes{obj: f.Node.Obj}
-			index[phase][f.Node.Obj] = fp
+			fp = &fileProbes{obj: obj}
+			index[phase][obj] = fp
 			phases[phase] = append(phases[phase], fp)
 		}
+		var id uint32
 		var flags uint64
-		if f.Root {
-			flags |= bpf.CookieRoot
+		if f != nil {
+			id = f.ID
+			if f.Root {
+				flags |= bpf.CookieRoot
+			}
+			if f.RootTail {
+				flags |= bpf.CookieRootTail
+			}
 		}
-		if f.RootTail {
-			flags |= bpf.CookieRootTail
+		if p.FromRBP {
+			flags |= bpf.CookieSlotRBP
 		}
-		cookie, err := bpf.Cookie(f.ID, p.Kind, flags, p.SlotAdjust)
+		if p.Capture {
+			flags |= bpf.CookieCapture
+		}
+		cookie, err := bpf.Cookie(id, p.Kind, flags, p.SlotAdjust)
 		if err != nil {
 			// plan bounds the prologue it looks at far below 32 KiB.
 			panic(err)
@@ -114,14 +124,17 @@ func groupProbes(pl *plan.Plan) [numPhases][]*fileProbes {
 		fp.entry = append(fp.entry, p.Kind == bpf.KindEntry)
 	}
 	for _, f := range pl.Funcs {
-		for _, p := range f.Exits {
-			add(phaseExits, f, p)
+		for _, p := range slices.Concat(f.Exits, f.Catches) {
+			add(phaseExits, f.Node.Obj, f, p)
 		}
 		if f.Root {
-			add(phaseRootEntries, f, f.Entry)
+			add(phaseRootEntries, f.Node.Obj, f, f.Entry)
 		} else {
-			add(phaseEntries, f, f.Entry)
+			add(phaseEntries, f.Node.Obj, f, f.Entry)
 		}
+	}
+	for _, s := range pl.Syncs {
+		add(phaseExits, s.Obj, nil, s.Probe)
 	}
 	return phases
 }
@@ -150,11 +163,14 @@ func (fp *fileProbes) drop(offsets []uint64, why error, dead map[*plan.Func]bool
 			continue
 		}
 		f := fp.owner[i]
-		if fp.entry[i] {
+		switch {
+		case f == nil:
+			warnf("the kernel refuses the probe on __cxa_begin_catch (%v): exceptions leaving the root are noticed late", why)
+		case fp.entry[i]:
 			dead[f] = true
 			warnf("not tracing %s: the kernel refuses a uprobe at its entry (%v)", f.Node.Name(), why)
-		} else {
-			warnf("%s: the kernel refuses an exit probe at file offset %#x (%v); those exits are inferred", f.Node.Name(), p.Offset, why)
+		default:
+			warnf("%s: the kernel refuses a probe at file offset %#x (%v); what it would show is inferred", f.Node.Name(), p.Offset, why)
 		}
 		matched++
 	}

@@ -142,6 +142,19 @@ func (s *Session) comments(st bpf.Stats) []string {
 	if ss.AdjustNs > 0 {
 		c = append(c, fmt.Sprintf("%s of kprofd's own work (flushing event batches) taken out of the frames it landed in", time.Duration(ss.AdjustNs)))
 	}
+	if ss.Unwound > 0 {
+		c = append(c, fmt.Sprintf("%d calls ended by an exception or a longjmp (%d catch sites hit)", ss.Unwound, ss.Catches))
+	}
+	if ss.Reconciliations > 0 {
+		c = append(c, fmt.Sprintf("%d real stacks compared with the simulated ones: %d frames repaired, %s spent",
+			ss.Reconciliations, ss.Repairs, time.Duration(ss.ReconcileNs)))
+	}
+	if st.StacksLost > 0 {
+		c = append(c, fmt.Sprintf("WARNING: %d stack captures dropped (ring buffer full)", st.StacksLost))
+	}
+	if ss.UnmatchedCatches > 0 {
+		c = append(c, fmt.Sprintf("%d catch sites hit without their function on the simulated stack", ss.UnmatchedCatches))
+	}
 	if ss.ThreadExits > 0 {
 		c = append(c, fmt.Sprintf("%d threads exited inside the root, ending %d calls", ss.ThreadExits, ss.DiedFrames))
 	}

@@ -18,6 +18,10 @@ import (
 	"github.com/kprofd/kprofd/internal/cct"
 )
 
+// DefaultCheckInterval is how often a thread inside the root has its real
+// stack captured to check the simulated one, besides at every catch site.
+const DefaultCheckInterval = 100 * time.Millisecond
+
 // pollInterval is how often the reader looks at the ring buffer when the
 // probe program has not woken it (DESIGN.md §2: 20-50 ms).
 const pollInterval = 30 * time.Millisecond
@@ -92,7 +96,14 @@ func StartPrepared(pr *Prepared, cfg Config) (_ *Session, err error) {
 			s.release()
 		}
 	}()
-	s.prog, err = bpf.Load(bpf.Config{PID: cfg.PID, RingBytes: cfg.RingBytes})
+	check := cfg.CheckInterval
+	switch {
+	case check == 0:
+		check = DefaultCheckInterval
+	case check < 0:
+		check = 0
+	}
+	s.prog, err = bpf.Load(bpf.Config{PID: cfg.PID, RingBytes: cfg.RingBytes, CheckInterval: check})
 	if err != nil {
 		return nil, err
 	}
@@ -101,6 +112,7 @@ func StartPrepared(pr *Prepared, cfg Config) (_ *Session, err error) {
 		return nil, err
 	}
 	s.sim = NewSimulator(funcInfos(pr))
+	s.sim.SetReconciler(newReconciler(pr))
 	// Watch the target before attaching: a pid that exits now must not be
 	// reused unnoticed.
 	s.pidfd, err = unix.PidfdOpen(cfg.PID, 0)
@@ -162,7 +174,11 @@ func (s *Session) run() {
 		var err error
 		buf, err = s.reader.Read(buf[:0])
 		for i := range buf {
-			s.sim.Handle(&buf[i])
+			if ev := &buf[i]; ev.Kind == bpf.KindStack {
+				s.sim.HandleStack(ev, s.reader.Stack(ev))
+			} else {
+				s.sim.Handle(ev)
+			}
 		}
 		s.events.Add(uint64(len(buf)))
 		if time.Since(lastActive) > 200*time.Millisecond {

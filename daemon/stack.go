@@ -3,6 +3,7 @@ package daemon
 import (
 	"maps"
 	"slices"
+	"time"
 
 	"github.com/kprofd/kprofd/bpf"
 	"github.com/kprofd/kprofd/internal/cct"
@@ -60,8 +61,18 @@ type SimStats struct {
 	ThreadExits, DiedFrames uint64
 	// LostMarks is the number of events flagged bpf.FlagLostBefore.
 	LostMarks uint64
-	// Catches is the number of catch events.
-	Catches uint64
+	// Catches is the number of catch events (landing pads, setjmp
+	// returns), Syncs the number of sync events (__cxa_begin_catch, the
+	// root found left), and Unwound the frames they popped: calls ended by
+	// an exception or a longjmp.
+	Catches, Syncs, Unwound uint64
+	// UnmatchedCatches is the number of catch events without a frame of
+	// their function at their slot.
+	UnmatchedCatches uint64
+	// Reconciliations is the number of real stacks compared with the
+	// simulated one, Repairs the frames the comparison found gone and
+	// popped, ReconcileNs the time the comparisons took.
+	Reconciliations, Repairs, ReconcileNs uint64
 }
 
 // Frame flags.
@@ -131,6 +142,7 @@ type Simulator struct {
 	lastTid uint32
 	last    *thread
 	stats   SimStats
+	rec     Reconciler // nil: stacks are not compared
 }
 
 // NewSimulator returns a simulator for the functions in funcs, indexed by
@@ -214,6 +226,10 @@ func (s *Simulator) Handle(ev *bpf.Event) {
 		s.exit(s.thread(ev.Tid), ev)
 	case bpf.KindCatch:
 		s.stats.Catches++
+		s.catch(s.thread(ev.Tid), ev)
+	case bpf.KindSync:
+		s.stats.Syncs++
+		s.sync(s.thread(ev.Tid), ev)
 	case bpf.KindThreadExit:
 		th := s.thread(ev.Tid)
 		s.stats.ThreadExits++
@@ -320,6 +336,91 @@ func (s *Simulator) entry(th *thread, ev *bpf.Event) {
 	node := parent.Child(lf)
 	node.Calls++
 	th.frames = append(fr, frame{slot: slot, start: t, node: node, phys: ev.Func, fn: lf})
+}
+
+// catch handles a landing pad or a setjmp return site: the function at the
+// event's slot runs again, every frame below it was unwound.
+func (s *Simulator) catch(th *thread, ev *bpf.Event) {
+	s.unwind(th, ev.Slot, ev.Time, false)
+	n := len(th.frames)
+	if n == 0 || th.frames[n-1].slot != ev.Slot || th.frames[n-1].fn != s.logical(ev.Func) {
+		s.stats.UnmatchedCatches++
+	}
+	th.runSlot = 0
+}
+
+// sync handles a sync event: every frame at or below its slot is gone.
+func (s *Simulator) sync(th *thread, ev *bpf.Event) {
+	s.unwind(th, ev.Slot, ev.Time, true)
+	th.runSlot = 0
+}
+
+// unwind pops the frames below slot (at or below it when inclusive), which
+// an exception or a longjmp ended at t.
+func (s *Simulator) unwind(th *thread, slot, t uint64, inclusive bool) {
+	fr := th.frames
+	n := len(fr)
+	for n > 0 && (fr[n-1].slot < slot || inclusive && fr[n-1].slot == slot) {
+		n--
+		end(fr, n, t)
+		s.stats.Unwound++
+	}
+	th.frames = fr[:n]
+}
+
+// RealFrame is a frame of a thread's real stack: its return-address slot
+// and its function (cct.NoFunc when not traced).
+type RealFrame struct {
+	Slot uint64
+	Func cct.FuncID
+}
+
+// A Reconciler unwinds a captured stack into real frames, innermost first.
+// covered is the highest slot up to which the frames are complete: frames
+// of the simulated stack above it cannot be checked.
+type Reconciler interface {
+	Frames(st *bpf.Stack) (frames []RealFrame, covered uint64)
+}
+
+// SetReconciler makes HandleStack compare simulated stacks with real ones.
+func (s *Simulator) SetReconciler(r Reconciler) { s.rec = r }
+
+// HandleStack compares the thread's simulated stack with its real stack
+// captured at ev (the seed patent's matching, by stack slot): a simulated
+// frame with no real frame at its slot has exited abruptly, and so has
+// every frame above it; they are popped at the capture's time.
+func (s *Simulator) HandleStack(ev *bpf.Event, st *bpf.Stack) {
+	s.stats.Events++
+	th := s.thread(ev.Tid)
+	if s.rec != nil && st != nil {
+		start := time.Now()
+		frames, covered := s.rec.Frames(st)
+		s.stats.Reconciliations++
+		live := make(map[uint64]bool, len(frames))
+		for _, f := range frames {
+			live[f.Slot] = true
+		}
+		for i, f := range th.frames {
+			if f.slot >= st.SP && f.slot <= covered && !live[f.slot] {
+				s.stats.Repairs += uint64(len(th.frames) - i)
+				s.unwindTo(th, i, ev.Time)
+				break
+			}
+		}
+		s.stats.ReconcileNs += uint64(time.Since(start))
+	}
+	if ev.Adjust != 0 {
+		s.adjust(ev.Tid, ev.Adjust)
+	}
+}
+
+// unwindTo pops frames[i:], ending them at t.
+func (s *Simulator) unwindTo(th *thread, i int, t uint64) {
+	for n := len(th.frames); n > i; n-- {
+		end(th.frames, n-1, t)
+	}
+	th.frames = th.frames[:i]
+	th.runSlot = 0
 }
 
 func (s *Simulator) exit(th *thread, ev *bpf.Event) {

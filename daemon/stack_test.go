@@ -56,6 +56,10 @@ func ret(t, slot uint64, f cct.FuncID) bpf.Event { return ev(bpf.KindReturn, t, 
 // on moves an event to thread tid.
 func on(tid uint32, e bpf.Event) bpf.Event { e.Tid = tid; return e }
 
+// catch and syncAt build catch and sync events of thread 1.
+func catch(t, slot uint64, f cct.FuncID) bpf.Event { return ev(bpf.KindCatch, t, slot, f) }
+func syncAt(t, slot uint64) bpf.Event              { return ev(bpf.KindSync, t, slot, 0) }
+
 // adj gives an event adjust time.
 func adj(e bpf.Event, d uint32) bpf.Event { e.Adjust = d; return e }
 
@@ -255,6 +259,41 @@ func TestSimulator(t *testing.T) {
 		want:  "A 1 41;A/B 1 16",
 		stats: SimStats{AdjustNs: 9},
 	}, {
+		// An exception thrown in D unwinds D and C and lands in B's
+		// handler, which calls D; B and A then return normally.
+		name: "catch pops the frames an exception unwound",
+		events: []bpf.Event{
+			in(0, s0, A), in(10, s1, B), in(20, s2, C), in(30, s3, D), catch(50, s1, B),
+			in(55, s2, D), out(58, s2, D), out(60, s1, B), out(70, s0, A),
+		},
+		want:  "A 1 70;A/B 1 50;A/B/C 1 30;A/B/C/D 1 20;A/B/D 1 3",
+		stats: SimStats{Unwound: 2},
+	}, {
+		// __cxa_begin_catch at slot s2 (a handler in B calls it): C,
+		// whose callee frame had slot s2, is gone too.
+		name: "sync pops the frames at and below its slot",
+		events: []bpf.Event{
+			in(0, s0, A), in(10, s1, B), in(20, s2, C), in(25, s3, D), syncAt(40, s2), out(60, s1, B), out(70, s0, A),
+		},
+		want:  "A 1 70;A/B 1 50;A/B/C 1 20;A/B/C/D 1 15",
+		stats: SimStats{Unwound: 2},
+	}, {
+		// The root was left by an exception caught outside it: the probe
+		// program says so with a sync at the top of the stack.
+		name: "sync at the top pops everything",
+		events: []bpf.Event{
+			in(0, s0, A), in(10, s1, B), syncAt(40, ^uint64(0)), in(50, s0, A), out(60, s0, A),
+		},
+		want:  "A 2 50;A/B 1 30",
+		stats: SimStats{Unwound: 2},
+	}, {
+		name: "catch without its frame",
+		events: []bpf.Event{
+			in(0, s0, A), in(10, s2, C), catch(20, s1, B), out(30, s0, A),
+		},
+		want:  "A 1 30;A/C 1 10",
+		stats: SimStats{Unwound: 1, UnmatchedCatches: 1},
+	}, {
 		name: "mismatch and unmatched exits",
 		events: []bpf.Event{
 			in(0, s0, A), in(10, s1, B), out(20, s1, C),
@@ -299,6 +338,8 @@ func TestSimulator(t *testing.T) {
 					want.Exits++
 				case bpf.KindCatch:
 					want.Catches++
+				case bpf.KindSync:
+					want.Syncs++
 				}
 				if e.Flags&bpf.FlagLostBefore != 0 {
 					want.LostMarks++
@@ -347,5 +388,55 @@ func TestSimulatorThreadsSeparate(t *testing.T) {
 	}
 	if got := s.Stats().Unfinished; got != 1 {
 		t.Errorf("Unfinished = %d, want 1", got)
+	}
+}
+
+// fakeReconciler returns fixed real frames.
+type fakeReconciler struct {
+	frames  []RealFrame
+	covered uint64
+}
+
+func (f fakeReconciler) Frames(*bpf.Stack) ([]RealFrame, uint64) { return f.frames, f.covered }
+
+// TestHandleStack checks the matching of real and simulated stacks: a
+// simulated frame without a real frame at its slot, inside the part of
+// the stack the capture covers, is popped with every frame above it.
+func TestHandleStack(t *testing.T) {
+	const s0, s1, s2, s3 = 0x1000, 0xfe0, 0xfc0, 0xfa0
+	for _, tc := range []struct {
+		name    string
+		real    []RealFrame
+		covered uint64
+		want    string
+		repairs uint64
+	}{
+		{"all live", []RealFrame{{s3, D}, {s2, C}, {s1, B}, {s0, A}}, s0, "A 1 50;A/B 1 40;A/B/C 1 28;A/B/C/D 1 15", 0},
+		{"C and D gone", []RealFrame{{s1, B}, {s0, A}}, s0, "A 1 50;A/B 1 40;A/B/C 1 20;A/B/C/D 1 10", 2},
+		// A longjmp from D to A: B, C and D are gone.
+		{"only the root live", []RealFrame{{s0, A}}, s0, "A 1 50;A/B 1 30;A/B/C 1 20;A/B/C/D 1 10", 3},
+		// The unwind stopped below B (a hijacked return address): B and
+		// A cannot be checked and stay.
+		{"partial unwind", []RealFrame{{s3, D}}, s3, "A 1 50;A/B 1 40;A/B/C 1 28;A/B/C/D 1 15", 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := NewSimulator(testFuncs())
+			s.SetReconciler(fakeReconciler{tc.real, tc.covered})
+			for _, e := range []bpf.Event{in(0, s0, A), in(10, s1, B), in(20, s2, C), in(30, s3, D)} {
+				s.Handle(&e)
+			}
+			st := ev(bpf.KindStack, 40, s0, 0)
+			s.HandleStack(&st, &bpf.Stack{SP: s3 - 0x40})
+			for _, e := range []bpf.Event{out(45, s3, D), out(48, s2, C), out(50, s1, B), out(50, s0, A)} {
+				s.Handle(&e)
+			}
+			// Exits of frames already popped are unmatched, not errors.
+			if got := treeString(s.Merged()); got != tc.want {
+				t.Errorf("tree %s, want %s", got, tc.want)
+			}
+			if st := s.Stats(); st.Repairs != tc.repairs || st.Reconciliations != 1 {
+				t.Errorf("%d repairs in %d reconciliations, want %d in 1", st.Repairs, st.Reconciliations, tc.repairs)
+			}
+		})
 	}
 }

@@ -1,0 +1,119 @@
+//go:build integration
+
+package daemon_test
+
+import (
+	"fmt"
+	"maps"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/kprofd/kprofd/daemon"
+	"github.com/kprofd/kprofd/internal/cct"
+	"github.com/kprofd/kprofd/internal/plan"
+	"github.com/kprofd/kprofd/internal/testtarget"
+)
+
+// abruptRuns is how many root calls each test makes (a multiple of 8).
+const abruptRuns = 64
+
+func systemExcludes() []*regexp.Regexp {
+	var res []*regexp.Regexp
+	for _, e := range testtarget.SystemExcludes {
+		res = append(res, regexp.MustCompile(e))
+	}
+	return res
+}
+
+// traceAbrupt runs exe's "run n" (and then the extra commands, each
+// answered by one line) under a session, and checks that tracing changed
+// neither its output nor its exit status, that nothing stays attached, and
+// that the calls per context are exactly want.
+func traceAbrupt(t *testing.T, exe, root string, exits plan.ExitMode, extra []string, want map[string]uint64) *cct.Profile {
+	t.Helper()
+	script := func(p *testtarget.Proc) string {
+		out := p.Run(t, abruptRuns)
+		for _, cmd := range extra {
+			p.Send(t, cmd)
+			out += "\n" + p.Line(t)
+		}
+		return out
+	}
+	ref := testtarget.Start(t, exe)
+	refOut := script(ref)
+	refStatus := ref.Exit(t)
+
+	target := testtarget.Start(t, exe)
+	s, err := daemon.Start(daemon.Config{PID: target.Pid(), Roots: []string{root}, Exits: exits,
+		Exclude: systemExcludes(), Warnf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pl := s.Prepared().Plan
+	out := script(target)
+	p, err := s.Stop()
+	if err != nil {
+		t.Fatal(err)
+	}
+	progs, links := s.KernelIDs()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	testtarget.CheckGone(t, progs, links)
+	testtarget.CheckNoProbes(t, target.Pid())
+	if status := target.Exit(t); status != refStatus || out != refOut {
+		t.Errorf("traced target printed %q and exited %d; untraced %q and %d", out, status, refOut, refStatus)
+	}
+	if wantExits := exits; wantExits != plan.ExitsAuto && pl.Exits != wantExits {
+		t.Errorf("exits by %s, want %s", pl.Exits, wantExits)
+	}
+	got := testtarget.PprofCounts(roundTrip(t, p), nil)
+	if diff := testtarget.DiffCounts(got, want); diff != "" {
+		t.Errorf("calls per context differ:\n%s", diff)
+	}
+	t.Logf("exits by %s: %s", pl.Exits, strings.Join(p.Comments, "; "))
+	return p
+}
+
+// TestExceptions traces the C++ target's exceptions: thrown through three
+// frames and caught in the root's callee, caught midway, rethrown, nested
+// handlers, cleanup pads running destructors, and one escaping the root
+// to a handler outside it; with and without frame pointers, under every
+// exit mode kprofd allows by default (auto picks ret probes for a C++
+// process; uretprobes would make the unwinder call std::terminate).
+func TestExceptions(t *testing.T) {
+	requireRoot(t)
+	for _, fp := range []bool{false, true} {
+		exe := testtarget.BuildExc(t, fp)
+		for _, exits := range []plan.ExitMode{plan.ExitsAuto, plan.ExitsRet} {
+			t.Run(fmt.Sprintf("fp=%v/exits=%s", fp, exits), func(t *testing.T) {
+				p := traceAbrupt(t, exe, testtarget.ExcRoot, exits, nil, testtarget.ExcCounts(abruptRuns))
+				if !strings.Contains(strings.Join(p.Comments, "\n"), "exits by ret") {
+					t.Errorf("a C++ process was not traced with ret probes: %q", p.Comments)
+				}
+			})
+		}
+	}
+}
+
+// TestLongjmp traces longjmp and siglongjmp across instrumented frames, to
+// a setjmp inside the root and to one outside it, and threads ending with
+// pthread_exit inside the root.
+func TestLongjmp(t *testing.T) {
+	requireRoot(t)
+	const quits = 2
+	want := testtarget.LongjmpCounts(abruptRuns)
+	maps.Copy(want, testtarget.LongjmpQuitCounts(quits))
+	for k, v := range testtarget.LongjmpQuitCounts(quits) {
+		want[k] = testtarget.LongjmpCounts(abruptRuns)[k] + v
+	}
+	for _, fp := range []bool{false, true} {
+		exe := testtarget.BuildLongjmp(t, fp)
+		for _, exits := range []plan.ExitMode{plan.ExitsAuto, plan.ExitsRet} {
+			t.Run(fmt.Sprintf("fp=%v/exits=%s", fp, exits), func(t *testing.T) {
+				traceAbrupt(t, exe, testtarget.LongjmpRoot, exits, []string{"quit", "quit"}, want)
+			})
+		}
+	}
+}

@@ -1,0 +1,49 @@
+package daemon
+
+import (
+	"github.com/kprofd/kprofd/bpf"
+	"github.com/kprofd/kprofd/internal/cct"
+	"github.com/kprofd/kprofd/internal/unwind"
+)
+
+// maxRealFrames bounds an unwind of a captured stack.
+const maxRealFrames = 512
+
+// stackReconciler unwinds captured stacks with the target's call frame
+// information and names their frames by the plan's function ids.
+type stackReconciler struct {
+	u   *unwind.Unwinder
+	ids map[uint64]cct.FuncID // run-time entry address -> logical id
+}
+
+func newReconciler(pr *Prepared) *stackReconciler {
+	r := &stackReconciler{u: unwind.New(pr.Proc), ids: map[uint64]cct.FuncID{}}
+	for _, f := range pr.Plan.Funcs {
+		r.ids[f.Node.Func.Addr+f.Node.Obj.Bias] = cct.FuncID(f.Logical)
+	}
+	return r
+}
+
+// Frames returns the real frames of st, innermost first, and the highest
+// slot up to which they are complete: the unwind stops at the end of the
+// copy, at code it does not know (a uretprobe's hijacked return address
+// among others), or at a frame it cannot compute.
+func (r *stackReconciler) Frames(st *bpf.Stack) ([]RealFrame, uint64) {
+	frames, _ := r.u.Unwind(unwind.Regs{PC: st.PC, SP: st.SP, BP: st.BP}, unwind.Stack{Addr: st.SP, Data: st.Data}, maxRealFrames)
+	real := make([]RealFrame, 0, len(frames))
+	covered := st.SP
+	for _, f := range frames {
+		if f.CFA == 0 || f.Obj == nil {
+			break
+		}
+		id := cct.NoFunc
+		if f.Func != nil {
+			if i, ok := r.ids[f.Func.Addr+f.Obj.Bias]; ok {
+				id = i
+			}
+		}
+		real = append(real, RealFrame{Slot: f.CFA - 8, Func: id})
+		covered = f.CFA - 8
+	}
+	return real, covered
+}
