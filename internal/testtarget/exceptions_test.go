@@ -346,15 +346,16 @@ func oracleCounts(t *testing.T, exe, root, input string) (map[string]uint64, str
 	return got, string(output)
 }
 
-// needGdb skips the test unless gdb, with Python, can run a program here
-// (CI installs no gdb).
+// needGdb skips the test unless gdb, with Python, can run a program here,
+// and fails it in CI, which installs gdb.
 func needGdb(t *testing.T) {
 	t.Helper()
-	if _, err := exec.LookPath("gdb"); err != nil {
-		t.Skip("gdb is not installed")
-	}
+	need(t, "gdb")
 	out, err := exec.Command("gdb", "--batch", "-nx", "-ex", "python print('py' + 'thon')", "-ex", "run", "--args", "/bin/true").CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "python") || !strings.Contains(string(out), "exited normally") {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("gdb with Python cannot run programs here: %v\n%s", err, out)
+		}
 		t.Skipf("gdb with Python cannot run programs here: %v\n%s", err, out)
 	}
 }
