@@ -21,6 +21,10 @@ const (
 	KindSync Kind = 5
 	// KindStack is a captured real stack; Reader.Stack returns it.
 	KindStack Kind = 6
+	// KindSignal says a signal handler starts running on a thread inside
+	// the root; KindSigreturn that it returned (rt_sigreturn).
+	KindSignal    Kind = 7
+	KindSigreturn Kind = 8
 )
 
 func (k Kind) String() string {
@@ -39,6 +43,10 @@ func (k Kind) String() string {
 		return "sync"
 	case KindStack:
 		return "stack"
+	case KindSignal:
+		return "signal"
+	case KindSigreturn:
+		return "sigreturn"
 	}
 	return "kind?"
 }

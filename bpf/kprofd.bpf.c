@@ -31,6 +31,8 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #define KIND_THREAD_EXIT 4
 #define KIND_SYNC 5
 #define KIND_STACK 6
+#define KIND_SIGNAL 7
+#define KIND_SIGRETURN 8
 
 // Event flags; match bpf/event.go.
 #define FLAG_LOST_BEFORE 1
@@ -107,7 +109,8 @@ struct kprofd_thread {
 	__u32 lost;	  // events of this thread dropped since its last batch
 	__u32 n;	  // events in buf
 	__u32 depth;	  // frames on the shadow stack (more than SHADOW: the rest unchecked)
-	__u32 pad;
+	__u32 sigdepth;	  // signal handlers running inside the root
+	__u32 sigshadow;  // depth when the outermost of them started
 	__u64 popped;	  // slot of the last frame an exit popped (uretprobes return once per tail call)
 	__u64 shadow[SHADOW]; // slots of the innermost frames, shadow[(depth-1) % SHADOW] on top
 	struct kprofd_event buf[BATCH];
@@ -332,7 +335,9 @@ static __always_inline int handle(struct pt_regs *ctx)
 	// root's slot. A sync at the root's slot (__cxa_begin_catch called
 	// where the root was) means the same. Say so now: every simulated
 	// frame ended by this time.
-	if (th->root_slot &&
+	// (A signal handler may run on another stack: no such conclusion
+	// inside one.)
+	if (th->root_slot && !th->sigdepth &&
 	    (slot > th->root_slot ||
 	     (slot == th->root_slot && (kind == KIND_SYNC ||
 					(kind == KIND_ENTRY && !(cookie & COOKIE_ROOT_TAIL)))))) {
@@ -351,6 +356,7 @@ static __always_inline int handle(struct pt_regs *ctx)
 		th->root_slot = slot;
 		th->last_check = now;
 		th->depth = 0;
+		th->sigdepth = 0;
 	}
 
 	struct kprofd_event *e = append(th, now);
@@ -431,6 +437,72 @@ int kprofd_exec(void *ctx)
 	e->kind = KIND_THREAD_EXIT;
 	th->root_slot = 0;
 	flush(th);
+	return 0;
+}
+
+// Kernel types kprofd_signal reads; CO-RE finds the offsets.
+struct sigaction {
+	void *sa_handler;
+} __attribute__((preserve_access_index));
+
+struct k_sigaction {
+	struct sigaction sa;
+} __attribute__((preserve_access_index));
+
+// signal marks the start of a signal handler on a thread inside the root:
+// its frames may be on another stack (sigaltstack), so the slot rules hold
+// only among them until the handler returns (kprofd_sigreturn).
+SEC("raw_tracepoint/signal_deliver")
+int kprofd_signal(struct bpf_raw_tracepoint_args *ctx)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	if ((__u32)(pid_tgid >> 32) != target_tgid)
+		return 0;
+	struct kprofd_thread *th = bpf_task_storage_get(&threads, bpf_get_current_task_btf(), 0, 0);
+	if (!th || !th->root_slot)
+		return 0;
+	struct k_sigaction *ka = (struct k_sigaction *)ctx->args[2];
+	void *handler = 0;
+	if (bpf_core_read(&handler, sizeof(handler), &ka->sa.sa_handler) || (__u64)handler <= 1)
+		return 0; // SIG_DFL, SIG_IGN: no handler runs
+	if (th->sigdepth++ == 0)
+		th->sigshadow = th->depth;
+	struct kprofd_event *e = append(th, bpf_ktime_get_ns());
+	e->slot = 0;
+	e->tid = (__u32)pid_tgid;
+	e->func = 0;
+	e->kind = KIND_SIGNAL;
+	return 0;
+}
+
+// x86-64's rt_sigreturn system call number.
+#define NR_RT_SIGRETURN 15
+
+// sigreturn marks the end of a signal handler: rt_sigreturn. It runs on
+// every system call entry of the machine while kprofd traces, and leaves
+// all but the target's at once. (fentry on the system call would be
+// cheaper, but its symbol is not in the BTF of every kernel, this one
+// included.)
+SEC("raw_tracepoint/sys_enter")
+int kprofd_sigreturn(struct bpf_raw_tracepoint_args *ctx)
+{
+	if (ctx->args[1] != NR_RT_SIGRETURN)
+		return 0;
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	if ((__u32)(pid_tgid >> 32) != target_tgid)
+		return 0;
+	struct kprofd_thread *th = bpf_task_storage_get(&threads, bpf_get_current_task_btf(), 0, 0);
+	if (!th || !th->sigdepth)
+		return 0;
+	if (--th->sigdepth == 0)
+		th->depth = th->sigshadow;
+	if (!th->root_slot)
+		return 0;
+	struct kprofd_event *e = append(th, bpf_ktime_get_ns());
+	e->slot = 0;
+	e->tid = (__u32)pid_tgid;
+	e->func = 0;
+	e->kind = KIND_SIGRETURN;
 	return 0;
 }
 

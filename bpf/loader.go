@@ -70,10 +70,13 @@ const (
 // tracepoints that save the events of exiting and exec'ing threads
 // attached.
 type Program struct {
-	objs  kprofdObjects
-	multi bool
-	exit  link.Link // flushes exiting threads
-	exec  link.Link // ends the frames of a thread that execs
+	objs    kprofdObjects
+	multi   bool
+	exit    link.Link   // flushes exiting threads
+	exec    link.Link   // ends the frames of a thread that execs
+	signals []link.Link // mark signal handlers; empty if the kernel cannot
+	// noSignals says why signal handlers are not marked.
+	noSignals error
 }
 
 // Load checks that the kernel can run kprofd and loads the probe program
@@ -134,8 +137,32 @@ func Load(cfg Config) (*Program, error) {
 		p.objs.Close()
 		return nil, fmt.Errorf("attaching to the sched_process_exec tracepoint: %w", err)
 	}
+	// Without these, handlers' calls look like calls of the function
+	// they interrupted: a warning, not a failure.
+	p.noSignals = p.attachSignals()
 	return p, nil
 }
+
+// attachSignals attaches the programs that mark signal handlers, all or
+// none.
+func (p *Program) attachSignals() error {
+	deliver, err := link.AttachRawTracepoint(link.RawTracepointOptions{Name: "signal_deliver", Program: p.objs.KprofdSignal})
+	if err != nil {
+		return fmt.Errorf("attaching to the signal_deliver tracepoint: %w", err)
+	}
+	ret, err := link.AttachRawTracepoint(link.RawTracepointOptions{Name: "sys_enter", Program: p.objs.KprofdSigreturn})
+	if err != nil {
+		deliver.Close()
+		return fmt.Errorf("attaching to the sys_enter tracepoint: %w", err)
+	}
+	p.signals = []link.Link{deliver, ret}
+	return nil
+}
+
+// SignalsTracked returns nil when signal handlers running inside the root
+// are marked, else why not (their calls then look like calls of the
+// interrupted function).
+func (p *Program) SignalsTracked() error { return p.noSignals }
 
 // CheckKernel returns a one-line reason when this kernel cannot run kprofd.
 func CheckKernel() error {
@@ -159,7 +186,13 @@ func CheckKernel() error {
 func (p *Program) MultiLinks() bool { return p.multi }
 
 // Close unloads the program and its maps. Close every uprobe link first.
-func (p *Program) Close() error { return errors.Join(p.exec.Close(), p.exit.Close(), p.objs.Close()) }
+func (p *Program) Close() error {
+	var errs []error
+	for _, l := range p.signals {
+		errs = append(errs, l.Close())
+	}
+	return errors.Join(append(errs, p.exec.Close(), p.exit.Close(), p.objs.Close())...)
+}
 
 // Drain returns the events still batched in the threads of the target, and
 // forgets them. Call it after every uprobe is detached and before reading
@@ -203,7 +236,8 @@ func (p *Program) Stats() (Stats, error) {
 // they are gone after Close.
 func (p *Program) IDs() []ebpf.ProgramID {
 	var ids []ebpf.ProgramID
-	for _, prog := range []*ebpf.Program{p.objs.KprofdMulti, p.objs.KprofdSingle, p.objs.KprofdEmpty, p.objs.KprofdExit, p.objs.KprofdExec, p.objs.KprofdDrain} {
+	for _, prog := range []*ebpf.Program{p.objs.KprofdMulti, p.objs.KprofdSingle, p.objs.KprofdEmpty, p.objs.KprofdExit, p.objs.KprofdExec,
+		p.objs.KprofdDrain, p.objs.KprofdSignal, p.objs.KprofdSigreturn} {
 		if prog == nil {
 			continue
 		}

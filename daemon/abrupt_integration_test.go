@@ -117,3 +117,25 @@ func TestLongjmp(t *testing.T) {
 		}
 	}
 }
+
+// TestSignalHandlers traces a root interrupted by signal handlers that
+// call a traced function, on the thread's stack and on an alternate
+// stack: their calls go under a [signal handler] context of the function
+// they interrupted, and the interrupted frames stay intact.
+func TestSignalHandlers(t *testing.T) {
+	requireRoot(t)
+	n := uint64(abruptRuns)
+	sig := daemon.SignalHandlerName
+	want := map[string]uint64{
+		"work":                          n,
+		"work;tick":                     n,
+		"work;compute":                  n,
+		"work;compute;" + sig:           n + n/2,     // SIGUSR1 always, SIGUSR2 on odd i
+		"work;compute;" + sig + ";tick": n + 2*(n/2), // once in on_usr1, twice in on_usr2
+	}
+	for _, exits := range []plan.ExitMode{plan.ExitsAuto, plan.ExitsRet} {
+		t.Run(exits.String(), func(t *testing.T) {
+			traceAbrupt(t, testtarget.BuildSignal(t), "work", exits, nil, want)
+		})
+	}
+}

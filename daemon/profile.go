@@ -13,6 +13,9 @@ import (
 	"github.com/kprofd/kprofd/symbolizer"
 )
 
+// SignalHandlerName names the context of the calls a signal handler makes.
+const SignalHandlerName = "[signal handler]"
+
 // buildProfile turns the simulator's trees into a profile: functions and
 // mappings from the plan, comments that say how far to trust it.
 func (s *Session) buildProfile(end uint64, st bpf.Stats) *cct.Profile {
@@ -57,6 +60,8 @@ func (s *Session) buildProfile(end uint64, st bpf.Stats) *cct.Profile {
 			Addr:       fn.Addr + obj.Bias,
 		})
 	}
+	// The simulator's node for signal handlers' calls.
+	p.Functions = append(p.Functions, cct.Function{Name: SignalHandlerName, SystemName: SignalHandlerName, Mapping: -1})
 	p.Comments = s.comments(st)
 	if c := s.cfg.Calibration; c != nil {
 		p.Comments = append(p.Comments, compensate(p, pr.Plan, c)...)
@@ -154,6 +159,12 @@ func (s *Session) comments(st bpf.Stats) []string {
 	}
 	if ss.UnmatchedCatches > 0 {
 		c = append(c, fmt.Sprintf("%d catch sites hit without their function on the simulated stack", ss.UnmatchedCatches))
+	}
+	if ss.Signals > 0 {
+		c = append(c, fmt.Sprintf("%d signal handlers ran inside the root; their calls are under %s", ss.Signals, SignalHandlerName))
+	}
+	if err := s.prog.SignalsTracked(); err != nil {
+		c = append(c, fmt.Sprintf("signal handlers are not marked (%v): calls a handler makes look like calls of the function it interrupted", err))
 	}
 	if ss.ThreadExits > 0 {
 		c = append(c, fmt.Sprintf("%d threads exited inside the root, ending %d calls", ss.ThreadExits, ss.DiedFrames))

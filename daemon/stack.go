@@ -56,6 +56,8 @@ type SimStats struct {
 	// AdjustNs is the adjust time taken out of frames: what kprofd spent
 	// in the target's threads beyond its calibrated probe cost.
 	AdjustNs uint64
+	// Signals is the number of signal handlers that ran inside the root.
+	Signals uint64
 	// ThreadExits is the number of threads that exited inside the root;
 	// DiedFrames the frames their exit closed.
 	ThreadExits, DiedFrames uint64
@@ -84,6 +86,11 @@ const (
 	// called from its own parent): it shares the caller's node and adds
 	// neither a call nor time.
 	frameCont
+	// frameSignal marks a signal handler's start. Its slot is the highest
+	// there is, so the slot rules never pop it: the handler's frames may
+	// be on another stack. Only its sigreturn (or the root found left)
+	// ends it.
+	frameSignal
 )
 
 // frame is one simulated stack frame.
@@ -230,6 +237,11 @@ func (s *Simulator) Handle(ev *bpf.Event) {
 	case bpf.KindSync:
 		s.stats.Syncs++
 		s.sync(s.thread(ev.Tid), ev)
+	case bpf.KindSignal:
+		s.stats.Signals++
+		s.signal(s.thread(ev.Tid), ev)
+	case bpf.KindSigreturn:
+		s.sigreturn(s.thread(ev.Tid), ev)
 	case bpf.KindThreadExit:
 		th := s.thread(ev.Tid)
 		s.stats.ThreadExits++
@@ -347,6 +359,34 @@ func (s *Simulator) catch(th *thread, ev *bpf.Event) {
 		s.stats.UnmatchedCatches++
 	}
 	th.runSlot = 0
+}
+
+// SignalFunc is the function id of the node under which the simulator
+// puts the calls of a signal handler: one past the last function.
+func (s *Simulator) SignalFunc() cct.FuncID { return cct.FuncID(len(s.funcs)) }
+
+// signal starts a signal handler: a marker frame under the interrupted
+// context holds the handler's calls.
+func (s *Simulator) signal(th *thread, ev *bpf.Event) {
+	parent := th.tree.Root
+	if n := len(th.frames); n > 0 {
+		parent = th.frames[n-1].node
+	}
+	node := parent.Child(s.SignalFunc())
+	node.Calls++
+	th.frames = append(th.frames, frame{slot: ^uint64(0), start: ev.Time, node: node, fn: s.SignalFunc(), flags: frameSignal})
+	th.runSlot = 0
+}
+
+// sigreturn ends the innermost signal handler and whatever of its frames
+// are still open.
+func (s *Simulator) sigreturn(th *thread, ev *bpf.Event) {
+	for i := len(th.frames) - 1; i >= 0; i-- {
+		if th.frames[i].flags&frameSignal != 0 {
+			s.unwindTo(th, i, ev.Time)
+			return
+		}
+	}
 }
 
 // sync handles a sync event: every frame at or below its slot is gone.

@@ -27,6 +27,9 @@ func testName(f cct.FuncID) string {
 	if int(f) < len(testNames) {
 		return testNames[f]
 	}
+	if int(f) == len(testNames) {
+		return "[signal]" // the simulator's SignalFunc
+	}
 	return fmt.Sprintf("func%d", f)
 }
 
@@ -293,6 +296,17 @@ func TestSimulator(t *testing.T) {
 		},
 		want:  "A 1 30;A/C 1 10",
 		stats: SimStats{Unwound: 1, UnmatchedCatches: 1},
+	}, {
+		// A handler interrupts B and calls C on another stack (slot s0
+		// plus): the slot rules stay inside the handler's frames, and
+		// sigreturn ends them; B then returns.
+		name: "signal handler",
+		events: []bpf.Event{
+			in(0, s0, A), in(10, s1, B), ev(bpf.KindSignal, 20, 0, 0), in(22, s0+0x100, C), out(25, s0+0x100, C),
+			in(26, s0+0x100, D), ev(bpf.KindSigreturn, 30, 0, 0), out(40, s1, B), out(50, s0, A),
+		},
+		want:  "A 1 50;A/B 1 30;A/B/[signal] 1 10;A/B/[signal]/C 1 3;A/B/[signal]/D 1 4",
+		stats: SimStats{Signals: 1},
 	}, {
 		name: "mismatch and unmatched exits",
 		events: []bpf.Event{

@@ -217,3 +217,12 @@ func BuildHot(t testing.TB) string {
 	Compile(t, dir, "gcc", "-O2", "-pthread", "-o", "hot", filepath.Join(Testdata(), "hot", "hot.c"))
 	return filepath.Join(dir, "hot")
 }
+
+// BuildSignal builds testdata/signal, the signal-handler target, at -O2
+// into a fresh directory and returns the executable's path.
+func BuildSignal(t testing.TB) string {
+	t.Helper()
+	dir := t.TempDir()
+	Compile(t, dir, "gcc", "-O2", "-o", "sig", filepath.Join(Testdata(), "signal", "sig.c"))
+	return filepath.Join(dir, "sig")
+}
