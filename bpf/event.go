@@ -22,7 +22,8 @@ const (
 	// KindStack is a captured real stack; Reader.Stack returns it.
 	KindStack Kind = 6
 	// KindSignal says a signal handler starts running on a thread inside
-	// the root; KindSigreturn that it returned (rt_sigreturn).
+	// the root; KindSigreturn that it returned (into the C library's
+	// signal trampoline).
 	KindSignal    Kind = 7
 	KindSigreturn Kind = 8
 )

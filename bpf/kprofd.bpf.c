@@ -329,6 +329,22 @@ static __always_inline int handle(struct pt_regs *ctx)
 			count(STAT_NO_STORAGE, 1);
 		return 0;
 	}
+	if (kind == KIND_SIGRETURN) {
+		// A handler returns; the end of one started outside the root
+		// is no concern of ours.
+		if (!th->sigdepth)
+			return 0;
+		if (--th->sigdepth == 0)
+			th->depth = th->sigshadow;
+		if (th->root_slot) {
+			struct kprofd_event *e = append(th, now);
+			e->slot = 0;
+			e->tid = tid;
+			e->func = 0;
+			e->kind = KIND_SIGRETURN;
+		}
+		return 0;
+	}
 	// A frame at or above the root's slot means the root is gone (left
 	// by longjmp or an exception caught outside it) -- except an exit of
 	// the root itself, and a tail callee of the root, which takes over the
@@ -451,7 +467,8 @@ struct k_sigaction {
 
 // signal marks the start of a signal handler on a thread inside the root:
 // its frames may be on another stack (sigaltstack), so the slot rules hold
-// only among them until the handler returns (kprofd_sigreturn).
+// only among them until the handler returns into the C library's signal
+// trampoline (__restore_rt), where a KIND_SIGRETURN uprobe marks the end.
 SEC("raw_tracepoint/signal_deliver")
 int kprofd_signal(struct bpf_raw_tracepoint_args *ctx)
 {
@@ -472,37 +489,6 @@ int kprofd_signal(struct bpf_raw_tracepoint_args *ctx)
 	e->tid = (__u32)pid_tgid;
 	e->func = 0;
 	e->kind = KIND_SIGNAL;
-	return 0;
-}
-
-// x86-64's rt_sigreturn system call number.
-#define NR_RT_SIGRETURN 15
-
-// sigreturn marks the end of a signal handler: rt_sigreturn. It runs on
-// every system call entry of the machine while kprofd traces, and leaves
-// all but the target's at once. (fentry on the system call would be
-// cheaper, but its symbol is not in the BTF of every kernel, this one
-// included.)
-SEC("raw_tracepoint/sys_enter")
-int kprofd_sigreturn(struct bpf_raw_tracepoint_args *ctx)
-{
-	if (ctx->args[1] != NR_RT_SIGRETURN)
-		return 0;
-	__u64 pid_tgid = bpf_get_current_pid_tgid();
-	if ((__u32)(pid_tgid >> 32) != target_tgid)
-		return 0;
-	struct kprofd_thread *th = bpf_task_storage_get(&threads, bpf_get_current_task_btf(), 0, 0);
-	if (!th || !th->sigdepth)
-		return 0;
-	if (--th->sigdepth == 0)
-		th->depth = th->sigshadow;
-	if (!th->root_slot)
-		return 0;
-	struct kprofd_event *e = append(th, bpf_ktime_get_ns());
-	e->slot = 0;
-	e->tid = (__u32)pid_tgid;
-	e->func = 0;
-	e->kind = KIND_SIGRETURN;
 	return 0;
 }
 

@@ -53,23 +53,22 @@ type kprofdKprofdThread struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	kprofdMapEvents           = "events"
-	kprofdMapStats            = "stats"
-	kprofdMapThreads          = "threads"
-	kprofdProgKprofdDrain     = "kprofd_drain"
-	kprofdProgKprofdEmpty     = "kprofd_empty"
-	kprofdProgKprofdExec      = "kprofd_exec"
-	kprofdProgKprofdExit      = "kprofd_exit"
-	kprofdProgKprofdMulti     = "kprofd_multi"
-	kprofdProgKprofdSignal    = "kprofd_signal"
-	kprofdProgKprofdSigreturn = "kprofd_sigreturn"
-	kprofdProgKprofdSingle    = "kprofd_single"
-	kprofdVarBatchAgeNs       = "batch_age_ns"
-	kprofdVarCheckIntervalNs  = "check_interval_ns"
-	kprofdVarTargetTgid       = "target_tgid"
-	kprofdVarUnusedEvent      = "unused_event"
-	kprofdVarUnusedStack      = "unused_stack"
-	kprofdVarWakeupBytes      = "wakeup_bytes"
+	kprofdMapEvents          = "events"
+	kprofdMapStats           = "stats"
+	kprofdMapThreads         = "threads"
+	kprofdProgKprofdDrain    = "kprofd_drain"
+	kprofdProgKprofdEmpty    = "kprofd_empty"
+	kprofdProgKprofdExec     = "kprofd_exec"
+	kprofdProgKprofdExit     = "kprofd_exit"
+	kprofdProgKprofdMulti    = "kprofd_multi"
+	kprofdProgKprofdSignal   = "kprofd_signal"
+	kprofdProgKprofdSingle   = "kprofd_single"
+	kprofdVarBatchAgeNs      = "batch_age_ns"
+	kprofdVarCheckIntervalNs = "check_interval_ns"
+	kprofdVarTargetTgid      = "target_tgid"
+	kprofdVarUnusedEvent     = "unused_event"
+	kprofdVarUnusedStack     = "unused_stack"
+	kprofdVarWakeupBytes     = "wakeup_bytes"
 )
 
 // loadKprofd returns the embedded CollectionSpec for kprofd.
@@ -114,14 +113,13 @@ type kprofdSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type kprofdProgramSpecs struct {
-	KprofdDrain     *ebpf.ProgramSpec `ebpf:"kprofd_drain"`
-	KprofdEmpty     *ebpf.ProgramSpec `ebpf:"kprofd_empty"`
-	KprofdExec      *ebpf.ProgramSpec `ebpf:"kprofd_exec"`
-	KprofdExit      *ebpf.ProgramSpec `ebpf:"kprofd_exit"`
-	KprofdMulti     *ebpf.ProgramSpec `ebpf:"kprofd_multi"`
-	KprofdSignal    *ebpf.ProgramSpec `ebpf:"kprofd_signal"`
-	KprofdSigreturn *ebpf.ProgramSpec `ebpf:"kprofd_sigreturn"`
-	KprofdSingle    *ebpf.ProgramSpec `ebpf:"kprofd_single"`
+	KprofdDrain  *ebpf.ProgramSpec `ebpf:"kprofd_drain"`
+	KprofdEmpty  *ebpf.ProgramSpec `ebpf:"kprofd_empty"`
+	KprofdExec   *ebpf.ProgramSpec `ebpf:"kprofd_exec"`
+	KprofdExit   *ebpf.ProgramSpec `ebpf:"kprofd_exit"`
+	KprofdMulti  *ebpf.ProgramSpec `ebpf:"kprofd_multi"`
+	KprofdSignal *ebpf.ProgramSpec `ebpf:"kprofd_signal"`
+	KprofdSingle *ebpf.ProgramSpec `ebpf:"kprofd_single"`
 }
 
 // kprofdMapSpecs contains maps before they are loaded into the kernel.
@@ -194,14 +192,13 @@ type kprofdVariables struct {
 //
 // It can be passed to loadKprofdObjects or ebpf.CollectionSpec.LoadAndAssign.
 type kprofdPrograms struct {
-	KprofdDrain     *ebpf.Program `ebpf:"kprofd_drain"`
-	KprofdEmpty     *ebpf.Program `ebpf:"kprofd_empty"`
-	KprofdExec      *ebpf.Program `ebpf:"kprofd_exec"`
-	KprofdExit      *ebpf.Program `ebpf:"kprofd_exit"`
-	KprofdMulti     *ebpf.Program `ebpf:"kprofd_multi"`
-	KprofdSignal    *ebpf.Program `ebpf:"kprofd_signal"`
-	KprofdSigreturn *ebpf.Program `ebpf:"kprofd_sigreturn"`
-	KprofdSingle    *ebpf.Program `ebpf:"kprofd_single"`
+	KprofdDrain  *ebpf.Program `ebpf:"kprofd_drain"`
+	KprofdEmpty  *ebpf.Program `ebpf:"kprofd_empty"`
+	KprofdExec   *ebpf.Program `ebpf:"kprofd_exec"`
+	KprofdExit   *ebpf.Program `ebpf:"kprofd_exit"`
+	KprofdMulti  *ebpf.Program `ebpf:"kprofd_multi"`
+	KprofdSignal *ebpf.Program `ebpf:"kprofd_signal"`
+	KprofdSingle *ebpf.Program `ebpf:"kprofd_single"`
 }
 
 func (p *kprofdPrograms) Close() error {
@@ -212,7 +209,6 @@ func (p *kprofdPrograms) Close() error {
 		p.KprofdExit,
 		p.KprofdMulti,
 		p.KprofdSignal,
-		p.KprofdSigreturn,
 		p.KprofdSingle,
 	)
 }

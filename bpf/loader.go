@@ -74,9 +74,7 @@ type Program struct {
 	multi   bool
 	exit    link.Link   // flushes exiting threads
 	exec    link.Link   // ends the frames of a thread that execs
-	signals []link.Link // mark signal handlers; empty if the kernel cannot
-	// noSignals says why signal handlers are not marked.
-	noSignals error
+	signals []link.Link // marks signal handlers, after TrackSignals
 }
 
 // Load checks that the kernel can run kprofd and loads the probe program
@@ -137,32 +135,21 @@ func Load(cfg Config) (*Program, error) {
 		p.objs.Close()
 		return nil, fmt.Errorf("attaching to the sched_process_exec tracepoint: %w", err)
 	}
-	// Without these, handlers' calls look like calls of the function
-	// they interrupted: a warning, not a failure.
-	p.noSignals = p.attachSignals()
 	return p, nil
 }
 
-// attachSignals attaches the programs that mark signal handlers, all or
-// none.
-func (p *Program) attachSignals() error {
+// TrackSignals marks the start of every signal handler that runs on a
+// thread inside the root; the caller must also probe the C library's
+// signal trampoline with KindSigreturn, which marks their end. Without
+// it, a handler's calls look like calls of the function it interrupted.
+func (p *Program) TrackSignals() error {
 	deliver, err := link.AttachRawTracepoint(link.RawTracepointOptions{Name: "signal_deliver", Program: p.objs.KprofdSignal})
 	if err != nil {
 		return fmt.Errorf("attaching to the signal_deliver tracepoint: %w", err)
 	}
-	ret, err := link.AttachRawTracepoint(link.RawTracepointOptions{Name: "sys_enter", Program: p.objs.KprofdSigreturn})
-	if err != nil {
-		deliver.Close()
-		return fmt.Errorf("attaching to the sys_enter tracepoint: %w", err)
-	}
-	p.signals = []link.Link{deliver, ret}
+	p.signals = append(p.signals, deliver)
 	return nil
 }
-
-// SignalsTracked returns nil when signal handlers running inside the root
-// are marked, else why not (their calls then look like calls of the
-// interrupted function).
-func (p *Program) SignalsTracked() error { return p.noSignals }
 
 // CheckKernel returns a one-line reason when this kernel cannot run kprofd.
 func CheckKernel() error {
@@ -237,7 +224,7 @@ func (p *Program) Stats() (Stats, error) {
 func (p *Program) IDs() []ebpf.ProgramID {
 	var ids []ebpf.ProgramID
 	for _, prog := range []*ebpf.Program{p.objs.KprofdMulti, p.objs.KprofdSingle, p.objs.KprofdEmpty, p.objs.KprofdExit, p.objs.KprofdExec,
-		p.objs.KprofdDrain, p.objs.KprofdSignal, p.objs.KprofdSigreturn} {
+		p.objs.KprofdDrain, p.objs.KprofdSignal} {
 		if prog == nil {
 			continue
 		}

@@ -165,7 +165,7 @@ func (fp *fileProbes) drop(offsets []uint64, why error, dead map[*plan.Func]bool
 		f := fp.owner[i]
 		switch {
 		case f == nil:
-			warnf("the kernel refuses the probe on __cxa_begin_catch (%v): exceptions leaving the root are noticed late", why)
+			warnf("the kernel refuses a probe at file offset %#x of %s (%v): exceptions leaving the root, or signal handlers, are noticed late", p.Offset, fp.obj.Base(), why)
 		case fp.entry[i]:
 			dead[f] = true
 			warnf("not tracing %s: the kernel refuses a uprobe at its entry (%v)", f.Node.Name(), why)

@@ -163,8 +163,8 @@ func (s *Session) comments(st bpf.Stats) []string {
 	if ss.Signals > 0 {
 		c = append(c, fmt.Sprintf("%d signal handlers ran inside the root; their calls are under %s", ss.Signals, SignalHandlerName))
 	}
-	if err := s.prog.SignalsTracked(); err != nil {
-		c = append(c, fmt.Sprintf("signal handlers are not marked (%v): calls a handler makes look like calls of the function it interrupted", err))
+	if !s.signals {
+		c = append(c, "signal handlers are not told apart (no signal trampoline found): calls a handler makes look like calls of the function it interrupted")
 	}
 	if ss.ThreadExits > 0 {
 		c = append(c, fmt.Sprintf("%d threads exited inside the root, ending %d calls", ss.ThreadExits, ss.DiedFrames))

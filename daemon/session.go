@@ -50,6 +50,7 @@ type Session struct {
 	runErr error // set by the event loop before done closes
 
 	ownsPrep bool // Close closes prep (Start made it)
+	signals  bool // signal handlers are told apart
 
 	stopOnce sync.Once
 	profile  *cct.Profile
@@ -118,6 +119,13 @@ func StartPrepared(pr *Prepared, cfg Config) (_ *Session, err error) {
 	s.pidfd, err = unix.PidfdOpen(cfg.PID, 0)
 	if err != nil {
 		return nil, fmt.Errorf("watching pid %d: %w", cfg.PID, err)
+	}
+	if pr.Plan.Sigreturns() {
+		if err := s.prog.TrackSignals(); err != nil {
+			cfg.warnf("signal handlers not told apart: %v", err)
+		} else {
+			s.signals = true
+		}
 	}
 	s.probes, err = attachPlan(s.prog, cfg.PID, pr.Plan, cfg.warnf)
 	if err != nil {

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"golang.org/x/arch/x86/x86asm"
+
 	"github.com/kprofd/kprofd/bpf"
 	"github.com/kprofd/kprofd/internal/callgraph"
 	"github.com/kprofd/kprofd/internal/x86"
@@ -118,7 +120,9 @@ type SyncProbe struct {
 // Plan is every probe of a session.
 type Plan struct {
 	Funcs []*Func
-	// Syncs are probes that are no function's.
+	// Syncs are probes that are no function's: the sync on
+	// __cxa_begin_catch, and KindSigreturn probes on the C library's
+	// signal trampolines, where signal handlers return.
 	Syncs []SyncProbe
 	// Exits is the exit mode in force (never ExitsAuto).
 	Exits ExitMode
@@ -178,7 +182,7 @@ func New(g *callgraph.Graph, p *symbolizer.Process, mode ExitMode) (*Plan, error
 			}
 		}
 	}
-	pl.Syncs = placeSyncs(p, byFunc)
+	pl.Syncs = append(placeSyncs(p, byFunc), placeSigreturns(p)...)
 	return pl, nil
 }
 
@@ -247,6 +251,60 @@ func placeSyncs(p *symbolizer.Process, traced map[*symbolizer.Func]uint32) []Syn
 		return nil
 	}
 	return []SyncProbe{{Obj: m, Probe: Probe{Addr: fn.Addr, Offset: off, Kind: bpf.KindSync, Class: x86.ProbeClass(&in)}}}
+}
+
+// placeSigreturns probes the signal trampolines (glibc's __restore_rt):
+// the code a signal handler returns into, which calls rt_sigreturn. Their
+// .eh_frame FDEs are marked as signal frames, and start one byte early so
+// that unwinders looking up pc-1 find them: the probe goes on the first
+// instruction, mov $15,%rax (rt_sigreturn's number).
+func placeSigreturns(p *symbolizer.Process) []SyncProbe {
+	var probes []SyncProbe
+	for _, m := range p.Objects {
+		for _, fde := range m.FDEs() {
+			if fde.CIE == nil || !fde.CIE.IsSignal {
+				continue
+			}
+			for _, addr := range []uint64{fde.PCBegin + 1, fde.PCBegin} {
+				code, err := m.Code(addr, 8)
+				if err != nil {
+					continue
+				}
+				in, err := x86.Decode(code, addr)
+				if err != nil || !isLoadRtSigreturn(&in) {
+					continue
+				}
+				off, err := m.FileOffset(addr)
+				if err != nil {
+					continue
+				}
+				probes = append(probes, SyncProbe{Obj: m, Probe: Probe{Addr: addr, Offset: off, Kind: bpf.KindSigreturn, Class: x86.ProbeClass(&in)}})
+				break
+			}
+		}
+	}
+	return probes
+}
+
+// isLoadRtSigreturn reports mov $15, %rax (or %eax).
+func isLoadRtSigreturn(in *x86.Inst) bool {
+	if in.Op != x86asm.MOV {
+		return false
+	}
+	r, ok := in.Args[0].(x86asm.Reg)
+	imm, ok2 := in.Args[1].(x86asm.Imm)
+	return ok && ok2 && (r == x86asm.RAX || r == x86asm.EAX) && imm == 15
+}
+
+// Sigreturns reports whether the plan probes a signal trampoline, so that
+// signal handlers can be told apart.
+func (pl *Plan) Sigreturns() bool {
+	for _, s := range pl.Syncs {
+		if s.Kind == bpf.KindSigreturn {
+			return true
+		}
+	}
+	return false
 }
 
 // AutoExits chooses the exit mode for a process and says why.
