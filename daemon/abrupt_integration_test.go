@@ -26,10 +26,8 @@ func systemExcludes() []*regexp.Regexp {
 	return res
 }
 
-// traceAbrupt runs exe's "run n" (and then the extra commands, each
-// answered by one line) under a session, and checks that tracing changed
-// neither its output nor its exit status, that nothing stays attached, and
-// that the calls per context are exactly want.
+// traceAbrupt traces exe's "run n" and then the extra commands, each
+// answered by one line, and checks the result (see traceTarget).
 func traceAbrupt(t *testing.T, exe, root string, exits plan.ExitMode, extra []string, want map[string]uint64) *cct.Profile {
 	t.Helper()
 	script := func(p *testtarget.Proc) string {
@@ -40,40 +38,8 @@ func traceAbrupt(t *testing.T, exe, root string, exits plan.ExitMode, extra []st
 		}
 		return out
 	}
-	ref := testtarget.Start(t, exe)
-	refOut := script(ref)
-	refStatus := ref.Exit(t)
-
-	target := testtarget.Start(t, exe)
-	s, err := daemon.Start(daemon.Config{PID: target.Pid(), Roots: []string{root}, Exits: exits,
-		Exclude: systemExcludes(), Warnf: t.Logf})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pl := s.Prepared().Plan
-	out := script(target)
-	p, err := s.Stop()
-	if err != nil {
-		t.Fatal(err)
-	}
-	progs, links := s.KernelIDs()
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	testtarget.CheckGone(t, progs, links)
-	testtarget.CheckNoProbes(t, target.Pid())
-	if status := target.Exit(t); status != refStatus || out != refOut {
-		t.Errorf("traced target printed %q and exited %d; untraced %q and %d", out, status, refOut, refStatus)
-	}
-	if wantExits := exits; wantExits != plan.ExitsAuto && pl.Exits != wantExits {
-		t.Errorf("exits by %s, want %s", pl.Exits, wantExits)
-	}
-	got := testtarget.PprofCounts(roundTrip(t, p), nil)
-	if diff := testtarget.DiffCounts(got, want); diff != "" {
-		t.Errorf("calls per context differ:\n%s", diff)
-	}
-	t.Logf("exits by %s: %s", pl.Exits, strings.Join(p.Comments, "; "))
-	return p
+	cfg := daemon.Config{Roots: []string{root}, Exits: exits, Exclude: systemExcludes()}
+	return traceTarget(t, exe, cfg, script, want, nil)
 }
 
 // TestExceptions traces the C++ target's exceptions: thrown through three

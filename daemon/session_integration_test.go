@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -59,41 +60,59 @@ func TestExactCTree(t *testing.T) {
 				}
 			}
 
-			// The same work without kprofd, for the output and status.
-			ref := testtarget.Start(t, exe.Exe)
-			refDone := ref.Run(t, requests)
-			refStatus := ref.Exit(t)
-
-			target := testtarget.Start(t, exe.Exe)
-			s, err := daemon.Start(daemon.Config{PID: target.Pid(), Roots: []string{root}, Exits: tc.exits, Warnf: t.Logf})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if diff, _ := testtarget.TextDiff(target.Pid()); diff == "" {
-				t.Error("no breakpoint found in the target's code while probes are attached; the no-probes-left check below would prove nothing")
-			}
-			done := target.Run(t, requests)
-			p, err := s.Stop()
-			if err != nil {
-				t.Fatal(err)
-			}
-			progs, links := s.KernelIDs()
-			if err := s.Close(); err != nil {
-				t.Fatal(err)
-			}
-			testtarget.CheckGone(t, progs, links)
-			testtarget.CheckNoProbes(t, target.Pid())
-			if status := target.Exit(t); status != refStatus || done != refDone {
-				t.Errorf("traced target printed %q and exited %d; untraced %q and %d", done, status, refDone, refStatus)
-			}
-
-			got := testtarget.PprofCounts(roundTrip(t, p), rename)
-			if diff := testtarget.DiffCounts(got, testtarget.CTreeCounts(requests, 2)); diff != "" {
-				t.Errorf("calls per context differ:\n%s", diff)
-			}
+			p := traceTarget(t, exe.Exe, daemon.Config{Roots: []string{root}, Exits: tc.exits}, func(p *testtarget.Proc) string {
+				return p.Run(t, requests)
+			}, testtarget.CTreeCounts(requests, 2), rename)
 			checkTimes(t, p)
 		})
 	}
+}
+
+// traceTarget runs script on exe twice, untraced and under a session of
+// cfg, and checks that tracing changed neither the target's output nor its
+// exit status, that a breakpoint was in its code while attached and none
+// is afterwards, that the session's BPF programs and links are gone, and
+// that the calls per context (names mapped by rename when not nil) are
+// exactly want.
+func traceTarget(t *testing.T, exe string, cfg daemon.Config, script func(*testtarget.Proc) string, want map[string]uint64, rename func(string) string) *cct.Profile {
+	t.Helper()
+	ref := testtarget.Start(t, exe)
+	refOut := script(ref)
+	refStatus := ref.Exit(t)
+
+	target := testtarget.Start(t, exe)
+	cfg.PID, cfg.Warnf = target.Pid(), t.Logf
+	s, err := daemon.Start(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff, _ := testtarget.TextDiff(target.Pid()); diff == "" {
+		t.Error("no breakpoint found in the target's code while probes are attached; the no-probes-left check would prove nothing")
+	}
+	pl := s.Prepared().Plan
+	out := script(target)
+	p, err := s.Stop()
+	if err != nil {
+		t.Fatal(err)
+	}
+	progs, links := s.KernelIDs()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	testtarget.CheckGone(t, progs, links)
+	testtarget.CheckNoProbes(t, target.Pid())
+	if status := target.Exit(t); status != refStatus || out != refOut {
+		t.Errorf("traced target printed %q and exited %d; untraced %q and %d", out, status, refOut, refStatus)
+	}
+	if cfg.Exits != plan.ExitsAuto && pl.Exits != cfg.Exits {
+		t.Errorf("exits by %s, want %s", pl.Exits, cfg.Exits)
+	}
+	got := testtarget.PprofCounts(roundTrip(t, p), rename)
+	if diff := testtarget.DiffCounts(got, want); diff != "" {
+		t.Errorf("calls per context differ:\n%s", diff)
+	}
+	t.Logf("exits by %s: %s", pl.Exits, strings.Join(p.Comments, "; "))
+	return p
 }
 
 // TestTargetExitsMidSession checks that a session whose target exits keeps

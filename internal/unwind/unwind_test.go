@@ -1,12 +1,10 @@
 package unwind
 
 import (
-	"bufio"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +13,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/kprofd/kprofd/internal/testtarget"
 	"github.com/kprofd/kprofd/symbolizer"
 )
 
@@ -55,34 +54,8 @@ func captureStack(t testing.TB, flag string, args ...string) *capture {
 	if out, err := exec.Command("gcc", "-O2", flag, "-o", exe, src).CombinedOutput(); err != nil {
 		t.Fatalf("gcc -O2 %s stack.c: %v\n%s", flag, err, out)
 	}
-	cmd := exec.Command(exe, args...)
-	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		stdin.Close()
-		io.Copy(io.Discard, stdout)
-		if err := cmd.Wait(); err != nil {
-			t.Errorf("stack: %v", err)
-		}
-	})
-	out := bufio.NewReader(stdout)
-	line := func() string {
-		s, err := out.ReadString('\n')
-		if err != nil {
-			t.Fatalf("reading the output of stack: %v", err)
-		}
-		return strings.TrimSuffix(s, "\n")
-	}
+	target := testtarget.Launch(t, exe, args...)
+	line := func() string { return target.Line(t) }
 	c := &capture{}
 	var n int
 	header := line()
@@ -93,7 +66,7 @@ func captureStack(t testing.TB, flag string, args ...string) *capture {
 	if c.stack.Data, err = hex.DecodeString(line()); err != nil || len(c.stack.Data) != n {
 		t.Fatalf("stack of %d bytes, want %d: %v", len(c.stack.Data), n, err)
 	}
-	if c.proc, err = symbolizer.LoadProcess(cmd.Process.Pid); err != nil {
+	if c.proc, err = symbolizer.LoadProcess(target.Pid()); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.proc.Close() })
