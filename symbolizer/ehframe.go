@@ -351,7 +351,7 @@ func (r *reader) fail(err error) {
 
 func (r *reader) next(n int) []byte {
 	if r.err != nil || n > len(r.b)-r.off || n < 0 {
-		r.fail(errors.New("unexpected end of data"))
+		r.fail(errEnd)
 		return nil
 	}
 	b := r.b[r.off : r.off+n]
@@ -388,48 +388,72 @@ func (r *reader) u64() uint64 {
 }
 
 func (r *reader) uleb() uint64 {
-	var v uint64
-	for shift := uint(0); ; shift += 7 {
-		b := r.u8()
-		if r.err != nil {
-			return 0
-		}
-		if shift < 64 {
-			v |= uint64(b&0x7f) << shift
-		}
-		if b&0x80 == 0 {
-			return v
-		}
-		if shift > 70 {
-			r.fail(errors.New("LEB128 too long"))
-			return 0
-		}
+	v, n, err := ULEB128(r.b[min(r.off, len(r.b)):])
+	if err != nil {
+		r.fail(err)
+		return 0
 	}
+	r.off += n
+	return v
 }
 
 func (r *reader) sleb() int64 {
-	var v int64
-	shift := uint(0)
-	for {
-		b := r.u8()
-		if r.err != nil {
-			return 0
-		}
+	v, n, err := SLEB128(r.b[min(r.off, len(r.b)):])
+	if err != nil {
+		r.fail(err)
+		return 0
+	}
+	r.off += n
+	return v
+}
+
+// Errors of the readers: errEnd for data cut short (ULEB128 and SLEB128
+// too), errLEBTooLong for a LEB128 number of more than 10 bytes.
+var (
+	errEnd        = errors.New("unexpected end of data")
+	errLEBTooLong = errors.New("LEB128 too long")
+)
+
+// ULEB128 decodes an unsigned LEB128 number at the start of b and returns
+// it and its length. Bits beyond 64 are dropped.
+func ULEB128(b []byte) (v uint64, n int, err error) {
+	for shift := uint(0); n < len(b); shift += 7 {
+		c := b[n]
+		n++
 		if shift < 64 {
-			v |= int64(b&0x7f) << shift
+			v |= uint64(c&0x7f) << shift
 		}
-		shift += 7
-		if b&0x80 == 0 {
-			if shift < 64 && b&0x40 != 0 {
-				v |= -1 << shift
-			}
-			return v
+		if c&0x80 == 0 {
+			return v, n, nil
 		}
 		if shift > 70 {
-			r.fail(errors.New("LEB128 too long"))
-			return 0
+			return 0, n, errLEBTooLong
 		}
 	}
+	return 0, n, errEnd
+}
+
+// SLEB128 decodes a signed LEB128 number at the start of b and returns it
+// and its length.
+func SLEB128(b []byte) (v int64, n int, err error) {
+	for shift := uint(0); n < len(b); {
+		c := b[n]
+		n++
+		if shift < 64 {
+			v |= int64(c&0x7f) << shift
+		}
+		shift += 7
+		if c&0x80 == 0 {
+			if shift < 64 && c&0x40 != 0 {
+				v |= -1 << shift
+			}
+			return v, n, nil
+		}
+		if shift > 70 {
+			return 0, n, errLEBTooLong
+		}
+	}
+	return 0, n, errEnd
 }
 
 // block reads a ULEB128 length and that many bytes.

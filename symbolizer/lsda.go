@@ -224,8 +224,8 @@ func parseLSDA(b []byte, addr, funcStart uint64) ([]LandingPad, error) {
 }
 
 // errLSDAEnd is the error of an LSDA that runs past the data read: a
-// larger read may succeed.
-var errLSDAEnd = errors.New("unexpected end of data")
+// larger read may succeed. The reader fails with it too.
+var errLSDAEnd = errEnd
 
 // maxLEB128 is the longest LEB128 encoding of a 64-bit value.
 const maxLEB128 = 10

@@ -221,38 +221,22 @@ func (r *exprReader) fixed(n int) uint64 {
 }
 
 func (r *exprReader) uleb() uint64 {
-	var v uint64
-	for shift := uint(0); ; shift += 7 {
-		b := r.u8()
-		if r.err != nil {
-			return 0
-		}
-		if shift < 64 {
-			v |= uint64(b&0x7f) << shift
-		}
-		if b&0x80 == 0 {
-			return v
-		}
-	}
+	v, n, err := symbolizer.ULEB128(r.b[r.off:])
+	r.advance(n, err)
+	return v
 }
 
 func (r *exprReader) sleb() int64 {
-	var v int64
-	var shift uint
-	for {
-		b := r.u8()
-		if r.err != nil {
-			return 0
-		}
-		if shift < 64 {
-			v |= int64(b&0x7f) << shift
-		}
-		shift += 7
-		if b&0x80 == 0 {
-			if shift < 64 && b&0x40 != 0 {
-				v |= -1 << shift
-			}
-			return v
-		}
+	v, n, err := symbolizer.SLEB128(r.b[r.off:])
+	r.advance(n, err)
+	return v
+}
+
+// advance moves past a LEB128 number of n bytes, or fails the reader.
+func (r *exprReader) advance(n int, err error) {
+	if err != nil {
+		r.err, r.off = errExprEnd, len(r.b)
+		return
 	}
+	r.off += n
 }
