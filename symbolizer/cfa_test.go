@@ -1,6 +1,7 @@
 package symbolizer
 
 import (
+	"github.com/kprofd/kprofd/internal/testtarget"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -283,7 +284,7 @@ func TestFragmentRule(t *testing.T) {
 // at its entry the slot is the stack pointer; after push rbp; mov rsp,rbp
 // (with frame pointers) it is rbp+8.
 func TestSlotRule(t *testing.T) {
-	need(t, "gcc")
+	testtarget.Need(t, "gcc")
 	for _, tc := range []struct {
 		flags   []string
 		fromRBP bool

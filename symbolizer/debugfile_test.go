@@ -1,6 +1,7 @@
 package symbolizer
 
 import (
+	"github.com/kprofd/kprofd/internal/testtarget"
 	"os"
 	"path/filepath"
 	"testing"
@@ -9,7 +10,7 @@ import (
 // TestDebugFile checks that a stripped object takes its names from the
 // separate debug file with its build id, as distributions ship them.
 func TestDebugFile(t *testing.T) {
-	need(t, "gcc", "strip", "objcopy")
+	testtarget.Need(t, "gcc", "strip", "objcopy")
 	app := buildApp(t)
 	dir := filepath.Dir(app)
 	stripped := filepath.Join(dir, "app-stripped")

@@ -2,6 +2,7 @@ package symbolizer
 
 import (
 	"bufio"
+	"github.com/kprofd/kprofd/internal/testtarget"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,20 +11,6 @@ import (
 	"strings"
 	"testing"
 )
-
-// need skips the test when a tool it builds targets with is missing, and
-// fails it in CI, where every test must run.
-func need(t *testing.T, tools ...string) {
-	t.Helper()
-	for _, tool := range tools {
-		if _, err := exec.LookPath(tool); err != nil {
-			if os.Getenv("CI") == "true" {
-				t.Fatalf("%s is not installed", tool)
-			}
-			t.Skipf("%s is not installed", tool)
-		}
-	}
-}
 
 // run runs a command in dir and fails the test if it fails.
 func run(t *testing.T, dir string, name string, args ...string) {
@@ -56,7 +43,7 @@ const appBuildID = "0123456789abcdef"
 // into a new directory and returns the path of app.
 func buildApp(t *testing.T, flags ...string) string {
 	t.Helper()
-	need(t, "gcc")
+	testtarget.Need(t, "gcc")
 	dir := t.TempDir()
 	copyTestdata(t, dir, "app.c", "kp.c", "kp.map")
 	run(t, dir, "gcc", "-O2", "-shared", "-fPIC", "-Wl,-soname,libkp.so.1", "-Wl,--version-script=kp.map", "-o", "libkp.so.1", "kp.c")
@@ -69,7 +56,7 @@ func buildApp(t *testing.T, flags ...string) string {
 // buildCpp builds the C++ target and returns its path.
 func buildCpp(t *testing.T) string {
 	t.Helper()
-	need(t, "g++")
+	testtarget.Need(t, "g++")
 	dir := t.TempDir()
 	copyTestdata(t, dir, "cpp.cc")
 	run(t, dir, "g++", "-O2", "-o", "cppprog", "cpp.cc")
@@ -79,7 +66,7 @@ func buildCpp(t *testing.T) string {
 // buildFrames builds the call frame target and returns its path.
 func buildFrames(t *testing.T) string {
 	t.Helper()
-	need(t, "gcc")
+	testtarget.Need(t, "gcc")
 	dir := t.TempDir()
 	copyTestdata(t, dir, "frames.c")
 	run(t, dir, "gcc", "-O2", "-o", "frames", "frames.c")
@@ -89,7 +76,7 @@ func buildFrames(t *testing.T) string {
 // stripCopy writes a stripped copy of path next to it, named name.
 func stripCopy(t *testing.T, path, name string) string {
 	t.Helper()
-	need(t, "strip")
+	testtarget.Need(t, "strip")
 	out := filepath.Join(filepath.Dir(path), name)
 	run(t, "", "strip", "-o", out, path)
 	return out
@@ -115,7 +102,7 @@ type nmSym struct {
 // nm returns the defined symbols of path by name, as binutils nm sees them.
 func nm(t *testing.T, path string) map[string]nmSym {
 	t.Helper()
-	need(t, "nm")
+	testtarget.Need(t, "nm")
 	out, err := exec.Command("nm", "-S", "--defined-only", path).Output()
 	if err != nil {
 		t.Fatalf("nm %s: %v", path, err)
@@ -155,7 +142,7 @@ func sym(t *testing.T, syms map[string]nmSym, name string) nmSym {
 // binutils readelf decodes them.
 func readelfFDEs(t *testing.T, path string) []Range {
 	t.Helper()
-	need(t, "readelf")
+	testtarget.Need(t, "readelf")
 	out, err := exec.Command("readelf", "--debug-dump=frames", path).Output()
 	if err != nil {
 		t.Fatalf("readelf %s: %v", path, err)

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/kprofd/kprofd/internal/testtarget"
 	"os"
 	"path/filepath"
 	"slices"
@@ -258,7 +259,7 @@ func TestParseLSDAErrors(t *testing.T) {
 // buildLSDATarget builds testdata/lsda.cc and returns its path.
 func buildLSDATarget(t *testing.T) string {
 	t.Helper()
-	need(t, "g++")
+	testtarget.Need(t, "g++")
 	dir := t.TempDir()
 	copyTestdata(t, dir, "lsda.cc")
 	run(t, dir, "g++", "-O2", "-o", "lsda", "lsda.cc")
@@ -340,7 +341,7 @@ func TestLandingPads(t *testing.T) {
 // tables, no cold parts) for the shapes whose pads do not depend on
 // inlining decisions.
 func TestLandingPadsClang(t *testing.T) {
-	need(t, "clang++")
+	testtarget.Need(t, "clang++")
 	dir := t.TempDir()
 	copyTestdata(t, dir, "lsda.cc")
 	run(t, dir, "clang++", "-O2", "-Wno-unknown-attributes", "-o", "lsda", "lsda.cc")
@@ -384,7 +385,7 @@ func TestLandingPadsClang(t *testing.T) {
 
 // TestLandingPadsLarge checks an LSDA larger than the first window read.
 func TestLandingPadsLarge(t *testing.T) {
-	need(t, "g++")
+	testtarget.Need(t, "g++")
 	const n = 1000
 	var src strings.Builder
 	src.WriteString("__attribute__((noipa)) int f(int n) { if (n == 7) throw n; return n; }\n")

@@ -15,20 +15,6 @@ import (
 	"github.com/ianlancetaylor/demangle"
 )
 
-// need skips the test when a tool it builds or inspects targets with is
-// missing, and fails it in CI, where every test must run.
-func need(t *testing.T, tools ...string) {
-	t.Helper()
-	for _, tool := range tools {
-		if _, err := exec.LookPath(tool); err != nil {
-			if os.Getenv("CI") == "true" {
-				t.Fatalf("%s is not installed", tool)
-			}
-			t.Skipf("%s is not installed", tool)
-		}
-	}
-}
-
 // session runs one process of a target: "run 16" twice, then script (the
 // lines it prints, expected in order), then "run 16" again and "exit". It
 // returns the "done" line, having checked that every run printed it.
@@ -78,12 +64,12 @@ func checkTarget(t *testing.T, build func(testing.TB, bool) string, script ...st
 }
 
 func TestExcTarget(t *testing.T) {
-	need(t, "g++")
+	Need(t, "g++")
 	checkTarget(t, BuildExc)
 }
 
 func TestLongjmpTarget(t *testing.T) {
-	need(t, "gcc")
+	Need(t, "gcc")
 	checkTarget(t, BuildLongjmp, "quit", "quit")
 }
 
@@ -142,7 +128,7 @@ func checkStructure(t *testing.T, exe string, want map[string]uint64, throws map
 }
 
 func TestExcStructure(t *testing.T) {
-	need(t, "g++", "objdump")
+	Need(t, "g++", "objdump")
 	throws := map[string][]string{
 		"f3(int)":        {"__cxa_throw"},
 		"g2(int)":        {"__cxa_throw"},
@@ -158,7 +144,7 @@ func TestExcStructure(t *testing.T) {
 }
 
 func TestLongjmpStructure(t *testing.T) {
-	need(t, "gcc", "objdump")
+	Need(t, "gcc", "objdump")
 	jumps := map[string][]string{
 		"step3":   {"longjmp"},
 		"step1":   {"setjmp"},
@@ -350,7 +336,7 @@ func oracleCounts(t *testing.T, exe, root, input string) (map[string]uint64, str
 // and fails it in CI, which installs gdb.
 func needGdb(t *testing.T) {
 	t.Helper()
-	need(t, "gdb")
+	Need(t, "gdb")
 	out, err := exec.Command("gdb", "--batch", "-nx", "-ex", "python print('py' + 'thon')", "-ex", "run", "--args", "/bin/true").CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "python") || !strings.Contains(string(out), "exited normally") {
 		if os.Getenv("CI") == "true" {

@@ -226,3 +226,17 @@ func BuildSignal(t testing.TB) string {
 	Compile(t, dir, "gcc", "-O2", "-o", "sig", filepath.Join(Testdata(), "signal", "sig.c"))
 	return filepath.Join(dir, "sig")
 }
+
+// Need skips the test when a tool it builds or inspects targets with is
+// missing, and fails it in CI (CI=true), where every test must run.
+func Need(t testing.TB, tools ...string) {
+	t.Helper()
+	for _, tool := range tools {
+		if _, err := exec.LookPath(tool); err != nil {
+			if os.Getenv("CI") == "true" {
+				t.Fatalf("%s is not installed", tool)
+			}
+			t.Skipf("%s is not installed", tool)
+		}
+	}
+}

@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -16,20 +15,6 @@ import (
 	"github.com/kprofd/kprofd/internal/testtarget"
 	"github.com/kprofd/kprofd/symbolizer"
 )
-
-// need skips the test when a tool it builds targets with is missing, and
-// fails it in CI, where every test must run.
-func need(t testing.TB, tools ...string) {
-	t.Helper()
-	for _, tool := range tools {
-		if _, err := exec.LookPath(tool); err != nil {
-			if os.Getenv("CI") == "true" {
-				t.Fatalf("%s is not installed", tool)
-			}
-			t.Skipf("%s is not installed", tool)
-		}
-	}
-}
 
 // A capture is what testdata/stack.c printed in d, and the process it
 // ran in, loaded.
@@ -44,7 +29,7 @@ type capture struct {
 // of the test, with its objects loaded.
 func captureStack(t testing.TB, flag string, args ...string) *capture {
 	t.Helper()
-	need(t, "gcc")
+	testtarget.Need(t, "gcc")
 	dir := t.TempDir()
 	src, err := filepath.Abs(filepath.Join("testdata", "stack.c"))
 	if err != nil {
