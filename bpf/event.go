@@ -26,6 +26,10 @@ const (
 	// signal trampoline).
 	KindSignal    Kind = 7
 	KindSigreturn Kind = 8
+	// KindSample is a cpu-clock sample of a thread inside the root: a
+	// captured real stack, in order with the thread's events; Reader.Stack
+	// returns it. FlagKernel marks one taken in the kernel.
+	KindSample Kind = 9
 )
 
 func (k Kind) String() string {
@@ -48,6 +52,8 @@ func (k Kind) String() string {
 		return "signal"
 	case KindSigreturn:
 		return "sigreturn"
+	case KindSample:
+		return "sample"
 	}
 	return "kind?"
 }
@@ -61,6 +67,10 @@ const (
 	// FlagLostBefore marks the first event a thread emitted after the ring
 	// buffer dropped one or more of its events.
 	FlagLostBefore uint8 = 1 << 0
+	// FlagKernel marks a sample taken while the thread ran in the kernel
+	// (a system call, a uprobe trap); its registers are the user
+	// registers saved at kernel entry.
+	FlagKernel uint8 = 1 << 1
 )
 
 // Event is one record from the ring buffer. Its layout matches struct
@@ -98,7 +108,9 @@ type Stack struct {
 	// RootSlot is the return-address slot of the thread's outermost root
 	// frame: the copy reaches it unless it is more than StackMax bytes up.
 	RootSlot uint64
-	// PC, SP and BP are the registers at the probe.
+	// Kernel marks a sample taken while the thread was in the kernel.
+	Kernel bool
+	// PC, SP and BP are the user registers at the probe or sample.
 	PC, SP, BP uint64
 	// Data is the stack memory from SP up.
 	Data []byte

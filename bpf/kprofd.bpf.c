@@ -33,9 +33,19 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #define KIND_STACK 6
 #define KIND_SIGNAL 7
 #define KIND_SIGRETURN 8
+#define KIND_SAMPLE 9
+
+// kprofd_perf_event's context (linux/bpf_perf_event.h, whose asm include
+// the BPF target lacks).
+struct bpf_perf_event_data {
+	struct pt_regs regs;
+	__u64 sample_period;
+	__u64 addr;
+};
 
 // Event flags; match bpf/event.go.
 #define FLAG_LOST_BEFORE 1
+#define FLAG_KERNEL 2 // a sample taken while the thread ran in the kernel
 
 // Cookie layout (bpf/cookie.go builds it):
 //   bits  0..31  function id
@@ -66,7 +76,10 @@ enum {
 	STAT_STALE_ROOT = 2, // threads found above their root's frame
 	STAT_STACKS = 3,     // stacks captured
 	STAT_STACKS_LOST = 4, // stacks not captured: ring buffer full
-	STAT_MAX = 5,
+	STAT_TARGET_SAMPLES = 5, // cpu-clock samples of the target's threads
+	STAT_ROOT_SAMPLES = 6,	 // of those, samples of threads inside the root
+	STAT_PROBE_SAMPLES = 7,	 // samples that hit kprofd's own probe program
+	STAT_MAX = 8,
 };
 
 struct kprofd_event {
@@ -84,9 +97,9 @@ struct kprofd_event {
 // test compares with bpf.Event.
 const struct kprofd_event *unused_event __attribute__((unused));
 
-// A captured user stack: a KIND_STACK event (slot: the root's slot;
-// func: bytes of data; adjust: the capture's cost), the registers, and a
-// copy of the stack from sp up.
+// A captured user stack: a KIND_STACK or KIND_SAMPLE event (slot: the
+// root's slot; func: bytes of data; adjust: the capture's cost), the user
+// registers, and a copy of the stack from sp up.
 struct kprofd_stack {
 	struct kprofd_event ev;
 	__u64 pc;
@@ -111,6 +124,7 @@ struct kprofd_thread {
 	__u32 depth;	  // frames on the shadow stack (more than SHADOW: the rest unchecked)
 	__u32 sigdepth;	  // signal handlers running inside the root
 	__u32 sigshadow;  // depth when the outermost of them started
+	__u32 busy;	  // the probe program runs on this thread: a sample now is kprofd's time
 	__u64 popped;	  // slot of the last frame an exit popped (uretprobes return once per tail call)
 	__u64 shadow[SHADOW]; // slots of the innermost frames, shadow[(depth-1) % SHADOW] on top
 	struct kprofd_event buf[BATCH];
@@ -135,6 +149,16 @@ struct {
 	__type(key, __u32);
 	__type(value, __u64);
 } stats SEC(".maps");
+
+// Entry probe hits per function id, from every thread of the target: what
+// the daemon's cost model multiplies by each function's probe cost. The
+// loader sizes it to the plan.
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} calls SEC(".maps");
 
 // Set by the loader before the program is loaded.
 volatile const __u32 target_tgid;
@@ -218,9 +242,10 @@ static __always_inline struct kprofd_event *append(struct kprofd_thread *th, __u
 }
 
 // capture flushes the thread's batch and writes its real stack, from the
-// stack pointer up to the root's frame, as one KIND_STACK record after it.
-// The record's adjust is what flushing and copying cost the thread.
-static __always_inline void capture(struct pt_regs *ctx, struct kprofd_thread *th, __u32 tid)
+// stack pointer up to the root's frame, as one record of the given kind
+// after it. The record's adjust is what flushing and copying cost the
+// thread.
+static __always_inline void capture(__u64 ip, __u64 sp, __u64 bp, struct kprofd_thread *th, __u32 tid, __u8 kind, __u8 flags)
 {
 	__u64 t0 = bpf_ktime_get_ns();
 	flush(th);
@@ -229,20 +254,19 @@ static __always_inline void capture(struct pt_regs *ctx, struct kprofd_thread *t
 		count(STAT_STACKS_LOST, 1);
 		return;
 	}
-	__u64 sp = PT_REGS_SP(ctx);
 	__u64 n = STACK_MAX;
 	if (th->root_slot + 8 > sp && th->root_slot + 8 - sp < STACK_MAX)
 		n = th->root_slot + 8 - sp;
 	if (bpf_probe_read_user(st->data, n, (void *)sp))
 		n = 0;
-	st->pc = PT_REGS_IP(ctx);
+	st->pc = ip;
 	st->sp = sp;
-	st->bp = PT_REGS_FP(ctx);
+	st->bp = bp;
 	st->ev.slot = th->root_slot;
 	st->ev.tid = tid;
 	st->ev.func = n;
-	st->ev.kind = KIND_STACK;
-	st->ev.flags = 0;
+	st->ev.kind = kind;
+	st->ev.flags = flags;
 	__u64 now = bpf_ktime_get_ns();
 	st->ev.time = now;
 	st->ev.adjust = now - t0;
@@ -304,6 +328,9 @@ static __always_inline int shadow(struct kprofd_thread *th, __u8 kind, __u64 slo
 	return 1;
 }
 
+static __always_inline void handle_thread(struct pt_regs *ctx, struct kprofd_thread *th, __u64 now, __u32 tid,
+					  __u64 cookie, __u8 kind, __u64 slot);
+
 static __always_inline int handle(struct pt_regs *ctx)
 {
 	__u64 now = bpf_ktime_get_ns();
@@ -319,6 +346,13 @@ static __always_inline int handle(struct pt_regs *ctx)
 	asm volatile("" : "+r"(sp), "+r"(fp));
 	__u64 slot = ((cookie & COOKIE_SLOT_RBP) ? fp : sp) + (__s64)(__s16)(cookie >> 48);
 
+	if (kind == KIND_ENTRY) {
+		__u32 fn = (__u32)cookie;
+		__u64 *c = bpf_map_lookup_elem(&calls, &fn);
+		if (c)
+			*c += 1;
+	}
+
 	// Only a root's probes create a thread's context; any other probe
 	// of a thread that never entered a root stops here.
 	struct kprofd_thread *th = bpf_task_storage_get(
@@ -329,11 +363,20 @@ static __always_inline int handle(struct pt_regs *ctx)
 			count(STAT_NO_STORAGE, 1);
 		return 0;
 	}
+	th->busy = 1;
+	handle_thread(ctx, th, now, tid, cookie, kind, slot);
+	th->busy = 0;
+	return 0;
+}
+
+static __always_inline void handle_thread(struct pt_regs *ctx, struct kprofd_thread *th, __u64 now, __u32 tid,
+					  __u64 cookie, __u8 kind, __u64 slot)
+{
 	if (kind == KIND_SIGRETURN) {
 		// A handler returns; the end of one started outside the root
 		// is no concern of ours.
 		if (!th->sigdepth)
-			return 0;
+			return;
 		if (--th->sigdepth == 0)
 			th->depth = th->sigshadow;
 		if (th->root_slot) {
@@ -343,7 +386,7 @@ static __always_inline int handle(struct pt_regs *ctx)
 			e->func = 0;
 			e->kind = KIND_SIGRETURN;
 		}
-		return 0;
+		return;
 	}
 	// A frame at or above the root's slot means the root is gone (left
 	// by longjmp or an exception caught outside it) -- except an exit of
@@ -368,7 +411,7 @@ static __always_inline int handle(struct pt_regs *ctx)
 	}
 	if (!th->root_slot) {
 		if (kind != KIND_ENTRY || !(cookie & COOKIE_ROOT))
-			return 0;
+			return;
 		th->root_slot = slot;
 		th->last_check = now;
 		th->depth = 0;
@@ -386,12 +429,11 @@ static __always_inline int handle(struct pt_regs *ctx)
 	if ((kind == KIND_EXIT || kind == KIND_RETURN) && slot == th->root_slot) {
 		th->root_slot = 0;
 		flush(th);
-		return 0;
+		return;
 	}
 	int matched = shadow(th, kind, slot);
 	if (!matched || (cookie & COOKIE_CAPTURE) || (check_interval_ns && now - th->last_check > check_interval_ns))
-		capture(ctx, th, tid);
-	return 0;
+		capture(PT_REGS_IP(ctx), PT_REGS_SP(ctx), PT_REGS_FP(ctx), th, tid, KIND_STACK, 0);
 }
 
 SEC("uprobe.multi")
@@ -489,6 +531,36 @@ int kprofd_signal(struct bpf_raw_tracepoint_args *ctx)
 	e->tid = (__u32)pid_tgid;
 	e->func = 0;
 	e->kind = KIND_SIGNAL;
+	return 0;
+}
+
+// sample runs at every tick of the per-CPU cpu-clock perf events: a thread
+// of the target inside the root has its user stack captured, in order
+// with its events (capture flushes its batch first). A tick that lands in
+// the probe program itself is kprofd's time, not the target's: it is only
+// counted. A tick in the kernel (a system call, a uprobe trap) captures
+// the user registers saved at kernel entry.
+SEC("perf_event")
+int kprofd_sample(struct bpf_perf_event_data *ctx)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	if ((__u32)(pid_tgid >> 32) != target_tgid)
+		return 0;
+	count(STAT_TARGET_SAMPLES, 1);
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct kprofd_thread *th = bpf_task_storage_get(&threads, task, 0, 0);
+	if (!th || !th->root_slot)
+		return 0;
+	count(STAT_ROOT_SAMPLES, 1);
+	if (th->busy) {
+		count(STAT_PROBE_SAMPLES, 1);
+		return 0;
+	}
+	struct pt_regs regs;
+	if (bpf_probe_read_kernel(&regs, sizeof(regs), (void *)bpf_task_pt_regs(task)))
+		return 0;
+	__u8 flags = (ctx->regs.cs & 3) ? 0 : FLAG_KERNEL;
+	capture(regs.rip, regs.rsp, regs.rbp, th, (__u32)pid_tgid, KIND_SAMPLE, flags);
 	return 0;
 }
 

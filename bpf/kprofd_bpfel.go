@@ -43,7 +43,7 @@ type kprofdKprofdThread struct {
 	Depth     uint32
 	Sigdepth  uint32
 	Sigshadow uint32
-	_         [4]byte
+	Busy      uint32
 	Popped    uint64
 	Shadow    [32]uint64
 	Buf       [64]kprofdKprofdEvent
@@ -53,6 +53,7 @@ type kprofdKprofdThread struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	kprofdMapCalls           = "calls"
 	kprofdMapEvents          = "events"
 	kprofdMapStats           = "stats"
 	kprofdMapThreads         = "threads"
@@ -61,6 +62,7 @@ const (
 	kprofdProgKprofdExec     = "kprofd_exec"
 	kprofdProgKprofdExit     = "kprofd_exit"
 	kprofdProgKprofdMulti    = "kprofd_multi"
+	kprofdProgKprofdSample   = "kprofd_sample"
 	kprofdProgKprofdSignal   = "kprofd_signal"
 	kprofdProgKprofdSingle   = "kprofd_single"
 	kprofdVarBatchAgeNs      = "batch_age_ns"
@@ -118,6 +120,7 @@ type kprofdProgramSpecs struct {
 	KprofdExec   *ebpf.ProgramSpec `ebpf:"kprofd_exec"`
 	KprofdExit   *ebpf.ProgramSpec `ebpf:"kprofd_exit"`
 	KprofdMulti  *ebpf.ProgramSpec `ebpf:"kprofd_multi"`
+	KprofdSample *ebpf.ProgramSpec `ebpf:"kprofd_sample"`
 	KprofdSignal *ebpf.ProgramSpec `ebpf:"kprofd_signal"`
 	KprofdSingle *ebpf.ProgramSpec `ebpf:"kprofd_single"`
 }
@@ -126,6 +129,7 @@ type kprofdProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type kprofdMapSpecs struct {
+	Calls   *ebpf.MapSpec `ebpf:"calls"`
 	Events  *ebpf.MapSpec `ebpf:"events"`
 	Stats   *ebpf.MapSpec `ebpf:"stats"`
 	Threads *ebpf.MapSpec `ebpf:"threads"`
@@ -163,6 +167,7 @@ func (o *kprofdObjects) Close() error {
 //
 // It can be passed to loadKprofdObjects or ebpf.CollectionSpec.LoadAndAssign.
 type kprofdMaps struct {
+	Calls   *ebpf.Map `ebpf:"calls"`
 	Events  *ebpf.Map `ebpf:"events"`
 	Stats   *ebpf.Map `ebpf:"stats"`
 	Threads *ebpf.Map `ebpf:"threads"`
@@ -170,6 +175,7 @@ type kprofdMaps struct {
 
 func (m *kprofdMaps) Close() error {
 	return _KprofdClose(
+		m.Calls,
 		m.Events,
 		m.Stats,
 		m.Threads,
@@ -197,6 +203,7 @@ type kprofdPrograms struct {
 	KprofdExec   *ebpf.Program `ebpf:"kprofd_exec"`
 	KprofdExit   *ebpf.Program `ebpf:"kprofd_exit"`
 	KprofdMulti  *ebpf.Program `ebpf:"kprofd_multi"`
+	KprofdSample *ebpf.Program `ebpf:"kprofd_sample"`
 	KprofdSignal *ebpf.Program `ebpf:"kprofd_signal"`
 	KprofdSingle *ebpf.Program `ebpf:"kprofd_single"`
 }
@@ -208,6 +215,7 @@ func (p *kprofdPrograms) Close() error {
 		p.KprofdExec,
 		p.KprofdExit,
 		p.KprofdMulti,
+		p.KprofdSample,
 		p.KprofdSignal,
 		p.KprofdSingle,
 	)

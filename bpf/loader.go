@@ -32,6 +32,9 @@ type Config struct {
 	// stack this often, to check the simulated one; 0 captures only at
 	// catch sites.
 	CheckInterval time.Duration
+	// Funcs is the number of function ids the plan uses, for the
+	// per-function call counters (CallCounts); 0 counts none.
+	Funcs int
 }
 
 // Defaults for Config's zero values.
@@ -54,6 +57,11 @@ type Stats struct {
 	// Stacks counts real stacks captured; StacksLost those the ring buffer
 	// had no room for.
 	Stacks, StacksLost uint64
+	// TargetSamples counts cpu-clock samples of the target's threads,
+	// RootSamples those of threads inside the root, and ProbeSamples
+	// those that landed in kprofd's probe program (kprofd's time, not the
+	// target's).
+	TargetSamples, RootSamples, ProbeSamples uint64
 }
 
 // Counter indexes in the stats map; they match STAT_* in kprofd.bpf.c.
@@ -63,6 +71,9 @@ const (
 	statStaleRoot
 	statStacks
 	statStacksLost
+	statTargetSamples
+	statRootSamples
+	statProbeSamples
 	statMax
 )
 
@@ -100,6 +111,7 @@ func Load(cfg Config) (*Program, error) {
 		return nil, fmt.Errorf("reading the embedded BPF object: %w", err)
 	}
 	spec.Maps[kprofdMapEvents].MaxEntries = uint32(cfg.RingBytes)
+	spec.Maps[kprofdMapCalls].MaxEntries = uint32(max(cfg.Funcs, 1))
 	if err := spec.Variables[kprofdVarTargetTgid].Set(uint32(cfg.PID)); err != nil {
 		return nil, fmt.Errorf("setting target_tgid: %w", err)
 	}
@@ -206,7 +218,8 @@ func (p *Program) Drain() ([]Event, error) {
 func (p *Program) Stats() (Stats, error) {
 	var s Stats
 	counters := [statMax]*uint64{statLost: &s.Lost, statNoStorage: &s.NoStorage, statStaleRoot: &s.StaleRoots,
-		statStacks: &s.Stacks, statStacksLost: &s.StacksLost}
+		statStacks: &s.Stacks, statStacksLost: &s.StacksLost, statTargetSamples: &s.TargetSamples,
+		statRootSamples: &s.RootSamples, statProbeSamples: &s.ProbeSamples}
 	for i, dst := range counters {
 		var perCPU []uint64
 		if err := p.objs.Stats.Lookup(uint32(i), &perCPU); err != nil {
@@ -224,7 +237,7 @@ func (p *Program) Stats() (Stats, error) {
 func (p *Program) IDs() []ebpf.ProgramID {
 	var ids []ebpf.ProgramID
 	for _, prog := range []*ebpf.Program{p.objs.KprofdMulti, p.objs.KprofdSingle, p.objs.KprofdEmpty, p.objs.KprofdExit, p.objs.KprofdExec,
-		p.objs.KprofdDrain, p.objs.KprofdSignal} {
+		p.objs.KprofdDrain, p.objs.KprofdSignal, p.objs.KprofdSample} {
 		if prog == nil {
 			continue
 		}

@@ -34,8 +34,8 @@ func (p *Program) NewReader(poll time.Duration) (*Reader, error) {
 
 // Read appends to dst the events that are ready, waiting at most one poll
 // interval for the first, and stops once dst holds cap(dst)-BatchSize
-// events or more. A captured stack comes as a KindStack event; Stack
-// returns it until the next Read. It returns ErrClosed once the reader is
+// events or more. A captured stack comes as a KindStack or KindSample
+// event; Stack returns it until the next Read. It returns ErrClosed once the reader is
 // closed.
 func (r *Reader) Read(dst []Event) ([]Event, error) {
 	r.rd.SetDeadline(time.Now().Add(r.poll))
@@ -54,7 +54,8 @@ func (r *Reader) Read(dst []Event) ([]Event, error) {
 			if st, err = decodeStack(raw); err != nil {
 				return dst, err
 			}
-			dst = append(dst, Event{Time: st.Time, Slot: st.RootSlot, Tid: st.Tid, Func: uint32(len(r.stacks)), Kind: KindStack, Adjust: adjustOf(raw)})
+			hdr := (*Event)(unsafe.Pointer(&raw[0]))
+			dst = append(dst, Event{Time: st.Time, Slot: st.RootSlot, Tid: st.Tid, Func: uint32(len(r.stacks)), Kind: hdr.Kind, Flags: hdr.Flags, Adjust: hdr.Adjust})
 			r.stacks = append(r.stacks, st)
 			continue
 		}
@@ -65,9 +66,10 @@ func (r *Reader) Read(dst []Event) ([]Event, error) {
 	return dst, nil
 }
 
-// Stack returns the stack of a KindStack event of the last Read.
+// Stack returns the stack of a KindStack or KindSample event of the last
+// Read.
 func (r *Reader) Stack(ev *Event) *Stack {
-	if ev.Kind != KindStack || int(ev.Func) >= len(r.stacks) {
+	if (ev.Kind != KindStack && ev.Kind != KindSample) || int(ev.Func) >= len(r.stacks) {
 		return nil
 	}
 	return &r.stacks[ev.Func]
@@ -75,12 +77,14 @@ func (r *Reader) Stack(ev *Event) *Stack {
 
 const eventSize = int(unsafe.Sizeof(Event{}))
 
-// isStack reports a KIND_STACK record.
+// isStack reports a KIND_STACK or KIND_SAMPLE record.
 func isStack(raw []byte) bool {
-	return len(raw) >= eventSize && Kind(raw[unsafe.Offsetof(Event{}.Kind)]) == KindStack
+	if len(raw) < eventSize {
+		return false
+	}
+	k := Kind(raw[unsafe.Offsetof(Event{}.Kind)])
+	return k == KindStack || k == KindSample
 }
-
-func adjustOf(raw []byte) uint32 { return (*Event)(unsafe.Pointer(&raw[0])).Adjust }
 
 // decodeStack decodes a struct kprofd_stack record, copying its data.
 func decodeStack(raw []byte) (Stack, error) {
@@ -95,7 +99,7 @@ func decodeStack(raw []byte) (Stack, error) {
 		return Stack{}, fmt.Errorf("stack record of %d bytes claims %d bytes of stack", len(raw), n)
 	}
 	return Stack{
-		Tid: ev.Tid, Time: ev.Time, RootSlot: ev.Slot,
+		Tid: ev.Tid, Time: ev.Time, RootSlot: ev.Slot, Kernel: ev.Flags&FlagKernel != 0,
 		PC: regs[0], SP: regs[1], BP: regs[2],
 		Data: append([]byte(nil), raw[header:header+n]...),
 	}, nil

@@ -57,6 +57,13 @@ type Node struct {
 	Wall uint64
 	// Raw is the inclusive wall time as measured, set by Compensate.
 	Raw uint64
+	// Samples is the number of cpu-clock samples taken in this context
+	// itself (not below it).
+	Samples uint64
+	// Estimated says the node's time comes from samples, not from
+	// probes: Wall is Samples times the sampling period plus the
+	// children's Wall.
+	Estimated bool
 
 	last int // index into Children of the last Child hit
 }
@@ -153,6 +160,8 @@ func mergeNode(dst, src *Node) {
 	dst.Calls += src.Calls
 	dst.Wall += src.Wall
 	dst.Raw += src.Raw
+	dst.Samples += src.Samples
+	dst.Estimated = dst.Estimated || src.Estimated
 	for _, ch := range src.Children {
 		mergeNode(dst.Child(ch.Func), ch)
 	}
@@ -167,7 +176,8 @@ type Costs struct{ Inner, Outer float64 }
 // Compensate takes the instrumentation's time out of every node (seed
 // patent: t_exact = t_rough - t_I - m*t_O): its self time loses Calls times
 // its function's inner time, and for each child the child's Calls times the
-// child's outer time. It keeps the measured times in Raw, rewrites Wall,
+// child's outer time. Estimated nodes keep their self time, which samples
+// in the probes never reached. It keeps the measured times in Raw, rewrites Wall,
 // and returns how many nodes it clamped at zero self time.
 func (t *Tree) Compensate(cost func(FuncID) Costs) (clamped int) {
 	for _, ch := range t.Root.Children {
@@ -189,6 +199,11 @@ func compensate(n *Node, cost func(FuncID) Costs) (clamped int) {
 	self := 0.0
 	if n.Raw > childRaw {
 		self = float64(n.Raw - childRaw)
+	}
+	if n.Estimated {
+		// Samples in the probes are not the node's: nothing to take out.
+		n.Wall = uint64(math.Round(self)) + childWall
+		return clamped
 	}
 	self -= float64(n.Calls)*cost(n.Func).Inner + outer
 	if self < 0 {
@@ -235,6 +250,26 @@ type Profile struct {
 	// Compensated says the trees' Wall times have the instrumentation's
 	// time taken out (Tree.Compensate) and Raw holds the measured ones.
 	Compensated bool
+	// SamplePeriod is the CPU time one sample stands for; zero when the
+	// profile was not sampled.
+	SamplePeriod time.Duration
+}
+
+// EstimateTimes sets the Wall of every Estimated node of t from its
+// samples: Samples times period plus its children's Wall.
+func (t *Tree) EstimateTimes(period time.Duration) {
+	var walk func(n *Node) uint64
+	walk = func(n *Node) uint64 {
+		var children uint64
+		for _, ch := range n.Children {
+			children += walk(ch)
+		}
+		if n.Estimated {
+			n.Wall = n.Samples*uint64(period) + children
+		}
+		return n.Wall
+	}
+	walk(t.Root)
 }
 
 // Func returns the function for id, or a placeholder named "func#<id>"
@@ -257,4 +292,13 @@ func (p *Profile) Name(id FuncID) string {
 		return f.SystemName
 	}
 	return fmt.Sprintf("func#%d", id)
+}
+
+// AllTrees returns Tree and every per-thread tree.
+func (p *Profile) AllTrees() []*Tree {
+	ts := []*Tree{p.Tree}
+	for _, t := range p.Threads {
+		ts = append(ts, t)
+	}
+	return ts
 }

@@ -274,3 +274,67 @@ func TestTextFromThreadsOnly(t *testing.T) {
 		t.Errorf("folded from threads:\n%s\nwant\n%s", got.String(), want.String())
 	}
 }
+
+// sampledProfile is testProfile with compute's memcpy demoted: its node
+// estimated from 30 samples of 1 µs, and an unprobed context main;compute;
+// memcpy;memmove that only samples found.
+func sampledProfile() *cct.Profile {
+	p := testProfile(false)
+	p.SamplePeriod = time.Microsecond
+	compute := p.Tree.Root.Lookup(fMain).Lookup(fCompute)
+	compute.Samples = 70
+	mc := compute.Lookup(fMemcpy)
+	mc.Estimated = true
+	mc.Samples = 20
+	mm := mc.Child(fUnused)
+	mm.Estimated = true
+	mm.Samples = 10
+	p.Tree.EstimateTimes(p.SamplePeriod)
+	return p
+}
+
+// TestSampled checks how estimated time shows: the samples sample type,
+// the timing label, and ~ in the text views; and that EstimateTimes gives
+// an estimated node its samples' time plus its children's.
+func TestSampled(t *testing.T) {
+	p := sampledProfile()
+	mc := p.Tree.Root.Lookup(fMain).Lookup(fCompute).Lookup(fMemcpy)
+	if mc.Wall != 30_000 || mc.Self() != 20_000 {
+		t.Errorf("estimated memcpy: wall %d self %d; want 30µs and 20µs", mc.Wall, mc.Self())
+	}
+	pp, err := Pprof(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := pp.Write(&buf); err != nil {
+		t.Fatal(err)
+	}
+	if pp, err = profile.Parse(&buf); err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "pprof_sampled.golden", []byte(pp.String()))
+	if n := len(pp.SampleType); n != 3 || pp.SampleType[2].Type != "samples" {
+		t.Fatalf("sample types %v", pp.SampleType)
+	}
+	est := map[string]int64{}
+	for _, s := range pp.Sample {
+		est[s.Label["timing"][0]] += s.Value[2]
+	}
+	if est["estimated"] != 30 || est["exact"] != 70 {
+		t.Errorf("samples by timing label %v, want estimated 30 exact 70", est)
+	}
+	for _, tt := range []struct {
+		name  string
+		write func(*bytes.Buffer) error
+	}{
+		{"tree_sampled.golden", func(b *bytes.Buffer) error { return WriteTree(b, p, TreeOptions{}) }},
+		{"top_sampled.golden", func(b *bytes.Buffer) error { return WriteTop(b, p, 0) }},
+	} {
+		var b bytes.Buffer
+		if err := tt.write(&b); err != nil {
+			t.Fatal(err)
+		}
+		golden(t, tt.name, b.Bytes())
+	}
+}

@@ -20,7 +20,10 @@ import (
 // calling context, leaf first; summing a function's samples in pprof gives
 // its inclusive time. When p.Threads is non-nil the samples come from the
 // per-thread trees instead of p.Tree, each labelled with the numeric label
-// "thread" (for pprof -tagfocus thread=TID).
+// "thread" (for pprof -tagfocus thread=TID). A sampled profile (one with a
+// SamplePeriod) has a last sample type, samples/count, the cpu-clock
+// samples taken in each context, and labels every sample "timing" "exact"
+// or "estimated" (time from samples: pprof -tagfocus timing=estimated).
 func Pprof(p *cct.Profile) (*profile.Profile, error) {
 	out := &profile.Profile{
 		SampleType: []*profile.ValueType{
@@ -35,6 +38,10 @@ func Pprof(p *cct.Profile) (*profile.Profile, error) {
 	}
 	if p.Compensated {
 		out.SampleType = append(out.SampleType, &profile.ValueType{Type: "raw_wall", Unit: "nanoseconds"})
+	}
+	sampled := p.SamplePeriod > 0
+	if sampled {
+		out.SampleType = append(out.SampleType, &profile.ValueType{Type: "samples", Unit: "count"})
 	}
 	if !p.Start.IsZero() {
 		out.TimeNanos = p.Start.UnixNano()
@@ -103,9 +110,9 @@ func Pprof(p *cct.Profile) (*profile.Profile, error) {
 	}
 
 	for _, t := range trees {
-		var label map[string][]int64
+		var numLabel map[string][]int64
 		if p.Threads != nil {
-			label = map[string][]int64{"thread": {int64(t.tid)}}
+			numLabel = map[string][]int64{"thread": {int64(t.tid)}}
 		}
 		t.t.Root.Walk(func(n *cct.Node) {
 			if n.Func == cct.NoFunc {
@@ -119,10 +126,16 @@ func Pprof(p *cct.Profile) (*profile.Profile, error) {
 			if p.Compensated {
 				values = append(values, int64(n.RawSelf()))
 			}
+			var label map[string][]string
+			if sampled {
+				values = append(values, int64(n.Samples))
+				label = timingLabels[n.Estimated]
+			}
 			out.Sample = append(out.Sample, &profile.Sample{
 				Location: locs,
 				Value:    values,
-				NumLabel: label,
+				Label:    label,
+				NumLabel: numLabel,
 			})
 		})
 	}
@@ -131,6 +144,13 @@ func Pprof(p *cct.Profile) (*profile.Profile, error) {
 		return nil, fmt.Errorf("building pprof profile: %w", err)
 	}
 	return out, nil
+}
+
+// timingLabels label a sampled profile's samples by where their time
+// comes from.
+var timingLabels = map[bool]map[string][]string{
+	false: {"timing": {"exact"}},
+	true:  {"timing": {"estimated"}},
 }
 
 // WritePprof writes p to w as a gzipped pprof protocol buffer (see Pprof).

@@ -28,6 +28,8 @@ type TreeOptions struct {
 // total (inclusive wall time), self and function; children are sorted by
 // wall time, largest first, then by name. A last line says how many nodes
 // the options hid.
+//
+// Times estimated from samples are marked with a leading ~.
 func WriteTree(w io.Writer, p *cct.Profile, opt TreeOptions) error {
 	t := treeOf(p)
 	_, total := t.Total()
@@ -58,8 +60,8 @@ func WriteTree(w io.Writer, p *cct.Profile, opt TreeOptions) error {
 			}
 			rows = append(rows, []string{
 				strconv.FormatUint(ch.Calls, 10),
-				Duration(ch.Wall),
-				Duration(ch.Self()),
+				estimated(ch.Estimated) + Duration(ch.Wall),
+				estimated(ch.Estimated) + Duration(ch.Self()),
 				prefix + branch + name(p, ch.Func),
 			})
 			walk(ch, depth+1, prefix+indent)
@@ -98,6 +100,7 @@ func WriteTop(w io.Writer, p *cct.Profile, n int) error {
 	type stat struct {
 		id               cct.FuncID
 		calls, self, cum uint64
+		estimated        bool // some of its time comes from samples
 	}
 	stats := make(map[cct.FuncID]*stat)
 	onPath := make(map[cct.FuncID]int)
@@ -110,6 +113,7 @@ func WriteTop(w io.Writer, p *cct.Profile, n int) error {
 		}
 		st.calls += n.Calls
 		st.self += n.Self()
+		st.estimated = st.estimated || n.Estimated
 		if onPath[n.Func] == 0 {
 			st.cum += n.Wall
 		}
@@ -138,9 +142,9 @@ func WriteTop(w io.Writer, p *cct.Profile, n int) error {
 	for _, st := range list {
 		rows = append(rows, []string{
 			strconv.FormatUint(st.calls, 10),
-			Duration(st.self),
+			estimated(st.estimated) + Duration(st.self),
 			percent(st.self, total),
-			Duration(st.cum),
+			estimated(st.estimated) + Duration(st.cum),
 			percent(st.cum, total),
 			name(p, st.id),
 		})
@@ -323,4 +327,12 @@ func writeTable(w io.Writer, rows [][]string, right int) {
 		b.WriteByte('\n')
 		io.WriteString(w, b.String())
 	}
+}
+
+// estimated returns the mark of a time estimated from samples.
+func estimated(e bool) string {
+	if e {
+		return "~"
+	}
+	return ""
 }

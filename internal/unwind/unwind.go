@@ -89,6 +89,9 @@ func New(p *symbolizer.Process) *Unwinder {
 	return u
 }
 
+// Known reports whether pc is in an object the unwinder knows.
+func (u *Unwinder) Known(pc uint64) bool { return u.objectAt(pc) != nil }
+
 // objectAt returns the object mapped at the run-time address pc, or nil.
 func (u *Unwinder) objectAt(pc uint64) *object {
 	i := sort.Search(len(u.objs), func(i int) bool { return u.objs[i].m.Start > pc }) - 1

@@ -1,0 +1,135 @@
+package bpf
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+	"unsafe"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
+)
+
+// Sampler is a cpu-clock perf event on every CPU, each running the
+// program's sampling program: threads of the target inside the root have
+// their user stack captured as KindSample records.
+type Sampler struct {
+	// Period is the CPU time between two samples of one CPU.
+	Period time.Duration
+	events []int
+	links  []link.Link
+}
+
+// StartSampling opens a cpu-clock event with the given sampling period on
+// every online CPU and attaches the sampling program to each. Samples
+// count CPU time, so a thread that sleeps is not sampled.
+func (p *Program) StartSampling(period time.Duration) (*Sampler, error) {
+	if period < 10*time.Microsecond {
+		return nil, fmt.Errorf("sampling period %v is too short", period)
+	}
+	cpus, err := onlineCPUs()
+	if err != nil {
+		return nil, err
+	}
+	s := &Sampler{Period: period}
+	for _, cpu := range cpus {
+		attr := unix.PerfEventAttr{
+			Type:   unix.PERF_TYPE_SOFTWARE,
+			Config: unix.PERF_COUNT_SW_CPU_CLOCK,
+			Size:   uint32(unsafe.Sizeof(unix.PerfEventAttr{})),
+			Sample: uint64(period.Nanoseconds()),
+		}
+		fd, err := unix.PerfEventOpen(&attr, -1, cpu, -1, unix.PERF_FLAG_FD_CLOEXEC)
+		if err != nil {
+			return nil, errors.Join(fmt.Errorf("opening a cpu-clock perf event on CPU %d: %w", cpu, err), s.Close())
+		}
+		s.events = append(s.events, fd)
+		l, err := link.AttachRawLink(link.RawLinkOptions{Target: fd, Program: p.objs.KprofdSample, Attach: ebpf.AttachPerfEvent})
+		if err != nil {
+			return nil, errors.Join(fmt.Errorf("attaching the sampling program on CPU %d: %w", cpu, err), s.Close())
+		}
+		s.links = append(s.links, l)
+	}
+	return s, nil
+}
+
+// Close stops sampling on every CPU.
+func (s *Sampler) Close() error {
+	var errs []error
+	for _, l := range s.links {
+		errs = append(errs, l.Close())
+	}
+	for _, fd := range s.events {
+		errs = append(errs, unix.Close(fd))
+	}
+	s.links, s.events = nil, nil
+	return errors.Join(errs...)
+}
+
+// onlineCPUs lists the online CPUs, from /sys/devices/system/cpu/online
+// ("0-3,6").
+func onlineCPUs() ([]int, error) {
+	b, err := os.ReadFile("/sys/devices/system/cpu/online")
+	if err != nil {
+		return nil, fmt.Errorf("listing online CPUs: %w", err)
+	}
+	return parseCPUList(string(b))
+}
+
+func parseCPUList(s string) ([]int, error) {
+	var cpus []int
+	for part := range strings.SplitSeq(strings.TrimSpace(s), ",") {
+		lo, hi, isRange := strings.Cut(part, "-")
+		if !isRange {
+			hi = lo
+		}
+		l, err1 := strconv.Atoi(lo)
+		h, err2 := strconv.Atoi(hi)
+		if err1 != nil || err2 != nil || l > h {
+			return nil, fmt.Errorf("bad CPU list %q", s)
+		}
+		for c := l; c <= h; c++ {
+			cpus = append(cpus, c)
+		}
+	}
+	if len(cpus) == 0 {
+		return nil, fmt.Errorf("bad CPU list %q", s)
+	}
+	return cpus, nil
+}
+
+// CallCounts returns the entry probe hits of every function id so far,
+// summed over CPUs, reusing dst. It reads the counters in one batch.
+func (p *Program) CallCounts(dst []uint64) ([]uint64, error) {
+	m := p.objs.Calls
+	n := int(m.MaxEntries())
+	ncpu, err := ebpf.PossibleCPU()
+	if err != nil {
+		return nil, err
+	}
+	keys := make([]uint32, n)
+	perCPU := make([]uint64, n*ncpu)
+	dst = append(dst[:0], make([]uint64, n)...)
+	var cursor ebpf.MapBatchCursor
+	got := 0
+	for got < n {
+		k, err := m.BatchLookup(&cursor, keys[got:], perCPU[got*ncpu:], nil)
+		for i := got; i < got+k; i++ {
+			for _, v := range perCPU[i*ncpu : (i+1)*ncpu] {
+				dst[keys[i]] += v
+			}
+		}
+		got += k
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("reading the call counters: %w", err)
+		}
+	}
+	return dst, nil
+}
