@@ -42,7 +42,26 @@ type Config struct {
 	// Warnf receives warnings about the target and the plan; nil discards
 	// them.
 	Warnf func(format string, args ...any)
+
+	// Mode chooses exact tracing, hybrid tracing and sampling, or
+	// sampling alone; the zero value is ModeExact.
+	Mode Mode
+	// Budget is the overhead hybrid mode allows: the probes' predicted
+	// time as a fraction of the target's own CPU time. 0 means
+	// DefaultBudget.
+	Budget float64
+	// SampleHz is the sampling frequency per CPU in hybrid and sample
+	// modes; 0 means DefaultSampleHz.
+	SampleHz int
+	// Demoted, when set, hears of each demotion as it happens.
+	Demoted func(Demotion)
 }
+
+// Defaults for Config's zero values.
+const (
+	DefaultBudget   = 0.10
+	DefaultSampleHz = 999
+)
 
 func (c *Config) warnf(format string, args ...any) {
 	if c.Warnf != nil {

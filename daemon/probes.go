@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 
 	"github.com/cilium/ebpf/link"
 
@@ -14,18 +15,51 @@ import (
 
 // probeSet is every link a session attached. Close detaches them all.
 type probeSet struct {
+	mu    sync.Mutex
 	links []link.Link
 	ids   []link.ID // kernel ids of links, kept after Close
+	// byFunc holds the links of each function by part, when probes were
+	// attached per function (so that a function's probes can be detached
+	// alone).
+	byFunc map[*plan.Func]*funcLinks
 	// funcs and probes count what is attached.
 	funcs, probes int
 }
 
-// fileProbes are the probes of one attach phase going into one file.
+// Parts of a function's probes, attached as separate links when probes
+// are attached per function.
+const (
+	partEntry = iota
+	partExits
+	partCatches
+	numParts
+)
+
+// funcLinks are the links of one function's probes, by part.
+type funcLinks struct {
+	links  [numParts][]link.Link
+	probes [numParts]int
+}
+
+// fileProbes are the probes of one attach phase going into one file (and,
+// per function, of one part of one function).
 type fileProbes struct {
 	obj    *symbolizer.Mapped
+	fn     *plan.Func // the function, when attached per function
+	part   int
 	probes []bpf.Probe
 	owner  []*plan.Func // owner[i] is the function of probes[i]
 	entry  []bool       // entry[i] marks entry probes
+}
+
+// attachOptions choose how a plan is attached.
+type attachOptions struct {
+	// perFunc makes one link per function and part instead of one per
+	// file, so that demote can detach a function's probes alone. It costs
+	// attach time and file descriptors.
+	perFunc bool
+	// skip leaves out every probe of the functions it reports.
+	skip func(*plan.Func) bool
 }
 
 // Attach phases. A thread emits events only after a root entry, so with
@@ -49,10 +83,19 @@ type attacher interface {
 // by file. Probes the kernel refuses are dropped with a warning (a refused
 // entry drops its function) and the file is attached again; any other
 // error detaches everything attached so far.
-func attachPlan(prog attacher, pid int, pl *plan.Plan, warnf func(string, ...any)) (*probeSet, error) {
+func attachPlan(prog attacher, pid int, pl *plan.Plan, opt attachOptions, warnf func(string, ...any)) (*probeSet, error) {
 	set := &probeSet{}
-	phases := groupProbes(pl)
+	if opt.perFunc {
+		set.byFunc = map[*plan.Func]*funcLinks{}
+	}
+	phases := groupProbes(pl, opt)
 	dead := map[*plan.Func]bool{}
+	skipped := 0
+	for _, f := range pl.Funcs {
+		if opt.skip != nil && opt.skip(f) {
+			skipped++
+		}
+	}
 	for _, files := range phases {
 		for _, fp := range files {
 			fp.dropDead(dead)
@@ -72,29 +115,48 @@ func attachPlan(prog attacher, pid int, pl *plan.Plan, warnf func(string, ...any
 					}
 				}
 				set.probes += len(fp.probes)
+				if set.byFunc != nil && fp.fn != nil {
+					fl := set.byFunc[fp.fn]
+					if fl == nil {
+						fl = &funcLinks{}
+						set.byFunc[fp.fn] = fl
+					}
+					fl.links[fp.part] = append(fl.links[fp.part], links...)
+					fl.probes[fp.part] += len(fp.probes)
+				}
 				break
 			}
 		}
 	}
-	set.funcs = len(pl.Funcs) - len(dead)
+	set.funcs = len(pl.Funcs) - len(dead) - skipped
 	if set.funcs == 0 || !slices.ContainsFunc(pl.Funcs, func(f *plan.Func) bool { return f.Root && !dead[f] }) {
 		return nil, errors.Join(errors.New("the kernel refuses the root's entry probe: nothing to trace"), set.Close())
 	}
 	return set, nil
 }
 
-// groupProbes sorts the plan's probes into attach phases and files.
-func groupProbes(pl *plan.Plan) [numPhases][]*fileProbes {
+// groupProbes sorts the plan's probes into attach phases and files (and
+// functions and parts, with opt.perFunc).
+func groupProbes(pl *plan.Plan, opt attachOptions) [numPhases][]*fileProbes {
+	type key struct {
+		obj  *symbolizer.Mapped
+		fn   *plan.Func
+		part int
+	}
 	var phases [numPhases][]*fileProbes
-	var index [numPhases]map[*symbolizer.Mapped]*fileProbes
-	add := func(phase int, obj *symbolizer.Mapped, f *plan.Func, p plan.Probe) {
+	var index [numPhases]map[key]*fileProbes
+	add := func(phase int, obj *symbolizer.Mapped, f *plan.Func, part int, p plan.Probe) {
 		if index[phase] == nil {
-			index[phase] = map[*symbolizer.Mapped]*fileProbes{}
+			index[phase] = map[key]*fileProbes{}
 		}
-		fp := index[phase][obj]
+		k := key{obj: obj}
+		if opt.perFunc && f != nil {
+			k.fn, k.part = f, part
+		}
+		fp := index[phase][k]
 		if fp == nil {
-			fp = &fileProbes{obj: obj}
-			index[phase][obj] = fp
+			fp = &fileProbes{obj: obj, fn: k.fn, part: k.part}
+			index[phase][k] = fp
 			phases[phase] = append(phases[phase], fp)
 		}
 		var id uint32
@@ -124,17 +186,23 @@ func groupProbes(pl *plan.Plan) [numPhases][]*fileProbes {
 		fp.entry = append(fp.entry, p.Kind == bpf.KindEntry)
 	}
 	for _, f := range pl.Funcs {
-		for _, p := range slices.Concat(f.Exits, f.Catches) {
-			add(phaseExits, f.Node.Obj, f, p)
+		if opt.skip != nil && opt.skip(f) {
+			continue
+		}
+		for _, p := range f.Exits {
+			add(phaseExits, f.Node.Obj, f, partExits, p)
+		}
+		for _, p := range f.Catches {
+			add(phaseExits, f.Node.Obj, f, partCatches, p)
 		}
 		if f.Root {
-			add(phaseRootEntries, f.Node.Obj, f, f.Entry)
+			add(phaseRootEntries, f.Node.Obj, f, partEntry, f.Entry)
 		} else {
-			add(phaseEntries, f.Node.Obj, f, f.Entry)
+			add(phaseEntries, f.Node.Obj, f, partEntry, f.Entry)
 		}
 	}
 	for _, s := range pl.Syncs {
-		add(phaseExits, s.Obj, nil, s.Probe)
+		add(phaseExits, s.Obj, nil, 0, s.Probe)
 	}
 	return phases
 }
@@ -190,8 +258,56 @@ func (fp *fileProbes) drop(offsets []uint64, why error, dead map[*plan.Func]bool
 	return true
 }
 
+// demote detaches a function's exit probes (StageEntry) or all its probes
+// (StageSampled). It needs probes attached per function. It returns how
+// many probes it detached.
+func (s *probeSet) demote(f *plan.Func, stage Stage) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	fl := s.byFunc[f]
+	if fl == nil {
+		return 0, nil
+	}
+	parts := []int{partExits}
+	if stage == StageSampled {
+		parts = []int{partEntry, partExits, partCatches}
+	}
+	// Closing a link removes its breakpoints at once, then waits for
+	// a grace period (tens of ms): close the links side by side.
+	var closing []link.Link
+	n := 0
+	for _, part := range parts {
+		for _, l := range fl.links[part] {
+			closing = append(closing, l)
+			s.links = slices.DeleteFunc(s.links, func(x link.Link) bool { return x == l })
+		}
+		n += fl.probes[part]
+		s.probes -= fl.probes[part]
+		fl.links[part], fl.probes[part] = nil, 0
+	}
+	if stage == StageSampled {
+		s.funcs--
+	}
+	errs := make([]error, len(closing))
+	var wg sync.WaitGroup
+	for i, l := range closing {
+		wg.Go(func() { errs[i] = l.Close() })
+	}
+	wg.Wait()
+	return n, errors.Join(errs...)
+}
+
+// counts returns the attached functions and probes.
+func (s *probeSet) counts() (funcs, probes int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.funcs, s.probes
+}
+
 // Close detaches every probe.
 func (s *probeSet) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	var errs []error
 	for i := len(s.links) - 1; i >= 0; i-- {
 		if err := s.links[i].Close(); err != nil {

@@ -84,7 +84,7 @@ func TestAttachPlanRollsBack(t *testing.T) {
 	// libktarget.so), root entry (ctree). Fail each call in turn.
 	for failAt := 1; failAt <= 5; failAt++ {
 		a := &fakeAttacher{failAt: failAt}
-		set, err := attachPlan(a, 1, pl, t.Logf)
+		set, err := attachPlan(a, 1, pl, attachOptions{}, t.Logf)
 		if err == nil {
 			set.Close()
 			t.Fatalf("call %d failed but attachPlan succeeded", failAt)
@@ -94,7 +94,7 @@ func TestAttachPlanRollsBack(t *testing.T) {
 		}
 	}
 	a := &fakeAttacher{}
-	set, err := attachPlan(a, 1, pl, t.Logf)
+	set, err := attachPlan(a, 1, pl, attachOptions{}, t.Logf)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +108,7 @@ func TestAttachPlanRollsBack(t *testing.T) {
 
 	// Without the root's entry there is nothing to trace.
 	a = &fakeAttacher{refuse: map[uint64]bool{pl.Funcs[0].Entry.Offset: true}}
-	if _, err := attachPlan(a, 1, pl, t.Logf); err == nil || a.open != 0 {
+	if _, err := attachPlan(a, 1, pl, attachOptions{}, t.Logf); err == nil || a.open != 0 {
 		t.Errorf("refused root entry: error %v, %d links open", err, a.open)
 	}
 }
@@ -128,7 +128,7 @@ func TestAttachPlanDropsRefused(t *testing.T) {
 	// and one of parse's exits (parse stays).
 	a := &fakeAttacher{refuse: map[uint64]bool{walk.Entry.Offset: true, parse.Exits[0].Offset: true}}
 	var warnings []string
-	set, err := attachPlan(a, 1, pl, func(format string, args ...any) { warnings = append(warnings, fmt.Sprintf(format, args...)) })
+	set, err := attachPlan(a, 1, pl, attachOptions{}, func(format string, args ...any) { warnings = append(warnings, fmt.Sprintf(format, args...)) })
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -63,21 +63,66 @@ func (s *Session) buildProfile(end uint64, st bpf.Stats) *cct.Profile {
 	// The simulator's node for signal handlers' calls.
 	p.Functions = append(p.Functions, cct.Function{Name: SignalHandlerName, SystemName: SignalHandlerName, Mapping: -1})
 	p.Comments = s.comments(st)
+	if s.samples != nil {
+		// Samples' functions: code without a symbol, then every
+		// function outside the plan that a sample found.
+		p.Functions = append(p.Functions, cct.Function{Name: UnknownCodeName, SystemName: UnknownCodeName, Mapping: -1})
+		for _, e := range s.samples.funcs {
+			p.Functions = append(p.Functions, e.function(addMapping(e.obj)))
+		}
+		p.SamplePeriod = s.sampler.Period
+		for _, t := range p.AllTrees() {
+			s.estimate(t)
+		}
+	}
 	if c := s.cfg.Calibration; c != nil {
-		p.Comments = append(p.Comments, compensate(p, pr.Plan, c)...)
+		p.Comments = append(p.Comments, compensate(p, pr.Plan, c, s.stageOf)...)
 	}
 	return p
 }
 
+// UnknownCodeName names the context of samples in code no symbol names.
+const UnknownCodeName = "[unknown code]"
+
+// estimate marks the nodes whose time comes from samples and sets their
+// time: those of demoted functions, of functions outside the plan, and
+// any node no probe counted a call of.
+func (s *Session) estimate(t *cct.Tree) {
+	nplan := len(s.prep.Plan.Funcs)
+	t.Root.Walk(func(n *cct.Node) {
+		switch {
+		case n.Func == cct.NoFunc:
+		case n.Calls == 0:
+			n.Estimated = true
+		case int(n.Func) < nplan:
+			n.Estimated = s.stageOf(int(n.Func)) != StageFull
+		case n.Func != s.sim.SignalFunc():
+			n.Estimated = true
+		}
+	})
+	t.EstimateTimes(s.sampler.Period)
+}
+
 // compensate takes the probes' own time out of p's trees, using the
 // calibration's inner and outer time of each function's probe classes.
-func compensate(p *cct.Profile, pl *plan.Plan, c *calibrate.Result) []string {
+// A demoted function's time comes from samples, which never count the
+// probes: all its probes' time is its caller's to lose (outer time).
+func compensate(p *cct.Profile, pl *plan.Plan, c *calibrate.Result, stage func(int) Stage) []string {
 	costs := make([]cct.Costs, len(pl.Funcs))
+	perCall := callCosts(pl, c)
 	var missing []string
 	for i, f := range pl.Funcs {
 		var ok bool
 		if costs[i], ok = c.Costs(ProbePair(f)); !ok {
 			missing = append(missing, ProbePair(f).String())
+		}
+		switch stage(i) {
+		case StageEntry:
+			// Most of its calls came after its exits went.
+			costs[i] = cct.Costs{Outer: perCall[i].entry}
+		case StageSampled:
+			// Its calls were counted before its entry went.
+			costs[i] = cct.Costs{Outer: costs[i].Inner + costs[i].Outer}
 		}
 	}
 	cost := func(id cct.FuncID) cct.Costs {
@@ -124,10 +169,27 @@ func ProbePair(f *plan.Func) calibrate.Pair {
 func (s *Session) comments(st bpf.Stats) []string {
 	pl := s.prep.Plan
 	ss := s.sim.Stats()
+	what := map[Mode]string{ModeExact: "exact trace", ModeHybrid: "hybrid trace", ModeSample: "sampled profile"}[s.cfg.Mode]
+	funcs, probes := s.probes.counts()
 	c := []string{
-		fmt.Sprintf("kprofd exact trace of pid %d, root %s", s.cfg.PID, strings.Join(s.cfg.Roots, ", ")),
-		fmt.Sprintf("%d functions, %d probes, exits by %s", s.probes.funcs, s.probes.probes, pl.Exits),
+		fmt.Sprintf("kprofd %s of pid %d, root %s", what, s.cfg.PID, strings.Join(s.cfg.Roots, ", ")),
+		fmt.Sprintf("%d functions, %d probes, exits by %s", funcs, probes, pl.Exits),
 		fmt.Sprintf("%d events", ss.Events),
+	}
+	if s.sampler != nil {
+		c = append(c, fmt.Sprintf("sampled every %s of CPU time: %d samples inside the root, %d of them in kprofd's probes (not the target's time), %d unplaced; estimated times (pprof label timing=estimated, ~ in text views) are CPU time from samples",
+			s.sampler.Period, ss.Samples+st.ProbeSamples, ss.ProbeSamples+st.ProbeSamples, ss.UnplacedSamples))
+	}
+	if s.cfg.Mode == ModeHybrid {
+		budget := s.cfg.Budget
+		if budget == 0 {
+			budget = DefaultBudget
+		}
+		ds := s.Demotions()
+		c = append(c, fmt.Sprintf("overhead budget %.0f%%: %d demotions", 100*budget, len(ds)))
+		for _, d := range ds {
+			c = append(c, "demoted "+d.String())
+		}
 	}
 	if st.Lost > 0 {
 		c = append(c, fmt.Sprintf("WARNING: %d events lost (ring buffer full); counts are low and stacks were resynchronised from stack pointers", st.Lost))

@@ -16,6 +16,7 @@ import (
 
 	"github.com/kprofd/kprofd/bpf"
 	"github.com/kprofd/kprofd/internal/cct"
+	"github.com/kprofd/kprofd/internal/plan"
 )
 
 // DefaultCheckInterval is how often a thread inside the root has its real
@@ -34,6 +35,12 @@ type Session struct {
 	probes *probeSet
 	reader *bpf.Reader
 	sim    *Simulator
+
+	// Hybrid and sample modes.
+	sampler  *bpf.Sampler
+	samples  *sampleUnwinder
+	monitor  *monitor // hybrid mode's demotions
+	stages   []Stage  // sample mode: what was never attached
 
 	start     time.Time
 	startMono uint64
@@ -70,6 +77,8 @@ type Progress struct {
 	ThreadsInRoot int
 	// Elapsed is the time since the probes were attached.
 	Elapsed time.Duration
+	// Demotions counts the functions hybrid mode demoted.
+	Demotions int
 }
 
 // Start prepares and attaches a session.
@@ -104,7 +113,7 @@ func StartPrepared(pr *Prepared, cfg Config) (_ *Session, err error) {
 	case check < 0:
 		check = 0
 	}
-	s.prog, err = bpf.Load(bpf.Config{PID: cfg.PID, RingBytes: cfg.RingBytes, CheckInterval: check})
+	s.prog, err = bpf.Load(bpf.Config{PID: cfg.PID, RingBytes: cfg.RingBytes, CheckInterval: check, Funcs: len(pr.Plan.Funcs)})
 	if err != nil {
 		return nil, err
 	}
@@ -113,7 +122,8 @@ func StartPrepared(pr *Prepared, cfg Config) (_ *Session, err error) {
 		return nil, err
 	}
 	s.sim = NewSimulator(funcInfos(pr))
-	s.sim.SetReconciler(newReconciler(pr))
+	rec := newReconciler(pr)
+	s.sim.SetReconciler(rec)
 	// Watch the target before attaching: a pid that exits now must not be
 	// reused unnoticed.
 	s.pidfd, err = unix.PidfdOpen(cfg.PID, 0)
@@ -127,15 +137,69 @@ func StartPrepared(pr *Prepared, cfg Config) (_ *Session, err error) {
 			s.signals = true
 		}
 	}
-	s.probes, err = attachPlan(s.prog, cfg.PID, pr.Plan, cfg.warnf)
+	var opt attachOptions
+	if cfg.Mode != ModeExact {
+		hz := cfg.SampleHz
+		if hz == 0 {
+			hz = DefaultSampleHz
+		}
+		if hz < 1 || hz > 100000 {
+			return nil, fmt.Errorf("sampling frequency %d Hz is out of range (1-100000)", hz)
+		}
+		s.samples = newSampleUnwinder(pr, rec, s.sim.UnknownFunc()+1)
+		s.sim.SetSampleUnwinder(s.samples)
+		if s.sampler, err = s.prog.StartSampling(time.Second / time.Duration(hz)); err != nil {
+			return nil, err
+		}
+	}
+	switch cfg.Mode {
+	case ModeHybrid:
+		opt.perFunc = true
+	case ModeSample:
+		s.stages = make([]Stage, len(pr.Plan.Funcs))
+		for i, f := range pr.Plan.Funcs {
+			if !f.Root {
+				s.stages[i] = StageSampled
+			}
+		}
+		opt.skip = func(f *plan.Func) bool { return !f.Root }
+	}
+	s.probes, err = attachPlan(s.prog, cfg.PID, pr.Plan, opt, cfg.warnf)
 	if err != nil {
 		return nil, err
 	}
 	s.start, s.startMono = time.Now(), monotonicNow()
+	if cfg.Mode == ModeHybrid {
+		budget := cfg.Budget
+		if budget == 0 {
+			budget = DefaultBudget
+		}
+		s.monitor = newMonitor(s, newCostModel(pr.Plan, callCosts(pr.Plan, cfg.Calibration), budget), s.sampler.Period)
+		go s.monitor.run()
+	}
 	s.watching = true
 	go s.watchExit()
 	go s.run()
 	return s, nil
+}
+
+// Demotions returns the functions hybrid mode demoted so far.
+func (s *Session) Demotions() []Demotion {
+	if s.monitor == nil {
+		return nil
+	}
+	return s.monitor.Demotions()
+}
+
+// stageOf returns the stage function id reached during the session.
+func (s *Session) stageOf(id int) Stage {
+	if s.stages != nil {
+		return s.stages[id]
+	}
+	if s.monitor != nil {
+		return s.monitor.stage(id)
+	}
+	return StageFull
 }
 
 func funcInfos(pr *Prepared) []FuncInfo {
@@ -184,6 +248,8 @@ func (s *Session) run() {
 		for i := range buf {
 			if ev := &buf[i]; ev.Kind == bpf.KindStack {
 				s.sim.HandleStack(ev, s.reader.Stack(ev))
+			} else if ev.Kind == bpf.KindSample {
+				s.sim.HandleSample(ev, s.reader.Stack(ev))
 			} else {
 				s.sim.Handle(ev)
 			}
@@ -207,10 +273,12 @@ func (s *Session) run() {
 
 // Progress returns a snapshot of the session.
 func (s *Session) Progress() Progress {
+	funcs, probes := s.probes.counts()
 	p := Progress{
 		Events:        s.events.Load(),
-		Functions:     s.probes.funcs,
-		Probes:        s.probes.probes,
+		Functions:     funcs,
+		Probes:        probes,
+		Demotions:     len(s.Demotions()),
 		ThreadsInRoot: int(s.active.Load()),
 		Elapsed:       time.Since(s.start),
 	}
@@ -234,7 +302,15 @@ func (s *Session) stop() (*cct.Profile, error) {
 	// threads, let the loop read the ring buffer dry, and only then
 	// replay the batched events, which come after any of the same
 	// thread in the ring buffer. The program and maps go in Close.
+	var monitorErr error
+	if s.monitor != nil {
+		s.monitor.Stop()
+		monitorErr = s.monitor.err()
+	}
 	detachErr := s.probes.Close()
+	if s.sampler != nil {
+		detachErr = errors.Join(detachErr, s.sampler.Close())
+	}
 	end := monotonicNow()
 	batched, drainErr := s.prog.Drain()
 	s.stopping.Store(true)
@@ -247,7 +323,7 @@ func (s *Session) stop() (*cct.Profile, error) {
 	stats, statsErr := s.prog.Stats()
 	s.sim.Finish(end)
 	p := s.buildProfile(end, stats)
-	return p, errors.Join(detachErr, drainErr, s.runErr, statsErr)
+	return p, errors.Join(monitorErr, detachErr, drainErr, s.runErr, statsErr)
 }
 
 // Close stops the session if needed and releases everything: probes,
@@ -266,6 +342,9 @@ func (s *Session) release() error {
 	var errs []error
 	if s.probes != nil {
 		errs = append(errs, s.probes.Close())
+	}
+	if s.sampler != nil {
+		errs = append(errs, s.sampler.Close())
 	}
 	if s.reader != nil {
 		errs = append(errs, s.reader.Close())

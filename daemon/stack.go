@@ -75,6 +75,11 @@ type SimStats struct {
 	// simulated one, Repairs the frames the comparison found gone and
 	// popped, ReconcileNs the time the comparisons took.
 	Reconciliations, Repairs, ReconcileNs uint64
+	// Samples is the number of cpu-clock samples handled, ProbeSamples
+	// those that caught the thread in kprofd's probes (not counted as the
+	// target's time), UnplacedSamples those no frame of the simulated
+	// stack could take.
+	Samples, ProbeSamples, UnplacedSamples uint64
 }
 
 // Frame flags.
@@ -149,7 +154,8 @@ type Simulator struct {
 	lastTid uint32
 	last    *thread
 	stats   SimStats
-	rec     Reconciler // nil: stacks are not compared
+	rec     Reconciler     // nil: stacks are not compared
+	samp    SampleUnwinder // nil: samples are not attributed
 }
 
 // NewSimulator returns a simulator for the functions in funcs, indexed by

@@ -1,0 +1,226 @@
+package daemon
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/kprofd/kprofd/calibrate"
+	"github.com/kprofd/kprofd/internal/plan"
+	"github.com/kprofd/kprofd/internal/x86"
+)
+
+// Uncalibrated probe costs per hit, in ns: DESIGN.md §1, measured on the
+// machines kprofd is developed on, for when no calibration is at hand.
+var defaultEntryCost = map[x86.Class]float64{
+	x86.ClassOptimized: 460,
+	x86.ClassEmulated:  650,
+	x86.ClassStepped:   9200,
+}
+
+var defaultExitCost = map[calibrate.ExitClass]float64{
+	calibrate.ExitUretprobe: 430,
+	calibrate.ExitRet:       9200,
+}
+
+// callCost is what a function's probes cost per call, in ns, at each stage.
+type callCost struct {
+	full, entry float64
+}
+
+func (c callCost) at(s Stage) float64 {
+	switch s {
+	case StageFull:
+		return c.full
+	case StageEntry:
+		return c.entry
+	}
+	return 0
+}
+
+// callCosts predicts what each planned function's probes cost per call,
+// from the calibration when there is one. Calibration measures entry and
+// exit together (inner plus outer time); the entry alone is the pair with
+// a ret-site exit less the ret-site probe, which costs what a
+// single-stepped entry does (both are single-stepped).
+func callCosts(pl *plan.Plan, cal *calibrate.Result) []callCost {
+	total := func(p calibrate.Pair) (float64, bool) {
+		if cal == nil {
+			return 0, false
+		}
+		c, ok := cal.Costs(p)
+		return c.Inner + c.Outer, ok && c.Inner+c.Outer > 0
+	}
+	entryCost := func(class x86.Class) float64 {
+		withRet, ok1 := total(calibrate.Pair{Entry: class, Exit: calibrate.ExitRet})
+		stepped, ok2 := total(calibrate.Pair{Entry: x86.ClassStepped, Exit: calibrate.ExitRet})
+		if ok1 && ok2 && withRet-stepped/2 > 0 {
+			return withRet - stepped/2
+		}
+		if c, ok := defaultEntryCost[class]; ok {
+			return c
+		}
+		return defaultEntryCost[x86.ClassStepped]
+	}
+	costs := make([]callCost, len(pl.Funcs))
+	for i, f := range pl.Funcs {
+		pair := ProbePair(f)
+		e := entryCost(pair.Entry)
+		full := e
+		if pair.Exit != calibrate.ExitNone {
+			var ok bool
+			if full, ok = total(pair); !ok {
+				full = e + defaultExitCost[pair.Exit]
+			}
+		}
+		costs[i] = callCost{full: full, entry: min(e, full)}
+	}
+	return costs
+}
+
+// costModel decides which functions to demote: it predicts the overhead
+// each function's probes cause from its live call rate and its cost per
+// call, and demotes the functions that cost most, leaves first, until the
+// prediction fits the budget.
+type costModel struct {
+	budget float64 // probe time / the target's own CPU time
+	funcs  []modelFunc
+}
+
+type modelFunc struct {
+	name    string
+	cost    callCost
+	stage   Stage
+	exits   bool  // it has exit probes to drop
+	callees []int // plan ids of the functions it calls or jumps to
+	pinned  bool  // a root: its probes keep the in-kernel context
+}
+
+func newCostModel(pl *plan.Plan, costs []callCost, budget float64) *costModel {
+	m := &costModel{budget: budget, funcs: make([]modelFunc, len(pl.Funcs))}
+	ids := make(map[*plan.Func]int, len(pl.Funcs))
+	byNode := map[any]int{}
+	for i, f := range pl.Funcs {
+		ids[f] = i
+		byNode[f.Node] = i
+	}
+	for i, f := range pl.Funcs {
+		mf := modelFunc{name: f.Node.Name(), cost: costs[i], exits: len(f.Exits) > 0, pinned: f.Root}
+		for _, c := range slices.Concat(f.Node.Calls, f.Node.TailCalls) {
+			if j, ok := byNode[c]; ok && j != i {
+				mf.callees = append(mf.callees, j)
+			}
+		}
+		m.funcs[i] = mf
+	}
+	return m
+}
+
+// next returns the stage a function would be demoted to, and whether it
+// can be: exits go first; all probes only once every callee has lost its
+// own (leaves first: a callee's entries without its caller's would land in
+// the wrong context).
+func (m *costModel) next(i int) (Stage, bool) {
+	f := &m.funcs[i]
+	if f.pinned {
+		return 0, false
+	}
+	switch f.stage {
+	case StageFull:
+		if f.exits {
+			return StageEntry, true
+		}
+		fallthrough
+	case StageEntry:
+		for _, c := range f.callees {
+			if m.funcs[c].stage != StageSampled {
+				return 0, false
+			}
+		}
+		return StageSampled, true
+	}
+	return 0, false
+}
+
+// demotion is a decision of the cost model.
+type demotion struct {
+	id     int
+	stage  Stage
+	reason string
+}
+
+// decide takes the call rates of the last window (calls per second, by
+// function id) and the target's CPU time per second in it (ns/s, probes
+// included), and returns the demotions that bring the predicted overhead
+// within budget, applying them to the model.
+func (m *costModel) decide(rates []float64, cpu float64) []demotion {
+	probe := 0.0
+	for i, r := range rates {
+		if i < len(m.funcs) {
+			probe += r * m.funcs[i].cost.at(m.funcs[i].stage)
+		}
+	}
+	// The target's own work is its CPU time less the probes'; samples
+	// and calibration both err, so never let it vanish.
+	cpu = math.Max(cpu, probe)
+	own := math.Max(cpu-probe, cpu/50)
+	if own <= 0 || probe/own <= m.budget {
+		return nil
+	}
+	before := probe / own
+	var out []demotion
+	for probe/own > m.budget {
+		best, bestStage, bestSaving := -1, Stage(0), 0.0
+		for i := range m.funcs {
+			if i >= len(rates) || rates[i] == 0 {
+				continue
+			}
+			st, ok := m.next(i)
+			if !ok {
+				continue
+			}
+			saving := rates[i] * (m.funcs[i].cost.at(m.funcs[i].stage) - m.funcs[i].cost.at(st))
+			if saving > bestSaving || (saving == bestSaving && best >= 0 && len(m.funcs[i].callees) < len(m.funcs[best].callees)) {
+				best, bestStage, bestSaving = i, st, saving
+			}
+		}
+		if best < 0 {
+			break
+		}
+		f := &m.funcs[best]
+		reason := fmt.Sprintf("%s calls/s × %s of probes per call = %.0f%% of the target's own CPU time (all probes %.0f%%, budget %.0f%%)",
+			rate(rates[best]), time.Duration(f.cost.at(f.stage)).Round(time.Nanosecond),
+			100*rates[best]*f.cost.at(f.stage)/own, 100*before, 100*m.budget)
+		f.stage = bestStage
+		probe -= bestSaving
+		out = append(out, demotion{id: best, stage: bestStage, reason: reason})
+	}
+	// One demotion per function, to the last stage it reached, with the
+	// first reason (what its full probes cost).
+	merged := out[:0]
+	for _, d := range out {
+		if j := slices.IndexFunc(merged, func(m demotion) bool { return m.id == d.id }); j >= 0 {
+			merged[j].stage = d.stage
+			continue
+		}
+		merged = append(merged, d)
+	}
+	// Fully demoted functions go after those that only lose exits, leaves
+	// before their callers: detaching in this order never leaves a
+	// callee's entries without its caller's.
+	slices.SortStableFunc(merged, func(a, b demotion) int { return cmp.Compare(a.stage, b.stage) })
+	return merged
+}
+
+// rate formats a call rate.
+func rate(r float64) string {
+	switch {
+	case r >= 1e6:
+		return fmt.Sprintf("%.1fM", r/1e6)
+	case r >= 1e3:
+		return fmt.Sprintf("%.1fk", r/1e3)
+	}
+	return fmt.Sprintf("%.0f", r)
+}

@@ -1,0 +1,100 @@
+package daemon
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Mode says how a session measures the functions below the root.
+type Mode uint8
+
+const (
+	// ModeExact probes every reachable function, whatever it costs.
+	ModeExact Mode = iota
+	// ModeHybrid probes every reachable function, samples stacks, and
+	// demotes the functions whose probes cost more than the overhead
+	// budget allows: their time then comes from samples.
+	ModeHybrid
+	// ModeSample probes only the roots (for the in-kernel context and
+	// their exact calls and time) and samples everything below them.
+	ModeSample
+)
+
+func (m Mode) String() string {
+	switch m {
+	case ModeExact:
+		return "exact"
+	case ModeHybrid:
+		return "hybrid"
+	case ModeSample:
+		return "sample"
+	}
+	return fmt.Sprintf("Mode(%d)", m)
+}
+
+// ParseMode parses "exact", "hybrid" or "sample".
+func ParseMode(s string) (Mode, error) {
+	for m := ModeExact; m <= ModeSample; m++ {
+		if s == m.String() {
+			return m, nil
+		}
+	}
+	return 0, fmt.Errorf("mode must be exact, hybrid or sample, not %q", s)
+}
+
+// ParseBudget parses an overhead budget given as a percentage, "10%" or
+// "10", into a fraction (0.10). It must be above 0% and at most 1000%.
+func ParseBudget(s string) (float64, error) {
+	v, err := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(s), "%")), 64)
+	if err != nil || v <= 0 || v > 1000 {
+		return 0, fmt.Errorf("overhead budget must be a percentage above 0 and at most 1000, like 10%% or 10, not %q", s)
+	}
+	return v / 100, nil
+}
+
+// Stage is how much of a function's instrumentation is attached.
+type Stage uint8
+
+const (
+	// StageFull: entry and exit probes; exact calls and time.
+	StageFull Stage = iota
+	// StageEntry: the entry probe only; exact calls and tree shape
+	// (exits inferred from stack pointers), time from samples.
+	StageEntry
+	// StageSampled: no probes; time and presence from samples only.
+	StageSampled
+)
+
+func (s Stage) String() string {
+	switch s {
+	case StageFull:
+		return "fully probed"
+	case StageEntry:
+		return "exit probes dropped (exits inferred, time from samples)"
+	case StageSampled:
+		return "all probes dropped (time from samples only)"
+	}
+	return fmt.Sprintf("Stage(%d)", s)
+}
+
+// Demotion records one function demoted during a session.
+type Demotion struct {
+	// Func names the function, object:function.
+	Func string
+	// ID is its function id in the plan.
+	ID uint32
+	// Stage is the stage it was demoted to.
+	Stage Stage
+	// At is when, since the session started.
+	At time.Duration
+	// Reason says why: its call rate, cost and the overhead it caused.
+	Reason string
+	// Detach is how long detaching its probes took.
+	Detach time.Duration
+}
+
+func (d Demotion) String() string {
+	return fmt.Sprintf("%s at +%s: %s; %s", d.Func, d.At.Round(time.Millisecond), d.Reason, d.Stage)
+}

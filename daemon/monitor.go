@@ -1,0 +1,141 @@
+package daemon
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// monitorInterval is how often hybrid mode reads the call counters: a hot
+// function is demoted within a few of these.
+const monitorInterval = 10 * time.Millisecond
+
+// rateWindow is the window call rates and CPU time are measured over.
+const rateWindow = 100 * time.Millisecond
+
+// monitor is hybrid mode's control loop: it reads each function's call
+// count and the target's CPU time (its cpu-clock samples), asks the cost
+// model what to demote, and detaches the probes.
+type monitor struct {
+	s      *Session
+	model  *costModel
+	period time.Duration
+
+	history []counts // oldest first, spanning about rateWindow
+	rates   []float64
+
+	mu        sync.Mutex
+	demotions []Demotion
+	errs      []error
+
+	stop chan struct{}
+	done chan struct{}
+}
+
+// counts is one reading of the counters.
+type counts struct {
+	at      time.Time
+	calls   []uint64
+	samples uint64
+}
+
+func newMonitor(s *Session, model *costModel, period time.Duration) *monitor {
+	return &monitor{s: s, model: model, period: period, stop: make(chan struct{}), done: make(chan struct{})}
+}
+
+func (m *monitor) run() {
+	defer close(m.done)
+	t := time.NewTicker(monitorInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.stop:
+			return
+		case now := <-t.C:
+			if err := m.step(now); err != nil {
+				m.mu.Lock()
+				m.errs = append(m.errs, err)
+				m.mu.Unlock()
+				return
+			}
+		}
+	}
+}
+
+// Stop ends the loop and waits for it.
+func (m *monitor) Stop() {
+	close(m.stop)
+	<-m.done
+}
+
+func (m *monitor) step(now time.Time) error {
+	var c counts
+	var err error
+	c.at = now
+	if c.calls, err = m.s.prog.CallCounts(nil); err != nil {
+		return err
+	}
+	st, err := m.s.prog.Stats()
+	if err != nil {
+		return err
+	}
+	c.samples = st.TargetSamples
+	m.history = append(m.history, c)
+	for len(m.history) > 2 && now.Sub(m.history[1].at) >= rateWindow {
+		m.history = m.history[1:]
+	}
+	old := m.history[0]
+	dt := now.Sub(old.at).Seconds()
+	if dt <= 0 {
+		return nil
+	}
+	m.rates = m.rates[:0]
+	for i, n := range c.calls {
+		m.rates = append(m.rates, float64(n-old.calls[i])/dt)
+	}
+	cpu := float64(c.samples-old.samples) * float64(m.period) / dt
+	for _, d := range m.model.decide(m.rates, cpu) {
+		f := m.s.prep.Plan.Funcs[d.id]
+		t0 := time.Now()
+		_, err := m.s.probes.demote(f, d.stage)
+		dem := Demotion{Func: f.Node.Name(), ID: f.ID, Stage: d.stage, At: now.Sub(m.s.start), Reason: d.reason, Detach: time.Since(t0)}
+		m.mu.Lock()
+		m.demotions = append(m.demotions, dem)
+		m.mu.Unlock()
+		if err != nil {
+			return fmt.Errorf("detaching the probes of %s: %w", dem.Func, err)
+		}
+		if m.s.cfg.Demoted != nil {
+			m.s.cfg.Demoted(dem)
+		}
+	}
+	return nil
+}
+
+// Demotions returns the demotions so far.
+func (m *monitor) Demotions() []Demotion {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]Demotion(nil), m.demotions...)
+}
+
+// stage returns the stage function id is at now.
+func (m *monitor) stage(id int) Stage {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	st := StageFull
+	for _, d := range m.demotions {
+		if int(d.ID) == id {
+			st = max(st, d.Stage)
+		}
+	}
+	return st
+}
+
+// err returns the error that stopped the loop, if any.
+func (m *monitor) err() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return errors.Join(m.errs...)
+}

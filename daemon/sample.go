@@ -1,0 +1,240 @@
+package daemon
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/kprofd/kprofd/bpf"
+	"github.com/kprofd/kprofd/internal/cct"
+	"github.com/kprofd/kprofd/symbolizer"
+	"github.com/kprofd/kprofd/internal/unwind"
+)
+
+// A SampleUnwinder unwinds a sample's stack into real frames, innermost
+// first, naming every frame it can: functions outside the plan get ids of
+// their own (cct.NoFunc only for code it cannot place). covered is the
+// highest slot up to which the frames are complete. inProbe says the
+// sample caught the thread in kprofd's probes (a uprobe trap, the
+// out-of-line step, the uretprobe trampoline): kprofd's time, not the
+// target's.
+type SampleUnwinder interface {
+	SampleFrames(st *bpf.Stack) (frames []RealFrame, covered uint64, inProbe bool)
+}
+
+// SetSampleUnwinder makes HandleSample attribute samples.
+func (s *Simulator) SetSampleUnwinder(u SampleUnwinder) { s.samp = u }
+
+// HandleSample attributes a cpu-clock sample of a thread inside the root
+// (Whaley's partial calling context tree): below the deepest frame of the
+// simulated stack that the real stack confirms, it follows the real frames
+// that no probe reported (functions demoted or never traced) and counts
+// one sample in the context it reaches. Frames the real stack refutes are
+// left alone: unlike captured stacks, samples do not repair the
+// simulation.
+func (s *Simulator) HandleSample(ev *bpf.Event, st *bpf.Stack) {
+	s.stats.Events++
+	s.stats.Samples++
+	defer func() {
+		if ev.Adjust != 0 {
+			s.adjust(ev.Tid, ev.Adjust)
+		}
+	}()
+	if s.samp == nil || st == nil {
+		s.stats.UnplacedSamples++
+		return
+	}
+	real, covered, inProbe := s.samp.SampleFrames(st)
+	if inProbe {
+		s.stats.ProbeSamples++
+		return
+	}
+	th := s.thread(ev.Tid)
+	i, k := s.confirmed(th, real, covered, st.SP)
+	if i < 0 {
+		s.stats.UnplacedSamples++
+		return
+	}
+	node := th.frames[i].node
+	for m := k - 1; m >= 0; m-- {
+		id := real[m].Func
+		if id == cct.NoFunc {
+			id = s.UnknownFunc()
+		}
+		node = node.Child(id)
+	}
+	node.Samples++
+}
+
+// confirmed returns the deepest simulated frame that the real frames do
+// not refute, and how many real frames lie below it (real[:k]); i is -1
+// when there is none. A simulated frame is refuted when it is deeper than
+// the stack pointer (it returned), or when the real stack covers its slot
+// and has no frame there or a frame of another function.
+func (s *Simulator) confirmed(th *thread, real []RealFrame, covered, sp uint64) (i, k int) {
+	for i = len(th.frames) - 1; i >= 0; i-- {
+		f := &th.frames[i]
+		if f.flags&frameSignal != 0 {
+			// A handler's own frames are above the marker; what lies
+			// below it on the real stack is the interrupted code.
+			return i, 0
+		}
+		if f.slot < sp {
+			continue
+		}
+		k = 0
+		for k < len(real) && real[k].Slot < f.slot {
+			k++
+		}
+		if f.slot > covered {
+			return i, k
+		}
+		if k < len(real) && real[k].Slot == f.slot && (real[k].Func == f.fn || real[k].Func == cct.NoFunc) {
+			return i, k
+		}
+	}
+	return -1, 0
+}
+
+// UnknownFunc is the function id of samples in code no symbol names: one
+// past SignalFunc.
+func (s *Simulator) UnknownFunc() cct.FuncID { return s.SignalFunc() + 1 }
+
+// sampleUnwinder is the stackReconciler extended to name the functions
+// outside the plan that samples find, and to tell kprofd's own time.
+type sampleUnwinder struct {
+	*stackReconciler
+	pid    int
+	base   cct.FuncID // the first id for functions outside the plan
+	extra  map[uint64]cct.FuncID
+	funcs  []extraFunc
+	probes map[uint64]bool // run-time addresses of every probed instruction
+	// uprobes is the kernel's [uprobes] mapping (out-of-line steps and
+	// the uretprobe trampoline), once found.
+	uprobes       [2]uint64
+	unknownChecks int
+}
+
+// extraFunc is a function outside the plan that samples found.
+type extraFunc struct {
+	obj *symbolizer.Mapped
+	fn  *symbolizer.Func // nil: code of obj without a symbol
+}
+
+func newSampleUnwinder(pr *Prepared, r *stackReconciler, base cct.FuncID) *sampleUnwinder {
+	u := &sampleUnwinder{stackReconciler: r, pid: pr.Proc.Pid, base: base, extra: map[uint64]cct.FuncID{}, probes: map[uint64]bool{}}
+	for _, f := range pr.Plan.Funcs {
+		bias := f.Node.Obj.Bias
+		u.probes[f.Entry.Addr+bias] = true
+		for _, p := range f.Exits {
+			u.probes[p.Addr+bias] = true
+		}
+		for _, p := range f.Catches {
+			u.probes[p.Addr+bias] = true
+		}
+	}
+	for _, p := range pr.Plan.Syncs {
+		u.probes[p.Addr+p.Obj.Bias] = true
+	}
+	return u
+}
+
+func (u *sampleUnwinder) SampleFrames(st *bpf.Stack) ([]RealFrame, uint64, bool) {
+	// A trap leaves the user pc just past the breakpoint.
+	if u.probes[st.PC] || u.probes[st.PC-1] || u.inUprobes(st.PC) {
+		return nil, st.SP, true
+	}
+	frames, _ := u.u.Unwind(unwind.Regs{PC: st.PC, SP: st.SP, BP: st.BP}, unwind.Stack{Addr: st.SP, Data: st.Data}, maxRealFrames)
+	real := make([]RealFrame, 0, len(frames))
+	covered := st.SP
+	for _, f := range frames {
+		if f.Obj == nil {
+			break
+		}
+		id := u.funcID(f.Obj, f.Func)
+		if f.CFA == 0 {
+			// The innermost function, without a frame we can compute:
+			// named, but not placed.
+			if len(real) == 0 {
+				real = append(real, RealFrame{Slot: st.SP, Func: id})
+			}
+			break
+		}
+		real = append(real, RealFrame{Slot: f.CFA - 8, Func: id})
+		covered = f.CFA - 8
+	}
+	return real, covered, false
+}
+
+// funcID returns the logical id of a planned function, or an id of its
+// own for any other.
+func (u *sampleUnwinder) funcID(obj *symbolizer.Mapped, fn *symbolizer.Func) cct.FuncID {
+	key := obj.Start
+	if fn != nil {
+		key = fn.Addr + obj.Bias
+		if id, ok := u.ids[key]; ok {
+			return id
+		}
+	}
+	if id, ok := u.extra[key]; ok {
+		return id
+	}
+	id := u.base + cct.FuncID(len(u.funcs))
+	u.extra[key] = id
+	u.funcs = append(u.funcs, extraFunc{obj: obj, fn: fn})
+	return id
+}
+
+// inUprobes reports whether pc is in the kernel's [uprobes] mapping. It
+// reads the target's maps again now and then while pc is in no known
+// mapping: the kernel creates that mapping at the first uprobe hit.
+func (u *sampleUnwinder) inUprobes(pc uint64) bool {
+	if u.uprobes[1] != 0 {
+		return pc >= u.uprobes[0] && pc < u.uprobes[1]
+	}
+	if u.u.Known(pc) {
+		return false
+	}
+	if u.unknownChecks%64 == 0 {
+		u.uprobes = findUprobesMapping(u.pid)
+	}
+	u.unknownChecks++
+	return u.uprobes[1] != 0 && pc >= u.uprobes[0] && pc < u.uprobes[1]
+}
+
+// findUprobesMapping returns the address range of pid's [uprobes]
+// mapping, or zeros.
+func findUprobesMapping(pid int) [2]uint64 {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/maps", pid))
+	if err != nil {
+		return [2]uint64{}
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasSuffix(line, "[uprobes]") {
+			continue
+		}
+		var lo, hi uint64
+		if _, err := fmt.Sscanf(line, "%x-%x", &lo, &hi); err == nil {
+			return [2]uint64{lo, hi}
+		}
+	}
+	return [2]uint64{}
+}
+
+// function describes e for a profile, in the mapping with the given index.
+func (e extraFunc) function(mapping int) cct.Function {
+	if e.fn == nil {
+		name := "[" + e.obj.Base() + "]"
+		return cct.Function{Name: name, SystemName: name, Mapping: mapping, Addr: e.obj.Start}
+	}
+	sys := e.fn.Name
+	if sys == "" {
+		sys = e.fn.Display
+	}
+	file, line := e.obj.Source(e.fn)
+	return cct.Function{Name: e.fn.Display, SystemName: sys, Filename: file, StartLine: line, Mapping: mapping, Addr: e.fn.Addr + e.obj.Bias}
+}

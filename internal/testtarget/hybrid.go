@@ -1,0 +1,66 @@
+package testtarget
+
+import (
+	"fmt"
+	"path/filepath"
+	"testing"
+)
+
+// BuildHybrid builds testdata/hybrid, the hybrid-mode target, at -O2 into
+// a fresh directory and returns the executable's path.
+func BuildHybrid(t testing.TB) string {
+	t.Helper()
+	dir := t.TempDir()
+	Compile(t, dir, "gcc", "-O2", "-o", "hybrid", filepath.Join(Testdata(), "hybrid", "hybrid.c"))
+	return filepath.Join(dir, "hybrid")
+}
+
+// HybridTruth is what testdata/hybrid measured of itself in one run: the
+// wall time of each part of handle_request, in ns, and its hot_leaf calls.
+type HybridTruth struct {
+	Hot, Medium, Heavy, Untraced, Total float64
+	Leaves                              uint64
+}
+
+// ParseHybrid parses the target's "done ..." line.
+func ParseHybrid(line string) (HybridTruth, error) {
+	var h HybridTruth
+	_, err := fmt.Sscanf(line, "done hot=%g medium=%g heavy=%g untraced=%g total=%g leaves=%d",
+		&h.Hot, &h.Medium, &h.Heavy, &h.Untraced, &h.Total, &h.Leaves)
+	if err != nil {
+		return h, fmt.Errorf("parsing %q: %w", line, err)
+	}
+	return h, nil
+}
+
+// Shares returns the share of handle_request's time each part took, by
+// the name of the function below handle_request that holds it ("" for
+// handle_request's own time).
+func (h HybridTruth) Shares() map[string]float64 {
+	return map[string]float64{
+		"hot_caller": h.Hot / h.Total,
+		"medium":     h.Medium / h.Total,
+		"heavy_rare": h.Heavy / h.Total,
+		"untraced":   h.Untraced / h.Total,
+		"":           (h.Total - h.Hot - h.Medium - h.Heavy - h.Untraced) / h.Total,
+	}
+}
+
+// HybridRequests is how many requests the hybrid tests and benchmark run;
+// HybridCounts the exact calls of the contexts hybrid mode keeps exact
+// after "run HybridRequests" (testdata/hybrid/hybrid.c's structure).
+const HybridRequests = 200
+
+// HybridCounts returns the exact call count of every context outside the
+// hot leaf after "run n": hot_leaf is the function hybrid mode demotes,
+// untraced the one the tests exclude.
+func HybridCounts(n int) map[string]uint64 {
+	r := uint64(n)
+	return map[string]uint64{
+		"handle_request":                 r,
+		"handle_request;hot_caller":      r,
+		"handle_request;medium":          2 * r,
+		"handle_request;medium;mid_leaf": 6 * r,
+		"handle_request;heavy_rare":      (r + 19) / 20,
+	}
+}
