@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/kprofd/kprofd/calibrate"
+	"github.com/kprofd/kprofd/internal/callgraph"
 	"github.com/kprofd/kprofd/internal/plan"
 	"github.com/kprofd/kprofd/internal/x86"
 )
@@ -101,7 +102,7 @@ type modelFunc struct {
 func newCostModel(pl *plan.Plan, costs []callCost, budget float64) *costModel {
 	m := &costModel{budget: budget, funcs: make([]modelFunc, len(pl.Funcs))}
 	ids := make(map[*plan.Func]int, len(pl.Funcs))
-	byNode := map[any]int{}
+	byNode := map[*callgraph.Node]int{}
 	for i, f := range pl.Funcs {
 		ids[f] = i
 		byNode[f.Node] = i

@@ -8,8 +8,8 @@ import (
 
 	"github.com/kprofd/kprofd/bpf"
 	"github.com/kprofd/kprofd/internal/cct"
-	"github.com/kprofd/kprofd/symbolizer"
 	"github.com/kprofd/kprofd/internal/unwind"
+	"github.com/kprofd/kprofd/symbolizer"
 )
 
 // A SampleUnwinder unwinds a sample's stack into real frames, innermost

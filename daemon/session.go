@@ -37,10 +37,10 @@ type Session struct {
 	sim    *Simulator
 
 	// Hybrid and sample modes.
-	sampler  *bpf.Sampler
-	samples  *sampleUnwinder
-	monitor  *monitor // hybrid mode's demotions
-	stages   []Stage  // sample mode: what was never attached
+	sampler *bpf.Sampler
+	samples *sampleUnwinder
+	monitor *monitor // hybrid mode's demotions
+	stages  []Stage  // sample mode: what was never attached
 
 	start     time.Time
 	startMono uint64
