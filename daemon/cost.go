@@ -155,8 +155,9 @@ type demotion struct {
 // decide takes the call rates of the last window (calls per second, by
 // function id) and the target's CPU time per second in it (ns/s, probes
 // included), and returns the demotions that bring the predicted overhead
-// within budget, applying them to the model.
-func (m *costModel) decide(rates []float64, cpu float64) []demotion {
+// within budget, applying them to the model, and the overhead it
+// predicted before them.
+func (m *costModel) decide(rates []float64, cpu float64) ([]demotion, float64) {
 	probe := 0.0
 	for i, r := range rates {
 		if i < len(m.funcs) {
@@ -167,8 +168,11 @@ func (m *costModel) decide(rates []float64, cpu float64) []demotion {
 	// and calibration both err, so never let it vanish.
 	cpu = math.Max(cpu, probe)
 	own := math.Max(cpu-probe, cpu/50)
-	if own <= 0 || probe/own <= m.budget {
-		return nil
+	if own <= 0 {
+		return nil, 0
+	}
+	if probe/own <= m.budget {
+		return nil, probe / own
 	}
 	before := probe / own
 	var out []demotion
@@ -212,7 +216,7 @@ func (m *costModel) decide(rates []float64, cpu float64) []demotion {
 	// before their callers: detaching in this order never leaves a
 	// callee's entries without its caller's.
 	slices.SortStableFunc(merged, func(a, b demotion) int { return cmp.Compare(a.stage, b.stage) })
-	return merged
+	return merged, before
 }
 
 // rate formats a call rate.

@@ -3,33 +3,258 @@
 package daemon_test
 
 import (
-	"bytes"
+	"fmt"
+	"maps"
 	"regexp"
 	"testing"
 
+	"github.com/google/pprof/profile"
+
 	"github.com/kprofd/kprofd/daemon"
-	"github.com/kprofd/kprofd/internal/export"
+	"github.com/kprofd/kprofd/internal/cct"
+	"github.com/kprofd/kprofd/internal/plan"
 	"github.com/kprofd/kprofd/internal/testtarget"
 )
 
-func TestHybridExplore(t *testing.T) {
-	requireRoot(t)
-	exe := testtarget.BuildHybrid(t)
-	target := testtarget.Start(t, exe)
-	s, err := daemon.Start(daemon.Config{PID: target.Pid(), Roots: []string{"handle_request"}, Mode: daemon.ModeHybrid,
-		Exclude: []*regexp.Regexp{regexp.MustCompile(`:untraced$`)}, Warnf: t.Logf,
-		Demoted: func(d daemon.Demotion) { t.Logf("demoted %s (detach %v)", d, d.Detach) }})
+// excludeUntraced keeps testdata/hybrid's untraced function out of the
+// plan: only samples can see it.
+var excludeUntraced = []*regexp.Regexp{regexp.MustCompile(`:untraced$`)}
+
+// hybridContexts returns the calls of every context of testdata/hybrid
+// that stays exact after n requests, which is all of them but hot_leaf's
+// (counted until it is demoted) and untraced's (never probed): the
+// structure of handle_request, and its now() calls of clock_gettime, four
+// per request and one more around each heavy_rare.
+func hybridContexts(n int) map[string]uint64 {
+	want := testtarget.HybridCounts(n)
+	want["handle_request;clock_gettime"] = 4*uint64(n) + want["handle_request;heavy_rare"]
+	return want
+}
+
+// probedAt reports whether f's entry probe is installed in pid.
+func probedAt(t *testing.T, pid int, f *plan.Func) bool {
+	t.Helper()
+	on, err := testtarget.Probed(pid, f.Node.Obj.Path(), f.Entry.Offset, f.Entry.Addr+f.Node.Obj.Bias)
 	if err != nil {
 		t.Fatal(err)
 	}
-	line := target.Run(t, testtarget.HybridRequests)
+	return on
+}
+
+// planFunc returns the planned function named name.
+func planFunc(t *testing.T, pl *plan.Plan, name string) *plan.Func {
+	t.Helper()
+	for _, f := range pl.Funcs {
+		if f.Node.Func.Name == name {
+			return f
+		}
+	}
+	t.Fatalf("%s is not in the plan", name)
+	return nil
+}
+
+// TestHybridDemotesHotLeaf runs testdata/hybrid in hybrid mode: hot_leaf,
+// called millions of times, must lose its probes within the first run
+// (its breakpoint gone from the target's code and its call rate back to
+// un-probed speed in the second run) while every other context keeps
+// exact counts, and the time of hot_leaf and of the never-probed untraced
+// must come from samples, where the program spends it.
+func TestHybridDemotesHotLeaf(t *testing.T) {
+	requireRoot(t)
+	exe := testtarget.BuildHybrid(t)
+	ref := testtarget.Start(t, exe)
+	refTruth, err := testtarget.ParseHybrid(ref.Run(t, testtarget.HybridRequests))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref.Exit(t)
+
+	target := testtarget.Start(t, exe)
+	s, err := daemon.Start(daemon.Config{PID: target.Pid(), Roots: []string{"handle_request"}, Mode: daemon.ModeHybrid,
+		Exclude: excludeUntraced, Warnf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	pl := s.Prepared().Plan
+	hot, medium := planFunc(t, pl, "hot_leaf"), planFunc(t, pl, "medium")
+	if !probedAt(t, target.Pid(), hot) || !probedAt(t, target.Pid(), medium) {
+		t.Fatal("hot_leaf and medium are not probed at the start")
+	}
+	first, err := testtarget.ParseHybrid(target.Run(t, testtarget.HybridRequests))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds := s.Demotions()
+	if len(ds) != 1 || ds[0].ID != hot.ID || ds[0].Stage != daemon.StageSampled {
+		t.Fatalf("demotions %v, want hot_leaf's probes all dropped", ds)
+	}
+	t.Logf("demoted %s (detaching took %v)", ds[0], ds[0].Detach)
+	if probedAt(t, target.Pid(), hot) || !probedAt(t, target.Pid(), medium) {
+		t.Errorf("after the demotion: hot_leaf probed %v, medium probed %v; want false, true",
+			probedAt(t, target.Pid(), hot), probedAt(t, target.Pid(), medium))
+	}
+	second, err := testtarget.ParseHybrid(target.Run(t, testtarget.HybridRequests))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Probed, each hot_leaf call would take a microsecond or more, 40
+	// times its un-probed time: a factor of 5 leaves room for a loaded
+	// machine and none for a trap per call.
+	if second.Hot > 5*refTruth.Hot {
+		t.Errorf("hot_caller took %.0f ms in the second run, %.0f ms un-probed: hot_leaf is still trapped", second.Hot/1e6, refTruth.Hot/1e6)
+	}
 	p, err := s.Stop()
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.Close()
-	t.Log(line)
-	var buf bytes.Buffer
-	export.WriteTree(&buf, p, export.TreeOptions{})
-	t.Log(buf.String())
+	progs, links := s.KernelIDs()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	testtarget.CheckGone(t, progs, links)
+	testtarget.CheckNoProbes(t, target.Pid())
+	target.Exit(t)
+
+	pp := roundTrip(t, p)
+	got := testtarget.PprofCounts(pp, nil)
+	leafCalls := got["handle_request;hot_caller;hot_leaf"]
+	if leafCalls == 0 || leafCalls > first.Leaves/10 {
+		t.Errorf("hot_leaf: %d calls counted of %d made; want some, counted only until its demotion", leafCalls, 2*first.Leaves)
+	}
+	if untraced, ok := got["handle_request;untraced"]; !ok || untraced != 0 {
+		t.Errorf("untraced: context present %v with %d calls; want present from samples, 0 calls", ok, untraced)
+	}
+	exact := maps.Clone(got)
+	delete(exact, "handle_request;hot_caller;hot_leaf")
+	delete(exact, "handle_request;untraced")
+	want := hybridContexts(2 * testtarget.HybridRequests)
+	if diff := testtarget.DiffCounts(exact, want); diff != "" {
+		t.Errorf("calls per context differ:\n%s", diff)
+	}
+	checkTiming(t, pp, map[string]string{
+		"handle_request;hot_caller;hot_leaf": "estimated",
+		"handle_request;untraced":            "estimated",
+		"handle_request;heavy_rare":          "exact",
+		"handle_request;medium;mid_leaf":     "exact",
+	})
+
+	// Estimated time where the program spent it: hot_leaf's is most of
+	// hot_caller's, untraced's close to what the program measured.
+	tree := p.Tree.Root.Lookup(0)
+	wallOf := func(path ...string) *cct.Node {
+		n := tree
+		for _, name := range path {
+			n = child(p, n, name)
+			if n == nil {
+				t.Fatalf("no context handle_request;%v", path)
+			}
+		}
+		return n
+	}
+	untraced := wallOf("untraced")
+	if !untraced.Estimated || float64(untraced.Wall) < 0.5*(first.Untraced+second.Untraced) || float64(untraced.Wall) > 2*(first.Untraced+second.Untraced) {
+		t.Errorf("untraced: estimated %v, %.1f ms; the program measured %.1f ms", untraced.Estimated, float64(untraced.Wall)/1e6, (first.Untraced+second.Untraced)/1e6)
+	}
+	leaf, caller := wallOf("hot_caller", "hot_leaf"), wallOf("hot_caller")
+	if !leaf.Estimated || leaf.Samples == 0 || leaf.Wall < caller.Wall/2 || caller.Estimated {
+		t.Errorf("hot_leaf: estimated %v, %d samples, %.1f ms of hot_caller's %.1f ms", leaf.Estimated, leaf.Samples, float64(leaf.Wall)/1e6, float64(caller.Wall)/1e6)
+	}
+}
+
+// child returns n's child named name.
+func child(p *cct.Profile, n *cct.Node, name string) *cct.Node {
+	for _, ch := range n.Children {
+		if p.Name(ch.Func) == name {
+			return ch
+		}
+	}
+	return nil
+}
+
+// checkTiming checks the pprof timing label of contexts.
+func checkTiming(t *testing.T, pp *profile.Profile, want map[string]string) {
+	t.Helper()
+	got := map[string]string{}
+	for _, s := range pp.Sample {
+		var path string
+		for i := len(s.Location) - 1; i >= 0; i-- {
+			if path != "" {
+				path += ";"
+			}
+			path += s.Location[i].Line[0].Function.Name
+		}
+		if v := s.Label["timing"]; len(v) == 1 {
+			got[path] = v[0]
+		}
+	}
+	for path, w := range want {
+		if got[path] != w {
+			t.Errorf("%s: timing %q, want %q", path, got[path], w)
+		}
+	}
+}
+
+// TestExactModeDemotesNothing checks that exact mode keeps every probe
+// however hot: hot_leaf's calls are all counted.
+func TestExactModeDemotesNothing(t *testing.T) {
+	requireRoot(t)
+	const n = 20
+	want := hybridContexts(n)
+	want["handle_request;hot_caller;hot_leaf"] = n * 25000
+	p := traceTarget(t, testtarget.BuildHybrid(t), daemon.Config{Roots: []string{"handle_request"}, Mode: daemon.ModeExact, Exclude: excludeUntraced},
+		func(p *testtarget.Proc) string {
+			line := p.Run(t, n)
+			h, err := testtarget.ParseHybrid(line)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return fmt.Sprint(h.Leaves) // times differ from run to run
+		}, want, nil)
+	for _, c := range p.Comments {
+		if regexp.MustCompile(`demot|sampled`).MatchString(c) {
+			t.Errorf("exact profile says %q", c)
+		}
+	}
+}
+
+// TestSampleMode checks sample mode: only the root is probed (exact calls
+// of the root), and everything below it comes from samples, with time
+// where the program spends it.
+func TestSampleMode(t *testing.T) {
+	requireRoot(t)
+	exe := testtarget.BuildHybrid(t)
+	target := testtarget.Start(t, exe)
+	s, err := daemon.Start(daemon.Config{PID: target.Pid(), Roots: []string{"handle_request"}, Mode: daemon.ModeSample, Warnf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	pl := s.Prepared().Plan
+	if probedAt(t, target.Pid(), planFunc(t, pl, "medium")) || !probedAt(t, target.Pid(), pl.Funcs[0]) {
+		t.Error("sample mode: want the root probed and nothing else")
+	}
+	truth, err := testtarget.ParseHybrid(target.Run(t, testtarget.HybridRequests))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := s.Stop()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pp := roundTrip(t, p)
+	got := testtarget.PprofCounts(pp, nil)
+	if got["handle_request"] != testtarget.HybridRequests {
+		t.Errorf("handle_request: %d calls, want %d", got["handle_request"], testtarget.HybridRequests)
+	}
+	checkTiming(t, pp, map[string]string{"handle_request": "exact", "handle_request;heavy_rare": "estimated", "handle_request;hot_caller;hot_leaf": "estimated"})
+	for path, calls := range got {
+		if path != "handle_request" && calls != 0 {
+			t.Errorf("%s: %d calls; sample mode counts only the root's", path, calls)
+		}
+	}
+	heavy := child(p, p.Tree.Root.Lookup(0), "heavy_rare")
+	if heavy == nil || float64(heavy.Wall) < 0.7*truth.Heavy || float64(heavy.Wall) > 1.3*truth.Heavy {
+		t.Errorf("heavy_rare: %v; the program measured %.0f ms", heavy, truth.Heavy/1e6)
+	}
 }

@@ -9,7 +9,7 @@ import (
 
 // monitorInterval is how often hybrid mode reads the call counters: a hot
 // function is demoted within a few of these.
-const monitorInterval = 10 * time.Millisecond
+const monitorInterval = 5 * time.Millisecond
 
 // rateWindow is the window call rates and CPU time are measured over.
 const rateWindow = 100 * time.Millisecond
@@ -28,6 +28,8 @@ type monitor struct {
 	mu        sync.Mutex
 	demotions []Demotion
 	errs      []error
+	readings  int     // counter readings taken
+	peak      float64 // highest predicted overhead seen
 
 	stop chan struct{}
 	done chan struct{}
@@ -48,17 +50,21 @@ func (m *monitor) run() {
 	defer close(m.done)
 	t := time.NewTicker(monitorInterval)
 	defer t.Stop()
-	for {
+	// The first reading is the baseline: the first decision comes one
+	// interval after the probes are attached.
+	now := time.Now()
+	for err := m.step(now); ; {
+		if err != nil {
+			m.mu.Lock()
+			m.errs = append(m.errs, err)
+			m.mu.Unlock()
+			return
+		}
 		select {
 		case <-m.stop:
 			return
-		case now := <-t.C:
-			if err := m.step(now); err != nil {
-				m.mu.Lock()
-				m.errs = append(m.errs, err)
-				m.mu.Unlock()
-				return
-			}
+		case now = <-t.C:
+			err = m.step(now)
 		}
 	}
 }
@@ -95,7 +101,12 @@ func (m *monitor) step(now time.Time) error {
 		m.rates = append(m.rates, float64(n-old.calls[i])/dt)
 	}
 	cpu := float64(c.samples-old.samples) * float64(m.period) / dt
-	for _, d := range m.model.decide(m.rates, cpu) {
+	ds, predicted := m.model.decide(m.rates, cpu)
+	m.mu.Lock()
+	m.readings++
+	m.peak = max(m.peak, predicted)
+	m.mu.Unlock()
+	for _, d := range ds {
 		f := m.s.prep.Plan.Funcs[d.id]
 		t0 := time.Now()
 		_, err := m.s.probes.demote(f, d.stage)
@@ -138,4 +149,11 @@ func (m *monitor) err() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return errors.Join(m.errs...)
+}
+
+// summary says what the monitor saw.
+func (m *monitor) summary() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return fmt.Sprintf("cost monitor: %d readings every %s, highest predicted probe overhead %.0f%%", m.readings, monitorInterval, 100*m.peak)
 }

@@ -143,3 +143,45 @@ func TestAttachPlanDropsRefused(t *testing.T) {
 		t.Errorf("warnings %q", warnings)
 	}
 }
+
+// TestDemote checks that probes attached per function can be detached a
+// function at a time: its exits first, then all of them, the other
+// functions' untouched; and that skipped functions are not attached.
+func TestDemote(t *testing.T) {
+	pl := ctreePlan(t, plan.ExitsRet)
+	walk := funcsByName(pl)["walk"]
+	a := &fakeAttacher{}
+	set, err := attachPlan(a, 1, pl, attachOptions{perFunc: true}, t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer set.Close()
+	all := pl.NumProbes()
+	if a.probes != all || set.probes != all {
+		t.Fatalf("%d probes attached, %d counted; want %d", a.probes, set.probes, all)
+	}
+	if n, err := set.demote(walk, StageEntry); err != nil || n != len(walk.Exits) || a.probes != all-n {
+		t.Errorf("exits of walk: %d detached (%v), %d left; want %d, %d", n, err, a.probes, len(walk.Exits), all-len(walk.Exits))
+	}
+	want := all - len(walk.Exits) - 1 - len(walk.Catches)
+	if _, err := set.demote(walk, StageSampled); err != nil || a.probes != want || set.probes != want || set.funcs != len(pl.Funcs)-1 {
+		t.Errorf("all of walk: %d probes left (%d counted, %v), %d functions; want %d, %d", a.probes, set.probes, err, set.funcs, want, len(pl.Funcs)-1)
+	}
+	set.Close()
+	if a.open != 0 {
+		t.Errorf("%d links open after Close", a.open)
+	}
+
+	// Sample mode attaches only the roots (and the syncs).
+	a = &fakeAttacher{}
+	set, err = attachPlan(a, 1, pl, attachOptions{skip: func(f *plan.Func) bool { return !f.Root }}, t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := pl.Funcs[0]
+	want = 1 + len(root.Exits) + len(root.Catches) + len(pl.Syncs)
+	if a.probes != want || set.funcs != 1 {
+		t.Errorf("roots only: %d probes, %d functions; want %d, 1", a.probes, set.funcs, want)
+	}
+	set.Close()
+}

@@ -186,7 +186,7 @@ func (s *Session) comments(st bpf.Stats) []string {
 			budget = DefaultBudget
 		}
 		ds := s.Demotions()
-		c = append(c, fmt.Sprintf("overhead budget %.0f%%: %d demotions", 100*budget, len(ds)))
+		c = append(c, fmt.Sprintf("overhead budget %.0f%%: %d demotions; %s", 100*budget, len(ds), s.monitor.summary()))
 		for _, d := range ds {
 			c = append(c, "demoted "+d.String())
 		}

@@ -38,6 +38,8 @@ type attachOptions struct {
 	ringMiB      int
 	verbose      bool
 	recalibrate  bool
+	budget       string
+	sampleHz     int
 }
 
 func newAttachCmd() *cobra.Command {
@@ -51,6 +53,22 @@ an entry probe and exit probes; a thread emits events only while it is inside
 the root. When tracing ends (-d elapses, Ctrl-C or SIGTERM, or the process
 exits) kprofd detaches every probe and writes the calling-context tree.
 
+Modes (--mode):
+  hybrid  (default) trace exactly what fits the overhead budget and sample
+          the rest: every function starts fully probed; when the probes'
+          predicted cost (calibrated cost per call times the live call rate)
+          passes --overhead-budget of the target's own CPU time, the
+          costliest functions lose their exit probes (calls and tree shape
+          stay exact, exits are inferred from stack pointers), then, leaves
+          first, all their probes. Their time comes from cpu-clock samples of
+          the threads inside the root, attributed below the deepest traced
+          frame. Each demotion is reported.
+  exact   probe every reachable function whatever it costs; no sampling.
+  sample  probe only the roots (exact calls and time of the roots) and
+          sample everything below them: a cheap first look.
+Estimated times are CPU time from samples, marked ~ in the text views and
+labelled timing=estimated in the pprof output (samples/count sample type).
+
 The root may be given as a symbol (mangled or not), a demangled name without
 parameters when unambiguous (serve, ns::Class::method), object:name
 (libfoo.so:serve), object+0xOFFSET (how kprofd names functions of stripped
@@ -59,6 +77,8 @@ binaries) or a run-time address (0x55d0c0a01139).
 Exits (--exits): ` + plan.ExitRule + `.`,
 		Example: `  sudo kprofd attach -p 1234 --root handle_request -d 10s
   sudo kprofd attach -p 1234 --root 'ns::Server::handle' --exclude 'libc\.so' -o server.pb.gz
+  sudo kprofd attach -p 1234 --root handle_request --mode exact
+  sudo kprofd attach -p 1234 --root handle_request --mode sample --sample-hz 4999
   sudo kprofd attach -p 1234 --root handle_request --dry-run`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -68,7 +88,9 @@ Exits (--exits): ` + plan.ExitRule + `.`,
 	f := cmd.Flags()
 	f.IntVarP(&o.pid, "pid", "p", 0, "process to trace (required)")
 	f.StringArrayVar(&o.roots, "root", nil, "root function (required; repeat for several roots)")
-	f.StringVar(&o.mode, "mode", "exact", "exact: probe every reachable function")
+	f.StringVar(&o.mode, "mode", "hybrid", "hybrid, exact or sample (see above)")
+	f.StringVar(&o.budget, "overhead-budget", "10%", "hybrid mode: the probes' cost allowed, as a percentage of the target's own CPU time (10% or 10)")
+	f.IntVar(&o.sampleHz, "sample-hz", daemon.DefaultSampleHz, "samples per second of CPU time, per CPU, in hybrid and sample modes")
 	f.DurationVarP(&o.duration, "duration", "d", 0, "stop after this long (default: until Ctrl-C or the process exits)")
 	f.StringVarP(&o.output, "output", "o", "", "pprof output file (default kprofd-PID.pb.gz)")
 	f.StringVar(&o.format, "format", "tree", "what to print at the end: tree, top or none")
@@ -94,13 +116,17 @@ func (o *attachOptions) config(stderr io.Writer) (daemon.Config, error) {
 		PerThread:    o.perThread,
 		RingBytes:    o.ringMiB << 20,
 	}
-	switch o.mode {
-	case "exact":
-	case "hybrid", "sample":
-		return cfg, fmt.Errorf("--mode %s is not available yet; use --mode exact", o.mode)
-	default:
-		return cfg, fmt.Errorf("--mode must be exact, not %q", o.mode)
+	var err error
+	if cfg.Mode, err = daemon.ParseMode(o.mode); err != nil {
+		return cfg, fmt.Errorf("--mode: %w", err)
 	}
+	if cfg.Budget, err = daemon.ParseBudget(o.budget); err != nil {
+		return cfg, fmt.Errorf("--overhead-budget: %w", err)
+	}
+	if o.sampleHz < 1 || o.sampleHz > 100000 {
+		return cfg, fmt.Errorf("--sample-hz must be between 1 and 100000, not %d", o.sampleHz)
+	}
+	cfg.SampleHz = o.sampleHz
 	switch o.format {
 	case "tree", "top", "none":
 	default:
@@ -112,7 +138,6 @@ func (o *attachOptions) config(stderr io.Writer) (daemon.Config, error) {
 	if o.duration < 0 {
 		return cfg, fmt.Errorf("--duration must be positive")
 	}
-	var err error
 	if cfg.Exits, err = plan.ParseExitMode(o.exits); err != nil {
 		return cfg, err
 	}
@@ -125,6 +150,9 @@ func (o *attachOptions) config(stderr io.Writer) (daemon.Config, error) {
 	}
 	cfg.Warnf = func(format string, args ...any) {
 		fmt.Fprintf(stderr, "kprofd: warning: "+format+"\n", args...)
+	}
+	cfg.Demoted = func(d daemon.Demotion) {
+		fmt.Fprintf(stderr, "\r\x1b[Kkprofd: demoted %s\n", d)
 	}
 	return cfg, nil
 }
@@ -167,8 +195,12 @@ func runAttach(ctx context.Context, o *attachOptions, stdout, stderr io.Writer) 
 	}
 	defer s.Close()
 	pr := s.Progress()
-	fmt.Fprintf(stderr, "kprofd: tracing pid %d below %s: %d functions, %d probes, exits by %s; Ctrl-C to stop\n",
-		o.pid, strings.Join(o.roots, ", "), pr.Functions, pr.Probes, prep.Plan.Exits)
+	how := fmt.Sprintf("%s mode", cfg.Mode)
+	if cfg.Mode == daemon.ModeHybrid {
+		how = fmt.Sprintf("hybrid mode, overhead budget %g%%", 100*cfg.Budget)
+	}
+	fmt.Fprintf(stderr, "kprofd: tracing pid %d below %s (%s): %d functions, %d probes, exits by %s; Ctrl-C to stop\n",
+		o.pid, strings.Join(o.roots, ", "), how, pr.Functions, pr.Probes, prep.Plan.Exits)
 	if o.verbose {
 		progs, links := s.KernelIDs()
 		fmt.Fprintf(stderr, "kprofd: bpf programs %v, links %v\n", progs, links)
@@ -254,8 +286,8 @@ func wait(ctx context.Context, s *daemon.Session, d time.Duration, stderr io.Wri
 			p := s.Progress()
 			rate := float64(p.Events-last.Events) / (p.Elapsed - last.Elapsed).Seconds()
 			last = p
-			fmt.Fprintf(stderr, "\r\x1b[K%6.0fs  %d events (%.0f/s)  %d functions probed  %d threads in root  %d lost",
-				p.Elapsed.Seconds(), p.Events, rate, p.Functions, p.ThreadsInRoot, p.Lost)
+			fmt.Fprintf(stderr, "\r\x1b[K%6.0fs  %d events (%.0f/s)  %d functions probed  %d demoted  %d threads in root  %d lost",
+				p.Elapsed.Seconds(), p.Events, rate, p.Functions, p.Demotions, p.ThreadsInRoot, p.Lost)
 		}
 	}
 }

@@ -149,7 +149,7 @@ func TestAttachInterrupt(t *testing.T) {
 	target := testtarget.Start(t, build.Exe)
 	dir := t.TempDir()
 	out, folded := filepath.Join(dir, "p.pb.gz"), filepath.Join(dir, "p.folded")
-	k := startKprofd(t, bin, "attach", "-p", fmt.Sprint(target.Pid()), "--root", "handle_request", "-o", out, "--folded", folded, "-v")
+	k := startKprofd(t, bin, "attach", "-p", fmt.Sprint(target.Pid()), "--root", "handle_request", "-o", out, "--folded", folded, "-v", "--mode", "exact")
 	target.Run(t, requests)
 	k.cmd.Process.Signal(os.Interrupt)
 	if code := k.wait(t); code != 0 {
@@ -200,7 +200,7 @@ func TestAttachTargetExits(t *testing.T) {
 	build := testtarget.BuildCTree(t)
 	target := testtarget.Start(t, build.Exe)
 	out := filepath.Join(t.TempDir(), "p.pb.gz")
-	k := startKprofd(t, bin, "attach", "-p", fmt.Sprint(target.Pid()), "--root", "handle_request", "-o", out, "--format", "top")
+	k := startKprofd(t, bin, "attach", "-p", fmt.Sprint(target.Pid()), "--root", "handle_request", "-o", out, "--format", "top", "--mode", "exact")
 	target.Run(t, requests)
 	if status := target.Exit(t); status != 3 {
 		t.Errorf("traced target exited %d, want 3", status)
@@ -252,6 +252,8 @@ func TestAttachErrors(t *testing.T) {
 		{"stripped binary", []string{"attach", "-p", fmt.Sprint(stripped.Pid()), "--root", "handle_request"}, 0, "stripped"},
 		{"not root", []string{"attach", "-p", pid, "--root", "handle_request"}, 65534, "needs root"},
 		{"bad mode", []string{"attach", "-p", pid, "--root", "handle_request", "--mode", "fast"}, 0, "--mode"},
+		{"bad budget", []string{"attach", "-p", pid, "--root", "handle_request", "--overhead-budget", "0%"}, 0, "--overhead-budget"},
+		{"bad sample rate", []string{"attach", "-p", pid, "--root", "handle_request", "--sample-hz", "0"}, 0, "--sample-hz"},
 		{"bad exits", []string{"attach", "-p", pid, "--root", "handle_request", "--exits", "never"}, 0, "--exits"},
 		{"too many functions", []string{"attach", "-p", pid, "--root", "handle_request", "--max-functions", "3"}, 0, "--max-functions 3"},
 		{"missing root flag", []string{"attach", "-p", pid}, 0, "root"},
@@ -431,4 +433,50 @@ func (b *lockedBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// TestAttachHybrid runs the default mode, hybrid, on testdata/hybrid: kprofd
+// reports hot_leaf's demotion as it happens, marks estimated times with ~
+// in the tree, and go tool pprof reads the samples sample type and can
+// focus on the estimated part by its label.
+func TestAttachHybrid(t *testing.T) {
+	bin := buildKprofd(t)
+	target := testtarget.Start(t, testtarget.BuildHybrid(t))
+	out := filepath.Join(t.TempDir(), "p.pb.gz")
+	k := startKprofd(t, bin, "attach", "-p", fmt.Sprint(target.Pid()), "--root", "handle_request", "-o", out, "--exclude", ":untraced$")
+	target.Run(t, testtarget.HybridRequests)
+	k.cmd.Process.Signal(os.Interrupt)
+	if code := k.wait(t); code != 0 {
+		t.Fatalf("kprofd exited %d; stderr:\n%s", code, k.stderr.String())
+	}
+	stderr := k.stderr.String()
+	if !strings.Contains(stderr, "hybrid mode, overhead budget 10%") || !regexp.MustCompile(`demoted hybrid:hot_leaf at \+\d+ms: .* calls/s .*; all probes dropped`).MatchString(stderr) {
+		t.Errorf("stderr does not report hybrid mode and hot_leaf's demotion:\n%s", stderr)
+	}
+	tree := k.stdout.String()
+	for _, re := range []string{`(?m)^ +\d+ +~\S+ +~\S+ +│  └─ hot_leaf$`, `(?m)^ +0 +~\S+ +~\S+ +├─ untraced$`, `(?m)^ +10 +\d\S* +\d\S* +├─ heavy_rare$`} {
+		if !regexp.MustCompile(re).MatchString(tree) {
+			t.Errorf("the tree does not match %s:\n%s", re, tree)
+		}
+	}
+	f, err := os.Open(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	p, err := profile.Parse(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(p.SampleType); p.SampleType[n-1].Type != "samples" {
+		t.Errorf("last sample type %s, want samples", p.SampleType[n-1].Type)
+	}
+	top, err := exec.Command("go", "tool", "pprof", "-tagfocus", "timing=estimated", "-top", "-nodefraction=0", out).CombinedOutput()
+	if err != nil {
+		t.Fatalf("go tool pprof -tagfocus: %v\n%s", err, top)
+	}
+	if !bytes.Contains(top, []byte("hot_leaf")) || bytes.Contains(top, []byte("heavy_rare")) {
+		t.Errorf("go tool pprof -tagfocus timing=estimated shows:\n%s", top)
+	}
+	target.Exit(t)
 }

@@ -159,3 +159,27 @@ func CheckGone(t testing.TB, progs []ebpf.ProgramID, links []link.ID) {
 		t.Errorf("still in the kernel 5s after detaching: %v", alive)
 	}
 }
+
+// Probed reports whether the instruction at run-time address addr of pid,
+// which is at offset off of the file at path, differs in memory from the
+// file: whether a uprobe is installed there.
+func Probed(pid int, path string, off, addr uint64) (bool, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	mem, err := os.Open(fmt.Sprintf("/proc/%d/mem", pid))
+	if err != nil {
+		return false, err
+	}
+	defer mem.Close()
+	var want, live [1]byte
+	if _, err := f.ReadAt(want[:], int64(off)); err != nil {
+		return false, err
+	}
+	if _, err := mem.ReadAt(live[:], int64(addr)); err != nil {
+		return false, fmt.Errorf("reading pid %d at %#x: %w", pid, addr, err)
+	}
+	return live != want, nil
+}

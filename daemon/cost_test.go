@@ -1,0 +1,100 @@
+package daemon
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/kprofd/kprofd/internal/plan"
+)
+
+// funcsByName maps the plan's functions by symbol name.
+func funcsByName(pl *plan.Plan) map[string]*plan.Func {
+	m := map[string]*plan.Func{}
+	for _, f := range pl.Funcs {
+		m[f.Node.Func.Name] = f
+	}
+	return m
+}
+
+// TestCostModel checks the demotion decisions on ctree's plan with
+// uncalibrated costs: nothing while within budget, the costliest leaf
+// first and all the way, a caller only after its callees, never a root.
+func TestCostModel(t *testing.T) {
+	pl := ctreePlan(t, plan.ExitsUretprobe)
+	byName := funcsByName(pl)
+	costs := callCosts(pl, nil)
+	for _, f := range pl.Funcs {
+		if c := costs[f.ID]; c.entry <= 0 || c.full < c.entry {
+			t.Fatalf("%s: costs %+v", f.Node.Name(), c)
+		}
+	}
+	rates := func(r map[string]float64) []float64 {
+		out := make([]float64, len(pl.Funcs))
+		for name, v := range r {
+			out[byName[name].ID] = v
+		}
+		return out
+	}
+	decisions := func(ds []demotion) string {
+		var s []string
+		for _, d := range ds {
+			s = append(s, pl.Funcs[d.id].Node.Func.Name+":"+d.stage.String()[:3])
+		}
+		return strings.Join(s, " ")
+	}
+	const cpu = 1e9 // one CPU busy
+
+	m := newCostModel(pl, costs, 0.10)
+	// 1000 calls/s of everything: about 0.1% overhead.
+	calm := map[string]float64{}
+	for name := range byName {
+		calm[name] = 1000
+	}
+	if ds, _ := m.decide(rates(calm), cpu); len(ds) != 0 {
+		t.Errorf("within budget, demoted %s", decisions(ds))
+	}
+
+	// walk (a leaf but for its own recursion) called 2M times a second
+	// on three busy CPUs: it goes all the way in one decision, and the
+	// rest fits the budget.
+	hot := map[string]float64{"walk": 2e6, "parse": 1000, "handle_request": 1000}
+	if got, want := decisions(first(m.decide(rates(hot), 3*cpu))), "walk:all"; got != want {
+		t.Errorf("hot walk: %s, want %s", got, want)
+	}
+	// Once gone it costs nothing: no further demotion.
+	if ds, _ := m.decide(rates(hot), 3*cpu); len(ds) != 0 {
+		t.Errorf("walk already demoted, then %s", decisions(ds))
+	}
+
+	// lib_compute is hot but its callee lib_helper is still probed: it
+	// may only lose its exits. Once lib_helper is demoted too, its entry
+	// can go.
+	m = newCostModel(pl, costs, 0.10)
+	if got, want := decisions(first(m.decide(rates(map[string]float64{"lib_compute": 2e6}), cpu))), "lib_compute:exi"; got != want {
+		t.Errorf("hot caller of a probed callee: %s, want %s", got, want)
+	}
+	if got, want := decisions(first(m.decide(rates(map[string]float64{"lib_compute": 2e6, "lib_helper": 4e6}), cpu))), "lib_helper:all lib_compute:all"; got != want {
+		t.Errorf("hot caller and callee: %s, want %s", got, want)
+	}
+
+	// The root keeps its probes whatever they cost.
+	m = newCostModel(pl, costs, 0.10)
+	if ds, _ := m.decide(rates(map[string]float64{"handle_request": 5e6}), cpu); len(ds) != 0 {
+		t.Errorf("hot root: demoted %s", decisions(ds))
+	}
+}
+
+func TestParseBudget(t *testing.T) {
+	for in, want := range map[string]float64{"10%": 0.10, "10": 0.10, " 2.5 % ": 0.025, "300%": 3} {
+		if got, err := ParseBudget(in); err != nil || got != want {
+			t.Errorf("ParseBudget(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "0", "-5%", "ten", "10%%", "2000"} {
+		if _, err := ParseBudget(in); err == nil {
+			t.Errorf("ParseBudget(%q) succeeded", in)
+		}
+	}
+}
+
+func first(ds []demotion, _ float64) []demotion { return ds }

@@ -1,0 +1,110 @@
+//go:build integration
+
+package daemon_test
+
+import (
+	"testing"
+
+	"github.com/kprofd/kprofd/calibrate"
+	"github.com/kprofd/kprofd/daemon"
+	"github.com/kprofd/kprofd/internal/cct"
+	"github.com/kprofd/kprofd/internal/testtarget"
+)
+
+// BenchmarkModes runs testdata/hybrid (a tiny leaf called 5 million
+// times, a heavy function called 10 times, and work only sampling sees)
+// un-probed and under each mode, side by side in every iteration (each
+// probed run right after an un-probed one). It
+// reports each mode's slowdown, the target's own measure of its request
+// time against the un-probed run's (goal for hybrid at a 10% budget:
+// 1.10 or less), and the overlap of the profile's time shares with the
+// un-probed run's, by what handle_request spends its time in: overlap =
+// Σ min(share_profile, share_true), goal 95% or more. The sessions use
+// this machine's calibration (cached, or measured once, quick), as attach
+// does.
+func BenchmarkModes(b *testing.B) {
+	requireRoot(b)
+	exe := testtarget.BuildHybrid(b)
+	key, err := calibrate.ThisMachine()
+	if err != nil {
+		b.Fatal(err)
+	}
+	cal, err := calibrate.Load(key)
+	if err != nil {
+		if cal, err = calibrate.Run(calibrate.Quick); err != nil {
+			b.Fatal(err)
+		}
+	}
+	modes := []daemon.Mode{daemon.ModeExact, daemon.ModeHybrid, daemon.ModeSample}
+	slowdown := make([]float64, len(modes))
+	overlap := make([]float64, len(modes))
+	for range b.N {
+		for i, m := range modes {
+			// An un-probed run right before each probed one: the
+			// machine is shared, and its speed drifts.
+			base, _ := runHybrid(b, exe, nil)
+			truth, p := runHybrid(b, exe, &daemon.Config{Roots: []string{"handle_request"}, Mode: m, Exclude: excludeUntraced, Calibration: cal})
+			slowdown[i] += truth.Total / base.Total
+			overlap[i] += shareOverlap(p, base.Shares())
+		}
+	}
+	for i, m := range modes {
+		b.ReportMetric(slowdown[i]/float64(b.N), m.String()+"-x")
+		b.ReportMetric(100*overlap[i]/float64(b.N), m.String()+"-overlap-%")
+	}
+}
+
+// runHybrid runs testdata/hybrid's requests once, under a session of cfg
+// unless it is nil, and returns what the program measured and the profile.
+func runHybrid(b *testing.B, exe string, cfg *daemon.Config) (testtarget.HybridTruth, *cct.Profile) {
+	b.Helper()
+	target := testtarget.Start(b, exe)
+	defer target.Exit(b)
+	var s *daemon.Session
+	if cfg != nil {
+		c := *cfg
+		c.PID = target.Pid()
+		var err error
+		if s, err = daemon.Start(c); err != nil {
+			b.Fatal(err)
+		}
+		defer s.Close()
+	}
+	truth, err := testtarget.ParseHybrid(target.Run(b, testtarget.HybridRequests))
+	if err != nil {
+		b.Fatal(err)
+	}
+	if s == nil {
+		return truth, nil
+	}
+	p, err := s.Stop()
+	if err != nil {
+		b.Fatal(err)
+	}
+	return truth, p
+}
+
+// shareOverlap returns Σ min(share in p, share in truth) over the parts
+// of handle_request's time: the subtree of each of its callees that truth
+// names, and the rest ("").
+func shareOverlap(p *cct.Profile, truth map[string]float64) float64 {
+	root := p.Tree.Root.Lookup(0)
+	if root == nil || root.Wall == 0 {
+		return 0
+	}
+	got := map[string]float64{}
+	rest := float64(root.Wall)
+	for _, ch := range root.Children {
+		name := p.Name(ch.Func)
+		if _, ok := truth[name]; ok && name != "" {
+			got[name] += float64(ch.Wall) / float64(root.Wall)
+			rest -= float64(ch.Wall)
+		}
+	}
+	got[""] = rest / float64(root.Wall)
+	sum := 0.0
+	for part, share := range truth {
+		sum += min(share, max(got[part], 0))
+	}
+	return sum
+}

@@ -1,0 +1,101 @@
+package daemon
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/kprofd/kprofd/bpf"
+	"github.com/kprofd/kprofd/internal/cct"
+)
+
+// fakeUnwinder returns fixed real frames for every sample.
+type fakeUnwinder struct {
+	frames  []RealFrame
+	covered uint64
+	inProbe bool
+}
+
+func (f fakeUnwinder) SampleFrames(*bpf.Stack) ([]RealFrame, uint64, bool) {
+	return f.frames, f.covered, f.inProbe
+}
+
+// samplesString renders where a tree's samples are, as "path samples"
+// sorted and joined by ";".
+func samplesString(t *cct.Tree) string {
+	var ss []string
+	t.Root.Walk(func(n *cct.Node) {
+		if n.Samples == 0 {
+			return
+		}
+		var p []string
+		for _, f := range n.Path() {
+			p = append(p, testName(f))
+		}
+		ss = append(ss, fmt.Sprintf("%s %d", strings.Join(p, "/"), n.Samples))
+	})
+	slices.Sort(ss)
+	return strings.Join(ss, ";")
+}
+
+// TestHandleSample checks where samples land (the partial calling context
+// tree): below the deepest simulated frame the real stack confirms, along
+// the real frames no probe reported.
+func TestHandleSample(t *testing.T) {
+	// The simulated stack is A (s0) -> B (s1) -> C (s2); the sample's
+	// stack pointer is below s3.
+	const s0, s1, s2, s3, s4 = 0x1000, 0xfe0, 0xfc0, 0xfa0, 0xf80
+	const X, Y = 20, 21 // functions outside the plan
+	for _, tc := range []struct {
+		name    string
+		real    []RealFrame
+		covered uint64
+		sp      uint64
+		inProbe bool
+		want    string
+		probe   uint64
+	}{
+		{"in the top frame", []RealFrame{{s2, C}, {s1, B}, {s0, A}}, s0, s3, false, "A/B/C 1", 0},
+		{"in untraced callees of the top", []RealFrame{{s4, Y}, {s3, X}, {s2, C}, {s1, B}, {s0, A}}, s0, s4 - 8, false, "A/B/C/func20/func21 1", 0},
+		// C returned without an exit event (its exit probes are gone); B
+		// runs an untraced function at C's old slot.
+		{"top returned, untraced callee at its slot", []RealFrame{{s2, X}, {s1, B}, {s0, A}}, s0, s3, false, "A/B/func20 1", 0},
+		// C returned and B runs its own code: the stack pointer is above
+		// C's slot.
+		{"top returned", []RealFrame{{s1, B}, {s0, A}}, s0, s2 + 8, false, "A/B 1", 0},
+		// The unwind stopped at C's hijacked return address: B and A are
+		// beyond it and cannot be checked.
+		{"partial unwind", []RealFrame{{s3, X}, {s2, C}}, s2, s3 - 8, false, "A/B/C/func20 1", 0},
+		{"code with no frame info", nil, s3 - 8, s3 - 8, false, "A/B/C 1", 0},
+		{"in a probe", []RealFrame{{s2, C}}, s0, s3, true, "", 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := NewSimulator(testFuncs())
+			s.SetSampleUnwinder(fakeUnwinder{tc.real, tc.covered, tc.inProbe})
+			for _, e := range []bpf.Event{in(0, s0, A), in(10, s1, B), in(20, s2, C)} {
+				s.Handle(&e)
+			}
+			e := ev(bpf.KindSample, 30, s0, 0)
+			s.HandleSample(&e, &bpf.Stack{SP: tc.sp})
+			if got := samplesString(s.Merged()); got != tc.want {
+				t.Errorf("samples %q, want %q", got, tc.want)
+			}
+			if st := s.Stats(); st.Samples != 1 || st.ProbeSamples != tc.probe {
+				t.Errorf("%d samples, %d in probes; want 1, %d", st.Samples, st.ProbeSamples, tc.probe)
+			}
+		})
+	}
+}
+
+// TestHandleSampleOutsideRoot checks that a sample of a thread with no
+// simulated frame is counted as unplaced.
+func TestHandleSampleOutsideRoot(t *testing.T) {
+	s := NewSimulator(testFuncs())
+	s.SetSampleUnwinder(fakeUnwinder{frames: []RealFrame{{0x1000, A}}, covered: 0x1000})
+	e := ev(bpf.KindSample, 30, 0x1000, 0)
+	s.HandleSample(&e, &bpf.Stack{SP: 0xf00})
+	if st := s.Stats(); st.UnplacedSamples != 1 || s.Merged().NumNodes() != 0 {
+		t.Errorf("%d unplaced, %d nodes", st.UnplacedSamples, s.Merged().NumNodes())
+	}
+}
