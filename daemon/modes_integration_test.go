@@ -46,6 +46,9 @@ func BenchmarkModes(b *testing.B) {
 			truth, p := runHybrid(b, exe, &daemon.Config{Roots: []string{"handle_request"}, Mode: m, Exclude: excludeUntraced, Calibration: cal})
 			slowdown[i] += truth.Total / base.Total
 			overlap[i] += shareOverlap(p, base.Shares())
+			if m == daemon.ModeHybrid && truth.Total > 2*base.Total {
+				b.Logf("hybrid run %.1fx slower than un-probed: %v", truth.Total/base.Total, p.Comments)
+			}
 		}
 	}
 	for i, m := range modes {

@@ -3,6 +3,7 @@ package daemon
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"time"
 )
@@ -93,14 +94,16 @@ func (m *monitor) step(now time.Time) error {
 	}
 	old := m.history[0]
 	dt := now.Sub(old.at).Seconds()
-	if dt <= 0 {
-		return nil
+	if dt < (monitorInterval / 2).Seconds() {
+		return nil // too short a window to measure rates in
 	}
 	m.rates = m.rates[:0]
 	for i, n := range c.calls {
 		m.rates = append(m.rates, float64(n-old.calls[i])/dt)
 	}
-	cpu := float64(c.samples-old.samples) * float64(m.period) / dt
+	// The target cannot use more than every CPU; a window whose samples
+	// say otherwise would hide any overhead.
+	cpu := min(float64(c.samples-old.samples)*float64(m.period)/dt, float64(runtime.NumCPU())*1e9)
 	ds, predicted := m.model.decide(m.rates, cpu)
 	m.mu.Lock()
 	m.readings++
