@@ -135,14 +135,19 @@ func (m *costModel) next(i int) (Stage, bool) {
 		}
 		fallthrough
 	case StageEntry:
-		for _, c := range f.callees {
-			if m.funcs[c].stage != StageSampled {
-				return 0, false
-			}
-		}
-		return StageSampled, true
+		return StageSampled, m.leaf(i)
 	}
 	return 0, false
+}
+
+// leaf reports whether every callee of function i has lost all its probes.
+func (m *costModel) leaf(i int) bool {
+	for _, c := range m.funcs[i].callees {
+		if m.funcs[c].stage != StageSampled {
+			return false
+		}
+	}
+	return true
 }
 
 // demotion is a decision of the cost model.
@@ -187,6 +192,11 @@ func (m *costModel) decide(rates []float64, cpu float64) ([]demotion, float64) {
 				continue
 			}
 			saving := rates[i] * (m.funcs[i].cost.at(m.funcs[i].stage) - m.funcs[i].cost.at(st))
+			if st == StageEntry && saving <= 0 && m.leaf(i) {
+				// Calibration noise can make the exits look free: go
+				// all the way rather than not at all.
+				st, saving = StageSampled, rates[i]*m.funcs[i].cost.at(m.funcs[i].stage)
+			}
 			if saving > bestSaving || (saving == bestSaving && best >= 0 && len(m.funcs[i].callees) < len(m.funcs[best].callees)) {
 				best, bestStage, bestSaving = i, st, saving
 			}

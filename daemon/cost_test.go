@@ -77,6 +77,16 @@ func TestCostModel(t *testing.T) {
 		t.Errorf("hot caller and callee: %s, want %s", got, want)
 	}
 
+	// Calibration noise can make a function's exits look free (entry
+	// alone as dear as entry and exit): a hot leaf still goes.
+	noisy := append([]callCost(nil), costs...)
+	walk := byName["walk"].ID
+	noisy[walk].entry = noisy[walk].full
+	m = newCostModel(pl, noisy, 0.10)
+	if got, want := decisions(first(m.decide(rates(hot), 3*cpu))), "walk:all"; got != want {
+		t.Errorf("hot walk with free exits: %s, want %s", got, want)
+	}
+
 	// The root keeps its probes whatever they cost.
 	m = newCostModel(pl, costs, 0.10)
 	if ds, _ := m.decide(rates(map[string]float64{"handle_request": 5e6}), cpu); len(ds) != 0 {
