@@ -170,12 +170,31 @@ volatile const __u64 batch_age_ns = 10 * 1000 * 1000;
 // Capture a thread's real stack at most this often to check its simulated
 // one (0: only at catch sites).
 volatile const __u64 check_interval_ns = 0;
+// Count entry probe hits per function (hybrid mode's cost model).
+volatile const __u8 count_calls = 0;
+// The sampling program runs: mark the threads the probe program runs on.
+volatile const __u8 sampling = 0;
 
 static __always_inline void count(__u32 idx, __u64 n)
 {
 	__u64 *v = bpf_map_lookup_elem(&stats, &idx);
 	if (v)
 		*v += n;
+}
+
+// target_tid returns the running thread's id when it belongs to the
+// target, else 0 (no user thread has id 0).
+static __always_inline __u32 target_tid(void)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	return (__u32)(pid_tgid >> 32) == target_tgid ? (__u32)pid_tgid : 0;
+}
+
+// current_thread returns the running thread's context, NULL when it has
+// none (it never entered a root).
+static __always_inline struct kprofd_thread *current_thread(void)
+{
+	return bpf_task_storage_get(&threads, bpf_get_current_task_btf(), 0, 0);
 }
 
 // output hands the first n events of the thread's batch to the ring
@@ -334,10 +353,9 @@ static __always_inline void handle_thread(struct pt_regs *ctx, struct kprofd_thr
 static __always_inline int handle(struct pt_regs *ctx)
 {
 	__u64 now = bpf_ktime_get_ns();
-	__u64 pid_tgid = bpf_get_current_pid_tgid();
-	if ((__u32)(pid_tgid >> 32) != target_tgid)
+	__u32 tid = target_tid();
+	if (!tid)
 		return 0;
-	__u32 tid = (__u32)pid_tgid;
 	__u64 cookie = bpf_get_attach_cookie(ctx);
 	__u8 kind = (cookie >> 32) & 0xf;
 	// Load both registers: selecting the context field itself would be a
@@ -346,7 +364,7 @@ static __always_inline int handle(struct pt_regs *ctx)
 	asm volatile("" : "+r"(sp), "+r"(fp));
 	__u64 slot = ((cookie & COOKIE_SLOT_RBP) ? fp : sp) + (__s64)(__s16)(cookie >> 48);
 
-	if (kind == KIND_ENTRY) {
+	if (count_calls && kind == KIND_ENTRY) {
 		__u32 fn = (__u32)cookie;
 		__u64 *c = bpf_map_lookup_elem(&calls, &fn);
 		if (c)
@@ -363,9 +381,11 @@ static __always_inline int handle(struct pt_regs *ctx)
 			count(STAT_NO_STORAGE, 1);
 		return 0;
 	}
-	th->busy = 1;
+	if (sampling)
+		th->busy = 1;
 	handle_thread(ctx, th, now, tid, cookie, kind, slot);
-	th->busy = 0;
+	if (sampling)
+		th->busy = 0;
 	return 0;
 }
 
@@ -455,10 +475,10 @@ int kprofd_single(struct pt_regs *ctx)
 SEC("raw_tracepoint/sched_process_exit")
 int kprofd_exit(void *ctx)
 {
-	__u64 pid_tgid = bpf_get_current_pid_tgid();
-	if ((__u32)(pid_tgid >> 32) != target_tgid)
+	__u32 tid = target_tid();
+	if (!tid)
 		return 0;
-	struct kprofd_thread *th = bpf_task_storage_get(&threads, bpf_get_current_task_btf(), 0, 0);
+	struct kprofd_thread *th = current_thread();
 	if (!th)
 		return 0;
 	__u32 n = take(th);
@@ -466,7 +486,7 @@ int kprofd_exit(void *ctx)
 		struct kprofd_event *e = &th->buf[n];
 		e->time = bpf_ktime_get_ns();
 		e->slot = 0;
-		e->tid = (__u32)pid_tgid;
+		e->tid = tid;
 		e->func = 0;
 		e->kind = KIND_THREAD_EXIT;
 		e->flags = 0;
@@ -482,15 +502,15 @@ int kprofd_exit(void *ctx)
 SEC("raw_tracepoint/sched_process_exec")
 int kprofd_exec(void *ctx)
 {
-	__u64 pid_tgid = bpf_get_current_pid_tgid();
-	if ((__u32)(pid_tgid >> 32) != target_tgid)
+	__u32 tid = target_tid();
+	if (!tid)
 		return 0;
-	struct kprofd_thread *th = bpf_task_storage_get(&threads, bpf_get_current_task_btf(), 0, 0);
+	struct kprofd_thread *th = current_thread();
 	if (!th || !th->root_slot)
 		return 0;
 	struct kprofd_event *e = append(th, bpf_ktime_get_ns());
 	e->slot = 0;
-	e->tid = (__u32)pid_tgid;
+	e->tid = tid;
 	e->func = 0;
 	e->kind = KIND_THREAD_EXIT;
 	th->root_slot = 0;
@@ -514,10 +534,10 @@ struct k_sigaction {
 SEC("raw_tracepoint/signal_deliver")
 int kprofd_signal(struct bpf_raw_tracepoint_args *ctx)
 {
-	__u64 pid_tgid = bpf_get_current_pid_tgid();
-	if ((__u32)(pid_tgid >> 32) != target_tgid)
+	__u32 tid = target_tid();
+	if (!tid)
 		return 0;
-	struct kprofd_thread *th = bpf_task_storage_get(&threads, bpf_get_current_task_btf(), 0, 0);
+	struct kprofd_thread *th = current_thread();
 	if (!th || !th->root_slot)
 		return 0;
 	struct k_sigaction *ka = (struct k_sigaction *)ctx->args[2];
@@ -528,7 +548,7 @@ int kprofd_signal(struct bpf_raw_tracepoint_args *ctx)
 		th->sigshadow = th->depth;
 	struct kprofd_event *e = append(th, bpf_ktime_get_ns());
 	e->slot = 0;
-	e->tid = (__u32)pid_tgid;
+	e->tid = tid;
 	e->func = 0;
 	e->kind = KIND_SIGNAL;
 	return 0;
@@ -543,12 +563,11 @@ int kprofd_signal(struct bpf_raw_tracepoint_args *ctx)
 SEC("perf_event")
 int kprofd_sample(struct bpf_perf_event_data *ctx)
 {
-	__u64 pid_tgid = bpf_get_current_pid_tgid();
-	if ((__u32)(pid_tgid >> 32) != target_tgid)
+	__u32 tid = target_tid();
+	if (!tid)
 		return 0;
 	count(STAT_TARGET_SAMPLES, 1);
-	struct task_struct *task = bpf_get_current_task_btf();
-	struct kprofd_thread *th = bpf_task_storage_get(&threads, task, 0, 0);
+	struct kprofd_thread *th = current_thread();
 	if (!th || !th->root_slot)
 		return 0;
 	count(STAT_ROOT_SAMPLES, 1);
@@ -557,10 +576,10 @@ int kprofd_sample(struct bpf_perf_event_data *ctx)
 		return 0;
 	}
 	struct pt_regs regs;
-	if (bpf_probe_read_kernel(&regs, sizeof(regs), (void *)bpf_task_pt_regs(task)))
+	if (bpf_probe_read_kernel(&regs, sizeof(regs), (void *)bpf_task_pt_regs(bpf_get_current_task_btf())))
 		return 0;
 	__u8 flags = (ctx->regs.cs & 3) ? 0 : FLAG_KERNEL;
-	capture(regs.rip, regs.rsp, regs.rbp, th, (__u32)pid_tgid, KIND_SAMPLE, flags);
+	capture(regs.rip, regs.rsp, regs.rbp, th, tid, KIND_SAMPLE, flags);
 	return 0;
 }
 

@@ -67,6 +67,8 @@ const (
 	kprofdProgKprofdSingle   = "kprofd_single"
 	kprofdVarBatchAgeNs      = "batch_age_ns"
 	kprofdVarCheckIntervalNs = "check_interval_ns"
+	kprofdVarCountCalls      = "count_calls"
+	kprofdVarSampling        = "sampling"
 	kprofdVarTargetTgid      = "target_tgid"
 	kprofdVarUnusedEvent     = "unused_event"
 	kprofdVarUnusedStack     = "unused_stack"
@@ -141,6 +143,8 @@ type kprofdMapSpecs struct {
 type kprofdVariableSpecs struct {
 	BatchAgeNs      *ebpf.VariableSpec `ebpf:"batch_age_ns"`
 	CheckIntervalNs *ebpf.VariableSpec `ebpf:"check_interval_ns"`
+	CountCalls      *ebpf.VariableSpec `ebpf:"count_calls"`
+	Sampling        *ebpf.VariableSpec `ebpf:"sampling"`
 	TargetTgid      *ebpf.VariableSpec `ebpf:"target_tgid"`
 	UnusedEvent     *ebpf.VariableSpec `ebpf:"unused_event"`
 	UnusedStack     *ebpf.VariableSpec `ebpf:"unused_stack"`
@@ -188,6 +192,8 @@ func (m *kprofdMaps) Close() error {
 type kprofdVariables struct {
 	BatchAgeNs      *ebpf.Variable `ebpf:"batch_age_ns"`
 	CheckIntervalNs *ebpf.Variable `ebpf:"check_interval_ns"`
+	CountCalls      *ebpf.Variable `ebpf:"count_calls"`
+	Sampling        *ebpf.Variable `ebpf:"sampling"`
 	TargetTgid      *ebpf.Variable `ebpf:"target_tgid"`
 	UnusedEvent     *ebpf.Variable `ebpf:"unused_event"`
 	UnusedStack     *ebpf.Variable `ebpf:"unused_stack"`

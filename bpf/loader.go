@@ -32,9 +32,14 @@ type Config struct {
 	// stack this often, to check the simulated one; 0 captures only at
 	// catch sites.
 	CheckInterval time.Duration
-	// Funcs is the number of function ids the plan uses, for the
-	// per-function call counters (CallCounts); 0 counts none.
+	// Funcs is the number of function ids the plan uses: with it, the
+	// program counts every function's entry probe hits (CallCounts); 0
+	// counts none.
 	Funcs int
+	// Sampling prepares the program for StartSampling: the probe program
+	// marks the threads it runs on, so that a sample there counts as
+	// kprofd's time.
+	Sampling bool
 }
 
 // Defaults for Config's zero values.
@@ -81,11 +86,12 @@ const (
 // tracepoints that save the events of exiting and exec'ing threads
 // attached.
 type Program struct {
-	objs    kprofdObjects
-	multi   bool
-	exit    link.Link   // flushes exiting threads
-	exec    link.Link   // ends the frames of a thread that execs
-	signals []link.Link // marks signal handlers, after TrackSignals
+	objs     kprofdObjects
+	multi    bool
+	sampling bool        // loaded with Config.Sampling
+	exit     link.Link   // flushes exiting threads
+	exec     link.Link   // ends the frames of a thread that execs
+	signals  []link.Link // marks signal handlers, after TrackSignals
 }
 
 // Load checks that the kernel can run kprofd and loads the probe program
@@ -112,6 +118,12 @@ func Load(cfg Config) (*Program, error) {
 	}
 	spec.Maps[kprofdMapEvents].MaxEntries = uint32(cfg.RingBytes)
 	spec.Maps[kprofdMapCalls].MaxEntries = uint32(max(cfg.Funcs, 1))
+	if err := spec.Variables[kprofdVarCountCalls].Set(cfg.Funcs > 0); err != nil {
+		return nil, fmt.Errorf("setting count_calls: %w", err)
+	}
+	if err := spec.Variables[kprofdVarSampling].Set(cfg.Sampling); err != nil {
+		return nil, fmt.Errorf("setting sampling: %w", err)
+	}
 	if err := spec.Variables[kprofdVarTargetTgid].Set(uint32(cfg.PID)); err != nil {
 		return nil, fmt.Errorf("setting target_tgid: %w", err)
 	}
@@ -122,7 +134,7 @@ func Load(cfg Config) (*Program, error) {
 		return nil, fmt.Errorf("setting check_interval_ns: %w", err)
 	}
 
-	p := &Program{multi: features.HaveBPFLinkUprobeMulti() == nil}
+	p := &Program{multi: features.HaveBPFLinkUprobeMulti() == nil, sampling: cfg.Sampling}
 	if !p.multi {
 		// The kernel would reject the whole collection for one program
 		// type it does not know.
@@ -230,6 +242,38 @@ func (p *Program) Stats() (Stats, error) {
 		}
 	}
 	return s, nil
+}
+
+// CallCounts returns the entry probe hits of every function id so far,
+// summed over CPUs, reusing dst. It reads the counters in one batch.
+func (p *Program) CallCounts(dst []uint64) ([]uint64, error) {
+	m := p.objs.Calls
+	n := int(m.MaxEntries())
+	ncpu, err := ebpf.PossibleCPU()
+	if err != nil {
+		return nil, err
+	}
+	keys := make([]uint32, n)
+	perCPU := make([]uint64, n*ncpu)
+	dst = append(dst[:0], make([]uint64, n)...)
+	var cursor ebpf.MapBatchCursor
+	got := 0
+	for got < n {
+		k, err := m.BatchLookup(&cursor, keys[got:], perCPU[got*ncpu:], nil)
+		for i := got; i < got+k; i++ {
+			for _, v := range perCPU[i*ncpu : (i+1)*ncpu] {
+				dst[keys[i]] += v
+			}
+		}
+		got += k
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("reading the call counters: %w", err)
+		}
+	}
+	return dst, nil
 }
 
 // IDs returns the kernel ids of the loaded programs, so a caller can prove

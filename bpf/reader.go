@@ -50,12 +50,12 @@ func (r *Reader) Read(dst []Event) ([]Event, error) {
 		}
 		raw := r.rec.RawSample
 		if isStack(raw) {
-			var st Stack
-			if st, err = decodeStack(raw); err != nil {
+			ev, st, err := decodeStack(raw)
+			if err != nil {
 				return dst, err
 			}
-			hdr := (*Event)(unsafe.Pointer(&raw[0]))
-			dst = append(dst, Event{Time: st.Time, Slot: st.RootSlot, Tid: st.Tid, Func: uint32(len(r.stacks)), Kind: hdr.Kind, Flags: hdr.Flags, Adjust: hdr.Adjust})
+			ev.Func = uint32(len(r.stacks)) // the index Stack looks up
+			dst = append(dst, ev)
 			r.stacks = append(r.stacks, st)
 			continue
 		}
@@ -86,19 +86,20 @@ func isStack(raw []byte) bool {
 	return k == KindStack || k == KindSample
 }
 
-// decodeStack decodes a struct kprofd_stack record, copying its data.
-func decodeStack(raw []byte) (Stack, error) {
+// decodeStack decodes a struct kprofd_stack record: its event header and
+// the stack, with a copy of its data.
+func decodeStack(raw []byte) (Event, Stack, error) {
 	const header = int(unsafe.Sizeof(kprofdKprofdStack{}) - StackMax)
 	if len(raw) < header {
-		return Stack{}, fmt.Errorf("stack record of %d bytes", len(raw))
+		return Event{}, Stack{}, fmt.Errorf("stack record of %d bytes", len(raw))
 	}
 	ev := (*Event)(unsafe.Pointer(&raw[0]))
 	regs := (*[3]uint64)(unsafe.Pointer(&raw[eventSize]))
 	n := int(ev.Func)
 	if n > StackMax || header+n > len(raw) {
-		return Stack{}, fmt.Errorf("stack record of %d bytes claims %d bytes of stack", len(raw), n)
+		return Event{}, Stack{}, fmt.Errorf("stack record of %d bytes claims %d bytes of stack", len(raw), n)
 	}
-	return Stack{
+	return *ev, Stack{
 		Tid: ev.Tid, Time: ev.Time, RootSlot: ev.Slot, Kernel: ev.Flags&FlagKernel != 0,
 		PC: regs[0], SP: regs[1], BP: regs[2],
 		Data: append([]byte(nil), raw[header:header+n]...),

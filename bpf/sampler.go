@@ -28,6 +28,9 @@ type Sampler struct {
 // every online CPU and attaches the sampling program to each. Samples
 // count CPU time, so a thread that sleeps is not sampled.
 func (p *Program) StartSampling(period time.Duration) (*Sampler, error) {
+	if !p.sampling {
+		return nil, errors.New("the program was not loaded for sampling (Config.Sampling)")
+	}
 	if period < 10*time.Microsecond {
 		return nil, fmt.Errorf("sampling period %v is too short", period)
 	}
@@ -100,36 +103,4 @@ func parseCPUList(s string) ([]int, error) {
 		return nil, fmt.Errorf("bad CPU list %q", s)
 	}
 	return cpus, nil
-}
-
-// CallCounts returns the entry probe hits of every function id so far,
-// summed over CPUs, reusing dst. It reads the counters in one batch.
-func (p *Program) CallCounts(dst []uint64) ([]uint64, error) {
-	m := p.objs.Calls
-	n := int(m.MaxEntries())
-	ncpu, err := ebpf.PossibleCPU()
-	if err != nil {
-		return nil, err
-	}
-	keys := make([]uint32, n)
-	perCPU := make([]uint64, n*ncpu)
-	dst = append(dst[:0], make([]uint64, n)...)
-	var cursor ebpf.MapBatchCursor
-	got := 0
-	for got < n {
-		k, err := m.BatchLookup(&cursor, keys[got:], perCPU[got*ncpu:], nil)
-		for i := got; i < got+k; i++ {
-			for _, v := range perCPU[i*ncpu : (i+1)*ncpu] {
-				dst[keys[i]] += v
-			}
-		}
-		got += k
-		if errors.Is(err, ebpf.ErrKeyNotExist) {
-			break
-		}
-		if err != nil {
-			return nil, fmt.Errorf("reading the call counters: %w", err)
-		}
-	}
-	return dst, nil
 }
