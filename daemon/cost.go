@@ -91,7 +91,6 @@ type costModel struct {
 }
 
 type modelFunc struct {
-	name    string
 	cost    callCost
 	stage   Stage
 	exits   bool  // it has exit probes to drop
@@ -101,14 +100,12 @@ type modelFunc struct {
 
 func newCostModel(pl *plan.Plan, costs []callCost, budget float64) *costModel {
 	m := &costModel{budget: budget, funcs: make([]modelFunc, len(pl.Funcs))}
-	ids := make(map[*plan.Func]int, len(pl.Funcs))
 	byNode := map[*callgraph.Node]int{}
 	for i, f := range pl.Funcs {
-		ids[f] = i
 		byNode[f.Node] = i
 	}
 	for i, f := range pl.Funcs {
-		mf := modelFunc{name: f.Node.Name(), cost: costs[i], exits: len(f.Exits) > 0, pinned: f.Root}
+		mf := modelFunc{cost: costs[i], exits: len(f.Exits) > 0, pinned: f.Root}
 		for _, c := range slices.Concat(f.Node.Calls, f.Node.TailCalls) {
 			if j, ok := byNode[c]; ok && j != i {
 				mf.callees = append(mf.callees, j)
@@ -119,25 +116,33 @@ func newCostModel(pl *plan.Plan, costs []callCost, budget float64) *costModel {
 	return m
 }
 
-// next returns the stage a function would be demoted to, and whether it
-// can be: exits go first; all probes only once every callee has lost its
+// next returns the stage a function would be demoted to now, and the
+// furthest stage it could reach now; ok is false when it can go no
+// further. Exits go first; all probes only once every callee has lost its
 // own (leaves first: a callee's entries without its caller's would land in
 // the wrong context).
-func (m *costModel) next(i int) (Stage, bool) {
+func (m *costModel) next(i int) (next, reach Stage, ok bool) {
 	f := &m.funcs[i]
-	if f.pinned {
-		return 0, false
+	if f.pinned || f.stage == StageSampled {
+		return 0, 0, false
 	}
-	switch f.stage {
-	case StageFull:
-		if f.exits {
-			return StageEntry, true
+	leaf := m.leaf(i)
+	if f.stage == StageFull && f.exits {
+		if leaf {
+			return StageEntry, StageSampled, true
 		}
-		fallthrough
-	case StageEntry:
-		return StageSampled, m.leaf(i)
+		return StageEntry, StageEntry, true
 	}
-	return 0, false
+	return StageSampled, StageSampled, leaf
+}
+
+// stages returns every function's stage.
+func (m *costModel) stages() []Stage {
+	st := make([]Stage, len(m.funcs))
+	for i, f := range m.funcs {
+		st[i] = f.stage
+	}
+	return st
 }
 
 // leaf reports whether every callee of function i has lost all its probes.
@@ -182,23 +187,22 @@ func (m *costModel) decide(rates []float64, cpu float64) ([]demotion, float64) {
 	before := probe / own
 	var out []demotion
 	for probe/own > m.budget {
-		best, bestStage, bestSaving := -1, Stage(0), 0.0
+		// Rank by what a function's demotion can save in all (calibration
+		// noise can make one step, its exits, look free), and take one
+		// step: its exits first.
+		best, bestStage, bestGain := -1, Stage(0), 0.0
 		for i := range m.funcs {
 			if i >= len(rates) || rates[i] == 0 {
 				continue
 			}
-			st, ok := m.next(i)
+			st, reach, ok := m.next(i)
 			if !ok {
 				continue
 			}
-			saving := rates[i] * (m.funcs[i].cost.at(m.funcs[i].stage) - m.funcs[i].cost.at(st))
-			if st == StageEntry && saving <= 0 && m.leaf(i) {
-				// Calibration noise can make the exits look free: go
-				// all the way rather than not at all.
-				st, saving = StageSampled, rates[i]*m.funcs[i].cost.at(m.funcs[i].stage)
-			}
-			if saving > bestSaving || (saving == bestSaving && best >= 0 && len(m.funcs[i].callees) < len(m.funcs[best].callees)) {
-				best, bestStage, bestSaving = i, st, saving
+			f := &m.funcs[i]
+			gain := rates[i] * (f.cost.at(f.stage) - f.cost.at(reach))
+			if gain > bestGain || (gain == bestGain && best >= 0 && len(f.callees) < len(m.funcs[best].callees)) {
+				best, bestStage, bestGain = i, st, gain
 			}
 		}
 		if best < 0 {
@@ -208,8 +212,8 @@ func (m *costModel) decide(rates []float64, cpu float64) ([]demotion, float64) {
 		reason := fmt.Sprintf("%s calls/s × %s of probes per call = %.0f%% of the target's own CPU time (all probes %.0f%%, budget %.0f%%)",
 			rate(rates[best]), time.Duration(f.cost.at(f.stage)).Round(time.Nanosecond),
 			100*rates[best]*f.cost.at(f.stage)/own, 100*before, 100*m.budget)
+		probe -= rates[best] * (f.cost.at(f.stage) - f.cost.at(bestStage))
 		f.stage = bestStage
-		probe -= bestSaving
 		out = append(out, demotion{id: best, stage: bestStage, reason: reason})
 	}
 	// One demotion per function, to the last stage it reached, with the
