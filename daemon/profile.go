@@ -64,9 +64,7 @@ func (s *Session) buildProfile(end uint64, st bpf.Stats) *cct.Profile {
 	p.Functions = append(p.Functions, cct.Function{Name: SignalHandlerName, SystemName: SignalHandlerName, Mapping: -1})
 	p.Comments = s.comments(st)
 	if s.samples != nil {
-		// Samples' functions: code without a symbol, then every
-		// function outside the plan that a sample found.
-		p.Functions = append(p.Functions, cct.Function{Name: UnknownCodeName, SystemName: UnknownCodeName, Mapping: -1})
+		// Every function outside the plan that a sample found.
 		for _, e := range s.samples.funcs {
 			p.Functions = append(p.Functions, e.function(addMapping(e.obj)))
 		}
@@ -80,9 +78,6 @@ func (s *Session) buildProfile(end uint64, st bpf.Stats) *cct.Profile {
 	}
 	return p
 }
-
-// UnknownCodeName names the context of samples in code no symbol names.
-const UnknownCodeName = "[unknown code]"
 
 // estimate marks the nodes whose time comes from samples and sets their
 // time: those of demoted functions, of functions outside the plan, and
@@ -181,12 +176,8 @@ func (s *Session) comments(st bpf.Stats) []string {
 			s.sampler.Period, ss.Samples+st.ProbeSamples, ss.ProbeSamples+st.ProbeSamples, ss.UnplacedSamples))
 	}
 	if s.cfg.Mode == ModeHybrid {
-		budget := s.cfg.Budget
-		if budget == 0 {
-			budget = DefaultBudget
-		}
 		ds := s.Demotions()
-		c = append(c, fmt.Sprintf("overhead budget %.0f%%: %d demotions; %s", 100*budget, len(ds), s.monitor.summary()))
+		c = append(c, fmt.Sprintf("overhead budget %.0f%%: %d demotions; %s", 100*s.cfg.Budget, len(ds), s.monitor.summary()))
 		for _, d := range ds {
 			c = append(c, "demoted "+d.String())
 		}

@@ -4,6 +4,7 @@ import (
 	"github.com/kprofd/kprofd/bpf"
 	"github.com/kprofd/kprofd/internal/cct"
 	"github.com/kprofd/kprofd/internal/unwind"
+	"github.com/kprofd/kprofd/symbolizer"
 )
 
 // maxRealFrames bounds an unwind of a captured stack.
@@ -24,11 +25,27 @@ func newReconciler(pr *Prepared) *stackReconciler {
 	return r
 }
 
-// Frames returns the real frames of st, innermost first, and the highest
-// slot up to which they are complete: the unwind stops at the end of the
-// copy, at code it does not know (a uretprobe's hijacked return address
-// among others), or at a frame it cannot compute.
+// Frames returns the real frames of st, innermost first, functions
+// outside the plan as cct.NoFunc, and the highest slot up to which they are
+// complete: the unwind stops at the end of the copy, at code it does not
+// know (a uretprobe's hijacked return address among others), or at a frame
+// it cannot compute.
 func (r *stackReconciler) Frames(st *bpf.Stack) ([]RealFrame, uint64) {
+	return r.realFrames(st, r.planned)
+}
+
+// planned returns the logical id of a planned function, else cct.NoFunc.
+func (r *stackReconciler) planned(obj *symbolizer.Mapped, fn *symbolizer.Func) cct.FuncID {
+	if fn != nil {
+		if id, ok := r.ids[fn.Addr+obj.Bias]; ok {
+			return id
+		}
+	}
+	return cct.NoFunc
+}
+
+// realFrames unwinds st, naming each frame's function with name.
+func (r *stackReconciler) realFrames(st *bpf.Stack, name func(*symbolizer.Mapped, *symbolizer.Func) cct.FuncID) ([]RealFrame, uint64) {
 	frames, _ := r.u.Unwind(unwind.Regs{PC: st.PC, SP: st.SP, BP: st.BP}, unwind.Stack{Addr: st.SP, Data: st.Data}, maxRealFrames)
 	real := make([]RealFrame, 0, len(frames))
 	covered := st.SP
@@ -36,13 +53,7 @@ func (r *stackReconciler) Frames(st *bpf.Stack) ([]RealFrame, uint64) {
 		if f.CFA == 0 || f.Obj == nil {
 			break
 		}
-		id := cct.NoFunc
-		if f.Func != nil {
-			if i, ok := r.ids[f.Func.Addr+f.Obj.Bias]; ok {
-				id = i
-			}
-		}
-		real = append(real, RealFrame{Slot: f.CFA - 8, Func: id})
+		real = append(real, RealFrame{Slot: f.CFA - 8, Func: name(f.Obj, f.Func)})
 		covered = f.CFA - 8
 	}
 	return real, covered

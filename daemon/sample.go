@@ -8,13 +8,12 @@ import (
 
 	"github.com/kprofd/kprofd/bpf"
 	"github.com/kprofd/kprofd/internal/cct"
-	"github.com/kprofd/kprofd/internal/unwind"
 	"github.com/kprofd/kprofd/symbolizer"
 )
 
 // A SampleUnwinder unwinds a sample's stack into real frames, innermost
-// first, naming every frame it can: functions outside the plan get ids of
-// their own (cct.NoFunc only for code it cannot place). covered is the
+// first, naming every frame: functions outside the plan get ids of their
+// own. covered is the
 // highest slot up to which the frames are complete. inProbe says the
 // sample caught the thread in kprofd's probes (a uprobe trap, the
 // out-of-line step, the uretprobe trampoline): kprofd's time, not the
@@ -57,12 +56,8 @@ func (s *Simulator) HandleSample(ev *bpf.Event, st *bpf.Stack) {
 		return
 	}
 	node := th.frames[i].node
-	for m := k - 1; m >= 0; m-- {
-		id := real[m].Func
-		if id == cct.NoFunc {
-			id = s.UnknownFunc()
-		}
-		node = node.Child(id)
+	for m := k - 1; m >= 0 && real[m].Func != cct.NoFunc; m-- {
+		node = node.Child(real[m].Func)
 	}
 	node.Samples++
 }
@@ -96,10 +91,6 @@ func (s *Simulator) confirmed(th *thread, real []RealFrame, covered, sp uint64) 
 	}
 	return -1, 0
 }
-
-// UnknownFunc is the function id of samples in code no symbol names: one
-// past SignalFunc.
-func (s *Simulator) UnknownFunc() cct.FuncID { return s.SignalFunc() + 1 }
 
 // sampleUnwinder is the stackReconciler extended to name the functions
 // outside the plan that samples find, and to tell kprofd's own time.
@@ -145,37 +136,19 @@ func (u *sampleUnwinder) SampleFrames(st *bpf.Stack) ([]RealFrame, uint64, bool)
 	if u.probes[st.PC] || u.probes[st.PC-1] || u.inUprobes(st.PC) {
 		return nil, st.SP, true
 	}
-	frames, _ := u.u.Unwind(unwind.Regs{PC: st.PC, SP: st.SP, BP: st.BP}, unwind.Stack{Addr: st.SP, Data: st.Data}, maxRealFrames)
-	real := make([]RealFrame, 0, len(frames))
-	covered := st.SP
-	for _, f := range frames {
-		if f.Obj == nil {
-			break
-		}
-		id := u.funcID(f.Obj, f.Func)
-		if f.CFA == 0 {
-			// The innermost function, without a frame we can compute:
-			// named, but not placed.
-			if len(real) == 0 {
-				real = append(real, RealFrame{Slot: st.SP, Func: id})
-			}
-			break
-		}
-		real = append(real, RealFrame{Slot: f.CFA - 8, Func: id})
-		covered = f.CFA - 8
-	}
+	real, covered := u.realFrames(st, u.funcID)
 	return real, covered, false
 }
 
 // funcID returns the logical id of a planned function, or an id of its
 // own for any other.
 func (u *sampleUnwinder) funcID(obj *symbolizer.Mapped, fn *symbolizer.Func) cct.FuncID {
+	if id := u.planned(obj, fn); id != cct.NoFunc {
+		return id
+	}
 	key := obj.Start
 	if fn != nil {
 		key = fn.Addr + obj.Bias
-		if id, ok := u.ids[key]; ok {
-			return id
-		}
 	}
 	if id, ok := u.extra[key]; ok {
 		return id
