@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"errors"
 	"fmt"
 	"runtime"
 	"sync"
@@ -28,7 +27,7 @@ type monitor struct {
 
 	mu        sync.Mutex
 	demotions []Demotion
-	errs      []error
+	err       error   // what stopped the loop
 	readings  int     // counter readings taken
 	peak      float64 // highest predicted overhead seen
 
@@ -53,21 +52,18 @@ func (m *monitor) run() {
 	defer t.Stop()
 	// The first reading is the baseline: the first decision comes one
 	// interval after the probes are attached.
-	now := time.Now()
-	for err := m.step(now); ; {
-		if err != nil {
-			m.mu.Lock()
-			m.errs = append(m.errs, err)
-			m.mu.Unlock()
-			return
-		}
+	err := m.step(time.Now())
+	for err == nil {
 		select {
 		case <-m.stop:
 			return
-		case now = <-t.C:
+		case now := <-t.C:
 			err = m.step(now)
 		}
 	}
+	m.mu.Lock()
+	m.err = err
+	m.mu.Unlock()
 }
 
 // Stop ends the loop and waits for it.
@@ -132,26 +128,6 @@ func (m *monitor) Demotions() []Demotion {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return append([]Demotion(nil), m.demotions...)
-}
-
-// stage returns the stage function id is at now.
-func (m *monitor) stage(id int) Stage {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	st := StageFull
-	for _, d := range m.demotions {
-		if int(d.ID) == id {
-			st = max(st, d.Stage)
-		}
-	}
-	return st
-}
-
-// err returns the error that stopped the loop, if any.
-func (m *monitor) err() error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return errors.Join(m.errs...)
 }
 
 // summary says what the monitor saw.

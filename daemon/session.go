@@ -40,7 +40,7 @@ type Session struct {
 	sampler *bpf.Sampler
 	samples *sampleUnwinder
 	monitor *monitor // hybrid mode's demotions
-	stages  []Stage  // sample mode: what was never attached
+	stages  []Stage  // by function id: in sample mode from the start, in hybrid mode once stopped
 
 	start     time.Time
 	startMono uint64
@@ -100,6 +100,12 @@ func Start(cfg Config) (*Session, error) {
 // starts reading events. On error nothing stays attached. pr stays the
 // caller's: Close leaves it open, so one plan can serve several sessions.
 func StartPrepared(pr *Prepared, cfg Config) (_ *Session, err error) {
+	if cfg.Budget == 0 {
+		cfg.Budget = DefaultBudget
+	}
+	if cfg.SampleHz == 0 {
+		cfg.SampleHz = DefaultSampleHz
+	}
 	s := &Session{cfg: cfg, prep: pr, done: make(chan struct{}), exited: make(chan struct{}), watchDone: make(chan struct{}), pidfd: -1}
 	defer func() {
 		if err != nil {
@@ -113,7 +119,11 @@ func StartPrepared(pr *Prepared, cfg Config) (_ *Session, err error) {
 	case check < 0:
 		check = 0
 	}
-	s.prog, err = bpf.Load(bpf.Config{PID: cfg.PID, RingBytes: cfg.RingBytes, CheckInterval: check, Funcs: len(pr.Plan.Funcs)})
+	bcfg := bpf.Config{PID: cfg.PID, RingBytes: cfg.RingBytes, CheckInterval: check, Sampling: cfg.Mode != ModeExact}
+	if cfg.Mode == ModeHybrid {
+		bcfg.Funcs = len(pr.Plan.Funcs) // for the cost model
+	}
+	s.prog, err = bpf.Load(bcfg)
 	if err != nil {
 		return nil, err
 	}
@@ -140,13 +150,10 @@ func StartPrepared(pr *Prepared, cfg Config) (_ *Session, err error) {
 	var opt attachOptions
 	if cfg.Mode != ModeExact {
 		hz := cfg.SampleHz
-		if hz == 0 {
-			hz = DefaultSampleHz
-		}
 		if hz < 1 || hz > 100000 {
 			return nil, fmt.Errorf("sampling frequency %d Hz is out of range (1-100000)", hz)
 		}
-		s.samples = newSampleUnwinder(pr, rec, s.sim.UnknownFunc()+1)
+		s.samples = newSampleUnwinder(pr, rec, s.sim.SignalFunc()+1)
 		s.sim.SetSampleUnwinder(s.samples)
 		if s.sampler, err = s.prog.StartSampling(time.Second / time.Duration(hz)); err != nil {
 			return nil, err
@@ -170,11 +177,7 @@ func StartPrepared(pr *Prepared, cfg Config) (_ *Session, err error) {
 	}
 	s.start, s.startMono = time.Now(), monotonicNow()
 	if cfg.Mode == ModeHybrid {
-		budget := cfg.Budget
-		if budget == 0 {
-			budget = DefaultBudget
-		}
-		s.monitor = newMonitor(s, newCostModel(pr.Plan, callCosts(pr.Plan, cfg.Calibration), budget), s.sampler.Period)
+		s.monitor = newMonitor(s, newCostModel(pr.Plan, callCosts(pr.Plan, cfg.Calibration), cfg.Budget), s.sampler.Period)
 		go s.monitor.run()
 	}
 	s.watching = true
@@ -191,15 +194,13 @@ func (s *Session) Demotions() []Demotion {
 	return s.monitor.Demotions()
 }
 
-// stageOf returns the stage function id reached during the session.
+// stageOf returns the stage function id reached during the session; call
+// it once the session is stopped.
 func (s *Session) stageOf(id int) Stage {
-	if s.stages != nil {
-		return s.stages[id]
+	if s.stages == nil {
+		return StageFull
 	}
-	if s.monitor != nil {
-		return s.monitor.stage(id)
-	}
-	return StageFull
+	return s.stages[id]
 }
 
 func funcInfos(pr *Prepared) []FuncInfo {
@@ -304,8 +305,9 @@ func (s *Session) stop() (*cct.Profile, error) {
 	// thread in the ring buffer. The program and maps go in Close.
 	var monitorErr error
 	if s.monitor != nil {
-		s.monitor.Stop()
-		monitorErr = s.monitor.err()
+		s.monitor.Stop() // after it, its fields are ours
+		monitorErr = s.monitor.err
+		s.stages = s.monitor.model.stages()
 	}
 	detachErr := s.probes.Close()
 	if s.sampler != nil {

@@ -91,16 +91,7 @@ func traceTarget(t *testing.T, exe string, cfg daemon.Config, script func(*testt
 	}
 	pl := s.Prepared().Plan
 	out := script(target)
-	p, err := s.Stop()
-	if err != nil {
-		t.Fatal(err)
-	}
-	progs, links := s.KernelIDs()
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	testtarget.CheckGone(t, progs, links)
-	testtarget.CheckNoProbes(t, target.Pid())
+	p := stopAndCheckGone(t, s, target.Pid())
 	if status := target.Exit(t); status != refStatus || out != refOut {
 		t.Errorf("traced target printed %q and exited %d; untraced %q and %d", out, status, refOut, refStatus)
 	}
@@ -112,6 +103,23 @@ func traceTarget(t *testing.T, exe string, cfg daemon.Config, script func(*testt
 		t.Errorf("calls per context differ:\n%s", diff)
 	}
 	t.Logf("exits by %s: %s", pl.Exits, strings.Join(p.Comments, "; "))
+	return p
+}
+
+// stopAndCheckGone stops and closes a session of target pid and checks that
+// none of its BPF programs, links or breakpoints is left.
+func stopAndCheckGone(t *testing.T, s *daemon.Session, pid int) *cct.Profile {
+	t.Helper()
+	p, err := s.Stop()
+	if err != nil {
+		t.Fatal(err)
+	}
+	progs, links := s.KernelIDs()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	testtarget.CheckGone(t, progs, links)
+	testtarget.CheckNoProbes(t, pid)
 	return p
 }
 

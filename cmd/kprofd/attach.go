@@ -151,8 +151,12 @@ func (o *attachOptions) config(stderr io.Writer) (daemon.Config, error) {
 	cfg.Warnf = func(format string, args ...any) {
 		fmt.Fprintf(stderr, "kprofd: warning: "+format+"\n", args...)
 	}
+	clearLine := "" // over the live progress line, on a terminal
+	if isTerminal(stderr) {
+		clearLine = "\r\x1b[K"
+	}
 	cfg.Demoted = func(d daemon.Demotion) {
-		fmt.Fprintf(stderr, "\r\x1b[Kkprofd: demoted %s\n", d)
+		fmt.Fprintf(stderr, "%skprofd: demoted %s\n", clearLine, d)
 	}
 	return cfg, nil
 }

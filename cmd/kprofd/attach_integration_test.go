@@ -304,7 +304,8 @@ func TestAttachDryRun(t *testing.T) {
 	testtarget.CheckNoProbes(t, target.Pid())
 }
 
-func checkProfileFile(t *testing.T, path string) *profile.Profile {
+// readProfile parses and checks a pprof file.
+func readProfile(t *testing.T, path string) *profile.Profile {
 	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
@@ -318,6 +319,13 @@ func checkProfileFile(t *testing.T, path string) *profile.Profile {
 	if err := p.CheckValid(); err != nil {
 		t.Fatal(err)
 	}
+	return p
+}
+
+// checkProfileFile reads a profile of ctree and checks its exact counts.
+func checkProfileFile(t *testing.T, path string) *profile.Profile {
+	t.Helper()
+	p := readProfile(t, path)
 	got := testtarget.PprofCounts(p, nil)
 	if diff := testtarget.DiffCounts(got, testtarget.CTreeCounts(requests, 2)); diff != "" {
 		t.Errorf("calls per context differ:\n%s", diff)
@@ -459,15 +467,7 @@ func TestAttachHybrid(t *testing.T) {
 			t.Errorf("the tree does not match %s:\n%s", re, tree)
 		}
 	}
-	f, err := os.Open(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	p, err := profile.Parse(f)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := readProfile(t, out)
 	if n := len(p.SampleType); p.SampleType[n-1].Type != "samples" {
 		t.Errorf("last sample type %s, want samples", p.SampleType[n-1].Type)
 	}
