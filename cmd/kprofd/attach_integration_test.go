@@ -462,7 +462,7 @@ func TestAttachHybrid(t *testing.T) {
 		t.Errorf("stderr does not report hybrid mode and hot_leaf's demotion:\n%s", stderr)
 	}
 	tree := k.stdout.String()
-	for _, re := range []string{`(?m)^ +\d+ +~\S+ +~\S+ +│  └─ hot_leaf$`, `(?m)^ +0 +~\S+ +~\S+ +├─ untraced$`, `(?m)^ +10 +\d\S* +\d\S* +├─ heavy_rare$`} {
+	for _, re := range []string{`(?m)^ *\d+ +~\S+ +~\S+ +│  └─ hot_leaf$`, `(?m)^ *0 +~\S+ +~\S+ +├─ untraced$`, `(?m)^ *10 +\d\S* +\d\S* +├─ heavy_rare$`} {
 		if !regexp.MustCompile(re).MatchString(tree) {
 			t.Errorf("the tree does not match %s:\n%s", re, tree)
 		}
