@@ -20,6 +20,9 @@ type Inst struct {
 	Raw []byte
 	// Endbr marks endbr64/endbr32, which x86asm cannot decode: Op is 0.
 	Endbr bool
+	// opaque marks a VEX-family instruction known by its length alone
+	// (x86asm misread it): Op is 0 and nothing is known of its operands.
+	opaque bool
 }
 
 var (
@@ -38,6 +41,18 @@ func Decode(code []byte, addr uint64) (Inst, error) {
 		return in, nil
 	}
 	xi, err := x86asm.Decode(code, 64)
+	if at, enc := encodingAt(code); enc != EncLegacy {
+		// Lengths from the encoding itself: x86asm misreads some.
+		n, lerr := vexLength(code, at)
+		if lerr != nil {
+			return Inst{}, fmt.Errorf("%s-encoded instruction: %w", enc, lerr)
+		}
+		if err != nil || xi.Len != n {
+			in := Inst{Addr: addr, Raw: code[:n], opaque: true}
+			in.Len = n
+			return in, nil
+		}
+	}
 	if err != nil {
 		if errors.Is(err, x86asm.ErrTruncated) {
 			return Inst{}, ErrTruncated
@@ -123,6 +138,11 @@ func (in *Inst) StackDelta() (int, bool) {
 	if in.Endbr {
 		return 0, true
 	}
+	if in.opaque {
+		// Of what x86asm misreads, only vzeroupper/vzeroall are known
+		// to leave rsp alone (they have no operands).
+		return 0, isVZero(in.Raw)
+	}
 	if in.IsBranch() {
 		return 0, false
 	}
@@ -200,7 +220,8 @@ const (
 	// ClassStepped: anything else is copied out of line and single-stepped
 	// (about 9 us here, about 1 us on bare metal).
 	ClassStepped
-	// ClassUnprobeable: the kernel refuses uprobes on these.
+	// ClassUnprobeable: no probe may go there: the kernel refuses it, or
+	// runs it wrong (Hazard says which, SafetyTable shows the evidence).
 	ClassUnprobeable
 )
 
@@ -240,6 +261,9 @@ func ProbeClass(in *Inst) Class {
 	if in.Endbr {
 		return ClassStepped
 	}
+	if Hazard(in) != "" {
+		return ClassUnprobeable
+	}
 	if bytes.Equal(in.Raw, nop5) {
 		return ClassOptimized
 	}
@@ -262,9 +286,6 @@ func ProbeClass(in *Inst) Class {
 			in.Op != x86asm.LOOP && in.Op != x86asm.LOOPE && in.Op != x86asm.LOOPNE && noPrefixes(in) {
 			return ClassEmulated
 		}
-	}
-	if in.Raw[0] == 0xcc {
-		return ClassUnprobeable
 	}
 	return ClassStepped
 }
