@@ -28,6 +28,8 @@ type site struct {
 	from   uint64 // address of the instruction
 	next   uint64 // address of the next instruction (a call's return address)
 	target uint64 // destination, or the memory slot for *Slot kinds
+	cond   bool   // a conditional jump
+	synced bool   // decoded before any undecodable byte of its range
 }
 
 // body is what decoding one function's code found.
@@ -38,6 +40,10 @@ type body struct {
 	targets  []uint64 // branch targets inside the function, sorted
 	indirect int      // register/memory calls and jumps it cannot follow
 	problems []string
+	// desynced counts rets dropped because they followed an undecodable
+	// instruction: decoding may have lost the instruction boundaries
+	// there, and a probe inside an instruction corrupts the target.
+	desynced int
 }
 
 // decodeFunc decodes fn's body and parts. Jumps into unattached .eh_frame
@@ -86,26 +92,34 @@ func (b *body) inside(addr uint64) bool {
 }
 
 func (b *body) decodeRange(obj *symbolizer.Object, fn *symbolizer.Func, r symbolizer.Range, code []byte) {
+	synced := true
 	for off := 0; off < len(code); {
 		addr := r.Start + uint64(off)
 		in, err := x86.Decode(code[off:], addr)
 		if err != nil {
 			// Rare instructions x86asm does not know. Skipping one byte
-			// may desynchronise, so say so; the entry probe is still
-			// right and the stack-pointer rule covers missed exits.
+			// may desynchronise, so say so. What follows still gives
+			// call-graph edges, but no probe goes on it: the entry
+			// probe is still right and the stack-pointer rule covers
+			// missed exits.
 			b.problems = append(b.problems, fmt.Sprintf("undecodable instruction at %#x (% x): %v", addr, head(code[off:], 4), err))
+			synced = false
 			off++
 			continue
 		}
 		off += in.Len
 		switch {
 		case in.IsRet():
+			if !synced {
+				b.desynced++
+				continue
+			}
 			b.rets = append(b.rets, addr)
 		case in.IsCall():
 			if t, ok := in.Target(); ok {
-				b.sites = append(b.sites, site{kind: siteCall, from: addr, next: in.End(), target: t})
+				b.sites = append(b.sites, site{kind: siteCall, from: addr, next: in.End(), target: t, synced: synced})
 			} else if slot, ok := in.MemTarget(); ok {
-				b.sites = append(b.sites, site{kind: siteCallSlot, from: addr, next: in.End(), target: slot})
+				b.sites = append(b.sites, site{kind: siteCallSlot, from: addr, next: in.End(), target: slot, synced: synced})
 			} else {
 				b.indirect++
 			}
@@ -113,7 +127,7 @@ func (b *body) decodeRange(obj *symbolizer.Object, fn *symbolizer.Func, r symbol
 			t, ok := in.Target()
 			if !ok {
 				if slot, ok := in.MemTarget(); ok && in.IsJump() {
-					b.sites = append(b.sites, site{kind: siteJumpSlot, from: addr, target: slot})
+					b.sites = append(b.sites, site{kind: siteJumpSlot, from: addr, target: slot, synced: synced})
 				} else {
 					// Jump tables stay inside the function; a
 					// register jump may also be a tail call.
@@ -146,7 +160,7 @@ func (b *body) decodeRange(obj *symbolizer.Object, fn *symbolizer.Func, r symbol
 				b.targets = append(b.targets, t)
 				continue
 			}
-			b.sites = append(b.sites, site{kind: siteJump, from: addr, target: t})
+			b.sites = append(b.sites, site{kind: siteJump, from: addr, target: t, cond: in.IsCondJump(), synced: synced})
 		}
 	}
 }

@@ -40,8 +40,29 @@ type Node struct {
 	// SetjmpReturns are the return addresses of its calls of setjmp and
 	// its kin: a longjmp lands there, skipping the frames in between.
 	SetjmpReturns []uint64
+	// CalledFrom are the sites in the graph's functions that call or
+	// jump to this function directly, where its calls can be counted
+	// when its own entry cannot be probed safely.
+	CalledFrom []CallSite
 	// Notes says what the analysis could not settle in this function.
 	Notes []string
+}
+
+// CallSite is an instruction that enters a function from another.
+type CallSite struct {
+	// Caller is the function holding the instruction.
+	Caller *Node
+	// Addr is the instruction's link-time address in Caller's object.
+	Addr uint64
+	// Tail marks a jump (a tail call), which leaves the caller's return
+	// address for the callee; a call pushes its own.
+	Tail bool
+	// Cond marks a conditional jump: it runs whether or not it is taken,
+	// so a probe on it does not count calls.
+	Cond bool
+	// Unsure marks a site decoded after an undecodable byte, whose
+	// instruction boundary is not certain: no probe may go there.
+	Unsure bool
 }
 
 // Name returns "object:function", how kprofd names functions in messages.
@@ -196,6 +217,9 @@ func (b *builder) analyze(n *Node) error {
 	n.BranchTargets = body.targets
 	n.Indirect = body.indirect
 	n.Notes = append(n.Notes, body.problems...)
+	if body.desynced > 0 {
+		n.Notes = append(n.Notes, fmt.Sprintf("%d ret instructions after undecodable bytes not probed (their exits are inferred)", body.desynced))
+	}
 	for _, s := range body.sites {
 		var (
 			obj *symbolizer.Mapped
@@ -222,6 +246,8 @@ func (b *builder) analyze(n *Node) error {
 		if callee == nil {
 			continue
 		}
+		callee.CalledFrom = append(callee.CalledFrom, CallSite{Caller: n, Addr: s.from,
+			Tail: s.kind == siteJump || s.kind == siteJumpSlot, Cond: s.cond, Unsure: !s.synced})
 		if s.kind == siteCall || s.kind == siteCallSlot {
 			if !slices.Contains(n.Calls, callee) {
 				n.Calls = append(n.Calls, callee)
