@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"errors"
 	"testing"
 
 	"github.com/kprofd/kprofd/internal/x86"
@@ -33,9 +34,17 @@ func TestEntrySite(t *testing.T) {
 		{"indirect jump ends the search", []byte{0x89, 0xf8, 0xff, 0xe0, 0x55}, nil, 0, x86.ClassStepped, 0, true},
 		{"ret ends the search", []byte{0x31, 0xc0, 0xc3, 0x55}, nil, 0, x86.ClassStepped, 0, true},
 		{"operand-size push is not emulated", []byte{0x89, 0xf8, 0x66, 0x50, 0x55}, nil, 4, x86.ClassEmulated, 2, false},
+		// glibc's __memset_avx512_unaligned_erms: vpbroadcastb %esi,%zmm16;
+		// mov %rdi,%rax; cmp $0x40,%rdx; jb: the jb, never the EVEX.
+		{"evex first, then jcc", []byte{0x62, 0xa2, 0x7d, 0x48, 0x7a, 0xc6, 0x48, 0x89, 0xf8, 0x48, 0x83, 0xfa, 0x40, 0x72, 0x10}, nil, 13, x86.ClassEmulated, 0, false},
+		// vmovd %esi,%xmm1; mov %rdi,%rax; ret: the mov, single-stepped.
+		{"vex first, then mov, ret", []byte{0xc5, 0xf9, 0x6e, 0xce, 0x48, 0x89, 0xf8, 0xc3}, nil, 4, x86.ClassStepped, 0, true},
+		// cs nopw (refused by the kernel), then push.
+		{"cs nopw, then push", []byte{0x2e, 0x66, 0x0f, 0x1f, 0x84, 0x00, 0x00, 0x00, 0x00, 0x00, 0x55}, nil, 10, x86.ClassEmulated, 0, false},
+		{"endbr64, vzeroupper, push", []byte{0xf3, 0x0f, 0x1e, 0xfa, 0xc5, 0xf8, 0x77, 0x55}, nil, 7, x86.ClassEmulated, 0, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p, notes, err := entrySite(tc.code, base, tc.targets)
+			p, notes, err := entrySite(tc.code, base, tc.targets, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -49,8 +58,29 @@ func TestEntrySite(t *testing.T) {
 	}
 }
 
-func TestEntrySiteUnprobeable(t *testing.T) {
-	if _, _, err := entrySite([]byte{0xcc, 0x55}, 0x1000, nil); err == nil {
-		t.Error("accepted a probe on int3")
+func TestEntrySiteNoSafeSite(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		code     []byte
+		reserved uint64
+	}{
+		{"int3", []byte{0xcc, 0x55}, 0},
+		// vpbroadcastb %esi,%zmm0; vmovdqu64 %zmm0,(%rdi); vzeroupper; ret
+		{"all evex then ret", []byte{0x62, 0xf2, 0x7d, 0x48, 0x7a, 0xc6, 0x62, 0xf1, 0xfe, 0x48, 0x7f, 0x07, 0xc5, 0xf8, 0x77, 0xc3}, 0},
+		// vmovd %esi,%xmm1 then a call reserved for a call-site probe.
+		{"vex then a reserved call", []byte{0xc5, 0xf9, 0x6e, 0xce, 0xe8, 0x00, 0x00, 0x00, 0x00}, 0x1004},
+		// vmovd %esi,%xmm1; a loop comes back right after it.
+		{"vex then a branch target", []byte{0xc5, 0xf9, 0x6e, 0xce, 0x55}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var targets []uint64
+			if tc.name == "vex then a branch target" {
+				targets = []uint64{0x1004}
+			}
+			p, _, err := entrySite(tc.code, 0x1000, targets, func(a uint64) bool { return a == tc.reserved })
+			if !errors.Is(err, errNoSafeSite) {
+				t.Errorf("probe at %#x (%v), want errNoSafeSite", p.Addr, err)
+			}
+		})
 	}
 }

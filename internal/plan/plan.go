@@ -5,6 +5,7 @@
 package plan
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -80,6 +81,9 @@ type Probe struct {
 	FromRBP bool
 	// Capture makes the probe capture the thread's real stack.
 	Capture bool
+	// CallSite marks an entry probe on a call or jump in a caller's code
+	// (see Func.CallSites).
+	CallSite bool
 }
 
 // Func is the plan for one function.
@@ -88,8 +92,18 @@ type Func struct {
 	ID uint32
 	// Node is the function in the call graph.
 	Node *callgraph.Node
-	// Entry is the entry probe.
+	// Entry is the entry probe, unless CallSites or Untraced says
+	// otherwise.
 	Entry Probe
+	// CallSites, when the function's prologue has no instruction a
+	// probe may safely go on (VEX or EVEX code, an instruction the
+	// kernel refuses), are its entry probes instead: one on every direct
+	// call or jump to it in the traced code (a call rel32, which the
+	// kernel emulates). Calls from anywhere else are not seen.
+	CallSites []ObjProbe
+	// Untraced says why the function has no probes at all: nothing safe
+	// opens its calls. Its callees appear under its caller.
+	Untraced string
 	// Exits are the exit probes: ret sites or one uretprobe.
 	Exits []Probe
 	// Catches are probes where the function resumes after frames below it
@@ -108,13 +122,37 @@ type Func struct {
 	Notes []string
 }
 
-// SyncProbe marks a moment the stack is known to be shallower than the
-// probe's frame: the entry of __cxa_begin_catch, which every catch handler
-// calls once unwinding is done (also outside the traced functions, when an
-// exception leaves the root).
-type SyncProbe struct {
+// ObjProbe is a probe in a given object: a call site of a function in
+// its caller's object, or a sync probe, which marks a moment the stack is
+// known to be shallower than the probe's frame: the entry of
+// __cxa_begin_catch, which every catch handler calls once unwinding is
+// done (also outside the traced functions, when an exception leaves the
+// root).
+type ObjProbe struct {
 	Obj *symbolizer.Mapped
 	Probe
+}
+
+// EntryProbes returns the probes that open a call of f, with their
+// objects: its entry probe or its call sites.
+func (f *Func) EntryProbes() []ObjProbe {
+	if f.Untraced != "" {
+		return nil
+	}
+	if len(f.CallSites) > 0 {
+		return f.CallSites
+	}
+	return []ObjProbe{{Obj: f.Node.Obj, Probe: f.Entry}}
+}
+
+// EntryClass returns what the probe opening a call of f costs: for call
+// sites, the dearest one.
+func (f *Func) EntryClass() x86.Class {
+	c := x86.ClassOptimized
+	for _, p := range f.EntryProbes() {
+		c = max(c, p.Class)
+	}
+	return c
 }
 
 // Plan is every probe of a session.
@@ -123,7 +161,9 @@ type Plan struct {
 	// Syncs are probes that are no function's: the sync on
 	// __cxa_begin_catch, and KindSigreturn probes on the C library's
 	// signal trampolines, where signal handlers return.
-	Syncs []SyncProbe
+	Syncs []ObjProbe
+	// Untraced lists the functions left without probes, with the reason.
+	Untraced []string
 	// Exits is the exit mode in force (never ExitsAuto).
 	Exits ExitMode
 	// ExitsReason says why, when the mode was chosen automatically.
@@ -144,20 +184,18 @@ func New(g *callgraph.Graph, p *symbolizer.Process, mode ExitMode) (*Plan, error
 		ids[n] = uint32(i)
 		byFunc[n.Func] = uint32(i)
 	}
+	var unsafe []unsafeEntry
 	for i, n := range g.Nodes {
 		f := &Func{ID: uint32(i), Node: n, Logical: uint32(i)}
-		entry, notes, err := placeEntry(n)
-		if err != nil {
-			return nil, fmt.Errorf("placing the entry probe of %s: %w", n.Name(), err)
+		entry, notes, err := placeEntry(n, nil)
+		switch {
+		case err == nil:
+			f.Entry, f.Notes = entry, notes
+		case slices.Contains(g.Roots, n):
+			return nil, fmt.Errorf("placing the entry probe of the root %s: %w; choose one of its callers as the root", n.Name(), err)
+		default:
+			unsafe = append(unsafe, unsafeEntry{f, err})
 		}
-		f.Entry, f.Notes = entry, notes
-		f.Exits, err = placeExits(n, entry, pl.Exits)
-		if err != nil {
-			return nil, fmt.Errorf("placing the exit probes of %s: %w", n.Name(), err)
-		}
-		catches, catchNotes := placeCatches(n)
-		f.Catches = catches
-		f.Notes = append(f.Notes, catchNotes...)
 		if id, ok := byFunc[n.Func.PartOf]; ok && n.Func.PartOf != nil {
 			f.Logical = id
 		}
@@ -165,6 +203,21 @@ func New(g *callgraph.Graph, p *symbolizer.Process, mode ExitMode) (*Plan, error
 			f.TailCalls = append(f.TailCalls, ids[t])
 		}
 		pl.Funcs = append(pl.Funcs, f)
+	}
+	pl.placeCallSites(unsafe)
+	for _, f := range pl.Funcs {
+		if f.Untraced != "" {
+			pl.Untraced = append(pl.Untraced, fmt.Sprintf("%s: %s", f.Node.Name(), f.Untraced))
+			continue
+		}
+		var err error
+		f.Exits, err = placeExits(f, pl.Exits)
+		if err != nil {
+			return nil, fmt.Errorf("placing the exit probes of %s: %w", f.Node.Name(), err)
+		}
+		catches, catchNotes := placeCatches(f.Node)
+		f.Catches = catches
+		f.Notes = append(f.Notes, catchNotes...)
 	}
 	for _, r := range g.Roots {
 		pl.Funcs[ids[r]].Root = true
@@ -183,6 +236,9 @@ func New(g *callgraph.Graph, p *symbolizer.Process, mode ExitMode) (*Plan, error
 		}
 	}
 	pl.Syncs = append(placeSyncs(p, byFunc), placeSigreturns(p)...)
+	if err := pl.checkSafe(); err != nil {
+		return nil, fmt.Errorf("internal error, please report: %w", err)
+	}
 	return pl, nil
 }
 
@@ -200,20 +256,20 @@ func placeCatches(n *callgraph.Node) ([]Probe, []string) {
 		sites = append(sites, p.Addr)
 	}
 	var probes []Probe
-	for _, addr := range sites {
+	for _, pad := range sites {
+		addr, err := safeSite(n, pad)
+		if err != nil {
+			notes = append(notes, fmt.Sprintf("catch site %#x not probed: %v", pad, err))
+			continue
+		}
 		adjust, fromRBP, ok := n.Obj.SlotRule(addr)
 		if !ok {
 			notes = append(notes, fmt.Sprintf("no call frame information at %#x: its catch site is not probed", addr))
 			continue
 		}
-		code, err := n.Obj.Code(addr, 16)
+		in, err := decodeAt(n.Obj, addr)
 		if err != nil {
 			notes = append(notes, fmt.Sprintf("catch site %#x: %v", addr, err))
-			continue
-		}
-		in, err := x86.Decode(code, addr)
-		if err != nil || x86.ProbeClass(&in) == x86.ClassUnprobeable {
-			notes = append(notes, fmt.Sprintf("catch site %#x cannot be probed", addr))
 			continue
 		}
 		p, _, err := withOffset(n, Probe{Addr: addr, Kind: bpf.KindCatch, Class: x86.ProbeClass(&in),
@@ -227,10 +283,42 @@ func placeCatches(n *callgraph.Node) ([]Probe, []string) {
 	return probes, notes
 }
 
+// safeSite returns the first instruction from addr on, in n's code, that
+// a probe may go on and that runs exactly when the instruction at addr
+// does: addr itself, or one after it reached straight-line, with no
+// branch on the way nor branch target after addr. Call frame information
+// gives the stack at the site found, so moving needs no stack tracking.
+func safeSite(n *callgraph.Node, addr uint64) (uint64, error) {
+	code, err := n.Obj.Code(addr, maxPrologue)
+	if err != nil {
+		return 0, err
+	}
+	var hazards []string
+	for off := 0; off < len(code); {
+		at := addr + uint64(off)
+		if _, target := slices.BinarySearch(n.BranchTargets, at); target && off > 0 {
+			break
+		}
+		in, err := x86.Decode(code[off:], at)
+		if err != nil {
+			break
+		}
+		if x86.ProbeClass(&in) != x86.ClassUnprobeable {
+			return at, nil
+		}
+		hazards = append(hazards, fmt.Sprintf("%s at %#x is %s", describe(&in), at, x86.Hazard(&in)))
+		if in.IsBranch() {
+			break
+		}
+		off += in.Len
+	}
+	return 0, fmt.Errorf("%w (%s)", errNoSafeSite, strings.Join(hazards, "; "))
+}
+
 // placeSyncs places a sync probe on the entry of __cxa_begin_catch when
 // the process maps it and it is not traced already (its entry would then
 // say as much).
-func placeSyncs(p *symbolizer.Process, traced map[*symbolizer.Func]uint32) []SyncProbe {
+func placeSyncs(p *symbolizer.Process, traced map[*symbolizer.Func]uint32) []ObjProbe {
 	m, fn := p.ResolveImport("__cxa_begin_catch")
 	if fn == nil {
 		return nil
@@ -247,10 +335,12 @@ func placeSyncs(p *symbolizer.Process, traced map[*symbolizer.Func]uint32) []Syn
 		return nil
 	}
 	in, err := x86.Decode(code, fn.Addr)
-	if err != nil {
+	if err != nil || x86.ProbeClass(&in) == x86.ClassUnprobeable {
+		// Its branch targets are unknown, so the probe cannot move
+		// further in; reconciliation notices such exceptions later.
 		return nil
 	}
-	return []SyncProbe{{Obj: m, Probe: Probe{Addr: fn.Addr, Offset: off, Kind: bpf.KindSync, Class: x86.ProbeClass(&in)}}}
+	return []ObjProbe{{Obj: m, Probe: Probe{Addr: fn.Addr, Offset: off, Kind: bpf.KindSync, Class: x86.ProbeClass(&in)}}}
 }
 
 // placeSigreturns probes the signal trampolines (glibc's __restore_rt):
@@ -258,8 +348,8 @@ func placeSyncs(p *symbolizer.Process, traced map[*symbolizer.Func]uint32) []Syn
 // .eh_frame FDEs are marked as signal frames, and start one byte early so
 // that unwinders looking up pc-1 find them: the probe goes on the first
 // instruction, mov $15,%rax (rt_sigreturn's number).
-func placeSigreturns(p *symbolizer.Process) []SyncProbe {
-	var probes []SyncProbe
+func placeSigreturns(p *symbolizer.Process) []ObjProbe {
+	var probes []ObjProbe
 	for _, m := range p.Objects {
 		for _, fde := range m.FDEs() {
 			if fde.CIE == nil || !fde.CIE.IsSignal {
@@ -278,7 +368,7 @@ func placeSigreturns(p *symbolizer.Process) []SyncProbe {
 				if err != nil {
 					continue
 				}
-				probes = append(probes, SyncProbe{Obj: m, Probe: Probe{Addr: addr, Offset: off, Kind: bpf.KindSigreturn, Class: x86.ProbeClass(&in)}})
+				probes = append(probes, ObjProbe{Obj: m, Probe: Probe{Addr: addr, Offset: off, Kind: bpf.KindSigreturn, Class: x86.ProbeClass(&in)}})
 				break
 			}
 		}
@@ -325,13 +415,18 @@ func AutoExits(p *symbolizer.Process) (ExitMode, string) {
 // maxPrologue bounds how far into a function the entry probe may move.
 const maxPrologue = 64
 
-// placeEntry places the entry probe of a function.
-func placeEntry(n *callgraph.Node) (Probe, []string, error) {
+// errNoSafeSite says that no instruction where a probe would have to go
+// may carry one (x86.Hazard).
+var errNoSafeSite = errors.New("no instruction a probe may safely go on")
+
+// placeEntry places the entry probe of a function, on no address that
+// reserved reports (nil: none).
+func placeEntry(n *callgraph.Node, reserved func(uint64) bool) (Probe, []string, error) {
 	code, err := n.Obj.Code(n.Func.Addr, min(n.Func.Size, maxPrologue))
 	if err != nil {
 		return Probe{}, nil, err
 	}
-	p, notes, err := entrySite(code, n.Func.Addr, n.BranchTargets)
+	p, notes, err := entrySite(code, n.Func.Addr, n.BranchTargets, reserved)
 	if err != nil {
 		return Probe{}, nil, err
 	}
@@ -340,27 +435,48 @@ func placeEntry(n *callgraph.Node) (Probe, []string, error) {
 }
 
 // entrySite finds where the entry probe of the function whose code starts
-// at addr goes: the first instruction if the kernel emulates it, else the
-// first emulated instruction that still runs exactly once per call before
-// anything can leave the function (straight-line from the entry, only
-// stack-pointer changes it can follow, no branch target at or before it).
-// targets are the function's own branch targets, sorted. DESIGN.md §1.
-func entrySite(code []byte, addr uint64, targets []uint64) (Probe, []string, error) {
-	first, err := x86.Decode(code, addr)
+// at addr goes: the first instruction the kernel emulates that still runs
+// exactly once per call before anything can leave the function
+// (straight-line from the entry, only stack-pointer changes it can
+// follow, no branch target after the entry up to it); failing that, the
+// first such instruction a probe may go on at all, single-stepped.
+// Instructions with an x86.Hazard, and addresses reserved reports, are
+// never chosen. targets are the function's own branch targets, sorted.
+// DESIGN.md §1, internal/x86/SAFETY.md.
+func entrySite(code []byte, addr uint64, targets []uint64, reserved func(uint64) bool) (Probe, []string, error) {
+	in, err := x86.Decode(code, addr)
 	if err != nil {
-		return Probe{}, nil, fmt.Errorf("decoding its first instruction: %w", err)
+		return Probe{}, nil, fmt.Errorf("%w: decoding its first instruction: %v", errNoSafeSite, err)
 	}
-	entry := Probe{Addr: addr, Kind: bpf.KindEntry, Class: x86.ProbeClass(&first)}
-	if entry.Class == x86.ClassUnprobeable {
-		return Probe{}, nil, fmt.Errorf("the kernel cannot probe its first instruction (% x)", first.Raw)
+	var (
+		stepped *Probe // the first safe instruction, single-stepped
+		hazards []string
+		depth   int // bytes pushed since the entry
+	)
+	hazard := func(why string) {
+		if len(hazards) == 0 {
+			hazards = append(hazards, why)
+		}
+		hazards = append(hazards, "")
 	}
-	if entry.Class <= x86.ClassEmulated {
-		return entry, nil, nil
-	}
-	depth := 0 // bytes pushed since the entry
-	for in, off := first, 0; ; {
+	for off := 0; ; {
+		at := addr + uint64(off)
+		c := x86.ProbeClass(&in)
+		switch {
+		case c == x86.ClassUnprobeable:
+			hazard(fmt.Sprintf("%s at +%#x is %s", describe(&in), off, x86.Hazard(&in)))
+		case reserved != nil && reserved(at):
+			hazard(fmt.Sprintf("+%#x carries a call-site probe", off))
+		case in.IsRet() && off > 0:
+			// The call would end where it is seen to start: counted,
+			// but its time lost. Call sites do better.
+		case c <= x86.ClassEmulated:
+			return Probe{Addr: at, Kind: bpf.KindEntry, Class: c, SlotAdjust: depth}, nil, nil
+		case stepped == nil:
+			stepped = &Probe{Addr: at, Kind: bpf.KindEntry, Class: c, SlotAdjust: depth}
+		}
 		if in.IsBranch() {
-			break // an emulated branch was taken below; others end the search
+			break // an emulated branch was taken above; others end the search
 		}
 		d, ok := in.StackDelta()
 		if !ok {
@@ -375,16 +491,31 @@ func entrySite(code []byte, addr uint64, targets []uint64) (Probe, []string, err
 		if in, err = x86.Decode(code[off:], next); err != nil {
 			break
 		}
-		if c := x86.ProbeClass(&in); c <= x86.ClassEmulated {
-			return Probe{Addr: next, Kind: bpf.KindEntry, Class: c, SlotAdjust: depth}, nil, nil
+	}
+	if stepped != nil {
+		first, _ := x86.Decode(code, addr)
+		what := describe(&first)
+		if stepped.Addr != addr {
+			what = fmt.Sprintf("at +%#x, after an unsafe %s", stepped.Addr-addr, what)
+		}
+		return *stepped, []string{fmt.Sprintf("entry probe single-stepped (%s): no emulated instruction in the prologue", what)}, nil
+	}
+	why := "its prologue ends before any"
+	if len(hazards) > 0 {
+		why = hazards[0]
+		if more := len(hazards) - 1; more > 1 {
+			why += fmt.Sprintf(", and so are %d more before the prologue ends", more-1)
 		}
 	}
-	return entry, []string{fmt.Sprintf("entry probe single-stepped (%s): no emulated instruction in the prologue", describe(&first))}, nil
+	return Probe{}, nil, fmt.Errorf("%w at its entry: %s", errNoSafeSite, why)
 }
 
 func describe(in *x86.Inst) string {
-	if in.Endbr {
+	switch {
+	case in.Endbr:
 		return "endbr64"
+	case in.Op == 0:
+		return in.Encoding().String() + " instruction"
 	}
 	return strings.ToLower(in.Op.String())
 }
@@ -398,14 +529,17 @@ func withOffset(n *callgraph.Node, p Probe) (Probe, []string, error) {
 	return p, nil, nil
 }
 
-// placeExits places the exit probes of one function.
-func placeExits(n *callgraph.Node, entry Probe, mode ExitMode) ([]Probe, error) {
-	if mode == ExitsUretprobe {
+// placeExits places the exit probes of one function: a uretprobe when
+// the mode says so and a safe instruction sits where the stack pointer
+// still points at the return address, else a probe on every ret.
+func placeExits(f *Func, mode ExitMode) ([]Probe, error) {
+	n := f.Node
+	if mode == ExitsUretprobe && len(f.CallSites) == 0 {
 		// The kernel hijacks the word at the stack pointer, which must
 		// be the return address: share the entry probe's trap when it
 		// sits where that holds, else use the first instruction.
-		site := entry
-		if entry.SlotAdjust != 0 {
+		site := f.Entry
+		if site.SlotAdjust != 0 {
 			code, err := n.Obj.Code(n.Func.Addr, min(n.Func.Size, 16))
 			if err != nil {
 				return nil, err
@@ -416,26 +550,43 @@ func placeExits(n *callgraph.Node, entry Probe, mode ExitMode) ([]Probe, error) 
 			}
 			site = Probe{Addr: n.Func.Addr, Class: x86.ProbeClass(&first)}
 		}
-		p, _, err := withOffset(n, Probe{Addr: site.Addr, Kind: bpf.KindReturn, Class: site.Class, SlotAdjust: -8})
-		if err != nil {
-			return nil, err
+		if site.Class != x86.ClassUnprobeable {
+			p, _, err := withOffset(n, Probe{Addr: site.Addr, Kind: bpf.KindReturn, Class: site.Class, SlotAdjust: -8})
+			if err != nil {
+				return nil, err
+			}
+			return []Probe{p}, nil
 		}
-		return []Probe{p}, nil
+		f.Notes = append(f.Notes, "exits probed at its rets: its first instruction cannot carry a uretprobe")
 	}
 	var exits []Probe
 	for _, r := range n.Rets {
-		if r == entry.Addr {
+		if r == f.Entry.Addr && len(f.CallSites) == 0 {
 			// A function that is a lone ret: its entry probe says
 			// it all, and two probes on one instruction would race.
 			continue
 		}
-		p, _, err := withOffset(n, Probe{Addr: r, Kind: bpf.KindExit, Class: x86.ClassStepped})
+		in, err := decodeAt(n.Obj, r)
+		if err != nil || x86.ProbeClass(&in) == x86.ClassUnprobeable {
+			f.Notes = append(f.Notes, fmt.Sprintf("ret at %#x not probed (its exits are inferred)", r))
+			continue
+		}
+		p, _, err := withOffset(n, Probe{Addr: r, Kind: bpf.KindExit, Class: x86.ProbeClass(&in)})
 		if err != nil {
 			return nil, err
 		}
 		exits = append(exits, p)
 	}
 	return exits, nil
+}
+
+// decodeAt decodes the instruction at a link-time address of obj.
+func decodeAt(obj *symbolizer.Mapped, addr uint64) (x86.Inst, error) {
+	code, err := obj.Code(addr, 16)
+	if err != nil {
+		return x86.Inst{}, err
+	}
+	return x86.Decode(code, addr)
 }
 
 // Write prints the plan as a table, for --dry-run.
@@ -460,8 +611,16 @@ func (pl *Plan) Write(w io.Writer) error {
 		}
 		flags = append(flags, f.Notes...)
 		flags = append(flags, f.Node.Notes...)
-		fmt.Fprintf(tw, "%d\t%s\t%s\t+%#x\t%s\t%s\t%s\n", f.ID, f.Node.Func.Display, f.Node.Obj.Base(),
-			f.Entry.Addr-f.Node.Func.Addr, f.Entry.Class, exitSummary(f), strings.Join(flags, "; "))
+		entry, class := fmt.Sprintf("+%#x", f.Entry.Addr-f.Node.Func.Addr), f.EntryClass().String()
+		switch {
+		case f.Untraced != "":
+			entry, class = "none", "-"
+			flags = append(flags, "NOT TRACED (below)")
+		case len(f.CallSites) > 0:
+			entry = plural(len(f.CallSites), "call site")
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", f.ID, f.Node.Func.Display, f.Node.Obj.Base(),
+			entry, class, exitSummary(f), strings.Join(flags, "; "))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -470,6 +629,9 @@ func (pl *Plan) Write(w io.Writer) error {
 		fmt.Fprintf(w, "excluded: %s\n", e)
 	}
 	for _, s := range pl.Graph.Skipped {
+		fmt.Fprintf(w, "not traced: %s\n", s)
+	}
+	for _, s := range pl.Untraced {
 		fmt.Fprintf(w, "not traced: %s\n", s)
 	}
 	return nil
@@ -489,7 +651,7 @@ func exitSummary(f *Func) string {
 func (pl *Plan) NumProbes() int {
 	n := 0
 	for _, f := range pl.Funcs {
-		n += 1 + len(f.Exits) + len(f.Catches)
+		n += len(f.EntryProbes()) + len(f.Exits) + len(f.Catches)
 	}
 	return n + len(pl.Syncs)
 }

@@ -104,3 +104,79 @@ func TestPlanCTree(t *testing.T) {
 		}
 	}
 }
+
+// TestPlanSIMD checks where the probes of testdata/simd's functions go:
+// never on a VEX or EVEX instruction; past one when a safe instruction
+// follows that still runs once per call; at the call sites when none
+// does; nowhere, said so, when the only call is a conditional tail call.
+func TestPlanSIMD(t *testing.T) {
+	exe := testtarget.BuildSIMD(t)
+	p := open(t, exe)
+	hr := p.Objects[0].Lookup("handle_request")[0]
+	g, err := callgraph.Build(p, []callgraph.Root{{Obj: p.Objects[0], Func: hr}}, callgraph.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mode := range []ExitMode{ExitsRet, ExitsUretprobe} {
+		pl, err := New(g, p, mode) // New fails if any probe is unsafe
+		if err != nil {
+			t.Fatal(err)
+		}
+		funcs := map[string]*Func{}
+		for _, f := range pl.Funcs {
+			funcs[f.Node.Func.Name] = f
+		}
+		for _, tc := range []struct {
+			name      string
+			offset    uint64 // of the entry probe
+			class     x86.Class
+			callSites int
+		}{
+			{"sse_fill", 0, x86.ClassStepped, 0},        // movd: legacy SSE, stepped correctly
+			{"vzu_first", 3, x86.ClassEmulated, 0},      // past vzeroupper, the push
+			{"evex_then_jcc", 13, x86.ClassEmulated, 0}, // past vpbroadcastb, mov, cmp: the jb
+			{"cond_fill", 0, x86.ClassEmulated, 0},
+			{"avx_fill", 0, x86.ClassEmulated, 1},    // VEX up to the ret
+			{"avx2_fill", 0, x86.ClassEmulated, 2},   // VEX up to the ret; called by handle_request and wrap_fill
+			{"wrap_fill", 0, x86.ClassStepped, 0},    // its call carries avx2_fill's call-site probe
+			{"avx512_fill", 0, x86.ClassEmulated, 1}, // EVEX up to the ret
+		} {
+			f := funcs[tc.name]
+			if f == nil {
+				t.Fatalf("%s not in the plan", tc.name)
+			}
+			if f.Untraced != "" {
+				t.Errorf("%s untraced: %s", tc.name, f.Untraced)
+				continue
+			}
+			if len(f.CallSites) != tc.callSites {
+				t.Errorf("%s: %d call sites, want %d", tc.name, len(f.CallSites), tc.callSites)
+			}
+			if tc.callSites == 0 {
+				if f.Entry.Addr != f.Node.Func.Addr+tc.offset || f.Entry.Class != tc.class {
+					t.Errorf("%s: entry at +%#x %s, want +%#x %s", tc.name, f.Entry.Addr-f.Node.Func.Addr, f.Entry.Class, tc.offset, tc.class)
+				}
+				continue
+			}
+			for _, cs := range f.CallSites {
+				in, err := decodeAt(cs.Obj, cs.Addr)
+				if err != nil || !in.IsCall() || cs.SlotAdjust != -8 || !cs.CallSite || cs.Kind != bpf.KindEntry || cs.Class != tc.class {
+					t.Errorf("%s: call site %+v on %v (%v)", tc.name, cs.Probe, in.Op, err)
+				}
+				if target, _ := in.Target(); target != f.Node.Func.Addr || cs.Obj.Base() != "simd" {
+					t.Errorf("%s: call site at %#x calls %#x", tc.name, cs.Addr, target)
+				}
+			}
+			// Its exits are its rets, whatever the mode.
+			if len(f.Exits) != 1 || f.Exits[0].Kind != bpf.KindExit {
+				t.Errorf("%s: exits %+v, want its ret", tc.name, f.Exits)
+			}
+		}
+		if f := funcs["avx2_only"]; f == nil || !strings.Contains(f.Untraced, "1 conditional tail call") || len(f.EntryProbes()) != 0 || len(f.Exits) != 0 {
+			t.Errorf("avx2_only: want untraced for its conditional tail call, got %+v", f)
+		}
+		if len(pl.Untraced) != 1 {
+			t.Errorf("untraced %q, want avx2_only alone", pl.Untraced)
+		}
+	}
+}

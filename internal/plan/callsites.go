@@ -1,0 +1,161 @@
+package plan
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/kprofd/kprofd/bpf"
+	"github.com/kprofd/kprofd/internal/x86"
+	"github.com/kprofd/kprofd/symbolizer"
+)
+
+// unsafeEntry is a function whose own entry cannot carry a probe, and why.
+type unsafeEntry struct {
+	f   *Func
+	why error
+}
+
+// codeAddr is a link-time address in one object.
+type codeAddr struct {
+	obj  *symbolizer.Mapped
+	addr uint64
+}
+
+// placeCallSites counts the calls of functions whose prologue offers no
+// instruction a probe may safely go on (SIMD code, an instruction the
+// kernel refuses) where they are made: an entry probe on each direct call
+// or jump to them in the traced code, with the slot their return address
+// will take. A call rel32 is emulated by the kernel, so this is cheap and
+// safe. A function with no such site is left untraced.
+func (pl *Plan) placeCallSites(unsafe []unsafeEntry) {
+	if len(unsafe) == 0 {
+		return
+	}
+	reserved := map[codeAddr]bool{}
+	for _, u := range unsafe {
+		for _, cs := range u.f.Node.CalledFrom {
+			if !cs.Cond && !cs.Unsure {
+				reserved[codeAddr{cs.Caller.Obj, cs.Addr}] = true
+			}
+		}
+	}
+	// Another function's entry probe must not share an instruction with
+	// a call site: the kernel runs the two probes in no promised order,
+	// and the callee's entry must come after its caller's. Such an entry
+	// moves; if it cannot, the call site is given up.
+	for _, f := range pl.Funcs {
+		at := codeAddr{f.Node.Obj, f.Entry.Addr}
+		if f.Entry.Offset == 0 || !reserved[at] { // Offset 0: no entry probe
+			continue
+		}
+		entry, notes, err := placeEntry(f.Node, func(a uint64) bool { return reserved[codeAddr{f.Node.Obj, a}] })
+		if err != nil {
+			delete(reserved, at)
+			continue
+		}
+		f.Entry, f.Notes = entry, append(f.Notes, notes...)
+	}
+	for _, u := range unsafe {
+		f := u.f
+		var cond, unsure, shared, bad int
+		for _, cs := range f.Node.CalledFrom {
+			switch {
+			case cs.Cond:
+				cond++
+				continue
+			case cs.Unsure:
+				unsure++
+				continue
+			case !reserved[codeAddr{cs.Caller.Obj, cs.Addr}]:
+				shared++
+				continue
+			}
+			in, err := decodeAt(cs.Caller.Obj, cs.Addr)
+			if err != nil || x86.ProbeClass(&in) == x86.ClassUnprobeable {
+				bad++
+				continue
+			}
+			// The return-address slot: below the stack pointer for a
+			// call, which pushes it; at it for a tail jump.
+			adjust := -8
+			if cs.Tail {
+				adjust = 0
+			}
+			p, _, err := withOffset(cs.Caller, Probe{Addr: cs.Addr, Kind: bpf.KindEntry, Class: x86.ProbeClass(&in), SlotAdjust: adjust, CallSite: true})
+			if err != nil {
+				bad++
+				continue
+			}
+			f.CallSites = append(f.CallSites, ObjProbe{Obj: cs.Caller.Obj, Probe: p})
+		}
+		var missed []string
+		for _, m := range []struct {
+			n    int
+			what string
+		}{
+			{cond, "conditional tail call"},
+			{unsure, "call after undecodable bytes"},
+			{shared, "call on another function's entry probe"},
+			{bad, "call that cannot carry a probe"},
+		} {
+			if m.n > 0 {
+				missed = append(missed, plural(m.n, m.what))
+			}
+		}
+		if len(f.CallSites) == 0 {
+			f.Untraced = u.why.Error() + "; and no call of it in the traced code can carry a probe"
+			if len(missed) > 0 {
+				f.Untraced += " (" + strings.Join(missed, ", ") + ")"
+			}
+			continue
+		}
+		note := fmt.Sprintf("calls counted at %s in the traced code, since %v", plural(len(f.CallSites), "call site"), u.why)
+		if len(missed) > 0 {
+			note += "; not counted: " + strings.Join(missed, ", ")
+		}
+		f.Notes = append(f.Notes, note)
+	}
+}
+
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
+}
+
+// checkSafe decodes the instruction under every probe of the plan and
+// fails if one may not carry a probe (x86.Hazard): the last guard of the
+// rule that kprofd never changes what the target computes. Each placing
+// function checks already; this catches a placement that forgot to.
+func (pl *Plan) checkSafe() error {
+	check := func(obj *symbolizer.Mapped, p Probe, owner string) error {
+		in, err := decodeAt(obj, p.Addr)
+		if err != nil {
+			return fmt.Errorf("%s: probe at %#x of %s on undecodable code: %w", owner, p.Addr, obj.Base(), err)
+		}
+		if h := x86.Hazard(&in); h != "" {
+			return fmt.Errorf("%s: probe planned at %#x of %s on %s, which is %s", owner, p.Addr, obj.Base(), describe(&in), h)
+		}
+		return nil
+	}
+	for _, f := range pl.Funcs {
+		for _, p := range f.EntryProbes() {
+			if err := check(p.Obj, p.Probe, f.Node.Name()); err != nil {
+				return err
+			}
+		}
+		for _, p := range append(slices.Clone(f.Exits), f.Catches...) {
+			if err := check(f.Node.Obj, p, f.Node.Name()); err != nil {
+				return err
+			}
+		}
+	}
+	for _, s := range pl.Syncs {
+		if err := check(s.Obj, s.Probe, "sync"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
