@@ -131,5 +131,8 @@ func prepare(cfg Config, p *symbolizer.Process) (*Prepared, error) {
 	if err != nil {
 		return nil, err
 	}
+	for _, u := range pl.Untraced {
+		cfg.warnf("not tracing %s; its callees appear under its caller", u)
+	}
 	return &Prepared{Proc: p, Plan: pl}, nil
 }

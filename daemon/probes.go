@@ -49,7 +49,7 @@ type fileProbes struct {
 	part   int
 	probes []bpf.Probe
 	owner  []*plan.Func // owner[i] is the function of probes[i]
-	entry  []bool       // entry[i] marks entry probes
+	entry  []bool       // entry[i] marks entry probes (not call sites)
 }
 
 // attachOptions choose how a plan is attached.
@@ -92,7 +92,7 @@ func attachPlan(prog attacher, pid int, pl *plan.Plan, opt attachOptions, warnf 
 	dead := map[*plan.Func]bool{}
 	skipped := 0
 	for _, f := range pl.Funcs {
-		if opt.skip != nil && opt.skip(f) {
+		if opt.skip != nil && opt.skip(f) || f.Untraced != "" {
 			skipped++
 		}
 	}
@@ -183,7 +183,7 @@ func groupProbes(pl *plan.Plan, opt attachOptions) [numPhases][]*fileProbes {
 		}
 		fp.probes = append(fp.probes, bpf.Probe{Offset: p.Offset, Cookie: cookie})
 		fp.owner = append(fp.owner, f)
-		fp.entry = append(fp.entry, p.Kind == bpf.KindEntry)
+		fp.entry = append(fp.entry, p.Kind == bpf.KindEntry && !p.CallSite)
 	}
 	for _, f := range pl.Funcs {
 		if opt.skip != nil && opt.skip(f) {
@@ -195,10 +195,12 @@ func groupProbes(pl *plan.Plan, opt attachOptions) [numPhases][]*fileProbes {
 		for _, p := range f.Catches {
 			add(phaseExits, f.Node.Obj, f, partCatches, p)
 		}
+		phase := phaseEntries
 		if f.Root {
-			add(phaseRootEntries, f.Node.Obj, f, partEntry, f.Entry)
-		} else {
-			add(phaseEntries, f.Node.Obj, f, partEntry, f.Entry)
+			phase = phaseRootEntries
+		}
+		for _, p := range f.EntryProbes() {
+			add(phase, p.Obj, f, partEntry, p.Probe)
 		}
 	}
 	for _, s := range pl.Syncs {
@@ -237,6 +239,8 @@ func (fp *fileProbes) drop(offsets []uint64, why error, dead map[*plan.Func]bool
 		case fp.entry[i]:
 			dead[f] = true
 			warnf("not tracing %s: the kernel refuses a uprobe at its entry (%v)", f.Node.Name(), why)
+		case bpf.CookieKind(p.Cookie) == bpf.KindEntry: // a call site
+			warnf("%s: the kernel refuses the probe on one of its call sites, at file offset %#x of %s (%v); the calls made there are not counted", f.Node.Name(), p.Offset, fp.obj.Base(), why)
 		default:
 			warnf("%s: the kernel refuses a probe at file offset %#x (%v); what it would show is inferred", f.Node.Name(), p.Offset, why)
 		}

@@ -150,7 +150,7 @@ func compensate(p *cct.Profile, pl *plan.Plan, c *calibrate.Result, stage func(i
 // ProbePair returns the probe classes of a planned function, which select
 // its calibrated costs.
 func ProbePair(f *plan.Func) calibrate.Pair {
-	p := calibrate.Pair{Entry: f.Entry.Class, Exit: calibrate.ExitNone}
+	p := calibrate.Pair{Entry: f.EntryClass(), Exit: calibrate.ExitNone}
 	if len(f.Exits) > 0 {
 		p.Exit = calibrate.ExitRet
 		if f.Exits[0].Kind == bpf.KindReturn {
@@ -224,6 +224,14 @@ func (s *Session) comments(st bpf.Stats) []string {
 	}
 	if ss.Unfinished > 0 {
 		c = append(c, fmt.Sprintf("%d calls still running at the end, timed up to it", ss.Unfinished))
+	}
+	for _, u := range pl.Untraced {
+		c = append(c, "INCOMPLETE: not traced, no safe probe site: "+u+"; its callees appear under its caller")
+	}
+	for _, f := range pl.Funcs {
+		if len(f.CallSites) > 0 {
+			c = append(c, fmt.Sprintf("%s: calls counted at %d call sites in the traced code (its entry cannot carry a probe safely); calls from elsewhere not seen", f.Node.Name(), len(f.CallSites)))
+		}
 	}
 	if n := len(pl.Graph.Skipped) + len(pl.Graph.Excluded); n > 0 {
 		c = append(c, fmt.Sprintf("%d callees excluded or not traceable (see --dry-run)", n))

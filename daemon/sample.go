@@ -117,7 +117,9 @@ func newSampleUnwinder(pr *Prepared, r *stackReconciler, base cct.FuncID) *sampl
 	u := &sampleUnwinder{stackReconciler: r, pid: pr.Proc.Pid, base: base, extra: map[uint64]cct.FuncID{}, probes: map[uint64]bool{}}
 	for _, f := range pr.Plan.Funcs {
 		bias := f.Node.Obj.Bias
-		u.probes[f.Entry.Addr+bias] = true
+		for _, p := range f.EntryProbes() {
+			u.probes[p.Addr+p.Obj.Bias] = true
+		}
 		for _, p := range f.Exits {
 			u.probes[p.Addr+bias] = true
 		}
