@@ -67,7 +67,8 @@ func SIMDHasAVX512(t testing.TB) bool {
 	return CPUHas(t, "avx512bw") && CPUHas(t, "avx512vl")
 }
 
-// CPUHas reports whether /proc/cpuinfo lists flag for the first CPU.
+// CPUHas reports whether /proc/cpuinfo lists flag for the first CPU (a
+// CPU feature such as avx512f).
 func CPUHas(t testing.TB, flag string) bool {
 	t.Helper()
 	b, err := os.ReadFile("/proc/cpuinfo")
