@@ -126,7 +126,8 @@ func plural(n int, what string) string {
 }
 
 // checkSafe decodes the instruction under every probe of the plan and
-// fails if one may not carry a probe (x86.Hazard): the last guard of the
+// fails if one may not carry a probe (x86.ProbeClass says unprobeable, or
+// an optimized probe away from a function's entry): the last guard of the
 // rule that kprofd never changes what the target computes. Each placing
 // function checks already; this catches a placement that forgot to.
 func (pl *Plan) checkSafe() error {
@@ -135,8 +136,11 @@ func (pl *Plan) checkSafe() error {
 		if err != nil {
 			return fmt.Errorf("%s: probe at %#x of %s on undecodable code: %w", owner, p.Addr, obj.Base(), err)
 		}
-		if h := x86.Hazard(&in); h != "" {
-			return fmt.Errorf("%s: probe planned at %#x of %s on %s, which is %s", owner, p.Addr, obj.Base(), describe(&in), h)
+		switch c := x86.ProbeClass(&in); {
+		case c == x86.ClassUnprobeable:
+			return fmt.Errorf("%s: probe planned at %#x of %s on %s, which is %s", owner, p.Addr, obj.Base(), describe(&in), x86.Hazard(&in))
+		case c == x86.ClassOptimized && (p.Kind != bpf.KindEntry && p.Kind != bpf.KindReturn && p.Kind != bpf.KindSync || p.CallSite):
+			return fmt.Errorf("%s: probe planned at %#x of %s, %s", owner, p.Addr, obj.Base(), x86.RedZoneHazard)
 		}
 		return nil
 	}

@@ -42,6 +42,12 @@ func TestEntrySite(t *testing.T) {
 		// cs nopw (refused by the kernel), then push.
 		{"cs nopw, then push", []byte{0x2e, 0x66, 0x0f, 0x1f, 0x84, 0x00, 0x00, 0x00, 0x00, 0x00, 0x55}, nil, 10, x86.ClassEmulated, 0, false},
 		{"endbr64, vzeroupper, push", []byte{0xf3, 0x0f, 0x1e, 0xfa, 0xc5, 0xf8, 0x77, 0x55}, nil, 7, x86.ClassEmulated, 0, false},
+		// An optimized probe writes below rsp: after endbr64 nothing
+		// lives there, after a store into the red zone something may.
+		{"endbr64, nop5", []byte{0xf3, 0x0f, 0x1e, 0xfa, 0x0f, 0x1f, 0x44, 0x00, 0x00, 0xc3}, nil, 4, x86.ClassOptimized, 0, false},
+		{"red-zone store, nop5, ret", []byte{0x48, 0x89, 0x7c, 0x24, 0xf8, 0x0f, 0x1f, 0x44, 0x00, 0x00, 0xc3}, nil, 0, x86.ClassStepped, 0, true},
+		// mov $39,%eax; syscall; ret: the mov, never the syscall.
+		{"getpid", []byte{0xb8, 0x27, 0x00, 0x00, 0x00, 0x0f, 0x05, 0xc3}, nil, 0, x86.ClassStepped, 0, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p, notes, err := entrySite(tc.code, base, tc.targets, nil)

@@ -303,10 +303,15 @@ func safeSite(n *callgraph.Node, addr uint64) (uint64, error) {
 		if err != nil {
 			break
 		}
-		if x86.ProbeClass(&in) != x86.ClassUnprobeable {
+		switch x86.ProbeClass(&in) {
+		case x86.ClassUnprobeable:
+			hazards = append(hazards, fmt.Sprintf("%s at %#x is %s", describe(&in), at, x86.Hazard(&in)))
+		case x86.ClassOptimized:
+			// Inside a function the red zone may hold data.
+			hazards = append(hazards, fmt.Sprintf("%#x is %s", at, x86.RedZoneHazard))
+		default:
 			return at, nil
 		}
-		hazards = append(hazards, fmt.Sprintf("%s at %#x is %s", describe(&in), at, x86.Hazard(&in)))
 		if in.IsBranch() {
 			break
 		}
@@ -451,7 +456,8 @@ func entrySite(code []byte, addr uint64, targets []uint64, reserved func(uint64)
 	var (
 		stepped *Probe // the first safe instruction, single-stepped
 		hazards []string
-		depth   int // bytes pushed since the entry
+		depth   int  // bytes pushed since the entry
+		stored  bool // an instruction walked may have stored below rsp
 	)
 	hazard := func(why string) {
 		if len(hazards) == 0 {
@@ -465,6 +471,8 @@ func entrySite(code []byte, addr uint64, targets []uint64, reserved func(uint64)
 		switch {
 		case c == x86.ClassUnprobeable:
 			hazard(fmt.Sprintf("%s at +%#x is %s", describe(&in), off, x86.Hazard(&in)))
+		case c == x86.ClassOptimized && stored:
+			hazard(fmt.Sprintf("+%#x is %s", off, x86.RedZoneHazard))
 		case reserved != nil && reserved(at):
 			hazard(fmt.Sprintf("+%#x carries a call-site probe", off))
 		case in.IsRet() && off > 0:
@@ -483,6 +491,7 @@ func entrySite(code []byte, addr uint64, targets []uint64, reserved func(uint64)
 			break
 		}
 		depth -= d
+		stored = stored || mayStoreBelowSP(&in)
 		off += in.Len
 		next := addr + uint64(off)
 		if _, target := slices.BinarySearch(targets, next); target || off >= len(code) {
@@ -508,6 +517,21 @@ func entrySite(code []byte, addr uint64, targets []uint64, reserved func(uint64)
 		}
 	}
 	return Probe{}, nil, fmt.Errorf("%w at its entry: %s", errNoSafeSite, why)
+}
+
+// mayStoreBelowSP reports an instruction with a memory operand other than
+// a push: it may keep data in the red zone, which an optimized probe
+// after it would overwrite.
+func mayStoreBelowSP(in *x86.Inst) bool {
+	if in.Endbr || in.Op == x86asm.PUSH || in.Op == x86asm.NOP {
+		return false
+	}
+	for _, a := range in.Args {
+		if _, ok := a.(x86asm.Mem); ok {
+			return true
+		}
+	}
+	return in.Op == 0 // decoded by length only: assume the worst
 }
 
 func describe(in *x86.Inst) string {
