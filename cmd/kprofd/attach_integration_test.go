@@ -304,6 +304,34 @@ func TestAttachDryRun(t *testing.T) {
 	testtarget.CheckNoProbes(t, target.Pid())
 }
 
+// TestAttachDryRunSIMD lists how functions that start with SIMD code are
+// counted: past the SIMD code, at their call sites, or not at all.
+func TestAttachDryRunSIMD(t *testing.T) {
+	bin := buildKprofd(t)
+	target := testtarget.Start(t, testtarget.BuildSIMD(t))
+	cmd := exec.Command(bin, "attach", "-p", fmt.Sprint(target.Pid()), "--root", "handle_request", "--dry-run")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("%v\n%s%s", err, out, stderr.Bytes())
+	}
+	for _, want := range []string{
+		`(?m)^\d+\s+avx_fill\s+simd\s+1 call site\s+emulated\s+1 ret\s+calls counted at 1 call site in the traced code, since no instruction a probe may safely go on at its entry: vmovd at \+0x0 is VEX-encoded`,
+		`(?m)^\d+\s+vzu_first\s+simd\s+\+0x3\s+emulated\s`,
+		`(?m)^\d+\s+avx2_only\s+simd\s+none\s+-\s+none\s+NOT TRACED`,
+		`(?m)^not traced: simd:avx2_only: .*; and no call of it in the traced code can carry a probe \(1 conditional tail call\)$`,
+	} {
+		if !regexp.MustCompile(want).Match(out) {
+			t.Errorf("dry run does not match %s:\n%s", want, out)
+		}
+	}
+	if !strings.Contains(stderr.String(), "kprofd: warning: not tracing simd:avx2_only") {
+		t.Errorf("no warning about avx2_only on stderr:\n%s", stderr.Bytes())
+	}
+	testtarget.CheckNoProbes(t, target.Pid())
+}
+
 // readProfile parses and checks a pprof file.
 func readProfile(t *testing.T, path string) *profile.Profile {
 	t.Helper()
