@@ -163,11 +163,11 @@ type demotion struct {
 }
 
 // decide takes the call rates of the last window (calls per second, by
-// function id) and the target's CPU time per second in it (ns/s, probes
-// included), and returns the demotions that bring the predicted overhead
-// within budget, applying them to the model, and the overhead it
-// predicted before them.
-func (m *costModel) decide(rates []float64, cpu float64) ([]demotion, float64) {
+// function id), the target's CPU time per second in it (ns/s, probes
+// included) and the number of samples that measured it, and returns the
+// demotions that bring the predicted overhead within budget, applying
+// them to the model, and the overhead it predicted before them.
+func (m *costModel) decide(rates []float64, cpu float64, samples uint64) ([]demotion, float64) {
 	probe := 0.0
 	for i, r := range rates {
 		if i < len(m.funcs) {
@@ -184,9 +184,16 @@ func (m *costModel) decide(rates []float64, cpu float64) ([]demotion, float64) {
 	if probe/own <= m.budget {
 		return nil, probe / own
 	}
+	// The target's own time is a difference: CPU time, counted by n
+	// samples (relative error about 1/sqrt(n)), less the predicted probe
+	// time. When it is within twice that error of zero, or floored, the
+	// target's own work is not measured and no prediction of what is left
+	// after a demotion can be trusted: take the single largest step and
+	// let the next window measure again.
+	guessed := own > cpu-probe || samples == 0 || own < 2*cpu/math.Sqrt(float64(samples))
 	before := probe / own
 	var out []demotion
-	for probe/own > m.budget {
+	for probe/own > m.budget && !(guessed && len(out) > 0) {
 		// Rank by what a function's demotion can save in all (calibration
 		// noise can make one step, its exits, look free), and take one
 		// step: its exits first.
@@ -201,6 +208,9 @@ func (m *costModel) decide(rates []float64, cpu float64) ([]demotion, float64) {
 			}
 			f := &m.funcs[i]
 			gain := rates[i] * (f.cost.at(f.stage) - f.cost.at(reach))
+			if guessed {
+				st = reach // one step: the largest
+			}
 			if gain > bestGain || (gain == bestGain && best >= 0 && len(f.callees) < len(m.funcs[best].callees)) {
 				best, bestStage, bestGain = i, st, gain
 			}

@@ -42,7 +42,8 @@ func TestCostModel(t *testing.T) {
 		}
 		return strings.Join(s, " ")
 	}
-	const cpu = 1e9 // one CPU busy
+	const cpu = 1e9     // one CPU busy
+	const many = 100000 // samples: the CPU time is known exactly
 
 	m := newCostModel(pl, costs, 0.10)
 	// 1000 calls/s of everything: about 0.1% overhead.
@@ -50,7 +51,7 @@ func TestCostModel(t *testing.T) {
 	for name := range byName {
 		calm[name] = 1000
 	}
-	if ds, _ := m.decide(rates(calm), cpu); len(ds) != 0 {
+	if ds, _ := m.decide(rates(calm), cpu, many); len(ds) != 0 {
 		t.Errorf("within budget, demoted %s", decisions(ds))
 	}
 
@@ -58,11 +59,11 @@ func TestCostModel(t *testing.T) {
 	// on three busy CPUs: it goes all the way in one decision, and the
 	// rest fits the budget.
 	hot := map[string]float64{"walk": 2e6, "parse": 1000, "handle_request": 1000}
-	if got, want := decisions(first(m.decide(rates(hot), 3*cpu))), "walk:all"; got != want {
+	if got, want := decisions(first(m.decide(rates(hot), 3*cpu, many))), "walk:all"; got != want {
 		t.Errorf("hot walk: %s, want %s", got, want)
 	}
 	// Once gone it costs nothing: no further demotion.
-	if ds, _ := m.decide(rates(hot), 3*cpu); len(ds) != 0 {
+	if ds, _ := m.decide(rates(hot), 3*cpu, many); len(ds) != 0 {
 		t.Errorf("walk already demoted, then %s", decisions(ds))
 	}
 
@@ -70,11 +71,33 @@ func TestCostModel(t *testing.T) {
 	// may only lose its exits. Once lib_helper is demoted too, its entry
 	// can go.
 	m = newCostModel(pl, costs, 0.10)
-	if got, want := decisions(first(m.decide(rates(map[string]float64{"lib_compute": 2e6}), cpu))), "lib_compute:exi"; got != want {
+	if got, want := decisions(first(m.decide(rates(map[string]float64{"lib_compute": 2e6}), cpu, many))), "lib_compute:exi"; got != want {
 		t.Errorf("hot caller of a probed callee: %s, want %s", got, want)
 	}
-	if got, want := decisions(first(m.decide(rates(map[string]float64{"lib_compute": 2e6, "lib_helper": 4e6}), cpu))), "lib_helper:all lib_compute:all"; got != want {
+	both := rates(map[string]float64{"lib_compute": 2e6, "lib_helper": 4e6})
+	// The target's own time measured, as much as lib_compute's entries
+	// cost: with lib_helper gone, lib_compute's still cost 100% of it.
+	computeEntries := 2e6 * costs[byName["lib_compute"].ID].entry
+	busy := 2*computeEntries + 4e6*costs[byName["lib_helper"].ID].full
+	if got, want := decisions(first(m.decide(both, busy, many))), "lib_helper:all lib_compute:all"; got != want {
 		t.Errorf("hot caller and callee: %s, want %s", got, want)
+	}
+	// The same window measured by a few samples: the target's own time,
+	// a small difference of two large numbers, is within the sampling
+	// error of zero: one step.
+	m = newCostModel(pl, costs, 0.10)
+	m.funcs[byName["lib_compute"].ID].stage = StageEntry
+	if got, want := decisions(first(m.decide(both, busy, 10))), "lib_helper:all"; got != want {
+		t.Errorf("own time within the sampling error: %s, want %s", got, want)
+	}
+	// On one CPU the same rates would need more than all of it for the
+	// probes alone: the target's own time is not measured, so nothing
+	// after one demotion can be predicted. One step, the largest, then
+	// the next window measures again.
+	m = newCostModel(pl, costs, 0.10)
+	m.funcs[byName["lib_compute"].ID].stage = StageEntry
+	if got, want := decisions(first(m.decide(both, cpu, many))), "lib_helper:all"; got != want {
+		t.Errorf("probes predicted to take all the CPU: %s, want %s", got, want)
 	}
 
 	// Calibration noise can make a function's exits look free (entry
@@ -83,13 +106,13 @@ func TestCostModel(t *testing.T) {
 	walk := byName["walk"].ID
 	noisy[walk].entry = noisy[walk].full
 	m = newCostModel(pl, noisy, 0.10)
-	if got, want := decisions(first(m.decide(rates(hot), 3*cpu))), "walk:all"; got != want {
+	if got, want := decisions(first(m.decide(rates(hot), 3*cpu, many))), "walk:all"; got != want {
 		t.Errorf("hot walk with free exits: %s, want %s", got, want)
 	}
 
 	// The root keeps its probes whatever they cost.
 	m = newCostModel(pl, costs, 0.10)
-	if ds, _ := m.decide(rates(map[string]float64{"handle_request": 5e6}), cpu); len(ds) != 0 {
+	if ds, _ := m.decide(rates(map[string]float64{"handle_request": 5e6}), cpu, many); len(ds) != 0 {
 		t.Errorf("hot root: demoted %s", decisions(ds))
 	}
 }

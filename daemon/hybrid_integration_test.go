@@ -5,6 +5,7 @@ package daemon_test
 import (
 	"fmt"
 	"maps"
+	"slices"
 	"regexp"
 	"testing"
 
@@ -85,11 +86,17 @@ func TestHybridDemotesHotLeaf(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// What the design guarantees is the end state: hot_leaf has lost
+	// all its probes, and nothing else any. (Whether it got there in one
+	// step or lost its exits first depends on what the first windows
+	// measured.)
 	ds := s.Demotions()
-	if len(ds) != 1 || ds[0].ID != hot.ID || ds[0].Stage != daemon.StageSampled {
-		t.Fatalf("demotions %v, want hot_leaf's probes all dropped", ds)
+	if len(ds) == 0 || slices.ContainsFunc(ds, func(d daemon.Demotion) bool { return d.ID != hot.ID }) || ds[len(ds)-1].Stage != daemon.StageSampled {
+		t.Fatalf("demotions %v, want hot_leaf's probes all dropped, nothing else demoted", ds)
 	}
-	t.Logf("demoted %s (detaching took %v)", ds[0], ds[0].Detach)
+	for _, d := range ds {
+		t.Logf("demoted %s (detaching took %v)", d, d.Detach)
+	}
 	if probedAt(t, target.Pid(), hot) || !probedAt(t, target.Pid(), medium) {
 		t.Errorf("after the demotion: hot_leaf probed %v, medium probed %v; want false, true",
 			probedAt(t, target.Pid(), hot), probedAt(t, target.Pid(), medium))

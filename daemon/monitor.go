@@ -100,11 +100,16 @@ func (m *monitor) step(now time.Time) error {
 	// The target cannot use more than every CPU; a window whose samples
 	// say otherwise would hide any overhead.
 	cpu := min(float64(c.samples-old.samples)*float64(m.period)/dt, float64(runtime.NumCPU())*1e9)
-	ds, predicted := m.model.decide(m.rates, cpu)
+	ds, predicted := m.model.decide(m.rates, cpu, c.samples-old.samples)
 	m.mu.Lock()
 	m.readings++
 	m.peak = max(m.peak, predicted)
 	m.mu.Unlock()
+	if len(ds) > 0 {
+		// Rates measured before the probes went are no guide to what
+		// is left: the next decisions measure from here.
+		m.history = m.history[len(m.history)-1:]
+	}
 	for _, d := range ds {
 		f := m.s.prep.Plan.Funcs[d.id]
 		t0 := time.Now()
