@@ -5,8 +5,8 @@ package daemon_test
 import (
 	"fmt"
 	"maps"
-	"slices"
 	"regexp"
+	"slices"
 	"testing"
 
 	"github.com/google/pprof/profile"
