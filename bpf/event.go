@@ -112,6 +112,10 @@ type Stack struct {
 	Kernel bool
 	// PC, SP and BP are the user registers at the probe or sample.
 	PC, SP, BP uint64
+	// Delta turns a stack address into the form event slots take: 0, or
+	// for a goroutine (Config.Go) the distance of its stack's top from a
+	// fixed address, so that slots survive the stack being copied.
+	Delta uint64
 	// Data is the stack memory from SP up.
 	Data []byte
 }

@@ -35,6 +35,17 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #define KIND_SIGRETURN 8
 #define KIND_SAMPLE 9
 
+// Just the fields kprofd reads; CO-RE finds them in the kernel's BTF.
+struct thread_struct {
+	unsigned long fsbase;
+} __attribute__((preserve_access_index));
+
+struct task_struct {
+	int pid;
+	int tgid;
+	struct thread_struct thread;
+} __attribute__((preserve_access_index));
+
 // kprofd_perf_event's context (linux/bpf_perf_event.h, whose asm include
 // the BPF target lacks).
 struct bpf_perf_event_data {
@@ -99,12 +110,15 @@ const struct kprofd_event *unused_event __attribute__((unused));
 
 // A captured user stack: a KIND_STACK or KIND_SAMPLE event (slot: the
 // root's slot; func: bytes of data; adjust: the capture's cost), the user
-// registers, and a copy of the stack from sp up.
+// registers, what turns a stack address into an event's slot (delta: 0,
+// or for a goroutine GO_TOP less its stack's top), and a copy of the
+// stack from sp up.
 struct kprofd_stack {
 	struct kprofd_event ev;
 	__u64 pc;
 	__u64 sp;
 	__u64 bp;
+	__u64 delta;
 	__u8 data[STACK_MAX];
 };
 
@@ -143,6 +157,30 @@ struct {
 	__type(value, struct kprofd_thread);
 } threads SEC(".maps");
 
+// Go targets: the context is the goroutine's, not the thread's (goroutines
+// move between threads, and a thread runs other goroutines meanwhile),
+// keyed by goroutine id and dropped when the goroutine leaves the root.
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1 << 14);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, __u64);
+	__type(value, struct kprofd_thread);
+} goroutines SEC(".maps");
+
+// An all-zero context to create goroutines' from (too big for the BPF
+// stack).
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct kprofd_thread);
+} zero_context SEC(".maps");
+
+// Keeps struct kprofd_thread in BTF for bpf2go: the daemon reads the
+// goroutines' batches at the end of a session.
+const struct kprofd_thread *unused_thread __attribute__((unused));
+
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, STAT_MAX);
@@ -174,6 +212,23 @@ volatile const __u64 check_interval_ns = 0;
 volatile const __u8 count_calls = 0;
 // The sampling program runs: mark the threads the probe program runs on.
 volatile const __u8 sampling = 0;
+// A Go target: contexts and events are per goroutine. The running
+// goroutine's g is at go_g_tls from the thread's fs base (the TLS slot the
+// Go runtime keeps it in: R14 holds it only in ABIInternal code), its id
+// at go_goid_off in g and its stack's top (g.stack.hi) at go_stack_hi_off.
+volatile const __u8 go_mode = 0;
+volatile const __s64 go_g_tls = -8;
+volatile const __u32 go_goid_off = 152;
+volatile const __u32 go_stack_hi_off = 8;
+
+// A goroutine's stack moves when it grows (runtime.copystack), keeping
+// every frame's distance from the stack's top: events carry slots as that
+// distance below GO_TOP, which a copy does not change and which orders
+// frames as addresses do.
+#define GO_TOP (1ULL << 46)
+// Deeper than this below g.stack.hi, a stack pointer is not on the
+// goroutine's stack (the runtime runs on g0's, or a signal's).
+#define GO_STACK_MAX (1ULL << 30)
 
 static __always_inline void count(__u32 idx, __u64 n)
 {
@@ -195,6 +250,35 @@ static __always_inline __u32 target_tid(void)
 static __always_inline struct kprofd_thread *current_thread(void)
 {
 	return bpf_task_storage_get(&threads, bpf_get_current_task_btf(), 0, 0);
+}
+
+// current_goroutine reads the running goroutine's id and stack top from
+// its g; it returns 0 on g0 or a signal stack (whose goid is 0), or when g
+// cannot be read.
+static __always_inline int current_goroutine(__u64 *goid, __u64 *hi)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	__u64 g = 0;
+	if (bpf_probe_read_user(&g, sizeof(g), (void *)(task->thread.fsbase + go_g_tls)) || !g)
+		return 0;
+	if (bpf_probe_read_user(goid, sizeof(*goid), (void *)(g + go_goid_off)) ||
+	    bpf_probe_read_user(hi, sizeof(*hi), (void *)(g + go_stack_hi_off)))
+		return 0;
+	return *goid != 0;
+}
+
+// goroutine returns a goroutine's context, creating it when create is set.
+static __always_inline struct kprofd_thread *goroutine(__u64 goid, int create)
+{
+	struct kprofd_thread *th = bpf_map_lookup_elem(&goroutines, &goid);
+	if (th || !create)
+		return th;
+	__u32 key = 0;
+	struct kprofd_thread *z = bpf_map_lookup_elem(&zero_context, &key);
+	if (!z)
+		return 0;
+	bpf_map_update_elem(&goroutines, &goid, z, BPF_NOEXIST);
+	return bpf_map_lookup_elem(&goroutines, &goid);
 }
 
 // output hands the first n events of the thread's batch to the ring
@@ -264,7 +348,7 @@ static __always_inline struct kprofd_event *append(struct kprofd_thread *th, __u
 // stack pointer up to the root's frame, as one record of the given kind
 // after it. The record's adjust is what flushing and copying cost the
 // thread.
-static __always_inline void capture(__u64 ip, __u64 sp, __u64 bp, struct kprofd_thread *th, __u32 tid, __u8 kind, __u8 flags)
+static __always_inline void capture(__u64 ip, __u64 sp, __u64 bp, __u64 delta, struct kprofd_thread *th, __u32 tid, __u8 kind, __u8 flags)
 {
 	__u64 t0 = bpf_ktime_get_ns();
 	flush(th);
@@ -274,13 +358,15 @@ static __always_inline void capture(__u64 ip, __u64 sp, __u64 bp, struct kprofd_
 		return;
 	}
 	__u64 n = STACK_MAX;
-	if (th->root_slot + 8 > sp && th->root_slot + 8 - sp < STACK_MAX)
-		n = th->root_slot + 8 - sp;
+	__u64 root = th->root_slot - delta; // the root's slot as an address
+	if (root + 8 > sp && root + 8 - sp < STACK_MAX)
+		n = root + 8 - sp;
 	if (bpf_probe_read_user(st->data, n, (void *)sp))
 		n = 0;
 	st->pc = ip;
 	st->sp = sp;
 	st->bp = bp;
+	st->delta = delta;
 	st->ev.slot = th->root_slot;
 	st->ev.tid = tid;
 	st->ev.func = n;
@@ -348,7 +434,7 @@ static __always_inline int shadow(struct kprofd_thread *th, __u8 kind, __u64 slo
 }
 
 static __always_inline void handle_thread(struct pt_regs *ctx, struct kprofd_thread *th, __u64 now, __u32 tid,
-					  __u64 cookie, __u8 kind, __u64 slot);
+					  __u64 cookie, __u8 kind, __u64 slot, __u64 delta);
 
 static __always_inline int handle(struct pt_regs *ctx)
 {
@@ -371,11 +457,22 @@ static __always_inline int handle(struct pt_regs *ctx)
 			*c += 1;
 	}
 
-	// Only a root's probes create a thread's context; any other probe
-	// of a thread that never entered a root stops here.
-	struct kprofd_thread *th = bpf_task_storage_get(
-		&threads, bpf_get_current_task_btf(), 0,
-		(cookie & COOKIE_ROOT) ? BPF_LOCAL_STORAGE_GET_F_CREATE : 0);
+	// Only a root's probes create a thread's (goroutine's) context; any
+	// other probe of a thread that never entered a root stops here.
+	struct kprofd_thread *th;
+	__u64 goid = 0, delta = 0;
+	if (go_mode) {
+		__u64 hi = 0;
+		if (!current_goroutine(&goid, &hi) || sp > hi || hi - sp > GO_STACK_MAX)
+			return 0; // the runtime on g0's or a signal's stack
+		delta = GO_TOP - hi;
+		slot += delta;
+		tid = (__u32)goid; // the daemon keys stacks by it
+		th = goroutine(goid, (cookie & COOKIE_ROOT) != 0);
+	} else {
+		th = bpf_task_storage_get(&threads, bpf_get_current_task_btf(), 0,
+					  (cookie & COOKIE_ROOT) ? BPF_LOCAL_STORAGE_GET_F_CREATE : 0);
+	}
 	if (!th) {
 		if (cookie & COOKIE_ROOT)
 			count(STAT_NO_STORAGE, 1);
@@ -383,14 +480,18 @@ static __always_inline int handle(struct pt_regs *ctx)
 	}
 	if (sampling)
 		th->busy = 1;
-	handle_thread(ctx, th, now, tid, cookie, kind, slot);
+	handle_thread(ctx, th, now, tid, cookie, kind, slot, delta);
 	if (sampling)
 		th->busy = 0;
+	// A goroutine that left the root (its batch flushed) has no more use
+	// for its context, and goroutines come and go by the thousand.
+	if (go_mode && !th->root_slot)
+		bpf_map_delete_elem(&goroutines, &goid);
 	return 0;
 }
 
 static __always_inline void handle_thread(struct pt_regs *ctx, struct kprofd_thread *th, __u64 now, __u32 tid,
-					  __u64 cookie, __u8 kind, __u64 slot)
+					  __u64 cookie, __u8 kind, __u64 slot, __u64 delta)
 {
 	if (kind == KIND_SIGRETURN) {
 		// A handler returns; the end of one started outside the root
@@ -416,10 +517,12 @@ static __always_inline void handle_thread(struct pt_regs *ctx, struct kprofd_thr
 	// frame ended by this time.
 	// (A signal handler may run on another stack: no such conclusion
 	// inside one.)
+	// (In Go, an entry at the root's slot is the root starting over after
+	// growing its stack: runtime.morestack returns to its entry.)
 	if (th->root_slot && !th->sigdepth &&
 	    (slot > th->root_slot ||
 	     (slot == th->root_slot && (kind == KIND_SYNC ||
-					(kind == KIND_ENTRY && !(cookie & COOKIE_ROOT_TAIL)))))) {
+					(kind == KIND_ENTRY && !(cookie & COOKIE_ROOT_TAIL) && !go_mode))))) {
 		struct kprofd_event *e = append(th, now);
 		e->slot = ~0ULL;
 		e->tid = tid;
@@ -452,8 +555,12 @@ static __always_inline void handle_thread(struct pt_regs *ctx, struct kprofd_thr
 		return;
 	}
 	int matched = shadow(th, kind, slot);
+	// Go: no reconciliation yet (the stack-slot rule alone keeps the
+	// stacks; a Go binary has no .eh_frame to unwind by).
+	if (go_mode)
+		return;
 	if (!matched || (cookie & COOKIE_CAPTURE) || (check_interval_ns && now - th->last_check > check_interval_ns))
-		capture(PT_REGS_IP(ctx), PT_REGS_SP(ctx), PT_REGS_FP(ctx), th, tid, KIND_STACK, 0);
+		capture(PT_REGS_IP(ctx), PT_REGS_SP(ctx), PT_REGS_FP(ctx), 0, th, tid, KIND_STACK, 0);
 }
 
 SEC("uprobe.multi")
@@ -476,7 +583,7 @@ SEC("raw_tracepoint/sched_process_exit")
 int kprofd_exit(void *ctx)
 {
 	__u32 tid = target_tid();
-	if (!tid)
+	if (!tid || go_mode) // goroutines outlive threads
 		return 0;
 	struct kprofd_thread *th = current_thread();
 	if (!th)
@@ -503,7 +610,7 @@ SEC("raw_tracepoint/sched_process_exec")
 int kprofd_exec(void *ctx)
 {
 	__u32 tid = target_tid();
-	if (!tid)
+	if (!tid || go_mode)
 		return 0;
 	struct kprofd_thread *th = current_thread();
 	if (!th || !th->root_slot)
@@ -535,7 +642,7 @@ SEC("raw_tracepoint/signal_deliver")
 int kprofd_signal(struct bpf_raw_tracepoint_args *ctx)
 {
 	__u32 tid = target_tid();
-	if (!tid)
+	if (!tid || go_mode) // Go's handlers run on the signal goroutine
 		return 0;
 	struct kprofd_thread *th = current_thread();
 	if (!th || !th->root_slot)
@@ -567,7 +674,18 @@ int kprofd_sample(struct bpf_perf_event_data *ctx)
 	if (!tid)
 		return 0;
 	count(STAT_TARGET_SAMPLES, 1);
-	struct kprofd_thread *th = current_thread();
+	struct kprofd_thread *th;
+	__u64 delta = 0;
+	if (go_mode) {
+		__u64 goid = 0, hi = 0;
+		if (!current_goroutine(&goid, &hi))
+			return 0;
+		delta = GO_TOP - hi;
+		tid = (__u32)goid;
+		th = goroutine(goid, 0);
+	} else {
+		th = current_thread();
+	}
 	if (!th || !th->root_slot)
 		return 0;
 	count(STAT_ROOT_SAMPLES, 1);
@@ -579,15 +697,9 @@ int kprofd_sample(struct bpf_perf_event_data *ctx)
 	if (bpf_probe_read_kernel(&regs, sizeof(regs), (void *)bpf_task_pt_regs(bpf_get_current_task_btf())))
 		return 0;
 	__u8 flags = (ctx->regs.cs & 3) ? 0 : FLAG_KERNEL;
-	capture(regs.rip, regs.rsp, regs.rbp, th, tid, KIND_SAMPLE, flags);
+	capture(regs.rip, regs.rsp, regs.rbp, delta, th, tid, KIND_SAMPLE, flags);
 	return 0;
 }
-
-// Just the fields kprofd_drain reads; CO-RE finds them in the kernel's BTF.
-struct task_struct {
-	int pid;
-	int tgid;
-} __attribute__((preserve_access_index));
 
 struct seq_file;
 

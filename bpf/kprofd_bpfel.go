@@ -26,12 +26,13 @@ type kprofdKprofdEvent struct {
 }
 
 type kprofdKprofdStack struct {
-	_    structs.HostLayout
-	Ev   kprofdKprofdEvent
-	Pc   uint64
-	Sp   uint64
-	Bp   uint64
-	Data [16384]uint8
+	_     structs.HostLayout
+	Ev    kprofdKprofdEvent
+	Pc    uint64
+	Sp    uint64
+	Bp    uint64
+	Delta uint64
+	Data  [16384]uint8
 }
 
 type kprofdKprofdThread struct {
@@ -55,8 +56,10 @@ type kprofdKprofdThread struct {
 const (
 	kprofdMapCalls           = "calls"
 	kprofdMapEvents          = "events"
+	kprofdMapGoroutines      = "goroutines"
 	kprofdMapStats           = "stats"
 	kprofdMapThreads         = "threads"
+	kprofdMapZeroContext     = "zero_context"
 	kprofdProgKprofdDrain    = "kprofd_drain"
 	kprofdProgKprofdEmpty    = "kprofd_empty"
 	kprofdProgKprofdExec     = "kprofd_exec"
@@ -68,10 +71,15 @@ const (
 	kprofdVarBatchAgeNs      = "batch_age_ns"
 	kprofdVarCheckIntervalNs = "check_interval_ns"
 	kprofdVarCountCalls      = "count_calls"
+	kprofdVarGoG_tls         = "go_g_tls"
+	kprofdVarGoGoidOff       = "go_goid_off"
+	kprofdVarGoMode          = "go_mode"
+	kprofdVarGoStackHiOff    = "go_stack_hi_off"
 	kprofdVarSampling        = "sampling"
 	kprofdVarTargetTgid      = "target_tgid"
 	kprofdVarUnusedEvent     = "unused_event"
 	kprofdVarUnusedStack     = "unused_stack"
+	kprofdVarUnusedThread    = "unused_thread"
 	kprofdVarWakeupBytes     = "wakeup_bytes"
 )
 
@@ -131,10 +139,12 @@ type kprofdProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type kprofdMapSpecs struct {
-	Calls   *ebpf.MapSpec `ebpf:"calls"`
-	Events  *ebpf.MapSpec `ebpf:"events"`
-	Stats   *ebpf.MapSpec `ebpf:"stats"`
-	Threads *ebpf.MapSpec `ebpf:"threads"`
+	Calls       *ebpf.MapSpec `ebpf:"calls"`
+	Events      *ebpf.MapSpec `ebpf:"events"`
+	Goroutines  *ebpf.MapSpec `ebpf:"goroutines"`
+	Stats       *ebpf.MapSpec `ebpf:"stats"`
+	Threads     *ebpf.MapSpec `ebpf:"threads"`
+	ZeroContext *ebpf.MapSpec `ebpf:"zero_context"`
 }
 
 // kprofdVariableSpecs contains global variables before they are loaded into the kernel.
@@ -144,10 +154,15 @@ type kprofdVariableSpecs struct {
 	BatchAgeNs      *ebpf.VariableSpec `ebpf:"batch_age_ns"`
 	CheckIntervalNs *ebpf.VariableSpec `ebpf:"check_interval_ns"`
 	CountCalls      *ebpf.VariableSpec `ebpf:"count_calls"`
+	GoG_tls         *ebpf.VariableSpec `ebpf:"go_g_tls"`
+	GoGoidOff       *ebpf.VariableSpec `ebpf:"go_goid_off"`
+	GoMode          *ebpf.VariableSpec `ebpf:"go_mode"`
+	GoStackHiOff    *ebpf.VariableSpec `ebpf:"go_stack_hi_off"`
 	Sampling        *ebpf.VariableSpec `ebpf:"sampling"`
 	TargetTgid      *ebpf.VariableSpec `ebpf:"target_tgid"`
 	UnusedEvent     *ebpf.VariableSpec `ebpf:"unused_event"`
 	UnusedStack     *ebpf.VariableSpec `ebpf:"unused_stack"`
+	UnusedThread    *ebpf.VariableSpec `ebpf:"unused_thread"`
 	WakeupBytes     *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
 }
 
@@ -171,18 +186,22 @@ func (o *kprofdObjects) Close() error {
 //
 // It can be passed to loadKprofdObjects or ebpf.CollectionSpec.LoadAndAssign.
 type kprofdMaps struct {
-	Calls   *ebpf.Map `ebpf:"calls"`
-	Events  *ebpf.Map `ebpf:"events"`
-	Stats   *ebpf.Map `ebpf:"stats"`
-	Threads *ebpf.Map `ebpf:"threads"`
+	Calls       *ebpf.Map `ebpf:"calls"`
+	Events      *ebpf.Map `ebpf:"events"`
+	Goroutines  *ebpf.Map `ebpf:"goroutines"`
+	Stats       *ebpf.Map `ebpf:"stats"`
+	Threads     *ebpf.Map `ebpf:"threads"`
+	ZeroContext *ebpf.Map `ebpf:"zero_context"`
 }
 
 func (m *kprofdMaps) Close() error {
 	return _KprofdClose(
 		m.Calls,
 		m.Events,
+		m.Goroutines,
 		m.Stats,
 		m.Threads,
+		m.ZeroContext,
 	)
 }
 
@@ -193,10 +212,15 @@ type kprofdVariables struct {
 	BatchAgeNs      *ebpf.Variable `ebpf:"batch_age_ns"`
 	CheckIntervalNs *ebpf.Variable `ebpf:"check_interval_ns"`
 	CountCalls      *ebpf.Variable `ebpf:"count_calls"`
+	GoG_tls         *ebpf.Variable `ebpf:"go_g_tls"`
+	GoGoidOff       *ebpf.Variable `ebpf:"go_goid_off"`
+	GoMode          *ebpf.Variable `ebpf:"go_mode"`
+	GoStackHiOff    *ebpf.Variable `ebpf:"go_stack_hi_off"`
 	Sampling        *ebpf.Variable `ebpf:"sampling"`
 	TargetTgid      *ebpf.Variable `ebpf:"target_tgid"`
 	UnusedEvent     *ebpf.Variable `ebpf:"unused_event"`
 	UnusedStack     *ebpf.Variable `ebpf:"unused_stack"`
+	UnusedThread    *ebpf.Variable `ebpf:"unused_thread"`
 	WakeupBytes     *ebpf.Variable `ebpf:"wakeup_bytes"`
 }
 

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"time"
+	"unsafe"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/features"
@@ -15,7 +16,7 @@ import (
 	"github.com/cilium/ebpf/rlimit"
 )
 
-//go:generate go tool bpf2go -cc clang -cflags "-O2 -mcpu=v3 -g -Wall -Werror -D__TARGET_ARCH_x86 -I/usr/include/x86_64-linux-gnu" -target bpfel -type kprofd_event -type kprofd_stack kprofd kprofd.bpf.c
+//go:generate go tool bpf2go -cc clang -cflags "-O2 -mcpu=v3 -g -Wall -Werror -D__TARGET_ARCH_x86 -I/usr/include/x86_64-linux-gnu" -target bpfel -type kprofd_event -type kprofd_stack -type kprofd_thread kprofd kprofd.bpf.c
 
 // Config sets up the probe program for one target process.
 type Config struct {
@@ -40,6 +41,20 @@ type Config struct {
 	// marks the threads it runs on, so that a sample there counts as
 	// kprofd's time.
 	Sampling bool
+	// Go, for a Go target, keys contexts and events by goroutine instead
+	// of by thread: where the running goroutine's g and its fields are.
+	Go *GoLayout
+}
+
+// GoLayout is where, in a Go target, the probe program finds the running
+// goroutine: its g pointer in thread-local storage, and g's fields.
+type GoLayout struct {
+	// GTLS is g's offset from the thread's fs base (-8 in a program
+	// without other thread-local variables).
+	GTLS int64
+	// GoidOff and StackHiOff are the offsets of runtime.g's goid and of
+	// its stack.hi.
+	GoidOff, StackHiOff uint32
 }
 
 // Defaults for Config's zero values.
@@ -86,12 +101,13 @@ const (
 // tracepoints that save the events of exiting and exec'ing threads
 // attached.
 type Program struct {
-	objs     kprofdObjects
-	multi    bool
-	sampling bool        // loaded with Config.Sampling
-	exit     link.Link   // flushes exiting threads
-	exec     link.Link   // ends the frames of a thread that execs
-	signals  []link.Link // marks signal handlers, after TrackSignals
+	objs       kprofdObjects
+	multi      bool
+	sampling   bool        // loaded with Config.Sampling
+	goroutines bool        // loaded with Config.Go
+	exit       link.Link   // flushes exiting threads
+	exec       link.Link   // ends the frames of a thread that execs
+	signals    []link.Link // marks signal handlers, after TrackSignals
 }
 
 // Load checks that the kernel can run kprofd and loads the probe program
@@ -133,8 +149,16 @@ func Load(cfg Config) (*Program, error) {
 	if err := spec.Variables[kprofdVarCheckIntervalNs].Set(uint64(cfg.CheckInterval.Nanoseconds())); err != nil {
 		return nil, fmt.Errorf("setting check_interval_ns: %w", err)
 	}
+	if g := cfg.Go; g != nil {
+		for name, v := range map[string]any{kprofdVarGoMode: true, kprofdVarGoG_tls: g.GTLS,
+			kprofdVarGoGoidOff: g.GoidOff, kprofdVarGoStackHiOff: g.StackHiOff} {
+			if err := spec.Variables[name].Set(v); err != nil {
+				return nil, fmt.Errorf("setting %s: %w", name, err)
+			}
+		}
+	}
 
-	p := &Program{multi: features.HaveBPFLinkUprobeMulti() == nil, sampling: cfg.Sampling}
+	p := &Program{multi: features.HaveBPFLinkUprobeMulti() == nil, sampling: cfg.Sampling, goroutines: cfg.Go != nil}
 	if !p.multi {
 		// The kernel would reject the whole collection for one program
 		// type it does not know.
@@ -223,7 +247,30 @@ func (p *Program) Drain() ([]Event, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading the drain iterator: %w", err)
 	}
-	return appendEvents(nil, raw)
+	evs, err := appendEvents(nil, raw)
+	if err != nil || !p.goroutines {
+		return evs, err
+	}
+	// Goroutines keep their batches in a map: read them from here.
+	var (
+		goid uint64
+		th   kprofdKprofdThread
+	)
+	it2 := p.objs.Goroutines.Iterate()
+	for it2.Next(&goid, &th) {
+		n := min(int(th.N), BatchSize)
+		for i := range n {
+			ev := *(*Event)(unsafe.Pointer(&th.Buf[i]))
+			if i == 0 && th.Lost > 0 {
+				ev.Flags |= FlagLostBefore
+			}
+			evs = append(evs, ev)
+		}
+	}
+	if err := it2.Err(); err != nil {
+		return evs, fmt.Errorf("reading the goroutines' batches: %w", err)
+	}
+	return evs, nil
 }
 
 // Stats reads the program's counters.

@@ -94,14 +94,14 @@ func decodeStack(raw []byte) (Event, Stack, error) {
 		return Event{}, Stack{}, fmt.Errorf("stack record of %d bytes", len(raw))
 	}
 	ev := (*Event)(unsafe.Pointer(&raw[0]))
-	regs := (*[3]uint64)(unsafe.Pointer(&raw[eventSize]))
+	regs := (*[4]uint64)(unsafe.Pointer(&raw[eventSize]))
 	n := int(ev.Func)
 	if n > StackMax || header+n > len(raw) {
 		return Event{}, Stack{}, fmt.Errorf("stack record of %d bytes claims %d bytes of stack", len(raw), n)
 	}
 	return *ev, Stack{
 		Tid: ev.Tid, Time: ev.Time, RootSlot: ev.Slot, Kernel: ev.Flags&FlagKernel != 0,
-		PC: regs[0], SP: regs[1], BP: regs[2],
+		PC: regs[0], SP: regs[1], BP: regs[2], Delta: regs[3],
 		Data: append([]byte(nil), raw[header:header+n]...),
 	}, nil
 }

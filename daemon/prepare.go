@@ -74,6 +74,9 @@ func (c *Config) warnf(format string, args ...any) {
 type Prepared struct {
 	Proc *symbolizer.Process
 	Plan *plan.Plan
+	// Go, for a Go program, is where its runtime keeps the running
+	// goroutine: the session keys its stacks by goroutine.
+	Go *symbolizer.GoRuntime
 }
 
 // Close releases the process's opened files.
@@ -134,5 +137,11 @@ func prepare(cfg Config, p *symbolizer.Process) (*Prepared, error) {
 	for _, u := range pl.Untraced {
 		cfg.warnf("not tracing %s; its callees appear under its caller", u)
 	}
-	return &Prepared{Proc: p, Plan: pl}, nil
+	pr := &Prepared{Proc: p, Plan: pl}
+	if exe := p.Objects[0]; exe.IsGo() {
+		if pr.Go, err = exe.GoRuntime(); err != nil {
+			return nil, err
+		}
+	}
+	return pr, nil
 }

@@ -171,6 +171,9 @@ func (s *Session) comments(st bpf.Stats) []string {
 		fmt.Sprintf("%d functions, %d probes, exits by %s", funcs, probes, pl.Exits),
 		fmt.Sprintf("%d events", ss.Events),
 	}
+	if g := s.prep.Go; g != nil {
+		c = append(c, fmt.Sprintf("Go program (%s): calls kept per goroutine (runtime.g's layout from %s); a call blocked or parked inside the root counts its wall time", g.Version, g.Source))
+	}
 	if s.sampler != nil {
 		c = append(c, fmt.Sprintf("sampled every %s of CPU time: %d samples inside the root, %d of them in kprofd's probes (not the target's time), %d unplaced; estimated times (pprof label timing=estimated, ~ in text views) are CPU time from samples",
 			s.sampler.Period, ss.Samples+st.ProbeSamples, ss.ProbeSamples+st.ProbeSamples, ss.UnplacedSamples))
@@ -187,6 +190,9 @@ func (s *Session) comments(st bpf.Stats) []string {
 	}
 	if st.NoStorage > 0 {
 		c = append(c, fmt.Sprintf("WARNING: %d root entries ignored: no kernel memory for thread context", st.NoStorage))
+	}
+	if ss.Restarts > 0 {
+		c = append(c, fmt.Sprintf("%d calls started over in their own frame after growing their goroutine's stack (counted once)", ss.Restarts))
 	}
 	if ss.InferredExits > 0 {
 		c = append(c, fmt.Sprintf("%d exits inferred from stack pointers (their time is an upper bound)", ss.InferredExits))

@@ -48,13 +48,14 @@ func (r *stackReconciler) planned(obj *symbolizer.Mapped, fn *symbolizer.Func) c
 func (r *stackReconciler) realFrames(st *bpf.Stack, name func(*symbolizer.Mapped, *symbolizer.Func) cct.FuncID) ([]RealFrame, uint64) {
 	frames, _ := r.u.Unwind(unwind.Regs{PC: st.PC, SP: st.SP, BP: st.BP}, unwind.Stack{Addr: st.SP, Data: st.Data}, maxRealFrames)
 	real := make([]RealFrame, 0, len(frames))
-	covered := st.SP
+	// Slots as events carry them (st.Delta: a goroutine's stack moves).
+	covered := st.SP + st.Delta
 	for _, f := range frames {
 		if f.CFA == 0 || f.Obj == nil {
 			break
 		}
-		real = append(real, RealFrame{Slot: f.CFA - 8, Func: name(f.Obj, f.Func)})
-		covered = f.CFA - 8
+		real = append(real, RealFrame{Slot: f.CFA - 8 + st.Delta, Func: name(f.Obj, f.Func)})
+		covered = f.CFA - 8 + st.Delta
 	}
 	return real, covered
 }

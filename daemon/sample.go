@@ -50,7 +50,7 @@ func (s *Simulator) HandleSample(ev *bpf.Event, st *bpf.Stack) {
 		return
 	}
 	th := s.thread(ev.Tid)
-	i, k := s.confirmed(th, real, covered, st.SP)
+	i, k := s.confirmed(th, real, covered, st.SP+st.Delta)
 	if i < 0 {
 		s.stats.UnplacedSamples++
 		return
@@ -136,7 +136,7 @@ func newSampleUnwinder(pr *Prepared, r *stackReconciler, base cct.FuncID) *sampl
 func (u *sampleUnwinder) SampleFrames(st *bpf.Stack) ([]RealFrame, uint64, bool) {
 	// A trap leaves the user pc just past the breakpoint.
 	if u.probes[st.PC] || u.probes[st.PC-1] || u.inUprobes(st.PC) {
-		return nil, st.SP, true
+		return nil, st.SP + st.Delta, true
 	}
 	real, covered := u.realFrames(st, u.funcID)
 	return real, covered, false

@@ -123,6 +123,9 @@ func StartPrepared(pr *Prepared, cfg Config) (_ *Session, err error) {
 	if cfg.Mode == ModeHybrid {
 		bcfg.Funcs = len(pr.Plan.Funcs) // for the cost model
 	}
+	if g := pr.Go; g != nil {
+		bcfg.Go = &bpf.GoLayout{GTLS: g.GTLS, GoidOff: g.GoidOff, StackHiOff: g.StackHiOff}
+	}
 	s.prog, err = bpf.Load(bcfg)
 	if err != nil {
 		return nil, err
@@ -132,6 +135,7 @@ func StartPrepared(pr *Prepared, cfg Config) (_ *Session, err error) {
 		return nil, err
 	}
 	s.sim = NewSimulator(funcInfos(pr))
+	s.sim.SetRestarts(pr.Go != nil)
 	rec := newReconciler(pr)
 	s.sim.SetReconciler(rec)
 	// Watch the target before attaching: a pid that exits now must not be

@@ -39,6 +39,9 @@ type SimStats struct {
 	InferredExits uint64
 	// TailCalls is the number of entries recognised as tail calls.
 	TailCalls uint64
+	// Restarts is the number of entries recognised as a function
+	// starting over in its own frame (SetRestarts).
+	Restarts uint64
 	// Mismatches is the number of exits whose function is not the one of
 	// the frame at their slot.
 	Mismatches uint64
@@ -156,6 +159,10 @@ type Simulator struct {
 	stats   SimStats
 	rec     Reconciler     // nil: stacks are not compared
 	samp    SampleUnwinder // nil: samples are not attributed
+	// restarts: functions can start over in their own frame (Go, whose
+	// prologue calls runtime.morestack when the stack must grow and then
+	// jumps back to the function's entry on the new stack).
+	restarts bool
 }
 
 // NewSimulator returns a simulator for the functions in funcs, indexed by
@@ -322,6 +329,10 @@ func (s *Simulator) entry(th *thread, ev *bpf.Event) {
 	tail := false
 	if n := len(th.frames); n > 0 && th.frames[n-1].slot == slot {
 		top := &th.frames[n-1]
+		if s.restarts && top.phys == ev.Func && top.flags&frameReplaced == 0 {
+			s.stats.Restarts++
+			return
+		}
 		if s.canTailCall(top.phys, f, lf) {
 			// The top jumped to f: it lives on in f's frame.
 			top.flags |= frameReplaced
@@ -428,6 +439,13 @@ type Reconciler interface {
 	Frames(st *bpf.Stack) (frames []RealFrame, covered uint64)
 }
 
+// SetRestarts makes an entry of the function already on top of the
+// stack, in the same slot, a restart of that call rather than a new call:
+// Go functions run their prologue again after growing the stack
+// (runtime.morestack returns to the function's entry). The frames the
+// growth left (morestack's own) are popped.
+func (s *Simulator) SetRestarts(on bool) { s.restarts = on }
+
 // SetReconciler makes HandleStack compare simulated stacks with real ones.
 func (s *Simulator) SetReconciler(r Reconciler) { s.rec = r }
 
@@ -447,7 +465,7 @@ func (s *Simulator) HandleStack(ev *bpf.Event, st *bpf.Stack) {
 			live[f.Slot] = true
 		}
 		for i, f := range th.frames {
-			if f.slot >= st.SP && f.slot <= covered && !live[f.slot] {
+			if f.slot >= st.SP+st.Delta && f.slot <= covered && !live[f.slot] {
 				s.stats.Repairs += uint64(len(th.frames) - i)
 				s.unwindTo(th, i, ev.Time)
 				break

@@ -103,6 +103,7 @@ func TestSimulator(t *testing.T) {
 		want   string
 		tids   map[uint32]string // per-thread trees, when given
 		stats  SimStats          // Events, Entries, Exits, Catches, LostMarks are counted from events
+		go_    bool              // SetRestarts, as for a Go target
 	}{{
 		name: "nesting",
 		events: []bpf.Event{
@@ -318,6 +319,27 @@ func TestSimulator(t *testing.T) {
 		want:  "A 1 30;A/B 1 10",
 		stats: SimStats{Mismatches: 1, UnmatchedExits: 2},
 	}, {
+		// Go: B's prologue finds the stack too small and calls
+		// morestack (C, then D), which copies the stack and jumps back
+		// to B's entry: the same call starting over, not a second one.
+		name: "go stack growth restarts the call",
+		events: []bpf.Event{
+			in(0, s0, A), in(10, s1, B), in(11, s2, C), in(12, s3, D),
+			in(20, s1, B), in(25, s2, C), out(30, s2, C), out(40, s1, B),
+			in(45, s1, B), out(50, s1, B), out(60, s0, A),
+		},
+		go_:   true,
+		want:  "A 1 60;A/B 2 35;A/B/C 2 14;A/B/C/D 1 8",
+		stats: SimStats{Restarts: 1, InferredExits: 2},
+	}, {
+		// Without SetRestarts the same events count B twice.
+		name: "a function entered again in its own slot is a new call in C",
+		events: []bpf.Event{
+			in(0, s0, A), in(10, s1, B), in(20, s1, B), out(40, s1, B), out(60, s0, A),
+		},
+		want:  "A 1 60;A/B 2 30",
+		stats: SimStats{InferredExits: 1},
+	}, {
 		name: "orphans, lost marks and catches",
 		funcs: func() []FuncInfo {
 			fs := testFuncs()
@@ -340,6 +362,7 @@ func TestSimulator(t *testing.T) {
 				funcs = testFuncs()
 			}
 			s := NewSimulator(funcs)
+			s.SetRestarts(tt.go_)
 			want := tt.stats
 			for i := range tt.events {
 				e := &tt.events[i]

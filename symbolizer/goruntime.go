@@ -1,0 +1,150 @@
+package symbolizer
+
+import (
+	"debug/buildinfo"
+	"debug/dwarf"
+	"debug/elf"
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// GoRuntime is where a Go program keeps the running goroutine, which the
+// probe program reads to key its state by goroutine (goroutines move
+// between threads).
+type GoRuntime struct {
+	// Version is the Go release the program was built with.
+	Version string
+	// GTLS is the offset of the g pointer from the thread's fs base.
+	GTLS int64
+	// GoidOff and StackHiOff are the offsets of runtime.g's goid and of
+	// its stack.hi.
+	GoidOff, StackHiOff uint32
+	// Source says where the offsets come from: "DWARF", or the table of
+	// known releases for a binary without debug information.
+	Source string
+}
+
+// goLayouts are runtime.g's offsets per Go release, for binaries built
+// without DWARF (-ldflags=-w). Each row was read from the DWARF of a
+// binary built by that release.
+var goLayouts = map[string]struct{ goid, stackHi uint32 }{
+	"go1.26": {goid: 152, stackHi: 8},
+}
+
+// GoRuntime reads where the goroutine is kept in a Go executable: g's
+// offsets from its DWARF, else from the table of known releases.
+func (o *Object) GoRuntime() (*GoRuntime, error) {
+	if !o.isGo {
+		return nil, fmt.Errorf("%s is not a Go program", o.name)
+	}
+	rt := &GoRuntime{GTLS: o.goTLS()}
+	if bi, err := buildinfo.Read(o.f); err == nil {
+		rt.Version = bi.GoVersion
+	}
+	if goid, hi, err := o.dwarfGLayout(); err == nil {
+		rt.GoidOff, rt.StackHiOff, rt.Source = goid, hi, "DWARF"
+		return rt, nil
+	}
+	if rt.Version == "" {
+		return nil, fmt.Errorf("%s: no DWARF and no Go build information: cannot tell where the runtime keeps goroutine ids", o.name)
+	}
+	l, ok := goLayouts[goRelease(rt.Version)]
+	if !ok {
+		var known []string
+		for v := range goLayouts {
+			known = append(known, v)
+		}
+		return nil, fmt.Errorf("%s was built by %s without DWARF (-ldflags=-w), and kprofd knows runtime.g's layout only for %s: rebuild without -w, or with a supported Go release",
+			o.name, rt.Version, strings.Join(known, ", "))
+	}
+	rt.GoidOff, rt.StackHiOff, rt.Source = l.goid, l.stackHi, "table for "+goRelease(rt.Version)
+	return rt, nil
+}
+
+// goRelease returns the release of a Go version: go1.26.8 -> go1.26.
+func goRelease(v string) string {
+	v, _, _ = strings.Cut(v, " ") // "go1.26.8 X:nocoverageredesign"
+	if i := strings.IndexAny(v, "-+"); i >= 0 {
+		v = v[:i]
+	}
+	if parts := strings.SplitN(v, ".", 3); len(parts) == 3 {
+		return parts[0] + "." + parts[1]
+	}
+	return v
+}
+
+// dwarfGLayout reads runtime.g's goid and stack.hi offsets from DWARF.
+func (o *Object) dwarfGLayout() (goid, hi uint32, err error) {
+	d, err := o.elf.DWARF()
+	if err != nil {
+		return 0, 0, err
+	}
+	r := d.Reader()
+	for {
+		e, err := r.Next()
+		if err != nil || e == nil {
+			return 0, 0, errors.New("no runtime.g in DWARF")
+		}
+		if e.Tag != dwarf.TagStructType || e.Val(dwarf.AttrName) != "runtime.g" {
+			if e.Tag != dwarf.TagCompileUnit {
+				r.SkipChildren()
+			}
+			continue
+		}
+		t, err := d.Type(e.Offset)
+		if err != nil {
+			return 0, 0, err
+		}
+		st, ok := t.(*dwarf.StructType)
+		if !ok {
+			return 0, 0, errors.New("runtime.g is not a struct")
+		}
+		var goidOK, hiOK bool
+		for _, f := range st.Field {
+			switch f.Name {
+			case "goid":
+				goid, goidOK = uint32(f.ByteOffset), true
+			case "stack":
+				ft := f.Type
+				if td, ok := ft.(*dwarf.TypedefType); ok {
+					ft = td.Type
+				}
+				if s, ok := ft.(*dwarf.StructType); ok {
+					for _, sf := range s.Field {
+						if sf.Name == "hi" {
+							hi, hiOK = uint32(f.ByteOffset+sf.ByteOffset), true
+						}
+					}
+				}
+			}
+		}
+		if !goidOK || !hiOK {
+			return 0, 0, errors.New("runtime.g has no goid or stack.hi")
+		}
+		return goid, hi, nil
+	}
+}
+
+// goTLS returns g's offset from the fs base: the runtime's TLS slot
+// (runtime.tlsg) in the executable's TLS block, which ends at the thread
+// pointer; a program without a TLS segment keeps g at -8.
+func (o *Object) goTLS() int64 {
+	for _, p := range o.elf.Progs {
+		if p.Type != elf.PT_TLS {
+			continue
+		}
+		var off uint64
+		if syms, err := o.elf.Symbols(); err == nil {
+			for _, s := range syms {
+				if s.Name == "runtime.tlsg" && elf.ST_TYPE(s.Info) == elf.STT_TLS {
+					off = s.Value
+				}
+			}
+		}
+		align := max(p.Align, 1)
+		size := (p.Memsz + align - 1) / align * align
+		return int64(off) - int64(size)
+	}
+	return -8
+}

@@ -1,0 +1,66 @@
+package symbolizer
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestGoRuntime reads runtime.g's layout from a Go binary built by the
+// test, with DWARF and without, and checks the two agree.
+func TestGoRuntime(t *testing.T) {
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skip("go is not installed")
+	}
+	dir := t.TempDir()
+	src := filepath.Join(dir, "main.go")
+	writeFile(t, src, "package main\n\nfunc main() {}\n")
+	writeFile(t, filepath.Join(dir, "go.mod"), "module gort\n\ngo 1.26\n")
+	layouts := map[string]*GoRuntime{}
+	for name, flags := range map[string][]string{"full": nil, "stripped": {"-ldflags=-s -w"}} {
+		exe := filepath.Join(dir, name)
+		cmd := exec.Command("go", append(append([]string{"build", "-o", exe}, flags...), ".")...)
+		cmd.Dir = dir
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("go build: %v\n%s", err, out)
+		}
+		o, err := Open(exe)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer o.Close()
+		rt, err := o.GoRuntime()
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		layouts[name] = rt
+		t.Logf("%s: %+v", name, *rt)
+	}
+	full, stripped := layouts["full"], layouts["stripped"]
+	if full.Source != "DWARF" || !strings.HasPrefix(stripped.Source, "table for go1.") {
+		t.Errorf("sources %q and %q, want DWARF and the table", full.Source, stripped.Source)
+	}
+	if full.GoidOff != stripped.GoidOff || full.StackHiOff != stripped.StackHiOff || full.GTLS != -8 || stripped.GTLS != -8 {
+		t.Errorf("DWARF says %+v, the table %+v", *full, *stripped)
+	}
+	if full.StackHiOff != 8 {
+		t.Errorf("stack.hi at %d, want 8 (g.stack is g's first field)", full.StackHiOff)
+	}
+}
+
+func TestGoRelease(t *testing.T) {
+	for in, want := range map[string]string{"go1.26.8": "go1.26", "go1.26rc1": "go1.26rc1", "go1.25.0 X:nocoverageredesign": "go1.25", "go1.24": "go1.24"} {
+		if got := goRelease(in); got != want {
+			t.Errorf("goRelease(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func writeFile(t *testing.T, path, text string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
