@@ -35,6 +35,17 @@ func TestGoRuntime(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
+		// Stripped or not, functions have their names (from .gopclntab
+		// when there is no .symtab), sizes included.
+		for _, fn := range []string{"main.main", "runtime.gopanic", "runtime.mcall"} {
+			fs := o.Lookup(fn)
+			if len(fs) != 1 || fs[0].Size == 0 || o.FuncAt(fs[0].Addr+fs[0].Size-1) != fs[0] {
+				t.Errorf("%s: %s found as %+v", name, fn, fs)
+			}
+		}
+		if o.Stripped() {
+			t.Errorf("%s: reported stripped although .gopclntab names its functions", name)
+		}
 		layouts[name] = rt
 		t.Logf("%s: %+v", name, *rt)
 	}

@@ -28,9 +28,10 @@ type symbol struct {
 func (o *Object) index() error {
 	syms, err := o.elf.Symbols()
 	if errors.Is(err, elf.ErrNoSymbols) {
-		if syms, o.debugFile = o.debugSymbols(); syms == nil {
-			o.stripped = true
+		if syms, o.debugFile = o.debugSymbols(); syms == nil && o.isGo {
+			syms = o.goSymbols()
 		}
+		o.stripped = syms == nil
 	} else if err != nil {
 		return fmt.Errorf("reading .symtab: %w", err)
 	}

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -18,20 +19,28 @@ import (
 
 // PprofCounts sums the first sample value (calls) of every calling context
 // of a parsed profile, keyed by function names from the root down joined
-// by ";". rename, when not nil, maps function names first.
+// by ";". rename, when not nil, maps function names first; a name it maps
+// to "" is dropped from the path, and a context whose own function is
+// dropped is left out (so that, say, only a program's own functions are
+// compared, whatever runtime functions they call or are called by).
 func PprofCounts(p *profile.Profile, rename func(string) string) map[string]uint64 {
 	counts := map[string]uint64{}
 	for _, s := range p.Sample {
-		var names []string
-		for i := len(s.Location) - 1; i >= 0; i-- {
-			for j := len(s.Location[i].Line) - 1; j >= 0; j-- {
-				name := s.Location[i].Line[j].Function.Name
+		var names []string // innermost first
+		for _, loc := range s.Location {
+			for _, line := range loc.Line {
+				name := line.Function.Name
 				if rename != nil {
 					name = rename(name)
 				}
 				names = append(names, name)
 			}
 		}
+		if len(names) == 0 || names[0] == "" {
+			continue
+		}
+		names = slices.DeleteFunc(names, func(n string) bool { return n == "" })
+		slices.Reverse(names)
 		counts[strings.Join(names, ";")] += uint64(s.Value[0])
 	}
 	return counts
@@ -91,7 +100,8 @@ func TextDiff(pid int) (string, error) {
 		start, _ := strconv.ParseUint(lo, 16, 64)
 		end, _ := strconv.ParseUint(hi, 16, 64)
 		off, _ := strconv.ParseUint(f[2], 16, 64)
-		file, err := os.ReadFile(fmt.Sprintf("/proc/%d/map_files/%s", pid, f[0]))
+		// map_files names drop the leading zeros maps shows (00400000).
+		file, err := os.ReadFile(fmt.Sprintf("/proc/%d/map_files/%x-%x", pid, start, end))
 		if err != nil {
 			return "", err
 		}

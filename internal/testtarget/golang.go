@@ -1,0 +1,70 @@
+package testtarget
+
+import (
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// GoRoot is testdata/gotarget's root function.
+const GoRoot = "main.work"
+
+// BuildGo builds testdata/gotarget with the go tool into a fresh
+// directory and returns the executable's path; stripped builds it with
+// -ldflags=-s -w (no symbol table, no DWARF: names come from pclntab).
+func BuildGo(t testing.TB, stripped bool) string {
+	t.Helper()
+	Need(t, "go")
+	exe := filepath.Join(t.TempDir(), "gotarget")
+	args := []string{"build", "-o", exe}
+	if stripped {
+		args = append(args, "-ldflags=-s -w")
+	}
+	cmd := exec.Command("go", append(args, ".")...)
+	cmd.Dir = filepath.Join(Testdata(), "gotarget")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return exe
+}
+
+// GoOwn maps a function name of a gotarget profile to itself when it is
+// the program's own (main.*), else to "" (runtime functions are left out
+// of the comparison: PprofCounts drops them).
+func GoOwn(name string) string {
+	if strings.HasPrefix(name, "main.") {
+		return name
+	}
+	return ""
+}
+
+// GoCounts returns the exact call count of every calling context of
+// testdata/gotarget's own functions after "run n" (8n calls of work, i in
+// [0, 8n)), runtime frames left out (GoOwn). It follows work's structure
+// in testdata/gotarget/main.go.
+func GoCounts(n int) map[string]uint64 {
+	want := map[string]uint64{}
+	for i := 0; i < 8*n; i++ {
+		want["main.work"]++
+		want["main.work;main.mid"]++
+		want["main.work;main.mid;main.leaf"] += 3
+		want["main.work;main.guarded"]++
+		want["main.work;main.guarded;main.mayPanic"]++
+		if i%4 != 0 {
+			want["main.work;main.guarded;main.mayPanic;main.leaf"]++
+		}
+		want["main.work;main.deepPanic"]++
+		want["main.work;main.deepPanic;main.lvl1"]++
+		want["main.work;main.deepPanic;main.lvl1;main.lvl2"]++
+		want["main.work;main.deepPanic;main.lvl1;main.lvl2;main.lvl3"]++
+		if i%2 == 0 {
+			path := "main.work"
+			for range 41 { // grow(40) down to grow(0)
+				path += ";main.grow"
+				want[path]++
+			}
+		}
+	}
+	return want
+}

@@ -1,0 +1,177 @@
+// gotarget: a Go target whose call counts per calling context below
+// main.work are fixed by its structure, for kprofd's Go tests. More
+// goroutines than GOMAXPROCS run work, which yields (runtime.Gosched),
+// recovers panics raised one and three calls down, and recurses deep
+// enough to grow its goroutine's stack while work's frames are live;
+// meanwhile a goroutine outside the root calls the same functions.
+//
+// Build (the tests build it with the go tool into a temporary directory):
+//
+//	go build -o gotarget .            (and -ldflags=-s -w for a stripped copy)
+//
+// Protocol on stdin/stdout: it prints "ready", then for each line
+//
+//	run N   8 goroutines call work N times each (i in [g*N, g*N+N));
+//	        prints "done SUM"
+//	exit    exits with status 3
+//
+// and at end of input exits with status 4.
+//
+// Per call work(i), with main.* frames only:
+//
+//	work -> mid -> leaf x3
+//	work -> guarded -> mayPanic, which panics when i%4 == 0 and else
+//	        calls leaf; guarded's deferred closure (guarded.func1)
+//	        recovers
+//	work -> deepPanic -> lvl1 -> lvl2 -> lvl3, which panics when
+//	        i%3 == 0; deepPanic's deferred closure recovers
+//	work -> grow(40) -> grow(39) ... -> grow(0) when i%2 == 0
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+)
+
+// Goroutines is how many goroutines call work in each run.
+const Goroutines = 8
+
+// GrowDepth is how deep grow recurses.
+const GrowDepth = 40
+
+//go:noinline
+func leaf(x int) int { return x*3 + 1 }
+
+//go:noinline
+func mid(x int) int {
+	s := 0
+	for k := 0; k < 3; k++ {
+		s += leaf(x + k)
+	}
+	return s
+}
+
+//go:noinline
+func mayPanic(i int) int {
+	if i%4 == 0 {
+		panic("mayPanic")
+	}
+	return leaf(i)
+}
+
+//go:noinline
+func guarded(i int) (r int) {
+	defer func() {
+		if recover() != nil {
+			r = -1
+		}
+	}()
+	return mayPanic(i)
+}
+
+//go:noinline
+func lvl3(i int) int {
+	if i%3 == 0 {
+		panic("lvl3")
+	}
+	return i
+}
+
+//go:noinline
+func lvl2(i int) int { return lvl3(i) + 1 }
+
+//go:noinline
+func lvl1(i int) int { return lvl2(i) + 1 }
+
+//go:noinline
+func deepPanic(i int) (r int) {
+	defer func() {
+		if recover() != nil {
+			r = -2
+		}
+	}()
+	return lvl1(i)
+}
+
+// grow recurses n deep with a frame of about 600 bytes: 40 deep outgrows
+// a new goroutine's 8 KiB stack, so the runtime copies the stack while
+// work's and grow's frames are on it.
+//
+//go:noinline
+func grow(n int) int {
+	var pad [64]int
+	pad[n%64] = n
+	if n == 0 {
+		return pad[0]
+	}
+	return grow(n-1) + pad[n%64]
+}
+
+//go:noinline
+func work(i int) int {
+	s := mid(i)
+	runtime.Gosched()
+	s += guarded(i)
+	s += deepPanic(i)
+	if i%2 == 0 {
+		s += grow(GrowDepth)
+	}
+	return s
+}
+
+func run(n int) int64 {
+	var sum atomic.Int64
+	var wg sync.WaitGroup
+	for g := 0; g < Goroutines; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			for i := g * n; i < g*n+n; i++ {
+				sum.Add(int64(work(i)))
+			}
+		}(g)
+	}
+	// The same functions, called outside the root: never counted.
+	stop := make(chan struct{})
+	outside := make(chan struct{})
+	go func() {
+		defer close(outside)
+		for k := 0; ; k++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			mid(k)
+			grow(GrowDepth)
+			runtime.Gosched()
+		}
+	}()
+	wg.Wait()
+	close(stop)
+	<-outside
+	return sum.Load()
+}
+
+func main() {
+	runtime.GOMAXPROCS(2)
+	fmt.Println("ready")
+	in := bufio.NewScanner(os.Stdin)
+	for in.Scan() {
+		line := in.Text()
+		var n int
+		if _, err := fmt.Sscanf(line, "run %d", &n); err == nil {
+			fmt.Printf("done %d\n", run(n))
+			continue
+		}
+		if strings.HasPrefix(line, "exit") {
+			os.Exit(3)
+		}
+	}
+	os.Exit(4)
+}
