@@ -3,10 +3,12 @@
 package daemon_test
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/kprofd/kprofd/daemon"
+	"github.com/kprofd/kprofd/internal/export"
 	"github.com/kprofd/kprofd/internal/testtarget"
 )
 
@@ -42,5 +44,64 @@ func TestGoTarget(t *testing.T) {
 				t.Errorf("no stack growth inside the root was seen (the test would prove nothing about it):\n%s", comments)
 			}
 		})
+	}
+}
+
+// TestGoHybridDemotesHotLeaf runs gotarget's hot loop in hybrid mode: the
+// tiny hotLeaf, called millions of times, must lose all its probes (its
+// breakpoint gone from the code), the target must compute what it does
+// untraced, hotLoop's calls stay exact, and hotLeaf's time comes from
+// samples of the goroutine, in its context.
+func TestGoHybridDemotesHotLeaf(t *testing.T) {
+	requireRoot(t)
+	// 20 loops of 1M calls: a few hundred ms un-probed, as many samples.
+	const n = 1000000
+	exe := testtarget.BuildGo(t, false)
+	ref := testtarget.Start(t, exe)
+	refOut := ref.Hot(t, n)
+	ref.Exit(t)
+
+	target := testtarget.Start(t, exe)
+	s, err := daemon.Start(daemon.Config{PID: target.Pid(), Roots: []string{"main.hotLoop"}, Mode: daemon.ModeHybrid, Warnf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	leaf := planFunc(t, s.Prepared().Plan, "main.hotLeaf")
+	if out := target.Hot(t, n); out != refOut {
+		t.Errorf("traced, the target printed %q; untraced %q", out, refOut)
+	}
+	ds := s.Demotions()
+	last := slices.IndexFunc(ds, func(d daemon.Demotion) bool { return d.ID == leaf.ID && d.Stage == daemon.StageSampled })
+	if last < 0 {
+		t.Fatalf("demotions %v, want hotLeaf's probes all dropped", ds)
+	}
+	for _, d := range ds {
+		t.Logf("demoted %s (detaching took %v)", d, d.Detach)
+	}
+	if probedAt(t, target.Pid(), leaf) {
+		t.Error("hotLeaf is still probed after its demotion")
+	}
+	p := stopAndCheckGone(t, s, target.Pid())
+	if status := target.Exit(t); status != 3 {
+		t.Errorf("exit status %d, want 3", status)
+	}
+	got := testtarget.PprofCounts(roundTrip(t, p), testtarget.GoOwn)
+	if got["main.hotLoop"] != testtarget.HotLoops {
+		t.Errorf("main.hotLoop: %d calls, want %d", got["main.hotLoop"], testtarget.HotLoops)
+	}
+	leafCalls := got["main.hotLoop;main.hotLeaf"]
+	t.Logf("hotLeaf: %d calls counted before its demotion, of %d made; %s", leafCalls, testtarget.HotLoops*n, strings.Join(p.Comments, "; "))
+	if leafCalls >= testtarget.HotLoops*n/10 {
+		t.Errorf("hotLeaf: %d calls counted of %d: not demoted early", leafCalls, testtarget.HotLoops*n)
+	}
+	hl := p.Tree.Root.Lookup(0) // the root, plan id 0
+	if hl == nil {
+		t.Fatal("no main.hotLoop context")
+	}
+	if lc := child(p, hl, "main.hotLeaf"); lc == nil || !lc.Estimated || lc.Samples == 0 {
+		var b strings.Builder
+		export.WriteTree(&b, p, export.TreeOptions{})
+		t.Errorf("hotLeaf's context: %+v, want estimated from samples; tree:\n%s", lc, b.String())
 	}
 }

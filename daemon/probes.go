@@ -15,8 +15,9 @@ import (
 
 // probeSet is every link a session attached. Close detaches them all.
 type probeSet struct {
-	mu    sync.Mutex
-	links []link.Link
+	mu sync.Mutex
+	// links are the attached links by attach phase.
+	links [numPhases][]link.Link
 	ids   []link.ID // kernel ids of links, kept after Close
 	// byFunc holds the links of each function by part, when probes were
 	// attached per function (so that a function's probes can be detached
@@ -96,7 +97,7 @@ func attachPlan(prog attacher, pid int, pl *plan.Plan, opt attachOptions, warnf 
 			skipped++
 		}
 	}
-	for _, files := range phases {
+	for phase, files := range phases {
 		for _, fp := range files {
 			fp.dropDead(dead)
 			for {
@@ -108,7 +109,7 @@ func attachPlan(prog attacher, pid int, pl *plan.Plan, opt attachOptions, warnf 
 				if err != nil {
 					return nil, errors.Join(fmt.Errorf("attaching probes in %s: %w", fp.obj.MapPath, err), set.Close())
 				}
-				set.links = append(set.links, links...)
+				set.links[phase] = append(set.links[phase], links...)
 				for _, l := range links {
 					if info, err := l.Info(); err == nil {
 						set.ids = append(set.ids, info.ID)
@@ -283,7 +284,9 @@ func (s *probeSet) demote(f *plan.Func, stage Stage) (int, error) {
 	for _, part := range parts {
 		for _, l := range fl.links[part] {
 			closing = append(closing, l)
-			s.links = slices.DeleteFunc(s.links, func(x link.Link) bool { return x == l })
+			for p := range s.links {
+				s.links[p] = slices.DeleteFunc(s.links[p], func(x link.Link) bool { return x == l })
+			}
 		}
 		n += fl.probes[part]
 		s.probes -= fl.probes[part]
@@ -292,13 +295,7 @@ func (s *probeSet) demote(f *plan.Func, stage Stage) (int, error) {
 	if stage == StageSampled {
 		s.funcs--
 	}
-	errs := make([]error, len(closing))
-	var wg sync.WaitGroup
-	for i, l := range closing {
-		wg.Go(func() { errs[i] = l.Close() })
-	}
-	wg.Wait()
-	return n, errors.Join(errs...)
+	return n, closeAll(closing)
 }
 
 // counts returns the attached functions and probes.
@@ -308,16 +305,34 @@ func (s *probeSet) counts() (funcs, probes int) {
 	return s.funcs, s.probes
 }
 
-// Close detaches every probe.
+// Close detaches every probe: the phases in the reverse of the attach
+// order (root entries first, so that no thread enters a root with its
+// callees' probes half gone), the links of a phase side by side, since
+// each close waits for a grace period (tens of ms) and a session may have
+// thousands of links.
 func (s *probeSet) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var errs []error
-	for i := len(s.links) - 1; i >= 0; i-- {
-		if err := s.links[i].Close(); err != nil {
-			errs = append(errs, err)
-		}
+	for p := len(s.links) - 1; p >= 0; p-- {
+		errs = append(errs, closeAll(s.links[p]))
+		s.links[p] = nil
 	}
-	s.links = nil
+	return errors.Join(errs...)
+}
+
+// closeAll closes links concurrently, a few dozen at a time.
+func closeAll(links []link.Link) error {
+	errs := make([]error, len(links))
+	sem := make(chan struct{}, 32)
+	var wg sync.WaitGroup
+	for i, l := range links {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			errs[i] = l.Close()
+		})
+	}
+	wg.Wait()
 	return errors.Join(errs...)
 }

@@ -33,6 +33,8 @@ const (
 // AttachFragment must not run concurrently with any other method or with
 // readers of the Parts of its functions.
 type Object struct {
+	goFramesState // Go binaries: pcsp tables, read on first use
+
 	path string // opened through
 	name string // known as
 	f    *os.File

@@ -16,7 +16,7 @@ func TestGoRuntime(t *testing.T) {
 	}
 	dir := t.TempDir()
 	src := filepath.Join(dir, "main.go")
-	writeFile(t, src, "package main\n\nfunc main() {}\n")
+	writeFile(t, src, "package main\n\nfunc main() { println(\"x\") }\n")
 	writeFile(t, filepath.Join(dir, "go.mod"), "module gort\n\ngo 1.26\n")
 	layouts := map[string]*GoRuntime{}
 	for name, flags := range map[string][]string{"full": nil, "stripped": {"-ldflags=-s -w"}} {
@@ -42,6 +42,26 @@ func TestGoRuntime(t *testing.T) {
 			if len(fs) != 1 || fs[0].Size == 0 || o.FuncAt(fs[0].Addr+fs[0].Size-1) != fs[0] {
 				t.Errorf("%s: %s found as %+v", name, fn, fs)
 			}
+		}
+		// pcsp: a function starts with nothing pushed; main.main (which
+		// has a frame here: it calls println) pushes somewhere.
+		mm := o.Lookup("main.main")
+		if len(mm) == 1 {
+			if d, ok := o.GoSPDelta(mm[0].Addr); !ok || d != 0 {
+				t.Errorf("%s: main.main's stack delta at its entry %d, %v; want 0", name, d, ok)
+			}
+			deepest := int64(0)
+			for pc := mm[0].Addr; pc < mm[0].Addr+mm[0].Size; pc++ {
+				if d, ok := o.GoSPDelta(pc); ok {
+					deepest = max(deepest, d)
+				}
+			}
+			if deepest < 8 {
+				t.Errorf("%s: main.main never moves the stack pointer (deepest %d)", name, deepest)
+			}
+		}
+		if _, ok := o.GoSPDelta(0x10); ok {
+			t.Errorf("%s: a stack delta outside the text", name)
 		}
 		if o.Stripped() {
 			t.Errorf("%s: reported stripped although .gopclntab names its functions", name)

@@ -1,6 +1,7 @@
 package testtarget
 
 import (
+	"fmt"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -27,6 +28,21 @@ func BuildGo(t testing.TB, stripped bool) string {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	return exe
+}
+
+// HotLoops is how many calls of hotLoop gotarget's "hot" command makes
+// (HotLoops in testdata/gotarget/main.go).
+const HotLoops = 20
+
+// Hot sends gotarget's "hot n" and returns its "done ..." line.
+func (p *Proc) Hot(t testing.TB, n int) string {
+	t.Helper()
+	p.Send(t, fmt.Sprintf("hot %d", n))
+	line := p.Line(t)
+	if !strings.HasPrefix(line, "done ") {
+		t.Fatalf("target answered %q to hot", line)
+	}
+	return line
 }
 
 // GoOwn maps a function name of a gotarget profile to itself when it is

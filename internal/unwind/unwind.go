@@ -119,6 +119,17 @@ func (o *object) compute(pc uint64) *rule {
 	r := &rule{fn: o.m.FuncAt(pc)}
 	fde := o.fdeAt(pc)
 	if fde == nil {
+		if d, ok := o.m.GoSPDelta(pc); ok && d >= 0 {
+			// Go code: the pcsp table says where the frame is, as it
+			// does for the Go runtime's own unwinder. A function with
+			// a frame saves rbp first, just below the return address.
+			r.hasFDE = true
+			r.cfa = symbolizer.CFARule{Reg: symbolizer.RegRSP, Offset: d + 8}
+			r.ra = symbolizer.Rule{Kind: symbolizer.RuleOffset, Offset: -8}
+			if d >= 8 {
+				r.bp = symbolizer.Rule{Kind: symbolizer.RuleOffset, Offset: -16}
+			}
+		}
 		return r
 	}
 	r.hasFDE = true

@@ -13,6 +13,8 @@
 //
 //	run N   8 goroutines call work N times each (i in [g*N, g*N+N));
 //	        prints "done SUM"
+//	hot N   one goroutine calls hotLoop(N) HotLoops times: N calls of the
+//	        tiny hotLeaf each (the hybrid-mode target); prints "done SUM"
 //	exit    exits with status 3
 //
 // and at end of input exits with status 4.
@@ -124,6 +126,41 @@ func work(i int) int {
 	return s
 }
 
+// HotLoops is how many calls of hotLoop "hot" makes.
+const HotLoops = 20
+
+// hotLeaf is short, but long enough (some 40 multiply-adds) for the CPU
+// samples of the hot loop to land in it rather than in its caller.
+//
+//go:noinline
+func hotLeaf(x int) int {
+	for k := 0; k < 40; k++ {
+		x = x*31 + k
+	}
+	return x
+}
+
+//go:noinline
+func hotLoop(n int) int {
+	s := 0
+	for k := 0; k < n; k++ {
+		s += hotLeaf(k)
+	}
+	return s
+}
+
+func hot(n int) int64 {
+	done := make(chan int64)
+	go func() {
+		var s int64
+		for range HotLoops {
+			s += int64(hotLoop(n))
+		}
+		done <- s
+	}()
+	return <-done
+}
+
 func run(n int) int64 {
 	var sum atomic.Int64
 	var wg sync.WaitGroup
@@ -167,6 +204,10 @@ func main() {
 		var n int
 		if _, err := fmt.Sscanf(line, "run %d", &n); err == nil {
 			fmt.Printf("done %d\n", run(n))
+			continue
+		}
+		if _, err := fmt.Sscanf(line, "hot %d", &n); err == nil {
+			fmt.Printf("done %d\n", hot(n))
 			continue
 		}
 		if strings.HasPrefix(line, "exit") {
