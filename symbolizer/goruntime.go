@@ -6,6 +6,8 @@ import (
 	"debug/elf"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 )
 
@@ -27,8 +29,14 @@ type GoRuntime struct {
 
 // goLayouts are runtime.g's offsets per Go release, for binaries built
 // without DWARF (-ldflags=-w). Each row was read from the DWARF of a
-// binary built by that release.
+// binary built by that release (x.y.0; patch releases keep the layout):
+// goid moved from 152 to 160 in go1.23 and back in go1.25.
 var goLayouts = map[string]struct{ goid, stackHi uint32 }{
+	"go1.21": {goid: 152, stackHi: 8},
+	"go1.22": {goid: 152, stackHi: 8},
+	"go1.23": {goid: 160, stackHi: 8},
+	"go1.24": {goid: 160, stackHi: 8},
+	"go1.25": {goid: 152, stackHi: 8},
 	"go1.26": {goid: 152, stackHi: 8},
 }
 
@@ -49,17 +57,24 @@ func (o *Object) GoRuntime() (*GoRuntime, error) {
 	if rt.Version == "" {
 		return nil, fmt.Errorf("%s: no DWARF and no Go build information: cannot tell where the runtime keeps goroutine ids", o.name)
 	}
-	l, ok := goLayouts[goRelease(rt.Version)]
-	if !ok {
-		var known []string
-		for v := range goLayouts {
-			known = append(known, v)
-		}
-		return nil, fmt.Errorf("%s was built by %s without DWARF (-ldflags=-w), and kprofd knows runtime.g's layout only for %s: rebuild without -w, or with a supported Go release",
-			o.name, rt.Version, strings.Join(known, ", "))
+	l, err := knownGoLayout(rt.Version)
+	if err != nil {
+		return nil, fmt.Errorf("%s was built %w", o.name, err)
 	}
 	rt.GoidOff, rt.StackHiOff, rt.Source = l.goid, l.stackHi, "table for "+goRelease(rt.Version)
 	return rt, nil
+}
+
+// knownGoLayout returns runtime.g's layout for a Go version from the table
+// of known releases.
+func knownGoLayout(version string) (struct{ goid, stackHi uint32 }, error) {
+	l, ok := goLayouts[goRelease(version)]
+	if !ok {
+		known := slices.Sorted(maps.Keys(goLayouts))
+		return l, fmt.Errorf("by %s without DWARF (-ldflags=-w), and kprofd knows runtime.g's layout only for %s: rebuild without -w, or with a supported Go release",
+			version, strings.Join(known, ", "))
+	}
+	return l, nil
 }
 
 // goRelease returns the release of a Go version: go1.26.8 -> go1.26.

@@ -81,6 +81,20 @@ func TestGoRuntime(t *testing.T) {
 	}
 }
 
+// TestKnownGoLayout: a stripped binary of a release the table lacks is
+// refused with a message saying what to do, never guessed.
+func TestKnownGoLayout(t *testing.T) {
+	for v, goid := range map[string]uint32{"go1.26.8": 152, "go1.24.3": 160, "go1.21.0": 152} {
+		if l, err := knownGoLayout(v); err != nil || l.goid != goid || l.stackHi != 8 {
+			t.Errorf("%s: %+v, %v; want goid at %d", v, l, err, goid)
+		}
+	}
+	_, err := knownGoLayout("go1.19.13")
+	if err == nil || !strings.Contains(err.Error(), "go1.19.13 without DWARF") || !strings.Contains(err.Error(), "only for go1.21, go1.22, go1.23, go1.24, go1.25, go1.26") {
+		t.Errorf("go1.19.13: %v, want a refusal naming the known releases", err)
+	}
+}
+
 func TestGoRelease(t *testing.T) {
 	for in, want := range map[string]string{"go1.26.8": "go1.26", "go1.26rc1": "go1.26rc1", "go1.25.0 X:nocoverageredesign": "go1.25", "go1.24": "go1.24"} {
 		if got := goRelease(in); got != want {

@@ -2,6 +2,7 @@ package testtarget
 
 import (
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -14,6 +15,9 @@ const GoRoot = "main.work"
 // BuildGo builds testdata/gotarget with the go tool into a fresh
 // directory and returns the executable's path; stripped builds it with
 // -ldflags=-s -w (no symbol table, no DWARF: names come from pclntab).
+// KPROFD_TARGET_GOTOOLCHAIN=go1.23.0 (say) builds it with another Go
+// release, which the go tool fetches: how the releases in symbolizer's
+// table of runtime.g layouts were checked.
 func BuildGo(t testing.TB, stripped bool) string {
 	t.Helper()
 	Need(t, "go")
@@ -24,6 +28,9 @@ func BuildGo(t testing.TB, stripped bool) string {
 	}
 	cmd := exec.Command("go", append(args, ".")...)
 	cmd.Dir = filepath.Join(Testdata(), "gotarget")
+	if v := os.Getenv("KPROFD_TARGET_GOTOOLCHAIN"); v != "" {
+		cmd.Env = append(os.Environ(), "GOTOOLCHAIN="+v)
+	}
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}

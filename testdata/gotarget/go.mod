@@ -1,3 +1,3 @@
 module gotarget
 
-go 1.26
+go 1.22
