@@ -6,7 +6,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/kprofd/kprofd/calibrate"
 	"github.com/kprofd/kprofd/daemon"
 	"github.com/kprofd/kprofd/internal/export"
 	"github.com/kprofd/kprofd/internal/testtarget"
@@ -104,4 +106,84 @@ func TestGoHybridDemotesHotLeaf(t *testing.T) {
 		export.WriteTree(&b, p, export.TreeOptions{})
 		t.Errorf("hotLeaf's context: %+v, want estimated from samples; tree:\n%s", lc, b.String())
 	}
+}
+
+// BenchmarkGo measures kprofd on testdata/gotarget, side by side in every
+// iteration: the slowdown of its hot loop (20 calls of hotLoop, of the
+// tiny hotLeaf 20,000 times each under exact mode, 1,000,000 times under
+// hybrid mode, about 10 and 400 ms un-probed) against an un-probed run of
+// the same process just before (goal for hybrid at the default 10%
+// budget: 1.10 or less); how long
+// attaching to main.work (some 670 functions, runtime included) takes;
+// and the events per second an exact session of main.work's goroutines
+// delivers.
+func BenchmarkGo(b *testing.B) {
+	requireRoot(b)
+	exe := testtarget.BuildGo(b, false)
+	cal := machineCalibration(b)
+	calls := map[daemon.Mode]int{daemon.ModeExact: 20000, daemon.ModeHybrid: 1000000}
+	hot := func(target *testtarget.Proc, n int) time.Duration {
+		t0 := time.Now()
+		target.Hot(b, n)
+		return time.Since(t0)
+	}
+	var exact, hybrid, attach, evRate float64
+	for range b.N {
+		for _, m := range []daemon.Mode{daemon.ModeExact, daemon.ModeHybrid} {
+			target := testtarget.Start(b, exe)
+			base := hot(target, calls[m])
+			s, err := daemon.Start(daemon.Config{PID: target.Pid(), Roots: []string{"main.hotLoop"}, Mode: m, Calibration: cal})
+			if err != nil {
+				b.Fatal(err)
+			}
+			ratio := float64(hot(target, calls[m])) / float64(base)
+			if _, err := s.Stop(); err != nil {
+				b.Fatal(err)
+			}
+			s.Close()
+			target.Exit(b)
+			if m == daemon.ModeExact {
+				exact += ratio
+			} else {
+				hybrid += ratio
+			}
+		}
+
+		target := testtarget.Start(b, exe)
+		t0 := time.Now()
+		s, err := daemon.Start(daemon.Config{PID: target.Pid(), Roots: []string{testtarget.GoRoot}, Mode: daemon.ModeExact, Calibration: cal})
+		if err != nil {
+			b.Fatal(err)
+		}
+		attach += time.Since(t0).Seconds()
+		t0 = time.Now()
+		target.Run(b, 50)
+		elapsed := time.Since(t0)
+		if _, err := s.Stop(); err != nil {
+			b.Fatal(err)
+		}
+		evRate += float64(s.Progress().Events) / elapsed.Seconds()
+		s.Close()
+		target.Exit(b)
+	}
+	b.ReportMetric(exact/float64(b.N), "exact-x")
+	b.ReportMetric(hybrid/float64(b.N), "hybrid-x")
+	b.ReportMetric(attach/float64(b.N)*1e3, "attach-ms")
+	b.ReportMetric(evRate/float64(b.N), "events/s")
+}
+
+// machineCalibration returns this machine's cached calibration, or a
+// quick one, as attach uses.
+func machineCalibration(b *testing.B) *calibrate.Result {
+	key, err := calibrate.ThisMachine()
+	if err != nil {
+		b.Fatal(err)
+	}
+	cal, err := calibrate.Load(key)
+	if err != nil {
+		if cal, err = calibrate.Run(calibrate.Quick); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return cal
 }
