@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kprofd/kprofd/calibrate"
 	"github.com/kprofd/kprofd/daemon"
 	"github.com/kprofd/kprofd/internal/export"
 	"github.com/kprofd/kprofd/internal/testtarget"
@@ -170,20 +169,4 @@ func BenchmarkGo(b *testing.B) {
 	b.ReportMetric(hybrid/float64(b.N), "hybrid-x")
 	b.ReportMetric(attach/float64(b.N)*1e3, "attach-ms")
 	b.ReportMetric(evRate/float64(b.N), "events/s")
-}
-
-// machineCalibration returns this machine's cached calibration, or a
-// quick one, as attach uses.
-func machineCalibration(b *testing.B) *calibrate.Result {
-	key, err := calibrate.ThisMachine()
-	if err != nil {
-		b.Fatal(err)
-	}
-	cal, err := calibrate.Load(key)
-	if err != nil {
-		if cal, err = calibrate.Run(calibrate.Quick); err != nil {
-			b.Fatal(err)
-		}
-	}
-	return cal
 }

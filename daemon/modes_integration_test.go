@@ -25,16 +25,7 @@ import (
 func BenchmarkModes(b *testing.B) {
 	requireRoot(b)
 	exe := testtarget.BuildHybrid(b)
-	key, err := calibrate.ThisMachine()
-	if err != nil {
-		b.Fatal(err)
-	}
-	cal, err := calibrate.Load(key)
-	if err != nil {
-		if cal, err = calibrate.Run(calibrate.Quick); err != nil {
-			b.Fatal(err)
-		}
-	}
+	cal := machineCalibration(b)
 	modes := []daemon.Mode{daemon.ModeExact, daemon.ModeHybrid, daemon.ModeSample}
 	slowdown := make([]float64, len(modes))
 	overlap := make([]float64, len(modes))
@@ -110,4 +101,20 @@ func shareOverlap(p *cct.Profile, truth map[string]float64) float64 {
 		sum += min(share, max(got[part], 0))
 	}
 	return sum
+}
+
+// machineCalibration returns this machine's cached calibration, or a
+// quick one, as attach uses.
+func machineCalibration(b *testing.B) *calibrate.Result {
+	key, err := calibrate.ThisMachine()
+	if err != nil {
+		b.Fatal(err)
+	}
+	cal, err := calibrate.Load(key)
+	if err != nil {
+		if cal, err = calibrate.Run(calibrate.Quick); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return cal
 }
