@@ -3,7 +3,10 @@
 package daemon_test
 
 import (
+	"fmt"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -45,6 +48,47 @@ func TestGoTarget(t *testing.T) {
 				t.Errorf("no stack growth inside the root was seen (the test would prove nothing about it):\n%s", comments)
 			}
 		})
+	}
+}
+
+// TestGoParkedInsideRoot stops a session while goroutines are blocked
+// inside the root: their events are still in their batches (kept per
+// goroutine, in a BPF map), which the end of the session must read, and
+// their calls are still running; the target then goes on unharmed.
+func TestGoParkedInsideRoot(t *testing.T) {
+	requireRoot(t)
+	const n = 5
+	target := testtarget.Start(t, testtarget.BuildGo(t, false))
+	s, err := daemon.Start(daemon.Config{PID: target.Pid(), Roots: []string{"main.parked"}, Mode: daemon.ModeExact, Warnf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	target.Send(t, fmt.Sprintf("park %d", n))
+	if line := target.Line(t); line != "parked" {
+		t.Fatalf("target answered %q to park", line)
+	}
+	p := stopAndCheckGone(t, s, target.Pid())
+	got := testtarget.PprofCounts(roundTrip(t, p), testtarget.GoOwn)
+	want := map[string]uint64{"main.parked": n, "main.parked;main.leaf": n}
+	if diff := testtarget.DiffCounts(got, want); diff != "" {
+		t.Errorf("calls per context differ:\n%s", diff)
+	}
+	// parked's and what it waits in (runtime functions) are running.
+	c := strings.Join(p.Comments, "\n")
+	var running int
+	if m := regexp.MustCompile(`(\d+) calls still running at the end`).FindStringSubmatch(c); m != nil {
+		running, _ = strconv.Atoi(m[1])
+	}
+	if running < n {
+		t.Errorf("the profile says %d calls were still running, want at least the %d of parked:\n%s", running, n, c)
+	}
+	target.Send(t, "unpark")
+	if line := target.Line(t); line != "done" {
+		t.Fatalf("target answered %q to unpark", line)
+	}
+	if status := target.Exit(t); status != 3 {
+		t.Errorf("exit status %d, want 3", status)
 	}
 }
 

@@ -15,6 +15,10 @@
 //	        prints "done SUM"
 //	hot N   one goroutine calls hotLoop(N) HotLoops times: N calls of the
 //	        tiny hotLeaf each (the hybrid-mode target); prints "done SUM"
+//	park N  N goroutines call parked, which calls leaf and then blocks
+//	        inside the root until "unpark"; prints "parked" once all
+//	        are blocked
+//	unpark  releases them; prints "done" once they have returned
 //	exit    exits with status 3
 //
 // and at end of input exits with status 4.
@@ -161,6 +165,33 @@ func hot(n int) int64 {
 	return <-done
 }
 
+var (
+	release  chan struct{}  // closed by "unpark"
+	parkedWG sync.WaitGroup // the goroutines still inside parked
+)
+
+//go:noinline
+func parked(i int, ready *sync.WaitGroup) int {
+	s := leaf(i)
+	ready.Done()
+	<-release
+	return s
+}
+
+func park(n int) {
+	release = make(chan struct{})
+	var ready sync.WaitGroup
+	for i := 0; i < n; i++ {
+		ready.Add(1)
+		parkedWG.Add(1)
+		go func(i int) {
+			defer parkedWG.Done()
+			parked(i, &ready)
+		}(i)
+	}
+	ready.Wait()
+}
+
 func run(n int) int64 {
 	var sum atomic.Int64
 	var wg sync.WaitGroup
@@ -208,6 +239,17 @@ func main() {
 		}
 		if _, err := fmt.Sscanf(line, "hot %d", &n); err == nil {
 			fmt.Printf("done %d\n", hot(n))
+			continue
+		}
+		if _, err := fmt.Sscanf(line, "park %d", &n); err == nil {
+			park(n)
+			fmt.Println("parked")
+			continue
+		}
+		if line == "unpark" {
+			close(release)
+			parkedWG.Wait()
+			fmt.Println("done")
 			continue
 		}
 		if strings.HasPrefix(line, "exit") {
