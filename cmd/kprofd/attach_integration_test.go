@@ -508,3 +508,38 @@ func TestAttachHybrid(t *testing.T) {
 	}
 	target.Exit(t)
 }
+
+// TestAttachGo runs the binary on a stripped Go program with nothing but
+// --root: exact counts per goroutine, names from pclntab, a profile go
+// tool pprof reads.
+func TestAttachGo(t *testing.T) {
+	bin := buildKprofd(t)
+	target := testtarget.Start(t, testtarget.BuildGo(t, true))
+	out := filepath.Join(t.TempDir(), "go.pb.gz")
+	k := startKprofd(t, bin, "attach", "-p", fmt.Sprint(target.Pid()), "--root", testtarget.GoRoot, "--mode", "exact", "-o", out)
+	const n = 10
+	target.Run(t, n)
+	k.cmd.Process.Signal(os.Interrupt)
+	if code := k.wait(t); code != 0 {
+		t.Fatalf("kprofd exited %d; stderr:\n%s", code, k.stderr.String())
+	}
+	if !regexp.MustCompile(`(?m)^ *80 +\S+ +\S+ +main\.work$`).MatchString(k.stdout.String()) {
+		t.Errorf("the tree does not show main.work's 80 calls:\n%s", k.stdout.String())
+	}
+	got := testtarget.PprofCounts(readProfile(t, out), testtarget.GoOwn)
+	if diff := testtarget.DiffCounts(got, testtarget.GoCounts(n)); diff != "" {
+		t.Errorf("calls per context differ:\n%s", diff)
+	}
+	top, err := exec.Command("go", "tool", "pprof", "-sample_index=calls", "-top", out).CombinedOutput()
+	if err != nil {
+		t.Fatalf("go tool pprof: %v\n%s", err, top)
+	}
+	// grow: 41 levels deep in half of the 80 calls of work.
+	if !regexp.MustCompile(`(?m)^\s+1640\s.*main\.grow$`).Match(top) {
+		t.Errorf("go tool pprof -sample_index=calls -top does not show main.grow's 1640 calls:\n%s", top)
+	}
+	testtarget.CheckNoProbes(t, target.Pid())
+	if status := target.Exit(t); status != 3 {
+		t.Errorf("exit status %d, want 3", status)
+	}
+}
