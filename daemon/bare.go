@@ -25,7 +25,7 @@ func AttachBare(pr *Prepared) (io.Closer, error) {
 		return nil, err
 	}
 	b := &bareProbes{prog: prog}
-	for _, files := range groupProbes(pr.Plan, attachOptions{}) {
+	for _, files := range groupProbes(pr.Plan, attachOptions{}, nil) {
 		for _, fp := range files {
 			links, err := prog.AttachEmpty(fp.obj.Path(), pr.Proc.Pid, fp.probes)
 			if err != nil {

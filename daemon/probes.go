@@ -45,12 +45,12 @@ type funcLinks struct {
 // fileProbes are the probes of one attach phase going into one file (and,
 // per function, of one part of one function).
 type fileProbes struct {
-	obj    *symbolizer.Mapped
-	fn     *plan.Func // the function, when attached per function
-	part   int
-	probes []bpf.Probe
-	owner  []*plan.Func // owner[i] is the function of probes[i]
-	entry  []bool       // entry[i] marks entry probes (not call sites)
+	obj     *symbolizer.Mapped
+	fn      *plan.Func // the function, when attached per function
+	part    int
+	probes  []bpf.Probe
+	owner   []*plan.Func    // owner[i] is the function of probes[i]
+	planned []plan.ObjProbe // planned[i] is what probes[i] was made from
 }
 
 // attachOptions choose how a plan is attached.
@@ -81,15 +81,17 @@ type attacher interface {
 }
 
 // attachPlan attaches every probe of pl for pid, phase by phase and file
-// by file. Probes the kernel refuses are dropped with a warning (a refused
-// entry drops its function) and the file is attached again; any other
-// error detaches everything attached so far.
+// by file. Probes the kernel refuses are dropped with a warning and the
+// file is attached again. A refused entry probe is placed again
+// (plan.ReplaceEntry: another instruction, else the call sites) and
+// attached in another pass of its phase; a function left with nothing is
+// dropped, and the plan's Untraced says so. Any other error detaches
+// everything attached so far.
 func attachPlan(prog attacher, pid int, pl *plan.Plan, opt attachOptions, warnf func(string, ...any)) (*probeSet, error) {
 	set := &probeSet{}
 	if opt.perFunc {
 		set.byFunc = map[*plan.Func]*funcLinks{}
 	}
-	phases := groupProbes(pl, opt)
 	dead := map[*plan.Func]bool{}
 	skipped := 0
 	for _, f := range pl.Funcs {
@@ -97,36 +99,43 @@ func attachPlan(prog attacher, pid int, pl *plan.Plan, opt attachOptions, warnf 
 			skipped++
 		}
 	}
-	for phase, files := range phases {
-		for _, fp := range files {
-			fp.dropDead(dead)
-			for {
-				links, err := prog.Attach(fp.obj.Path(), pid, fp.probes)
-				var aerr *bpf.AttachError
-				if errors.As(err, &aerr) && fp.drop(aerr.Offsets, aerr.Err, dead, warnf) {
-					continue
-				}
-				if err != nil {
-					return nil, errors.Join(fmt.Errorf("attaching probes in %s: %w", fp.obj.MapPath, err), set.Close())
-				}
-				set.links[phase] = append(set.links[phase], links...)
-				for _, l := range links {
-					if info, err := l.Info(); err == nil {
-						set.ids = append(set.ids, info.ID)
-					}
-				}
-				set.probes += len(fp.probes)
-				if set.byFunc != nil && fp.fn != nil {
-					fl := set.byFunc[fp.fn]
-					if fl == nil {
-						fl = &funcLinks{}
-						set.byFunc[fp.fn] = fl
-					}
-					fl.links[fp.part] = append(fl.links[fp.part], links...)
-					fl.probes[fp.part] += len(fp.probes)
-				}
-				break
+	refused := func(f *plan.Func, p plan.ObjProbe, why error) bool {
+		if p.CallSite {
+			if pl.DropCallSite(f, p.Obj, p.Addr) {
+				warnf("%s: the kernel refuses the probe on one of its call sites, at %#x of %s (%v); the calls made there are not counted", f.Node.Name(), p.Addr, p.Obj.Base(), why)
+				return false
 			}
+		} else if how, ok := pl.ReplaceEntry(f, p.Addr); ok {
+			warnf("%s: the kernel refuses a uprobe at its entry (%v): %s", f.Node.Name(), why, how)
+			return true
+		}
+		dead[f] = true
+		warnf("not tracing %s: the kernel refuses its entry probes (%v), and nothing else can count its calls; its callees appear under its caller", f.Node.Name(), why)
+		return false
+	}
+	for phase := range numPhases {
+		// Groups are made anew for each phase, and for each pass of a
+		// phase over the functions whose entry moved in the one before:
+		// a moved entry takes its function's exits with it.
+		var only map[*plan.Func]bool
+		for pass := 0; pass == 0 || len(only) > 0; pass++ {
+			moved := map[*plan.Func]bool{}
+			for _, fp := range groupProbes(pl, opt, only)[phase] {
+				fp.dropDead(dead)
+				for {
+					links, err := prog.Attach(fp.obj.Path(), pid, fp.probes)
+					var aerr *bpf.AttachError
+					if errors.As(err, &aerr) && fp.drop(aerr.Offsets, aerr.Err, refused, moved, warnf) {
+						continue
+					}
+					if err != nil {
+						return nil, errors.Join(fmt.Errorf("attaching probes in %s: %w", fp.obj.MapPath, err), set.Close())
+					}
+					set.add(phase, fp, links)
+					break
+				}
+			}
+			only = moved
 		}
 	}
 	set.funcs = len(pl.Funcs) - len(dead) - skipped
@@ -136,9 +145,30 @@ func attachPlan(prog attacher, pid int, pl *plan.Plan, opt attachOptions, warnf 
 	return set, nil
 }
 
+// add records the links attached for fp in phase.
+func (s *probeSet) add(phase int, fp *fileProbes, links []link.Link) {
+	s.links[phase] = append(s.links[phase], links...)
+	for _, l := range links {
+		if info, err := l.Info(); err == nil {
+			s.ids = append(s.ids, info.ID)
+		}
+	}
+	s.probes += len(fp.probes)
+	if s.byFunc != nil && fp.fn != nil {
+		fl := s.byFunc[fp.fn]
+		if fl == nil {
+			fl = &funcLinks{}
+			s.byFunc[fp.fn] = fl
+		}
+		fl.links[fp.part] = append(fl.links[fp.part], links...)
+		fl.probes[fp.part] += len(fp.probes)
+	}
+}
+
 // groupProbes sorts the plan's probes into attach phases and files (and
-// functions and parts, with opt.perFunc).
-func groupProbes(pl *plan.Plan, opt attachOptions) [numPhases][]*fileProbes {
+// functions and parts, with opt.perFunc): those of every function, or of
+// the functions in only when it is not nil (and then no syncs).
+func groupProbes(pl *plan.Plan, opt attachOptions, only map[*plan.Func]bool) [numPhases][]*fileProbes {
 	type key struct {
 		obj  *symbolizer.Mapped
 		fn   *plan.Func
@@ -184,10 +214,10 @@ func groupProbes(pl *plan.Plan, opt attachOptions) [numPhases][]*fileProbes {
 		}
 		fp.probes = append(fp.probes, bpf.Probe{Offset: p.Offset, Cookie: cookie})
 		fp.owner = append(fp.owner, f)
-		fp.entry = append(fp.entry, p.Kind == bpf.KindEntry && !p.CallSite)
+		fp.planned = append(fp.planned, plan.ObjProbe{Obj: obj, Probe: p})
 	}
 	for _, f := range pl.Funcs {
-		if opt.skip != nil && opt.skip(f) {
+		if opt.skip != nil && opt.skip(f) || only != nil && !only[f] {
 			continue
 		}
 		for _, p := range f.Exits {
@@ -204,8 +234,10 @@ func groupProbes(pl *plan.Plan, opt attachOptions) [numPhases][]*fileProbes {
 			add(phase, p.Obj, f, partEntry, p.Probe)
 		}
 	}
-	for _, s := range pl.Syncs {
-		add(phaseExits, s.Obj, nil, 0, s.Probe)
+	if only == nil {
+		for _, s := range pl.Syncs {
+			add(phaseExits, s.Obj, nil, 0, s.Probe)
+		}
 	}
 	return phases
 }
@@ -217,17 +249,18 @@ func (fp *fileProbes) dropDead(dead map[*plan.Func]bool) {
 		if dead[fp.owner[i]] {
 			continue
 		}
-		fp.probes[n], fp.owner[n], fp.entry[n] = p, fp.owner[i], fp.entry[i]
+		fp.probes[n], fp.owner[n], fp.planned[n] = p, fp.owner[i], fp.planned[i]
 		n++
 	}
-	fp.probes, fp.owner, fp.entry = fp.probes[:n], fp.owner[:n], fp.entry[:n]
+	fp.probes, fp.owner, fp.planned = fp.probes[:n], fp.owner[:n], fp.planned[:n]
 }
 
-// drop removes refused probes and, for a refused entry, the function (it
-// goes into dead, and its exits attached in an earlier phase only cost a
-// trap). It reports false when no probe matched: the error is then not
-// about individual probes.
-func (fp *fileProbes) drop(offsets []uint64, why error, dead map[*plan.Func]bool, warnf func(string, ...any)) bool {
+// drop removes refused probes. A refused entry goes to refused, which
+// places it again (its function goes into moved, for another pass) or
+// gives the function up (dead: its exits attached in an earlier phase
+// only cost a trap). It reports false when no probe matched: the error is
+// then not about individual probes.
+func (fp *fileProbes) drop(offsets []uint64, why error, refused func(*plan.Func, plan.ObjProbe, error) bool, moved map[*plan.Func]bool, warnf func(string, ...any)) bool {
 	matched := 0
 	for i, p := range fp.probes {
 		if !slices.Contains(offsets, p.Offset) {
@@ -237,11 +270,10 @@ func (fp *fileProbes) drop(offsets []uint64, why error, dead map[*plan.Func]bool
 		switch {
 		case f == nil:
 			warnf("the kernel refuses a probe at file offset %#x of %s (%v): exceptions leaving the root, or signal handlers, are noticed late", p.Offset, fp.obj.Base(), why)
-		case fp.entry[i]:
-			dead[f] = true
-			warnf("not tracing %s: the kernel refuses a uprobe at its entry (%v)", f.Node.Name(), why)
-		case bpf.CookieKind(p.Cookie) == bpf.KindEntry: // a call site
-			warnf("%s: the kernel refuses the probe on one of its call sites, at file offset %#x of %s (%v); the calls made there are not counted", f.Node.Name(), p.Offset, fp.obj.Base(), why)
+		case bpf.CookieKind(p.Cookie) == bpf.KindEntry: // an entry or a call site
+			if refused(f, fp.planned[i], why) {
+				moved[f] = true
+			}
 		default:
 			warnf("%s: the kernel refuses a probe at file offset %#x (%v); what it would show is inferred", f.Node.Name(), p.Offset, why)
 		}
@@ -252,14 +284,13 @@ func (fp *fileProbes) drop(offsets []uint64, why error, dead map[*plan.Func]bool
 	}
 	n := 0
 	for i, p := range fp.probes {
-		if slices.Contains(offsets, p.Offset) {
-			continue
+		if slices.Contains(offsets, p.Offset) || moved[fp.owner[i]] {
+			continue // refused, or attached again in the next pass
 		}
-		fp.probes[n], fp.owner[n], fp.entry[n] = p, fp.owner[i], fp.entry[i]
+		fp.probes[n], fp.owner[n], fp.planned[n] = p, fp.owner[i], fp.planned[i]
 		n++
 	}
-	fp.probes, fp.owner, fp.entry = fp.probes[:n], fp.owner[:n], fp.entry[:n]
-	fp.dropDead(dead)
+	fp.probes, fp.owner, fp.planned = fp.probes[:n], fp.owner[:n], fp.planned[:n]
 	return true
 }
 

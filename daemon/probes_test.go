@@ -21,6 +21,8 @@ import (
 // fails one whole call.
 type fakeAttacher struct {
 	refuse map[uint64]bool
+	// refuseAt, when set, refuses too the offsets it reports for a path.
+	refuseAt func(path string, off uint64) bool
 	failAt int // the call (from 1) that fails as a whole; 0 never
 	calls  int
 	open   int // links attached and not closed
@@ -46,7 +48,7 @@ func (a *fakeAttacher) Attach(path string, pid int, probes []bpf.Probe) ([]link.
 	}
 	aerr := &bpf.AttachError{Path: path, Err: errors.New("bad instruction")}
 	for _, p := range probes {
-		if a.refuse[p.Offset] {
+		if a.refuse[p.Offset] || a.refuseAt != nil && a.refuseAt(path, p.Offset) {
 			aerr.Offsets = append(aerr.Offsets, p.Offset)
 		}
 	}
@@ -106,42 +108,97 @@ func TestAttachPlanRollsBack(t *testing.T) {
 		t.Errorf("%d links open after Close", a.open)
 	}
 
-	// Without the root's entry there is nothing to trace.
-	a = &fakeAttacher{refuse: map[uint64]bool{pl.Funcs[0].Entry.Offset: true}}
+	// Without any probe in the root there is nothing to trace.
+	root := pl.Funcs[0]
+	a = &fakeAttacher{refuseAt: inFunc(root)}
 	if _, err := attachPlan(a, 1, pl, attachOptions{}, t.Logf); err == nil || a.open != 0 {
-		t.Errorf("refused root entry: error %v, %d links open", err, a.open)
+		t.Errorf("root refused everywhere: error %v, %d links open", err, a.open)
 	}
 }
 
-func TestAttachPlanDropsRefused(t *testing.T) {
-	pl := ctreePlan(t, plan.ExitsRet)
-	var walk, parse *plan.Func
-	for _, f := range pl.Funcs {
-		switch f.Node.Func.Name {
-		case "walk":
-			walk = f
-		case "parse":
-			parse = f
+// inFunc refuses every offset of f's body in f's file.
+func inFunc(f *plan.Func) func(string, uint64) bool {
+	start, _ := f.Node.Obj.FileOffset(f.Node.Func.Addr)
+	return func(path string, off uint64) bool {
+		return path == f.Node.Obj.Path() && off >= start && off < start+f.Node.Func.Size
+	}
+}
+
+// TestAttachPlanRefused checks what becomes of probes the kernel refuses
+// although the safety model let them be planned: an entry moves to the
+// next instruction that suits, else to the function's call sites, and
+// only a function left with nothing is dropped, and said to be; a refused
+// exit is dropped (the stack-slot rule infers it).
+func TestAttachPlanRefused(t *testing.T) {
+	warnings := func(w *[]string) func(string, ...any) {
+		return func(format string, args ...any) { *w = append(*w, fmt.Sprintf(format, args...)) }
+	}
+	t.Run("entry moves, exit dropped", func(t *testing.T) {
+		pl := ctreePlan(t, plan.ExitsRet)
+		walk, parse := funcsByName(pl)["walk"], funcsByName(pl)["parse"]
+		first := walk.Entry
+		a := &fakeAttacher{refuse: map[uint64]bool{first.Offset: true, parse.Exits[0].Offset: true}}
+		var w []string
+		set, err := attachPlan(a, 1, pl, attachOptions{}, warnings(&w))
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	// The kernel refuses walk's entry (walk is dropped, with its exits)
-	// and one of parse's exits (parse stays).
-	a := &fakeAttacher{refuse: map[uint64]bool{walk.Entry.Offset: true, parse.Exits[0].Offset: true}}
-	var warnings []string
-	set, err := attachPlan(a, 1, pl, attachOptions{}, func(format string, args ...any) { warnings = append(warnings, fmt.Sprintf(format, args...)) })
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer set.Close()
-	// walk's entry and exits, and one exit of parse.
-	want := pl.NumProbes() - 1 - len(walk.Exits) - 1
-	if set.funcs != len(pl.Funcs)-1 || set.probes != want {
-		t.Errorf("%d functions, %d probes; want %d, %d", set.funcs, set.probes, len(pl.Funcs)-1, want)
-	}
-	if len(warnings) != 2 || !slices.ContainsFunc(warnings, func(w string) bool { return strings.HasPrefix(w, "not tracing ctree:walk") }) ||
-		!slices.ContainsFunc(warnings, func(w string) bool { return strings.HasPrefix(w, "ctree:parse: the kernel refuses a probe") }) {
-		t.Errorf("warnings %q", warnings)
-	}
+		defer set.Close()
+		if walk.Entry.Addr == first.Addr || walk.Untraced != "" || len(walk.CallSites) != 0 {
+			t.Errorf("walk's entry at %#x (untraced %q, %d call sites); want it moved off %#x", walk.Entry.Addr, walk.Untraced, len(walk.CallSites), first.Addr)
+		}
+		if want := pl.NumProbes() - 1; set.funcs != len(pl.Funcs) || set.probes != want || a.probes != want {
+			t.Errorf("%d functions, %d probes (%d attached); want %d, %d", set.funcs, set.probes, a.probes, len(pl.Funcs), want)
+		}
+		if len(w) != 2 || !strings.Contains(w[0], "ctree:walk: the kernel refuses a uprobe at its entry") || !strings.Contains(w[0], "its entry probe moved from") ||
+			!strings.HasPrefix(w[1], "ctree:parse: the kernel refuses a probe") {
+			t.Errorf("warnings %q", w)
+		}
+	})
+	t.Run("entry at the call sites", func(t *testing.T) {
+		pl := ctreePlan(t, plan.ExitsRet)
+		helper := funcsByName(pl)["lib_helper"]
+		a := &fakeAttacher{refuseAt: inFunc(helper)}
+		var w []string
+		set, err := attachPlan(a, 1, pl, attachOptions{}, warnings(&w))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer set.Close()
+		// Its rets are in its body too: refused, inferred.
+		want := pl.NumProbes() - len(helper.Exits)
+		if len(helper.CallSites) == 0 || set.funcs != len(pl.Funcs) || a.probes != want {
+			t.Errorf("lib_helper: %d call sites; %d functions, %d probes; want call sites, %d, %d", len(helper.CallSites), set.funcs, a.probes, len(pl.Funcs), want)
+		}
+		for _, cs := range helper.CallSites {
+			if cs.Obj != funcsByName(pl)["lib_compute"].Node.Obj || !cs.CallSite {
+				t.Errorf("call site %+v", cs)
+			}
+		}
+	})
+	t.Run("nothing left", func(t *testing.T) {
+		pl := ctreePlan(t, plan.ExitsRet)
+		helper, compute := funcsByName(pl)["lib_helper"], funcsByName(pl)["lib_compute"]
+		inHelper, inCompute := inFunc(helper), inFunc(compute)
+		// lib_helper's body and the calls of it in lib_compute's (which
+		// keeps its entry, at its start).
+		computeEntry := compute.Entry.Offset
+		a := &fakeAttacher{refuseAt: func(path string, off uint64) bool {
+			return inHelper(path, off) || inCompute(path, off) && off != computeEntry
+		}}
+		var w []string
+		set, err := attachPlan(a, 1, pl, attachOptions{}, warnings(&w))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer set.Close()
+		if helper.Untraced == "" || set.funcs != len(pl.Funcs)-1 || !slices.ContainsFunc(pl.Untraced, func(u string) bool { return strings.HasPrefix(u, "libktarget.so:lib_helper: ") }) {
+			t.Errorf("lib_helper untraced %q, %d functions, plan's untraced %q", helper.Untraced, set.funcs, pl.Untraced)
+		}
+		if !slices.ContainsFunc(w, func(s string) bool { return strings.HasPrefix(s, "not tracing libktarget.so:lib_helper") }) {
+			t.Errorf("warnings %q", w)
+		}
+	})
 }
 
 // TestDemote checks that probes attached per function can be detached a

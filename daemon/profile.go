@@ -232,7 +232,7 @@ func (s *Session) comments(st bpf.Stats) []string {
 		c = append(c, fmt.Sprintf("%d calls still running at the end, timed up to it", ss.Unfinished))
 	}
 	for _, u := range pl.Untraced {
-		c = append(c, "INCOMPLETE: not traced, no safe probe site: "+u+"; its callees appear under its caller")
+		c = append(c, "INCOMPLETE: not traced: "+u+"; its callees appear under its caller")
 	}
 	for _, f := range pl.Funcs {
 		if len(f.CallSites) > 0 {

@@ -47,7 +47,7 @@ func TestSIMDTarget(t *testing.T) {
 			}, testtarget.SIMDCounts(n, avx512), testtarget.SIMDRename)
 			comments := strings.Join(p.Comments, "\n")
 			for _, want := range []string{
-				"INCOMPLETE: not traced, no safe probe site: simd:avx2_only",
+				"INCOMPLETE: not traced: simd:avx2_only: no instruction a probe may safely go on",
 				"simd:avx_fill: calls counted at 1 call sites",
 				"simd:avx2_fill: calls counted at 2 call sites",
 			} {

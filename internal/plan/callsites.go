@@ -40,6 +40,7 @@ func (pl *Plan) placeCallSites(unsafe []unsafeEntry) {
 			}
 		}
 	}
+	pl.callSiteAt = reserved
 	// Another function's entry probe must not share an instruction with
 	// a call site: the kernel runs the two probes in no promised order,
 	// and the callee's entry must come after its caller's. Such an entry
@@ -57,65 +58,143 @@ func (pl *Plan) placeCallSites(unsafe []unsafeEntry) {
 		f.Entry, f.Notes = entry, append(f.Notes, notes...)
 	}
 	for _, u := range unsafe {
-		f := u.f
-		var cond, unsure, shared, bad int
-		for _, cs := range f.Node.CalledFrom {
-			switch {
-			case cs.Cond:
-				cond++
-				continue
-			case cs.Unsure:
-				unsure++
-				continue
-			case !reserved[codeAddr{cs.Caller.Obj, cs.Addr}]:
-				shared++
-				continue
-			}
-			in, err := decodeAt(cs.Caller.Obj, cs.Addr)
-			if err != nil || x86.ProbeClass(&in) == x86.ClassUnprobeable {
-				bad++
-				continue
-			}
-			// The return-address slot: below the stack pointer for a
-			// call, which pushes it; at it for a tail jump.
-			adjust := -8
-			if cs.Tail {
-				adjust = 0
-			}
-			p, _, err := withOffset(cs.Caller, Probe{Addr: cs.Addr, Kind: bpf.KindEntry, Class: x86.ProbeClass(&in), SlotAdjust: adjust, CallSite: true})
-			if err != nil {
-				bad++
-				continue
-			}
-			f.CallSites = append(f.CallSites, ObjProbe{Obj: cs.Caller.Obj, Probe: p})
-		}
-		var missed []string
-		for _, m := range []struct {
-			n    int
-			what string
-		}{
-			{cond, "conditional tail call"},
-			{unsure, "call after undecodable bytes"},
-			{shared, "call on another function's entry probe"},
-			{bad, "call that cannot carry a probe"},
-		} {
-			if m.n > 0 {
-				missed = append(missed, plural(m.n, m.what))
-			}
-		}
-		if len(f.CallSites) == 0 {
-			f.Untraced = u.why.Error() + "; and no call of it in the traced code can carry a probe"
-			if len(missed) > 0 {
-				f.Untraced += " (" + strings.Join(missed, ", ") + ")"
-			}
+		pl.countAtCallSites(u.f, u.why)
+	}
+}
+
+// countAtCallSites gives f, whose own entry cannot carry a probe (why),
+// entry probes on its call sites, or failing that marks it untraced.
+func (pl *Plan) countAtCallSites(f *Func, why error) {
+	f.Entry = Probe{}
+	var cond, unsure, shared, bad int
+	for _, cs := range f.Node.CalledFrom {
+		switch {
+		case cs.Cond:
+			cond++
+			continue
+		case cs.Unsure:
+			unsure++
+			continue
+		case !pl.callSiteAt[codeAddr{cs.Caller.Obj, cs.Addr}]:
+			shared++
 			continue
 		}
-		note := fmt.Sprintf("calls counted at %s in the traced code, since %v", plural(len(f.CallSites), "call site"), u.why)
-		if len(missed) > 0 {
-			note += "; not counted: " + strings.Join(missed, ", ")
+		in, err := decodeAt(cs.Caller.Obj, cs.Addr)
+		if err != nil || x86.ProbeClass(&in) == x86.ClassUnprobeable {
+			bad++
+			continue
 		}
-		f.Notes = append(f.Notes, note)
+		// The return-address slot: below the stack pointer for a
+		// call, which pushes it; at it for a tail jump.
+		adjust := -8
+		if cs.Tail {
+			adjust = 0
+		}
+		p, _, err := withOffset(cs.Caller, Probe{Addr: cs.Addr, Kind: bpf.KindEntry, Class: x86.ProbeClass(&in), SlotAdjust: adjust, CallSite: true})
+		if err != nil {
+			bad++
+			continue
+		}
+		f.CallSites = append(f.CallSites, ObjProbe{Obj: cs.Caller.Obj, Probe: p})
 	}
+	var missed []string
+	for _, m := range []struct {
+		n    int
+		what string
+	}{
+		{cond, "conditional tail call"},
+		{unsure, "call after undecodable bytes"},
+		{shared, "call on another function's entry probe"},
+		{bad, "call that cannot carry a probe"},
+	} {
+		if m.n > 0 {
+			missed = append(missed, plural(m.n, m.what))
+		}
+	}
+	if len(f.CallSites) == 0 {
+		f.Untraced = why.Error() + "; and no call of it in the traced code can carry a probe"
+		if len(missed) > 0 {
+			f.Untraced += " (" + strings.Join(missed, ", ") + ")"
+		}
+		pl.Untraced = append(pl.Untraced, fmt.Sprintf("%s: %s", f.Node.Name(), f.Untraced))
+		return
+	}
+	note := fmt.Sprintf("calls counted at %s in the traced code, since %v", plural(len(f.CallSites), "call site"), why)
+	if len(missed) > 0 {
+		note += "; not counted: " + strings.Join(missed, ", ")
+	}
+	f.Notes = append(f.Notes, note)
+}
+
+// ReplaceEntry places f's entry probe again when the kernel refused the
+// one planned (at a refused address, as ProbeClass could not foresee):
+// on the next instruction that suits, else (not for a root, whose entry
+// must open the thread's context) at its call sites. It says where the
+// entry went, or reports false when nothing is left to count f's calls:
+// f is then untraced, and the plan's Untraced says so. Exits that shared
+// the refused instruction (a uretprobe) move with it.
+func (pl *Plan) ReplaceEntry(f *Func, refused uint64) (string, bool) {
+	if f.refused == nil {
+		f.refused = map[uint64]bool{}
+	}
+	f.refused[refused] = true
+	n := f.Node
+	avoid := func(a uint64) bool { return f.refused[a] || pl.callSiteAt[codeAddr{n.Obj, a}] }
+	old := f.Entry
+	var how string
+	entry, notes, err := placeEntry(n, avoid)
+	switch {
+	case err == nil:
+		f.Entry = entry
+		how = fmt.Sprintf("its entry probe moved from +%#x to +%#x", refused-n.Func.Addr, entry.Addr-n.Func.Addr)
+		f.Notes = append(append(f.Notes, "the kernel refused "+strings.TrimPrefix(how, "its ")), notes...)
+	case f.Root:
+		f.Entry, f.Untraced = Probe{}, fmt.Sprintf("the kernel refused its entry probe at +%#x and %v", refused-n.Func.Addr, err)
+		pl.Untraced = append(pl.Untraced, fmt.Sprintf("%s: %s", n.Name(), f.Untraced))
+	default:
+		if pl.callSiteAt == nil {
+			pl.callSiteAt = map[codeAddr]bool{}
+		}
+		// Its call sites, but none that carries another function's
+		// entry probe (attached already: it cannot move now).
+		taken := map[codeAddr]bool{}
+		for _, g := range pl.Funcs {
+			if g != f && g.Untraced == "" && len(g.CallSites) == 0 {
+				taken[codeAddr{g.Node.Obj, g.Entry.Addr}] = true
+			}
+		}
+		for _, cs := range n.CalledFrom {
+			if at := (codeAddr{cs.Caller.Obj, cs.Addr}); !cs.Cond && !cs.Unsure && !taken[at] {
+				pl.callSiteAt[at] = true
+			}
+		}
+		pl.countAtCallSites(f, fmt.Errorf("the kernel refused its entry probe at +%#x and %w", refused-n.Func.Addr, err))
+		how = "its calls are counted at its " + plural(len(f.CallSites), "call site")
+	}
+	if f.Untraced != "" {
+		f.Exits, f.Catches = nil, nil
+		return "", false
+	}
+	if len(f.Exits) == 1 && f.Exits[0].Kind == bpf.KindReturn && f.Exits[0].Addr == old.Addr || len(f.CallSites) > 0 {
+		if exits, err := placeExits(f, pl.Exits); err == nil {
+			f.Exits = exits
+		}
+	}
+	return how, true
+}
+
+// DropCallSite gives up the call-site entry probe of f at addr of obj,
+// which the kernel refused. It reports false when f has no other: f is
+// then untraced, and the plan's Untraced says so.
+func (pl *Plan) DropCallSite(f *Func, obj *symbolizer.Mapped, addr uint64) bool {
+	f.CallSites = slices.DeleteFunc(f.CallSites, func(p ObjProbe) bool { return p.Obj == obj && p.Addr == addr })
+	if len(f.CallSites) > 0 {
+		return true
+	}
+	f.Untraced = "the kernel refused the probes on every call of it"
+	f.Exits, f.Catches = nil, nil
+	pl.Untraced = append(pl.Untraced, fmt.Sprintf("%s: %s", f.Node.Name(), f.Untraced))
+	return false
 }
 
 func plural(n int, what string) string {

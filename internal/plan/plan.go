@@ -120,6 +120,8 @@ type Func struct {
 	Root, RootTail bool
 	// Notes explains choices worth knowing (an expensive entry, ...).
 	Notes []string
+
+	refused map[uint64]bool // entry addresses the kernel refused (ReplaceEntry)
 }
 
 // ObjProbe is a probe in a given object: a call site of a function in
@@ -170,6 +172,8 @@ type Plan struct {
 	ExitsReason string
 	// Graph is the call graph the plan was made from.
 	Graph *callgraph.Graph
+
+	callSiteAt map[codeAddr]bool // instructions that carry call-site entry probes
 }
 
 // New places the probes for every function of g.
@@ -207,7 +211,6 @@ func New(g *callgraph.Graph, p *symbolizer.Process, mode ExitMode) (*Plan, error
 	pl.placeCallSites(unsafe)
 	for _, f := range pl.Funcs {
 		if f.Untraced != "" {
-			pl.Untraced = append(pl.Untraced, fmt.Sprintf("%s: %s", f.Node.Name(), f.Untraced))
 			continue
 		}
 		var err error

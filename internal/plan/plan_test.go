@@ -139,6 +139,7 @@ func TestPlanSIMD(t *testing.T) {
 			{"avx_fill", 0, x86.ClassEmulated, 1},    // VEX up to the ret
 			{"avx2_fill", 0, x86.ClassEmulated, 2},   // VEX up to the ret; called by handle_request and wrap_fill
 			{"wrap_fill", 0, x86.ClassStepped, 0},    // its call carries avx2_fill's call-site probe
+			{"nop_first", 10, x86.ClassEmulated, 0},  // past the cs nopw the kernel refuses, the push
 			{"avx512_fill", 0, x86.ClassEmulated, 1}, // EVEX up to the ret
 		} {
 			f := funcs[tc.name]

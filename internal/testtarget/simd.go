@@ -48,6 +48,7 @@ func SIMDCounts(n int, avx512 bool) map[string]uint64 {
 		"handle_request;cond_fill":             c,
 		"handle_request;wrap_fill":             c,
 		"handle_request;wrap_fill;avx2_fill":   c,
+		"handle_request;nop_first":             c,
 		"handle_request;do_memset":             c,
 		"handle_request;do_memset;" + SIMDLibc: c,
 		"handle_request;do_copy":               c,

@@ -118,6 +118,29 @@ cond_fill:
 	.cfi_endproc
 	.size	cond_fill, .-cond_fill
 
+# Starts with the 10-byte alignment nop gcc -O2 puts in prologues
+# (data16 cs nopw), which the kernel refuses (errno 524): the entry probe
+# goes on the push after it.
+	.globl	nop_first
+	.type	nop_first, @function
+nop_first:
+	.cfi_startproc
+	.byte	0x66, 0x2e, 0x0f, 0x1f, 0x84, 0x00, 0x00, 0x00, 0x00, 0x00
+	push	%rbx
+	.cfi_adjust_cfa_offset 8
+	.cfi_rel_offset %rbx, 0
+	mov	%esi, %ebx
+	movd	%ebx, %xmm2
+	pxor	%xmm3, %xmm3
+	pshufb	%xmm3, %xmm2
+	movdqu	%xmm2, (%rdi)
+	pop	%rbx
+	.cfi_adjust_cfa_offset -8
+	.cfi_restore %rbx
+	ret
+	.cfi_endproc
+	.size	nop_first, .-nop_first
+
 # Its first emulated instruction is the call of avx2_fill, which carries
 # avx2_fill's call-site probe: its own entry probe goes on the endbr64.
 	.globl	wrap_fill

@@ -18,7 +18,8 @@
 // Per call of handle_request(i): sse_fill once, avx_fill twice, avx2_fill
 // three times, avx512_fill once (with AVX-512), evex_then_jcc once (with
 // AVX-512), vzu_first once, cond_fill once (which tail-calls avx2_only
-// when i is odd), wrap_fill once (which calls avx2_fill), do_memset once
+// when i is odd), wrap_fill once (which calls avx2_fill), nop_first once
+// (whose first instruction the kernel refuses), do_memset once
 // and do_copy once (which call the C
 // library's memset and memcpy, on this CPU its AVX2 or EVEX variants).
 
@@ -35,6 +36,7 @@ void evex_then_jcc(unsigned char *buf, int c, long n);
 void vzu_first(unsigned char *buf, int c);
 void cond_fill(unsigned char *buf, int c, int fill);
 void wrap_fill(unsigned char *buf, int c);
+void nop_first(unsigned char *buf, int c);
 
 static int avx512;
 static long wrong;
@@ -98,6 +100,8 @@ NOINLINE void handle_request(unsigned i)
 	check(i % 2 ? 32 : 0, c, NULL);
 	wrap_fill(buf, c);
 	check(32, c, NULL);
+	nop_first(buf, c);
+	check(16, c, NULL);
 	size_t n = 100 + (i % 4) * 1500;
 	do_memset(buf, c, n);
 	check(n, c, NULL);
