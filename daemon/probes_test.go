@@ -23,10 +23,10 @@ type fakeAttacher struct {
 	refuse map[uint64]bool
 	// refuseAt, when set, refuses too the offsets it reports for a path.
 	refuseAt func(path string, off uint64) bool
-	failAt int // the call (from 1) that fails as a whole; 0 never
-	calls  int
-	open   int // links attached and not closed
-	probes int // probes in open links
+	failAt   int // the call (from 1) that fails as a whole; 0 never
+	calls    int
+	open     int // links attached and not closed
+	probes   int // probes in open links
 }
 
 // fakeLink is a link.Link (embedding the interface satisfies its private
