@@ -34,12 +34,17 @@ type site struct {
 
 // body is what decoding one function's code found.
 type body struct {
-	ranges   []symbolizer.Range
-	sites    []site
-	rets     []uint64
-	targets  []uint64 // branch targets inside the function, sorted
-	indirect int      // register/memory calls and jumps it cannot follow
-	problems []string
+	ranges        []symbolizer.Range
+	sites         []site
+	rets          []uint64
+	targets       []uint64 // branch targets inside the function, sorted
+	indirect      int      // register/memory calls and jumps it cannot follow
+	indirectJumps int      // of those, jumps (jump tables, or tail calls)
+	problems      []string
+	// refs are the addresses the code takes with a rip-relative lea (or
+	// an absolute immediate in a non-PIE object): functions passed as
+	// callbacks, tables of function pointers, vtables, Go funcvals.
+	refs []uint64
 	// desynced counts rets dropped because they followed an undecodable
 	// instruction: decoding may have lost the instruction boundaries
 	// there, and a probe inside an instruction corrupts the target.
@@ -108,6 +113,9 @@ func (b *body) decodeRange(obj *symbolizer.Object, fn *symbolizer.Func, r symbol
 			continue
 		}
 		off += in.Len
+		if ref, ok := in.AddrRef(); ok && synced {
+			b.refs = append(b.refs, ref)
+		}
 		switch {
 		case in.IsRet():
 			if !synced {
@@ -132,6 +140,7 @@ func (b *body) decodeRange(obj *symbolizer.Object, fn *symbolizer.Func, r symbol
 					// Jump tables stay inside the function; a
 					// register jump may also be a tail call.
 					b.indirect++
+					b.indirectJumps++
 				}
 				continue
 			}

@@ -37,9 +37,16 @@ type Node struct {
 	// that the analysis cannot follow (function pointers, virtual calls,
 	// jump tables).
 	Indirect int
+	// IndirectJumps counts those that are jumps: jump tables, or tail
+	// calls through a pointer.
+	IndirectJumps int
 	// SetjmpReturns are the return addresses of its calls of setjmp and
 	// its kin: a longjmp lands there, skipping the frames in between.
 	SetjmpReturns []uint64
+	// Taken are the functions whose address it takes, directly or in a
+	// table it refers to: callees through pointers, traced from the
+	// start so that their calls are counted where they happen.
+	Taken []*Node
 	// CalledFrom are the sites in the graph's functions that call or
 	// jump to this function directly, where its calls can be counted
 	// when its own entry cannot be probed safely.
@@ -216,9 +223,17 @@ func (b *builder) analyze(n *Node) error {
 	n.Rets = body.rets
 	n.BranchTargets = body.targets
 	n.Indirect = body.indirect
+	n.IndirectJumps = body.indirectJumps
 	n.Notes = append(n.Notes, body.problems...)
 	if body.desynced > 0 {
 		n.Notes = append(n.Notes, fmt.Sprintf("%d ret instructions after undecodable bytes not probed (their exits are inferred)", body.desynced))
+	}
+	for _, ref := range body.refs {
+		for _, t := range b.addressTaken(n, ref) {
+			if callee := b.node(t.obj, t.fn); callee != nil && callee != n && !slices.Contains(n.Taken, callee) {
+				n.Taken = append(n.Taken, callee)
+			}
+		}
 	}
 	for _, s := range body.sites {
 		var (
@@ -257,6 +272,54 @@ func (b *builder) analyze(n *Node) error {
 		}
 	}
 	return nil
+}
+
+// codeRef is a function an address refers to.
+type codeRef struct {
+	obj *symbolizer.Mapped
+	fn  *symbolizer.Func
+}
+
+// Bounds of the scan of a table a function refers to: the first words
+// are read whatever they hold (a Go itab starts with two type pointers,
+// a C++ vtable with an offset and a type-info pointer); past them, the
+// table goes on while its words are code pointers or zero.
+const (
+	tableHead = 16
+	tableMax  = 512
+)
+
+// addressTaken returns the functions an address taken by n's code (link-
+// time ref, in n's object) refers to: the function that starts there, or
+// the code pointers of the table there, read from the target's memory
+// (relocations applied) when Options.Mem is set.
+func (b *builder) addressTaken(n *Node, ref uint64) []codeRef {
+	if fn := n.Obj.FuncStart(ref); fn != nil {
+		if fn.Fragment || fn.IFunc {
+			return nil
+		}
+		return []codeRef{{n.Obj, fn}}
+	}
+	if b.opt.Mem == nil || n.Obj.FuncAt(ref) != nil {
+		return nil // no memory to read, or inside a function's code
+	}
+	buf := make([]byte, 8*tableMax)
+	k, _ := b.opt.Mem.ReadAt(buf, int64(ref+n.Obj.Bias))
+	var refs []codeRef
+	for i := 0; i+8 <= k; i += 8 {
+		w := binary.LittleEndian.Uint64(buf[i:])
+		var fn *symbolizer.Func
+		m := b.proc.MappedAt(w)
+		if m != nil {
+			fn = m.FuncStart(w - m.Bias)
+		}
+		if fn != nil && !fn.Fragment && !fn.IFunc {
+			refs = append(refs, codeRef{m, fn})
+		} else if w != 0 && i >= 8*tableHead {
+			break
+		}
+	}
+	return refs
 }
 
 // resolveCode finds the function a direct call or jump from n to target

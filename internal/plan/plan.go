@@ -208,6 +208,21 @@ func New(g *callgraph.Graph, p *symbolizer.Process, mode ExitMode) (*Plan, error
 		}
 		pl.Funcs = append(pl.Funcs, f)
 	}
+	// A jump through a pointer may be a tail call of any function whose
+	// address the traced code takes (dispatch(k) { return ops[k](); }).
+	var taken []uint32
+	for _, n := range g.Nodes {
+		for _, t := range n.Taken {
+			taken = append(taken, ids[t])
+		}
+	}
+	slices.Sort(taken)
+	taken = slices.Compact(taken)
+	for _, f := range pl.Funcs {
+		if f.Node.IndirectJumps > 0 {
+			f.TailCalls = append(f.TailCalls, taken...)
+		}
+	}
 	pl.placeCallSites(unsafe)
 	for _, f := range pl.Funcs {
 		if f.Untraced != "" {
@@ -631,7 +646,10 @@ func (pl *Plan) Write(w io.Writer) error {
 			flags = append(flags, "root")
 		}
 		if f.Node.Indirect > 0 {
-			flags = append(flags, fmt.Sprintf("%d indirect calls not followed", f.Node.Indirect))
+			flags = append(flags, fmt.Sprintf("%d indirect calls and jumps", f.Node.Indirect))
+		}
+		if len(f.Node.Taken) > 0 {
+			flags = append(flags, fmt.Sprintf("takes the address of %s (traced)", plural(len(f.Node.Taken), "function")))
 		}
 		if len(f.Catches) > 0 {
 			flags = append(flags, fmt.Sprintf("%d catch sites", len(f.Catches)))

@@ -119,7 +119,34 @@ func (in *Inst) MemTarget() (uint64, bool) {
 	if !ok || m.Base != x86asm.RIP || m.Index != 0 {
 		return 0, false
 	}
-	return uint64(int64(in.End()) + m.Disp), true
+	return uint64(int64(in.End()) + disp32(m)), true
+}
+
+// disp32 returns a rip-relative operand's displacement: x86asm reports a
+// negative disp32 as a positive 32-bit number.
+func disp32(m x86asm.Mem) int64 { return int64(int32(m.Disp)) }
+
+// AddrRef returns the address a lea takes from a rip-relative operand,
+// or that a mov loads as a 32-bit immediate: how code takes the address
+// of a function or of a table (an absolute immediate only names code in
+// a non-PIE object; the caller checks that it lands somewhere).
+func (in *Inst) AddrRef() (uint64, bool) {
+	if in.Endbr || in.opaque {
+		return 0, false
+	}
+	switch in.Op {
+	case x86asm.LEA:
+		if m, ok := in.Args[1].(x86asm.Mem); ok && m.Base == x86asm.RIP && m.Index == 0 {
+			return uint64(int64(in.End()) + disp32(m)), true
+		}
+	case x86asm.MOV:
+		if imm, ok := in.Args[1].(x86asm.Imm); ok && imm > 0x10000 && imm < 1<<31 {
+			if _, reg := in.Args[0].(x86asm.Reg); reg {
+				return uint64(imm), true
+			}
+		}
+	}
+	return 0, false
 }
 
 // IsIndirect reports a call or jump through a register or memory.

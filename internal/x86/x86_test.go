@@ -35,6 +35,7 @@ func TestDecode(t *testing.T) {
 		{"jrcxz is stepped", []byte{0xe3, 0x00}, 2, ClassStepped, 0, false, 0x1002, 0},
 		{"call [rip+0x2000]", []byte{0xff, 0x15, 0x00, 0x20, 0x00, 0x00}, 6, ClassStepped, 0, false, 0, 0x3006},
 		{"jmp [rip+0x10] (plt)", []byte{0xff, 0x25, 0x10, 0x00, 0x00, 0x00}, 6, ClassStepped, 0, false, 0, 0x1016},
+		{"call [rip-0x20]", []byte{0xff, 0x15, 0xe0, 0xff, 0xff, 0xff}, 6, ClassStepped, 0, false, 0, 0xfe6},
 		{"call rax", []byte{0xff, 0xd0}, 2, ClassStepped, 0, false, 0, 0},
 		{"ret", []byte{0xc3}, 1, ClassStepped, 0, false, 0, 0},
 		{"int3", []byte{0xcc}, 1, ClassUnprobeable, 0, false, 0, 0},
@@ -60,6 +61,28 @@ func TestDecode(t *testing.T) {
 				t.Errorf("memory slot %#x, %v; want %#x", got, ok, tc.slot)
 			}
 		})
+	}
+}
+
+func TestAddrRef(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		code []byte
+		ref  uint64 // 0: none
+	}{
+		{"lea rcx, [rip-0x127]", []byte{0x48, 0x8d, 0x0d, 0xd9, 0xfe, 0xff, 0xff}, 0x1007 - 0x127},
+		{"lea rdx, [rip+0x29f5]", []byte{0x48, 0x8d, 0x15, 0xf5, 0x29, 0x00, 0x00}, 0x1007 + 0x29f5},
+		{"mov edi, 0x401136", []byte{0xbf, 0x36, 0x11, 0x40, 0x00}, 0x401136},
+		{"mov eax, 4 (a number)", []byte{0xb8, 0x04, 0x00, 0x00, 0x00}, 0},
+		{"lea rax, [rdi+8]", []byte{0x48, 0x8d, 0x47, 0x08}, 0},
+	} {
+		in, err := Decode(tc.code, 0x1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ref, ok := in.AddrRef(); ref != tc.ref || ok != (tc.ref != 0) {
+			t.Errorf("%s: %#x, %v; want %#x", tc.name, ref, ok, tc.ref)
+		}
 	}
 }
 

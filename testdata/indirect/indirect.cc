@@ -1,0 +1,106 @@
+// indirect: a C++ target whose root calls through pointers: a comparator
+// passed to the C library's qsort, a table of function pointers, and
+// virtual calls on objects its root creates. kprofd's tests check that
+// these callees are traced and their calls counted exactly.
+//
+// Build:
+//   g++ -O2 -o indirect indirect.cc
+//
+// Protocol on stdin/stdout: it prints "ready", then for each line
+//   run N   makes N calls handle(i), i in [0, N); prints
+//           "done SUM CMP", CMP the comparator's calls (as counted by the
+//           comparator itself)
+//   exit    exits with status 3
+// and at end of input exits with status 4.
+//
+// Per call handle(i): qsort of 8 ints calls cmp (how often depends on
+// the data: the program counts it); dispatch(k, i) for k in [0, 5) calls
+// ops[k % 3] through the table: op_add for k = 0, 3, op_sub for k = 1,
+// 4, op_mul for k = 2; make_shape(i) creates a Circle for odd i, else a
+// Square, and handle calls its area() through the vtable.
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#define NOINLINE __attribute__((noinline, noipa))
+
+static long cmp_calls;
+
+NOINLINE int cmp(const void *a, const void *b)
+{
+	cmp_calls++;
+	int x = *(const int *)a, y = *(const int *)b;
+	return (x > y) - (x < y);
+}
+
+NOINLINE int op_add(int x) { return x + 1; }
+NOINLINE int op_sub(int x) { return x - 1; }
+NOINLINE int op_mul(int x) { return x * 3; }
+
+typedef int (*op_fn)(int);
+static op_fn const ops[] = {op_add, op_sub, op_mul};
+
+NOINLINE int dispatch(int k, int x) { return ops[k % 3](x); }
+
+struct Shape {
+	virtual int area() const = 0;
+};
+
+struct Square : Shape {
+	int s;
+	explicit Square(int s) : s(s) {}
+	int area() const override;
+};
+
+struct Circle : Shape {
+	int r;
+	explicit Circle(int r) : r(r) {}
+	int area() const override;
+};
+
+NOINLINE int Square::area() const { return s * s; }
+NOINLINE int Circle::area() const { return 3 * r * r; }
+
+// The objects are never freed: a few thousand small ones per test, and
+// no destructor calls to count.
+NOINLINE Shape *make_shape(int k)
+{
+	if (k % 2)
+		return new Circle(k % 100);
+	return new Square(k % 100);
+}
+
+NOINLINE long handle(int i)
+{
+	int arr[8];
+	for (int j = 0; j < 8; j++)
+		arr[j] = (i * 7 + j * 13) % 17;
+	qsort(arr, 8, sizeof arr[0], cmp);
+	long s = arr[0];
+	for (int k = 0; k < 5; k++)
+		s += dispatch(k, i);
+	s += make_shape(i)->area();
+	return s;
+}
+
+int main()
+{
+	printf("ready\n");
+	fflush(stdout);
+	char line[64];
+	while (fgets(line, sizeof line, stdin)) {
+		int n;
+		if (sscanf(line, "run %d", &n) == 1) {
+			long sum = 0;
+			cmp_calls = 0;
+			for (int i = 0; i < n; i++)
+				sum += handle(i);
+			printf("done %ld %ld\n", sum, cmp_calls);
+			fflush(stdout);
+		} else if (strncmp(line, "exit", 4) == 0) {
+			return 3;
+		}
+	}
+	return 4;
+}
