@@ -72,15 +72,37 @@ func GoCounts(n int) map[string]uint64 {
 		want["main.work"]++
 		want["main.work;main.mid"]++
 		want["main.work;main.mid;main.leaf"] += 3
+		// An interface call: the itab holds the pointer-receiver
+		// wrapper, which calls the method.
+		want["main.work;main.pick"]++
+		typ := "circle"
+		if i%2 == 0 {
+			typ = "square"
+		}
+		want["main.work;main.(*"+typ+").area"]++
+		want["main.work;main.(*"+typ+").area;main."+typ+".area"]++
+		want["main.work;main.apply"]++
+		want["main.work;main.apply;main.work.func1"]++
+		// Deferred closures run at the deferring function's return, or
+		// (below the runtime's panic path, which PprofCounts drops)
+		// under the frame that panicked.
 		want["main.work;main.guarded"]++
 		want["main.work;main.guarded;main.mayPanic"]++
 		if i%4 != 0 {
 			want["main.work;main.guarded;main.mayPanic;main.leaf"]++
+			want["main.work;main.guarded;main.guarded.func1"]++
+		} else {
+			want["main.work;main.guarded;main.mayPanic;main.guarded.func1"]++
 		}
 		want["main.work;main.deepPanic"]++
 		want["main.work;main.deepPanic;main.lvl1"]++
 		want["main.work;main.deepPanic;main.lvl1;main.lvl2"]++
 		want["main.work;main.deepPanic;main.lvl1;main.lvl2;main.lvl3"]++
+		if i%3 != 0 {
+			want["main.work;main.deepPanic;main.deepPanic.func1"]++
+		} else {
+			want["main.work;main.deepPanic;main.lvl1;main.lvl2;main.lvl3;main.deepPanic.func1"]++
+		}
 		if i%2 == 0 {
 			path := "main.work"
 			for range 41 { // grow(40) down to grow(0)

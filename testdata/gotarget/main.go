@@ -28,10 +28,15 @@
 //	work -> mid -> leaf x3
 //	work -> guarded -> mayPanic, which panics when i%4 == 0 and else
 //	        calls leaf; guarded's deferred closure (guarded.func1)
-//	        recovers
+//	        recovers: run by guarded's return, or by the panic (under
+//	        mayPanic)
 //	work -> deepPanic -> lvl1 -> lvl2 -> lvl3, which panics when
-//	        i%3 == 0; deepPanic's deferred closure recovers
+//	        i%3 == 0; deepPanic's deferred closure recovers (run under
+//	        lvl3 by the panic)
 //	work -> grow(40) -> grow(39) ... -> grow(0) when i%2 == 0
+//	work -> pick, then an interface call: square.area for even i,
+//	        circle.area for odd i
+//	work -> apply, which calls the closure work made (work.func1)
 package main
 
 import (
@@ -118,9 +123,37 @@ func grow(n int) int {
 	return grow(n-1) + pad[n%64]
 }
 
+type shape interface{ area() int }
+
+type square struct{ s int }
+
+type circle struct{ r int }
+
+//go:noinline
+func (q square) area() int { return q.s * q.s }
+
+//go:noinline
+func (c circle) area() int { return 3 * c.r * c.r }
+
+// pick returns a shape whose type the caller cannot know: the interface
+// call on it goes through the itab.
+//
+//go:noinline
+func pick(i int) shape {
+	if i%2 == 0 {
+		return square{i % 10}
+	}
+	return circle{i % 10}
+}
+
+//go:noinline
+func apply(f func(int) int, x int) int { return f(x) }
+
 //go:noinline
 func work(i int) int {
 	s := mid(i)
+	s += pick(i).area()
+	s += apply(func(x int) int { return x + i }, i)
 	runtime.Gosched()
 	s += guarded(i)
 	s += deepPanic(i)
