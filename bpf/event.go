@@ -30,6 +30,11 @@ const (
 	// captured real stack, in order with the thread's events; Reader.Stack
 	// returns it. FlagKernel marks one taken in the kernel.
 	KindSample Kind = 9
+	// KindSite fires at an indirect call; KindTarget is what it emits the
+	// first time it sees a target no probe covers: Slot is the target's
+	// address, Func the site's index in the plan.
+	KindSite   Kind = 10
+	KindTarget Kind = 11
 )
 
 func (k Kind) String() string {
@@ -54,6 +59,10 @@ func (k Kind) String() string {
 		return "sigreturn"
 	case KindSample:
 		return "sample"
+	case KindSite:
+		return "site"
+	case KindTarget:
+		return "target"
 	}
 	return "kind?"
 }

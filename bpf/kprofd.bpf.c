@@ -34,6 +34,8 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #define KIND_SIGNAL 7
 #define KIND_SIGRETURN 8
 #define KIND_SAMPLE 9
+#define KIND_SITE 10
+#define KIND_TARGET 11
 
 // Just the fields kprofd reads; CO-RE finds them in the kernel's BTF.
 struct thread_struct {
@@ -176,6 +178,45 @@ struct {
 	__type(key, __u32);
 	__type(value, struct kprofd_thread);
 } zero_context SEC(".maps");
+
+// An indirect call site: where the call finds its target. Registers are
+// numbered as the hardware does (rax 0 ... r15 15); NO_REG for none,
+// REG_RIP for a rip-relative operand, whose rip is the run-time address
+// of the next instruction.
+struct kprofd_site {
+	__u64 rip;
+	__s32 disp;
+	__u8 mem;
+	__u8 base;
+	__u8 index;
+	__u8 scale;
+};
+
+#define NO_REG 0xff
+#define REG_RIP 16
+
+// Keeps struct kprofd_site in BTF for bpf2go.
+const struct kprofd_site *unused_site __attribute__((unused));
+
+// The sites of the plan, by index (a KIND_SITE probe's function id).
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1); // the loader sizes it
+	__type(key, __u32);
+	__type(value, struct kprofd_site);
+} sites SEC(".maps");
+
+// Call targets the site probes have seen, by run-time address: with
+// TARGET_KNOWN, a function kprofd traces (or will not); else how many
+// calls sites made to it since it was first reported.
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1 << 16);
+	__type(key, __u64);
+	__type(value, __u64);
+} targets SEC(".maps");
+
+#define TARGET_KNOWN (1ULL << 63)
 
 // Keeps struct kprofd_thread in BTF for bpf2go: the daemon reads the
 // goroutines' batches at the end of a session.
@@ -436,6 +477,75 @@ static __always_inline int shadow(struct kprofd_thread *th, __u8 kind, __u64 slo
 static __always_inline void handle_thread(struct pt_regs *ctx, struct kprofd_thread *th, __u64 now, __u32 tid,
 					  __u64 cookie, __u8 kind, __u64 slot, __u64 delta);
 
+// reg returns general register n (hardware numbering) of ctx. Each load
+// stays a load of its own field: the verifier refuses a context pointer
+// the compiler would otherwise offset by a computed amount.
+#define REG(f)                                   \
+	({                                       \
+		__u64 v = ctx->f;                \
+		asm volatile("" : "+r"(v));      \
+		v;                               \
+	})
+static __always_inline __u64 reg(struct pt_regs *ctx, __u8 n)
+{
+	switch (n) {
+	case 0: return REG(rax);
+	case 1: return REG(rcx);
+	case 2: return REG(rdx);
+	case 3: return REG(rbx);
+	case 4: return REG(rsp);
+	case 5: return REG(rbp);
+	case 6: return REG(rsi);
+	case 7: return REG(rdi);
+	case 8: return REG(r8);
+	case 9: return REG(r9);
+	case 10: return REG(r10);
+	case 11: return REG(r11);
+	case 12: return REG(r12);
+	case 13: return REG(r13);
+	case 14: return REG(r14);
+	case 15: return REG(r15);
+	}
+	return 0;
+}
+
+// site reads the target of the indirect call a KIND_SITE probe sits on
+// and, the first time it is one no probe covers, reports it (flushing the
+// batch: the daemon attaches its probes at once); later calls to it are
+// only counted until the daemon marks it known.
+static __always_inline void site(struct pt_regs *ctx, struct kprofd_thread *th, __u64 now, __u32 tid, __u32 idx)
+{
+	struct kprofd_site *d = bpf_map_lookup_elem(&sites, &idx);
+	if (!d)
+		return;
+	__u64 addr = 0;
+	if (d->base == REG_RIP)
+		addr = d->rip;
+	else if (d->base != NO_REG)
+		addr = reg(ctx, d->base);
+	if (d->index != NO_REG)
+		addr += reg(ctx, d->index) * d->scale;
+	addr += (__s64)d->disp;
+	__u64 target = addr;
+	if (d->mem && bpf_probe_read_user(&target, sizeof(target), (void *)addr))
+		return;
+	__u64 *seen = bpf_map_lookup_elem(&targets, &target);
+	if (seen) {
+		if (!(*seen & TARGET_KNOWN))
+			__sync_fetch_and_add(seen, 1);
+		return;
+	}
+	__u64 one = 1;
+	if (bpf_map_update_elem(&targets, &target, &one, BPF_NOEXIST))
+		return; // another thread reported it, or the map is full
+	struct kprofd_event *e = append(th, now);
+	e->slot = target;
+	e->tid = tid;
+	e->func = idx;
+	e->kind = KIND_TARGET;
+	flush(th);
+}
+
 static __always_inline int handle(struct pt_regs *ctx)
 {
 	__u64 now = bpf_ktime_get_ns();
@@ -539,6 +649,11 @@ static __always_inline void handle_thread(struct pt_regs *ctx, struct kprofd_thr
 		th->last_check = now;
 		th->depth = 0;
 		th->sigdepth = 0;
+	}
+
+	if (kind == KIND_SITE) {
+		site(ctx, th, now, tid, (__u32)cookie);
+		return;
 	}
 
 	struct kprofd_event *e = append(th, now);

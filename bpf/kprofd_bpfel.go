@@ -25,6 +25,16 @@ type kprofdKprofdEvent struct {
 	Adjust uint32
 }
 
+type kprofdKprofdSite struct {
+	_     structs.HostLayout
+	Rip   uint64
+	Disp  int32
+	Mem   uint8
+	Base  uint8
+	Index uint8
+	Scale uint8
+}
+
 type kprofdKprofdStack struct {
 	_     structs.HostLayout
 	Ev    kprofdKprofdEvent
@@ -57,7 +67,9 @@ const (
 	kprofdMapCalls           = "calls"
 	kprofdMapEvents          = "events"
 	kprofdMapGoroutines      = "goroutines"
+	kprofdMapSites           = "sites"
 	kprofdMapStats           = "stats"
+	kprofdMapTargets         = "targets"
 	kprofdMapThreads         = "threads"
 	kprofdMapZeroContext     = "zero_context"
 	kprofdProgKprofdDrain    = "kprofd_drain"
@@ -78,6 +90,7 @@ const (
 	kprofdVarSampling        = "sampling"
 	kprofdVarTargetTgid      = "target_tgid"
 	kprofdVarUnusedEvent     = "unused_event"
+	kprofdVarUnusedSite      = "unused_site"
 	kprofdVarUnusedStack     = "unused_stack"
 	kprofdVarUnusedThread    = "unused_thread"
 	kprofdVarWakeupBytes     = "wakeup_bytes"
@@ -142,7 +155,9 @@ type kprofdMapSpecs struct {
 	Calls       *ebpf.MapSpec `ebpf:"calls"`
 	Events      *ebpf.MapSpec `ebpf:"events"`
 	Goroutines  *ebpf.MapSpec `ebpf:"goroutines"`
+	Sites       *ebpf.MapSpec `ebpf:"sites"`
 	Stats       *ebpf.MapSpec `ebpf:"stats"`
+	Targets     *ebpf.MapSpec `ebpf:"targets"`
 	Threads     *ebpf.MapSpec `ebpf:"threads"`
 	ZeroContext *ebpf.MapSpec `ebpf:"zero_context"`
 }
@@ -161,6 +176,7 @@ type kprofdVariableSpecs struct {
 	Sampling        *ebpf.VariableSpec `ebpf:"sampling"`
 	TargetTgid      *ebpf.VariableSpec `ebpf:"target_tgid"`
 	UnusedEvent     *ebpf.VariableSpec `ebpf:"unused_event"`
+	UnusedSite      *ebpf.VariableSpec `ebpf:"unused_site"`
 	UnusedStack     *ebpf.VariableSpec `ebpf:"unused_stack"`
 	UnusedThread    *ebpf.VariableSpec `ebpf:"unused_thread"`
 	WakeupBytes     *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
@@ -189,7 +205,9 @@ type kprofdMaps struct {
 	Calls       *ebpf.Map `ebpf:"calls"`
 	Events      *ebpf.Map `ebpf:"events"`
 	Goroutines  *ebpf.Map `ebpf:"goroutines"`
+	Sites       *ebpf.Map `ebpf:"sites"`
 	Stats       *ebpf.Map `ebpf:"stats"`
+	Targets     *ebpf.Map `ebpf:"targets"`
 	Threads     *ebpf.Map `ebpf:"threads"`
 	ZeroContext *ebpf.Map `ebpf:"zero_context"`
 }
@@ -199,7 +217,9 @@ func (m *kprofdMaps) Close() error {
 		m.Calls,
 		m.Events,
 		m.Goroutines,
+		m.Sites,
 		m.Stats,
+		m.Targets,
 		m.Threads,
 		m.ZeroContext,
 	)
@@ -219,6 +239,7 @@ type kprofdVariables struct {
 	Sampling        *ebpf.Variable `ebpf:"sampling"`
 	TargetTgid      *ebpf.Variable `ebpf:"target_tgid"`
 	UnusedEvent     *ebpf.Variable `ebpf:"unused_event"`
+	UnusedSite      *ebpf.Variable `ebpf:"unused_site"`
 	UnusedStack     *ebpf.Variable `ebpf:"unused_stack"`
 	UnusedThread    *ebpf.Variable `ebpf:"unused_thread"`
 	WakeupBytes     *ebpf.Variable `ebpf:"wakeup_bytes"`

@@ -16,7 +16,7 @@ import (
 	"github.com/cilium/ebpf/rlimit"
 )
 
-//go:generate go tool bpf2go -cc clang -cflags "-O2 -mcpu=v3 -g -Wall -Werror -D__TARGET_ARCH_x86 -I/usr/include/x86_64-linux-gnu" -target bpfel -type kprofd_event -type kprofd_stack -type kprofd_thread kprofd kprofd.bpf.c
+//go:generate go tool bpf2go -cc clang -cflags "-O2 -mcpu=v3 -g -Wall -Werror -D__TARGET_ARCH_x86 -I/usr/include/x86_64-linux-gnu" -target bpfel -type kprofd_event -type kprofd_stack -type kprofd_thread -type kprofd_site kprofd kprofd.bpf.c
 
 // Config sets up the probe program for one target process.
 type Config struct {
@@ -41,6 +41,9 @@ type Config struct {
 	// marks the threads it runs on, so that a sample there counts as
 	// kprofd's time.
 	Sampling bool
+	// Sites is how many indirect call sites the session may probe
+	// (KindSite probes index SetSites' descriptors); 0 means none.
+	Sites int
 	// Go, for a Go target, keys contexts and events by goroutine instead
 	// of by thread: where the running goroutine's g and its fields are.
 	Go *GoLayout
@@ -134,6 +137,7 @@ func Load(cfg Config) (*Program, error) {
 	}
 	spec.Maps[kprofdMapEvents].MaxEntries = uint32(cfg.RingBytes)
 	spec.Maps[kprofdMapCalls].MaxEntries = uint32(max(cfg.Funcs, 1))
+	spec.Maps[kprofdMapSites].MaxEntries = uint32(max(cfg.Sites, 1))
 	if err := spec.Variables[kprofdVarCountCalls].Set(cfg.Funcs > 0); err != nil {
 		return nil, fmt.Errorf("setting count_calls: %w", err)
 	}
@@ -497,3 +501,57 @@ func findRefused(ex *link.Executable, prog *ebpf.Program, path string, pid int, 
 	}
 	return aerr
 }
+
+// Site describes where an indirect call finds its target, for the probe
+// on it: a register, or memory at Base + Index*Scale + Disp. Registers
+// are numbered as the hardware does (rax 0 ... r15 15); NoReg for none,
+// RegRIP (Base only) for rip-relative, with RIP the run-time address of
+// the next instruction.
+type Site struct {
+	Mem         bool
+	Base, Index uint8
+	Scale       uint8
+	Disp        int32
+	RIP         uint64
+}
+
+// Register numbers of a Site besides the general registers.
+const (
+	NoReg  = 0xff
+	RegRIP = 16
+)
+
+// SetSites stores the descriptors of sites from index first on.
+func (p *Program) SetSites(first int, sites []Site) error {
+	for i, st := range sites {
+		d := kprofdKprofdSite{Rip: st.RIP, Disp: st.Disp, Base: st.Base, Index: st.Index, Scale: st.Scale}
+		if st.Mem {
+			d.Mem = 1
+		}
+		if err := p.objs.Sites.Put(uint32(first+i), &d); err != nil {
+			return fmt.Errorf("storing site %d: %w", first+i, err)
+		}
+	}
+	return nil
+}
+
+// MarkTargets tells the site probes that the functions at these run-time
+// addresses need no report: they are traced, or never will be. It returns
+// how many calls the sites made to each before (those reported and not
+// yet traced: calls no entry probe saw).
+func (p *Program) MarkTargets(addrs []uint64) (map[uint64]uint64, error) {
+	before := map[uint64]uint64{}
+	for _, a := range addrs {
+		var n uint64
+		if err := p.objs.Targets.Lookup(a, &n); err == nil && n&targetKnown == 0 {
+			before[a] = n
+		}
+		if err := p.objs.Targets.Put(a, targetKnown); err != nil {
+			return before, fmt.Errorf("marking target %#x: %w", a, err)
+		}
+	}
+	return before, nil
+}
+
+// targetKnown is TARGET_KNOWN in kprofd.bpf.c.
+const targetKnown uint64 = 1 << 63

@@ -3,7 +3,9 @@
 package daemon_test
 
 import (
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/kprofd/kprofd/daemon"
 	"github.com/kprofd/kprofd/internal/testtarget"
@@ -17,7 +19,7 @@ import (
 // modes; output unchanged, nothing left attached.
 func TestIndirectCalls(t *testing.T) {
 	requireRoot(t)
-	exe := testtarget.BuildIndirect(t)
+	exe, _ := testtarget.BuildIndirect(t)
 	const n = 400
 	for _, tc := range []struct {
 		name string
@@ -40,5 +42,59 @@ func TestIndirectCalls(t *testing.T) {
 			traceTarget(t, exe, cfg, func(p *testtarget.Proc) string { return p.Run(t, n) },
 				testtarget.IndirectCounts(n, cmpCalls), testtarget.IndirectOwn)
 		})
+	}
+}
+
+// TestDiscoverPlugin loads a library after kprofd attached and calls its
+// function through the pointer dlsym returned, inside a root: the site
+// probe on that call reports the target, kprofd reads the new mapping,
+// attaches the function and what it calls, and from then on every call is
+// counted exactly; the one call before is reported, not lost silently.
+func TestDiscoverPlugin(t *testing.T) {
+	requireRoot(t)
+	exe, plugin := testtarget.BuildIndirect(t)
+	const n = 50
+	target := testtarget.Start(t, exe)
+	s, err := daemon.Start(daemon.Config{PID: target.Pid(), Roots: []string{"handle", "probe_plugin"}, Mode: daemon.ModeExact, Warnf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	target.Send(t, "load "+plugin)
+	if line := target.Line(t); line != "loaded" {
+		t.Fatalf("target answered %q to load", line)
+	}
+	// The discovery happens off the event loop, within milliseconds:
+	// wait for it, as a user would see it in the progress line.
+	var found []daemon.Discovered
+	deadline := time.Now().Add(30 * time.Second)
+	for len(found) == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+		found = s.Discovered()
+	}
+	if len(found) != 1 || !strings.HasSuffix(found[0].Func, ":plugin_work") || found[0].Err != "" ||
+		found[0].Before != 1 || found[0].Functions != 2 || !strings.HasPrefix(found[0].Site, "indirect:probe_plugin(int)+0x") {
+		t.Fatalf("discovered %+v; want plugin_work and its helper, found by probe_plugin's call, 1 call before", found)
+	}
+	t.Logf("discovered %s", found[0])
+	out := target.Run(t, n)
+	cmpCalls, err := testtarget.ParseIndirect(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := stopAndCheckGone(t, s, target.Pid())
+	if status := target.Exit(t); status != 3 {
+		t.Errorf("exit status %d, want 3", status)
+	}
+	want := testtarget.IndirectCounts(n, cmpCalls)
+	want["probe_plugin"] = 1 // the call from load, whose plugin_work call came before the probes
+	want["handle;probe_plugin;plugin_work"] = n
+	want["handle;probe_plugin;plugin_work;plugin_helper"] = 2 * n
+	got := testtarget.PprofCounts(roundTrip(t, p), testtarget.IndirectOwn)
+	if diff := testtarget.DiffCounts(got, want); diff != "" {
+		t.Errorf("calls per context differ:\n%s", diff)
+	}
+	if c := strings.Join(p.Comments, "\n"); !strings.Contains(c, "discovered libplugin.so:plugin_work (through indirect:probe_plugin(int)+0x") {
+		t.Errorf("the profile does not report the discovery:\n%s", c)
 	}
 }

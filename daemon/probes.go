@@ -33,6 +33,7 @@ const (
 	partEntry = iota
 	partExits
 	partCatches
+	partSites // its indirect calls' site probes
 	numParts
 )
 
@@ -61,6 +62,10 @@ type attachOptions struct {
 	perFunc bool
 	// skip leaves out every probe of the functions it reports.
 	skip func(*plan.Func) bool
+	// noSites leaves out the indirect call sites' probes.
+	noSites bool
+	// noRoot attaches a plan without roots (functions found later).
+	noRoot bool
 }
 
 // Attach phases. A thread emits events only after a root entry, so with
@@ -139,7 +144,7 @@ func attachPlan(prog attacher, pid int, pl *plan.Plan, opt attachOptions, warnf 
 		}
 	}
 	set.funcs = len(pl.Funcs) - len(dead) - skipped
-	if set.funcs == 0 || !slices.ContainsFunc(pl.Funcs, func(f *plan.Func) bool { return f.Root && !dead[f] }) {
+	if !opt.noRoot && (set.funcs == 0 || !slices.ContainsFunc(pl.Funcs, func(f *plan.Func) bool { return f.Root && !dead[f] })) {
 		return nil, errors.Join(errors.New("the kernel refuses the root's entry probe: nothing to trace"), set.Close())
 	}
 	return set, nil
@@ -192,7 +197,9 @@ func groupProbes(pl *plan.Plan, opt attachOptions, only map[*plan.Func]bool) [nu
 		}
 		var id uint32
 		var flags uint64
-		if f != nil {
+		if p.Kind == bpf.KindSite {
+			id = p.SiteIndex
+		} else if f != nil {
 			id = f.ID
 			if f.Root {
 				flags |= bpf.CookieRoot
@@ -234,6 +241,14 @@ func groupProbes(pl *plan.Plan, opt attachOptions, only map[*plan.Func]bool) [nu
 			add(phase, p.Obj, f, partEntry, p.Probe)
 		}
 	}
+	for i, st := range pl.Sites {
+		if opt.noSites || opt.skip != nil && opt.skip(st.Caller) || only != nil && !only[st.Caller] || st.Caller.Untraced != "" {
+			continue
+		}
+		p := st.Probe
+		p.SiteIndex = pl.FirstSite + uint32(i)
+		add(phaseExits, st.Obj, st.Caller, partSites, p)
+	}
 	if only == nil {
 		for _, s := range pl.Syncs {
 			add(phaseExits, s.Obj, nil, 0, s.Probe)
@@ -274,6 +289,8 @@ func (fp *fileProbes) drop(offsets []uint64, why error, refused func(*plan.Func,
 			if refused(f, fp.planned[i], why) {
 				moved[f] = true
 			}
+		case bpf.CookieKind(p.Cookie) == bpf.KindSite:
+			warnf("%s: the kernel refuses a probe on its indirect call at file offset %#x (%v); the targets of that call are not discovered", f.Node.Name(), p.Offset, why)
 		default:
 			warnf("%s: the kernel refuses a probe at file offset %#x (%v); what it would show is inferred", f.Node.Name(), p.Offset, why)
 		}
@@ -306,7 +323,7 @@ func (s *probeSet) demote(f *plan.Func, stage Stage) (int, error) {
 	}
 	parts := []int{partExits}
 	if stage == StageSampled {
-		parts = []int{partEntry, partExits, partCatches}
+		parts = []int{partEntry, partExits, partCatches, partSites}
 	}
 	// Closing a link removes its breakpoints at once, then waits for
 	// a grace period (tens of ms): close the links side by side.
@@ -327,6 +344,23 @@ func (s *probeSet) demote(f *plan.Func, stage Stage) (int, error) {
 		s.funcs--
 	}
 	return n, closeAll(closing)
+}
+
+// merge takes over the links of o, attached for functions found later.
+func (s *probeSet) merge(o *probeSet) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for p := range o.links {
+		s.links[p] = append(s.links[p], o.links[p]...)
+	}
+	s.ids = append(s.ids, o.ids...)
+	s.funcs += o.funcs
+	s.probes += o.probes
+	if s.byFunc != nil {
+		for f, fl := range o.byFunc {
+			s.byFunc[f] = fl
+		}
+	}
 }
 
 // counts returns the attached functions and probes.

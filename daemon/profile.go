@@ -63,11 +63,11 @@ func (s *Session) buildProfile(end uint64, st bpf.Stats) *cct.Profile {
 	// The simulator's node for signal handlers' calls.
 	p.Functions = append(p.Functions, cct.Function{Name: SignalHandlerName, SystemName: SignalHandlerName, Mapping: -1})
 	p.Comments = s.comments(st)
+	// Every function outside the plan that a sample or a discovery found.
+	for _, e := range s.outside.list() {
+		p.Functions = append(p.Functions, e.function(addMapping(e.obj)))
+	}
 	if s.samples != nil {
-		// Every function outside the plan that a sample found.
-		for _, e := range s.samples.funcs {
-			p.Functions = append(p.Functions, e.function(addMapping(e.obj)))
-		}
 		p.SamplePeriod = s.sampler.Period
 		for _, t := range p.AllTrees() {
 			s.estimate(t)
@@ -91,6 +91,8 @@ func (s *Session) estimate(t *cct.Tree) {
 			n.Estimated = true
 		case int(n.Func) < nplan:
 			n.Estimated = s.stageOf(int(n.Func)) != StageFull
+		case s.disc != nil && s.disc.isTraced(n.Func):
+			n.Estimated = false // discovered, traced since
 		case n.Func != s.sim.SignalFunc():
 			n.Estimated = true
 		}
@@ -230,6 +232,24 @@ func (s *Session) comments(st bpf.Stats) []string {
 	}
 	if ss.Unfinished > 0 {
 		c = append(c, fmt.Sprintf("%d calls still running at the end, timed up to it", ss.Unfinished))
+	}
+	if s.disc != nil {
+		found, dropped := s.disc.discovered()
+		traced := 0
+		for _, d := range found {
+			if d.Err == "" {
+				traced++
+			}
+		}
+		if len(found) > 0 {
+			c = append(c, fmt.Sprintf("%d targets of indirect calls found at run time, %d of them traced from then on:", len(found), traced))
+			for _, d := range found {
+				c = append(c, "discovered "+d.String())
+			}
+		}
+		if dropped > 0 {
+			c = append(c, fmt.Sprintf("WARNING: %d targets of indirect calls reported too fast to be traced", dropped))
+		}
 	}
 	for _, u := range pl.Untraced {
 		c = append(c, "INCOMPLETE: not traced: "+u+"; its callees appear under its caller")

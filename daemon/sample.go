@@ -96,25 +96,17 @@ func (s *Simulator) confirmed(th *thread, real []RealFrame, covered, sp uint64) 
 // outside the plan that samples find, and to tell kprofd's own time.
 type sampleUnwinder struct {
 	*stackReconciler
-	pid    int
-	base   cct.FuncID // the first id for functions outside the plan
-	extra  map[uint64]cct.FuncID
-	funcs  []extraFunc
-	probes map[uint64]bool // run-time addresses of every probed instruction
+	pid     int
+	outside *outsidePlan    // ids of functions outside the plan
+	probes  map[uint64]bool // run-time addresses of every probed instruction
 	// uprobes is the kernel's [uprobes] mapping (out-of-line steps and
 	// the uretprobe trampoline), once found.
 	uprobes       [2]uint64
 	unknownChecks int
 }
 
-// extraFunc is a function outside the plan that samples found.
-type extraFunc struct {
-	obj *symbolizer.Mapped
-	fn  *symbolizer.Func // nil: code of obj without a symbol
-}
-
-func newSampleUnwinder(pr *Prepared, r *stackReconciler, base cct.FuncID) *sampleUnwinder {
-	u := &sampleUnwinder{stackReconciler: r, pid: pr.Proc.Pid, base: base, extra: map[uint64]cct.FuncID{}, probes: map[uint64]bool{}}
+func newSampleUnwinder(pr *Prepared, r *stackReconciler, outside *outsidePlan) *sampleUnwinder {
+	u := &sampleUnwinder{stackReconciler: r, pid: pr.Proc.Pid, outside: outside, probes: map[uint64]bool{}}
 	for _, f := range pr.Plan.Funcs {
 		bias := f.Node.Obj.Bias
 		for _, p := range f.EntryProbes() {
@@ -148,17 +140,7 @@ func (u *sampleUnwinder) funcID(obj *symbolizer.Mapped, fn *symbolizer.Func) cct
 	if id := u.planned(obj, fn); id != cct.NoFunc {
 		return id
 	}
-	key := obj.Start
-	if fn != nil {
-		key = fn.Addr + obj.Bias
-	}
-	if id, ok := u.extra[key]; ok {
-		return id
-	}
-	id := u.base + cct.FuncID(len(u.funcs))
-	u.extra[key] = id
-	u.funcs = append(u.funcs, extraFunc{obj: obj, fn: fn})
-	return id
+	return u.outside.id(obj, fn)
 }
 
 // inUprobes reports whether pc is in the kernel's [uprobes] mapping. It

@@ -39,8 +39,10 @@ type Session struct {
 	// Hybrid and sample modes.
 	sampler *bpf.Sampler
 	samples *sampleUnwinder
-	monitor *monitor // hybrid mode's demotions
-	stages  []Stage  // by function id: in sample mode from the start, in hybrid mode once stopped
+	outside *outsidePlan // ids of functions outside the plan
+	disc    *discovery   // functions found through indirect calls; nil in sample mode
+	monitor *monitor     // hybrid mode's demotions
+	stages  []Stage      // by function id: in sample mode from the start, in hybrid mode once stopped
 
 	start     time.Time
 	startMono uint64
@@ -120,6 +122,9 @@ func StartPrepared(pr *Prepared, cfg Config) (_ *Session, err error) {
 		check = 0
 	}
 	bcfg := bpf.Config{PID: cfg.PID, RingBytes: cfg.RingBytes, CheckInterval: check, Sampling: cfg.Mode != ModeExact}
+	if cfg.Mode != ModeSample {
+		bcfg.Sites = maxSites
+	}
 	if cfg.Mode == ModeHybrid {
 		bcfg.Funcs = len(pr.Plan.Funcs) // for the cost model
 	}
@@ -136,6 +141,7 @@ func StartPrepared(pr *Prepared, cfg Config) (_ *Session, err error) {
 	}
 	s.sim = NewSimulator(funcInfos(pr))
 	s.sim.SetRestarts(pr.Go != nil)
+	s.outside = newOutsidePlan(s.sim.SignalFunc() + 1)
 	rec := newReconciler(pr)
 	s.sim.SetReconciler(rec)
 	// Watch the target before attaching: a pid that exits now must not be
@@ -157,7 +163,7 @@ func StartPrepared(pr *Prepared, cfg Config) (_ *Session, err error) {
 		if hz < 1 || hz > 100000 {
 			return nil, fmt.Errorf("sampling frequency %d Hz is out of range (1-100000)", hz)
 		}
-		s.samples = newSampleUnwinder(pr, rec, s.sim.SignalFunc()+1)
+		s.samples = newSampleUnwinder(pr, rec, s.outside)
 		s.sim.SetSampleUnwinder(s.samples)
 		if s.sampler, err = s.prog.StartSampling(time.Second / time.Duration(hz)); err != nil {
 			return nil, err
@@ -174,10 +180,22 @@ func StartPrepared(pr *Prepared, cfg Config) (_ *Session, err error) {
 			}
 		}
 		opt.skip = func(f *plan.Func) bool { return !f.Root }
+		opt.noSites = true
+	default:
+		// The sites' descriptors must be in place before their probes.
+		s.disc = newDiscovery(s)
+		if err := s.disc.addSites(pr.Plan); err != nil {
+			return nil, err
+		}
 	}
 	s.probes, err = attachPlan(s.prog, cfg.PID, pr.Plan, opt, cfg.warnf)
 	if err != nil {
 		return nil, err
+	}
+	if s.disc != nil {
+		if err := s.disc.start(pr.Plan); err != nil {
+			return nil, err
+		}
 	}
 	s.start, s.startMono = time.Now(), monotonicNow()
 	if cfg.Mode == ModeHybrid {
@@ -255,6 +273,10 @@ func (s *Session) run() {
 				s.sim.HandleStack(ev, s.reader.Stack(ev))
 			} else if ev.Kind == bpf.KindSample {
 				s.sim.HandleSample(ev, s.reader.Stack(ev))
+			} else if ev.Kind == bpf.KindTarget {
+				if s.disc != nil {
+					s.disc.report(ev)
+				}
 			} else {
 				s.sim.Handle(ev)
 			}
@@ -312,6 +334,9 @@ func (s *Session) stop() (*cct.Profile, error) {
 		s.monitor.Stop() // after it, its fields are ours
 		monitorErr = s.monitor.err
 		s.stages = s.monitor.model.stages()
+	}
+	if s.disc != nil {
+		s.disc.stop() // no attach may start after the detach
 	}
 	detachErr := s.probes.Close()
 	if s.sampler != nil {

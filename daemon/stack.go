@@ -3,6 +3,7 @@ package daemon
 import (
 	"maps"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/kprofd/kprofd/bpf"
@@ -159,6 +160,10 @@ type Simulator struct {
 	stats   SimStats
 	rec     Reconciler     // nil: stacks are not compared
 	samp    SampleUnwinder // nil: samples are not attributed
+	// dynTail holds tail calls learned while the session runs (functions
+	// found through indirect calls), set from another goroutine.
+	dynMu   sync.Mutex
+	dynTail map[uint32][]cct.FuncID
 	// restarts: functions can start over in their own frame (Go, whose
 	// prologue calls runtime.morestack when the stack must grow and then
 	// jumps back to the function's entry on the new stack).
@@ -198,18 +203,33 @@ func (s *Simulator) logical(f uint32) cct.FuncID {
 // canTailCall reports whether function caller can tail-call callee, whose
 // logical function is lcallee.
 func (s *Simulator) canTailCall(caller uint32, callee, lcallee cct.FuncID) bool {
-	if int(caller) >= len(s.funcs) {
-		return false
+	if int(caller) < len(s.funcs) {
+		tc := s.funcs[caller].tailCalls
+		if _, ok := slices.BinarySearch(tc, callee); ok {
+			return true
+		}
+		if _, ok := slices.BinarySearch(tc, lcallee); ok {
+			return true
+		}
 	}
-	tc := s.funcs[caller].tailCalls
-	if len(tc) == 0 {
-		return false
+	s.dynMu.Lock()
+	defer s.dynMu.Unlock()
+	return slices.Contains(s.dynTail[caller], callee) || slices.Contains(s.dynTail[caller], lcallee)
+}
+
+// AddTailCalls tells the simulator, from any goroutine, that function
+// caller can jump to the functions to: learned while the session runs.
+func (s *Simulator) AddTailCalls(caller uint32, to ...cct.FuncID) {
+	s.dynMu.Lock()
+	defer s.dynMu.Unlock()
+	if s.dynTail == nil {
+		s.dynTail = map[uint32][]cct.FuncID{}
 	}
-	if _, ok := slices.BinarySearch(tc, callee); ok {
-		return true
+	for _, t := range to {
+		if !slices.Contains(s.dynTail[caller], t) {
+			s.dynTail[caller] = append(s.dynTail[caller], t)
+		}
 	}
-	_, ok := slices.BinarySearch(tc, lcallee)
-	return ok
 }
 
 // isOrphan reports whether an entry of f on an empty stack is an orphan.

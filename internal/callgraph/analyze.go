@@ -40,6 +40,7 @@ type body struct {
 	targets       []uint64 // branch targets inside the function, sorted
 	indirect      int      // register/memory calls and jumps it cannot follow
 	indirectJumps int      // of those, jumps (jump tables, or tail calls)
+	indirectSites []uint64 // addresses of the calls and jumps through a register or memory
 	problems      []string
 	// refs are the addresses the code takes with a rip-relative lea (or
 	// an absolute immediate in a non-PIE object): functions passed as
@@ -130,6 +131,9 @@ func (b *body) decodeRange(obj *symbolizer.Object, fn *symbolizer.Func, r symbol
 				b.sites = append(b.sites, site{kind: siteCallSlot, from: addr, next: in.End(), target: slot, synced: synced})
 			} else {
 				b.indirect++
+				if synced {
+					b.indirectSites = append(b.indirectSites, addr)
+				}
 			}
 		case in.IsJump() || in.IsCondJump():
 			t, ok := in.Target()
@@ -141,6 +145,9 @@ func (b *body) decodeRange(obj *symbolizer.Object, fn *symbolizer.Func, r symbol
 					// register jump may also be a tail call.
 					b.indirect++
 					b.indirectJumps++
+					if synced {
+						b.indirectSites = append(b.indirectSites, addr)
+					}
 				}
 				continue
 			}

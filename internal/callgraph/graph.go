@@ -40,6 +40,10 @@ type Node struct {
 	// IndirectJumps counts those that are jumps: jump tables, or tail
 	// calls through a pointer.
 	IndirectJumps int
+	// IndirectSites are the addresses of its calls and jumps through a
+	// register or memory (not the PLT's or GOT's), where a probe can learn
+	// their targets while the program runs.
+	IndirectSites []uint64
 	// SetjmpReturns are the return addresses of its calls of setjmp and
 	// its kin: a longjmp lands there, skipping the frames in between.
 	SetjmpReturns []uint64
@@ -103,6 +107,10 @@ type Options struct {
 	// MaxFunctions makes Build fail with a *TooLargeError when more
 	// functions are reachable; 0 means no limit.
 	MaxFunctions int
+	// Known, when set, leaves out the functions it reports (by run-time
+	// entry address) without calling them excluded: functions already
+	// traced, when a graph is grown from a function found later.
+	Known func(addr uint64) bool
 	// Mem reads the target's memory at run-time addresses (typically
 	// /proc/PID/mem). When set, calls through the PLT follow the GOT slot
 	// as the dynamic linker bound it, which resolves IFUNCs and symbol
@@ -191,6 +199,10 @@ func (b *builder) node(obj *symbolizer.Mapped, fn *symbolizer.Func) *Node {
 	if n, ok := b.nodes[k]; ok {
 		return n
 	}
+	if b.opt.Known != nil && b.opt.Known(fn.Addr+obj.Bias) {
+		b.nodes[k] = nil
+		return nil
+	}
 	name := obj.Base() + ":" + fn.Display
 	for _, re := range b.opt.Exclude {
 		if re.MatchString(name) || re.MatchString(fn.Display) {
@@ -224,6 +236,7 @@ func (b *builder) analyze(n *Node) error {
 	n.BranchTargets = body.targets
 	n.Indirect = body.indirect
 	n.IndirectJumps = body.indirectJumps
+	n.IndirectSites = body.indirectSites
 	n.Notes = append(n.Notes, body.problems...)
 	if body.desynced > 0 {
 		n.Notes = append(n.Notes, fmt.Sprintf("%d ret instructions after undecodable bytes not probed (their exits are inferred)", body.desynced))
@@ -244,7 +257,9 @@ func (b *builder) analyze(n *Node) error {
 		case siteCall, siteJump:
 			obj, fn = b.resolveCode(n, s.target)
 		case siteCallSlot, siteJumpSlot:
-			obj, fn = b.resolveSlot(n, s.target)
+			if obj, fn = b.resolveSlot(n, s.target); fn == nil && s.kind == siteCallSlot && s.synced && !isImport(n, s.target) {
+				n.IndirectSites = append(n.IndirectSites, s.from) // a function pointer in memory
+			}
 		}
 		if fn == nil {
 			continue
@@ -424,4 +439,11 @@ func pltSlot(obj *symbolizer.Object, stub uint64) (uint64, bool) {
 		return 0, false
 	}
 	return 0, false
+}
+
+// isImport reports a GOT slot the dynamic linker fills with an imported
+// function's address.
+func isImport(n *Node, slot uint64) bool {
+	_, ok := n.Obj.Import(slot)
+	return ok
 }

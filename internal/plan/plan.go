@@ -84,6 +84,8 @@ type Probe struct {
 	// CallSite marks an entry probe on a call or jump in a caller's code
 	// (see Func.CallSites).
 	CallSite bool
+	// SiteIndex is a KindSite probe's index in Plan.Sites.
+	SiteIndex uint32
 }
 
 // Func is the plan for one function.
@@ -157,9 +159,46 @@ func (f *Func) EntryClass() x86.Class {
 	return c
 }
 
+// Site is an indirect call in the traced code (call *%rax, call
+// *0x10(%rdi)), where a probe reads the address the call is about to
+// enter: how callees reached through pointers are found while the program
+// runs.
+type Site struct {
+	ObjProbe
+	// Caller is the function holding the call.
+	Caller *Func
+	// Tail marks a jump through a pointer: a tail call.
+	Tail bool
+	// Operand says where the call finds its target.
+	Operand Operand
+}
+
+// Operand is where an indirect call finds its target: a register, or the
+// memory at Base + Index*Scale + Disp.
+type Operand struct {
+	Mem         bool
+	Base, Index int // hardware register numbers (rax 0 ... r15 15), NoReg, or RegRIP (Base only)
+	Scale       uint8
+	Disp        int64
+	// Next is, for a rip-relative operand, the link-time address of the
+	// next instruction.
+	Next uint64
+}
+
+// Register numbers of an Operand besides the general registers.
+const (
+	NoReg  = -1
+	RegRIP = 16
+)
+
 // Plan is every probe of a session.
 type Plan struct {
 	Funcs []*Func
+	// Sites are the indirect calls of the traced functions that carry a
+	// probe; a KindSite probe's function id is FirstSite plus its index
+	// here.
+	Sites     []Site
+	FirstSite uint32
 	// Syncs are probes that are no function's: the sync on
 	// __cxa_begin_catch, and KindSigreturn probes on the C library's
 	// signal trampolines, where signal handlers return.
@@ -236,6 +275,7 @@ func New(g *callgraph.Graph, p *symbolizer.Process, mode ExitMode) (*Plan, error
 		catches, catchNotes := placeCatches(f.Node)
 		f.Catches = catches
 		f.Notes = append(f.Notes, catchNotes...)
+		pl.placeSites(f)
 	}
 	for _, r := range g.Roots {
 		pl.Funcs[ids[r]].Root = true
@@ -258,6 +298,66 @@ func New(g *callgraph.Graph, p *symbolizer.Process, mode ExitMode) (*Plan, error
 		return nil, fmt.Errorf("internal error, please report: %w", err)
 	}
 	return pl, nil
+}
+
+// placeSites places a site probe on every indirect call of f whose
+// instruction may carry one and whose operand it can read.
+func (pl *Plan) placeSites(f *Func) {
+	n := f.Node
+	skipped := 0
+	for _, addr := range n.IndirectSites {
+		in, err := decodeAt(n.Obj, addr)
+		if err != nil || addr == f.Entry.Addr || x86.ProbeClass(&in) == x86.ClassUnprobeable || x86.ProbeClass(&in) == x86.ClassOptimized {
+			skipped++
+			continue
+		}
+		op, ok := operandOf(&in)
+		if !ok {
+			skipped++
+			continue
+		}
+		p, _, err := withOffset(n, Probe{Addr: addr, Kind: bpf.KindSite, Class: x86.ProbeClass(&in)})
+		if err != nil {
+			skipped++
+			continue
+		}
+		pl.Sites = append(pl.Sites, Site{ObjProbe: ObjProbe{Obj: n.Obj, Probe: p}, Caller: f, Operand: op, Tail: in.IsJump()})
+	}
+	if skipped > 0 {
+		f.Notes = append(f.Notes, fmt.Sprintf("%s whose targets are not discovered", plural(skipped, "indirect call")))
+	}
+}
+
+// operandOf describes the target operand of an indirect call.
+func operandOf(in *x86.Inst) (Operand, bool) {
+	reg := func(r x86asm.Reg) (int, bool) {
+		switch {
+		case r == 0:
+			return NoReg, true
+		case r == x86asm.RIP:
+			return RegRIP, true
+		case r >= x86asm.RAX && r <= x86asm.R15:
+			return int(r - x86asm.RAX), true
+		}
+		return 0, false
+	}
+	switch a := in.Args[0].(type) {
+	case x86asm.Reg:
+		r, ok := reg(a)
+		return Operand{Base: r, Index: NoReg}, ok && r >= 0 && r < RegRIP
+	case x86asm.Mem:
+		if a.Segment != 0 {
+			return Operand{}, false
+		}
+		base, ok1 := reg(a.Base)
+		index, ok2 := reg(a.Index)
+		op := Operand{Mem: true, Base: base, Index: index, Scale: a.Scale, Disp: int64(int32(a.Disp))}
+		if base == RegRIP {
+			op.Next = in.End()
+		}
+		return op, ok1 && ok2 && index != RegRIP
+	}
+	return Operand{}, false
 }
 
 // placeCatches places a catch probe on every landing pad of the function
@@ -694,7 +794,7 @@ func exitSummary(f *Func) string {
 
 // NumProbes counts the plan's probes.
 func (pl *Plan) NumProbes() int {
-	n := 0
+	n := len(pl.Sites)
 	for _, f := range pl.Funcs {
 		n += len(f.EntryProbes()) + len(f.Exits) + len(f.Catches)
 	}

@@ -8,17 +8,21 @@ import (
 )
 
 // BuildIndirect builds testdata/indirect, whose root calls through
-// pointers, with g++ -O2 into a fresh directory and returns its path.
-func BuildIndirect(t testing.TB) string {
+// pointers, and its plugin with g++ and gcc -O2 into a fresh directory and
+// returns the executable's path and the plugin's.
+func BuildIndirect(t testing.TB) (exe, plugin string) {
 	t.Helper()
 	dir := t.TempDir()
-	Compile(t, dir, "g++", "-O2", "-o", "indirect", filepath.Join(Testdata(), "indirect", "indirect.cc"))
-	return filepath.Join(dir, "indirect")
+	src := filepath.Join(Testdata(), "indirect")
+	Compile(t, dir, "g++", "-O2", "-o", "indirect", filepath.Join(src, "indirect.cc"), "-ldl")
+	Compile(t, dir, "gcc", "-O2", "-fPIC", "-shared", "-o", "libplugin.so", filepath.Join(src, "plugin.c"))
+	return filepath.Join(dir, "indirect"), filepath.Join(dir, "libplugin.so")
 }
 
 // indirectOwn are testdata/indirect's functions below its root, by the
 // names profiles give them.
-var indirectOwn = []string{"handle", "cmp", "dispatch", "op_add", "op_sub", "op_mul", "make_shape", "Square::area", "Circle::area"}
+var indirectOwn = []string{"handle", "cmp", "dispatch", "op_add", "op_sub", "op_mul", "make_shape", "Square::area", "Circle::area",
+	"probe_plugin", "plugin_work", "plugin_helper"}
 
 // IndirectOwn maps a function name of a testdata/indirect profile to its
 // short name when it is the program's own, else to "" (the C and C++
@@ -49,6 +53,7 @@ func IndirectCounts(n int, cmpCalls uint64) map[string]uint64 {
 		"handle;make_shape":      c,
 		"handle;Square::area":    (c + 1) / 2,
 		"handle;Circle::area":    c / 2,
+		"handle;probe_plugin":    c,
 	}
 	return want
 }

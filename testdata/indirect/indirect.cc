@@ -4,12 +4,14 @@
 // these callees are traced and their calls counted exactly.
 //
 // Build:
-//   g++ -O2 -o indirect indirect.cc
+//   g++ -O2 -o indirect indirect.cc -ldl
 //
 // Protocol on stdin/stdout: it prints "ready", then for each line
 //   run N   makes N calls handle(i), i in [0, N); prints
 //           "done SUM CMP", CMP the comparator's calls (as counted by the
 //           comparator itself)
+//   load P  dlopens the library P (plugin.c), finds plugin_work in it, and
+//           calls it once through probe_plugin; prints "loaded"
 //   exit    exits with status 3
 // and at end of input exits with status 4.
 //
@@ -17,7 +19,11 @@
 // the data: the program counts it); dispatch(k, i) for k in [0, 5) calls
 // ops[k % 3] through the table: op_add for k = 0, 3, op_sub for k = 1,
 // 4, op_mul for k = 2; make_shape(i) creates a Circle for odd i, else a
-// Square, and handle calls its area() through the vtable.
+// Square, and handle calls its area() through the vtable; probe_plugin(i)
+// calls plugin_work through a pointer once a plugin is loaded (and else
+// returns 0).
+
+#include <dlfcn.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -71,6 +77,10 @@ NOINLINE Shape *make_shape(int k)
 	return new Square(k % 100);
 }
 
+static int (*plugin_fn)(int);
+
+NOINLINE int probe_plugin(int i) { return plugin_fn ? plugin_fn(i) : 0; }
+
 NOINLINE long handle(int i)
 {
 	int arr[8];
@@ -81,6 +91,7 @@ NOINLINE long handle(int i)
 	for (int k = 0; k < 5; k++)
 		s += dispatch(k, i);
 	s += make_shape(i)->area();
+	s += probe_plugin(i);
 	return s;
 }
 
@@ -97,6 +108,16 @@ int main()
 			for (int i = 0; i < n; i++)
 				sum += handle(i);
 			printf("done %ld %ld\n", sum, cmp_calls);
+			fflush(stdout);
+		} else if (strncmp(line, "load ", 5) == 0) {
+			line[strcspn(line, "\n")] = 0;
+			void *h = dlopen(line + 5, RTLD_NOW);
+			if (!h || !(plugin_fn = (int (*)(int))dlsym(h, "plugin_work"))) {
+				fprintf(stderr, "indirect: %s\n", dlerror());
+				return 1;
+			}
+			probe_plugin(0);
+			printf("loaded\n");
 			fflush(stdout);
 		} else if (strncmp(line, "exit", 4) == 0) {
 			return 3;
