@@ -116,6 +116,30 @@ func newCostModel(pl *plan.Plan, costs []callCost, budget float64) *costModel {
 	return m
 }
 
+// add takes in the functions of sub, a plan of functions found while the
+// session runs, whose ids (session-wide, past the plan's) index the
+// model from now on. Ids between are no function of the model's: pinned.
+func (m *costModel) add(sub *plan.Plan, costs []callCost) {
+	byNode := map[*callgraph.Node]int{}
+	top := len(m.funcs) - 1
+	for _, f := range sub.Funcs {
+		byNode[f.Node] = int(f.ID)
+		top = max(top, int(f.ID))
+	}
+	for len(m.funcs) <= top {
+		m.funcs = append(m.funcs, modelFunc{pinned: true})
+	}
+	for i, f := range sub.Funcs {
+		mf := modelFunc{cost: costs[i], exits: len(f.Exits) > 0}
+		for _, c := range slices.Concat(f.Node.Calls, f.Node.TailCalls) {
+			if j, ok := byNode[c]; ok && j != int(f.ID) {
+				mf.callees = append(mf.callees, j)
+			}
+		}
+		m.funcs[f.ID] = mf
+	}
+}
+
 // next returns the stage a function would be demoted to now, and the
 // furthest stage it could reach now; ok is false when it can go no
 // further. Exits go first; all probes only once every callee has lost its

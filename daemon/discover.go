@@ -15,8 +15,12 @@ import (
 )
 
 // maxSites bounds the indirect call sites a session probes, the plan's
-// and those of the functions discovered later.
-const maxSites = 1 << 14
+// and those of the functions discovered later; maxFound the ids of
+// functions outside the plan that hybrid mode's call counters cover.
+const (
+	maxSites = 1 << 14
+	maxFound = 1 << 14
+)
 
 // Discovered is a function found at run time, as the target of an
 // indirect call inside the root, and brought under the probes with its
@@ -283,6 +287,9 @@ func (d *discovery) discover(target uint64) {
 		return
 	}
 	s.probes.merge(set)
+	if s.monitor != nil {
+		s.monitor.addFuncs(sub, callCosts(sub, s.cfg.Calibration))
+	}
 	var addrs []uint64
 	d.mu.Lock()
 	for _, f := range sub.Funcs {

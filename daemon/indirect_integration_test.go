@@ -3,6 +3,7 @@
 package daemon_test
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -55,7 +56,7 @@ func TestDiscoverPlugin(t *testing.T) {
 	exe, plugin := testtarget.BuildIndirect(t)
 	const n = 50
 	target := testtarget.Start(t, exe)
-	s, err := daemon.Start(daemon.Config{PID: target.Pid(), Roots: []string{"handle", "probe_plugin"}, Mode: daemon.ModeExact, Warnf: t.Logf})
+	s, err := daemon.Start(daemon.Config{PID: target.Pid(), Roots: []string{"handle", "plug_loop"}, Mode: daemon.ModeExact, Warnf: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +88,8 @@ func TestDiscoverPlugin(t *testing.T) {
 		t.Errorf("exit status %d, want 3", status)
 	}
 	want := testtarget.IndirectCounts(n, cmpCalls)
-	want["probe_plugin"] = 1 // the call from load, whose plugin_work call came before the probes
+	want["plug_loop"] = 1 // the call from load, whose plugin_work call came before the probes
+	want["plug_loop;probe_plugin"] = 1
 	want["handle;probe_plugin;plugin_work"] = n
 	want["handle;probe_plugin;plugin_work;plugin_helper"] = 2 * n
 	got := testtarget.PprofCounts(roundTrip(t, p), testtarget.IndirectOwn)
@@ -96,5 +98,44 @@ func TestDiscoverPlugin(t *testing.T) {
 	}
 	if c := strings.Join(p.Comments, "\n"); !strings.Contains(c, "discovered libplugin.so:plugin_work (through indirect:probe_plugin(int)+0x") {
 		t.Errorf("the profile does not report the discovery:\n%s", c)
+	}
+}
+
+// TestDiscoverHybrid: in hybrid mode, functions found at run time are
+// priced and demoted like the plan's: the plugin's functions, found
+// through a pointer and then called millions of times, lose their probes.
+func TestDiscoverHybrid(t *testing.T) {
+	requireRoot(t)
+	exe, plugin := testtarget.BuildIndirect(t)
+	target := testtarget.Start(t, exe)
+	s, err := daemon.Start(daemon.Config{PID: target.Pid(), Roots: []string{"plug_loop"}, Mode: daemon.ModeHybrid, Warnf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	target.Send(t, "load "+plugin)
+	if line := target.Line(t); line != "loaded" {
+		t.Fatalf("target answered %q to load", line)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for len(s.Discovered()) == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	target.Send(t, "hot 3000000")
+	if line := target.Line(t); !strings.HasPrefix(line, "done ") {
+		t.Fatalf("target answered %q to hot", line)
+	}
+	var demoted []string
+	for _, d := range s.Demotions() {
+		if d.Stage == daemon.StageSampled {
+			demoted = append(demoted, d.Func)
+		}
+	}
+	if !slices.Contains(demoted, "libplugin.so:plugin_helper") {
+		t.Errorf("demoted to sampling: %q; want libplugin.so:plugin_helper among them (discovered: %v)", demoted, s.Discovered())
+	}
+	stopAndCheckGone(t, s, target.Pid())
+	if status := target.Exit(t); status != 3 {
+		t.Errorf("exit status %d, want 3", status)
 	}
 }

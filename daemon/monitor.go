@@ -5,6 +5,8 @@ import (
 	"runtime"
 	"sync"
 	"time"
+
+	"github.com/kprofd/kprofd/internal/plan"
 )
 
 // monitorInterval is how often hybrid mode reads the call counters: a hot
@@ -26,6 +28,7 @@ type monitor struct {
 	rates   []float64
 
 	mu        sync.Mutex
+	found     map[int]*plan.Func // functions added while running (found through indirect calls), by id
 	demotions []Demotion
 	err       error   // what stopped the loop
 	readings  int     // counter readings taken
@@ -100,8 +103,8 @@ func (m *monitor) step(now time.Time) error {
 	// The target cannot use more than every CPU; a window whose samples
 	// say otherwise would hide any overhead.
 	cpu := min(float64(c.samples-old.samples)*float64(m.period)/dt, float64(runtime.NumCPU())*1e9)
+	m.mu.Lock() // the model grows as functions are found
 	ds, predicted := m.model.decide(m.rates, cpu, c.samples-old.samples)
-	m.mu.Lock()
 	m.readings++
 	m.peak = max(m.peak, predicted)
 	m.mu.Unlock()
@@ -111,7 +114,7 @@ func (m *monitor) step(now time.Time) error {
 		m.history = m.history[len(m.history)-1:]
 	}
 	for _, d := range ds {
-		f := m.s.prep.Plan.Funcs[d.id]
+		f := m.funcOf(d.id)
 		t0 := time.Now()
 		_, err := m.s.probes.demote(f, d.stage)
 		dem := Demotion{Func: f.Node.Name(), ID: f.ID, Stage: d.stage, At: now.Sub(m.s.start), Reason: d.reason, Detach: time.Since(t0)}
@@ -126,6 +129,30 @@ func (m *monitor) step(now time.Time) error {
 		}
 	}
 	return nil
+}
+
+// funcOf returns the planned or found function with id.
+func (m *monitor) funcOf(id int) *plan.Func {
+	if pl := m.s.prep.Plan; id < len(pl.Funcs) {
+		return pl.Funcs[id]
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.found[id]
+}
+
+// addFuncs takes in functions found while the session runs, which
+// become demotable like the plan's.
+func (m *monitor) addFuncs(sub *plan.Plan, costs []callCost) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.found == nil {
+		m.found = map[int]*plan.Func{}
+	}
+	for _, f := range sub.Funcs {
+		m.found[int(f.ID)] = f
+	}
+	m.model.add(sub, costs)
 }
 
 // Demotions returns the demotions so far.

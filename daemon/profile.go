@@ -92,7 +92,7 @@ func (s *Session) estimate(t *cct.Tree) {
 		case int(n.Func) < nplan:
 			n.Estimated = s.stageOf(int(n.Func)) != StageFull
 		case s.disc != nil && s.disc.isTraced(n.Func):
-			n.Estimated = false // discovered, traced since
+			n.Estimated = s.stageOf(int(n.Func)) != StageFull // discovered, traced since
 		case n.Func != s.sim.SignalFunc():
 			n.Estimated = true
 		}

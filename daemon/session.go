@@ -126,7 +126,9 @@ func StartPrepared(pr *Prepared, cfg Config) (_ *Session, err error) {
 		bcfg.Sites = maxSites
 	}
 	if cfg.Mode == ModeHybrid {
-		bcfg.Funcs = len(pr.Plan.Funcs) // for the cost model
+		// For the cost model: the plan's functions, and ids for those
+		// found later (numbered after the plan's).
+		bcfg.Funcs = len(pr.Plan.Funcs) + maxFound
 	}
 	if g := pr.Go; g != nil {
 		bcfg.Go = &bpf.GoLayout{GTLS: g.GTLS, GoidOff: g.GoidOff, StackHiOff: g.StackHiOff}
@@ -181,7 +183,8 @@ func StartPrepared(pr *Prepared, cfg Config) (_ *Session, err error) {
 		}
 		opt.skip = func(f *plan.Func) bool { return !f.Root }
 		opt.noSites = true
-	default:
+	}
+	if cfg.Mode != ModeSample {
 		// The sites' descriptors must be in place before their probes.
 		s.disc = newDiscovery(s)
 		if err := s.disc.addSites(pr.Plan); err != nil {
@@ -219,7 +222,7 @@ func (s *Session) Demotions() []Demotion {
 // stageOf returns the stage function id reached during the session; call
 // it once the session is stopped.
 func (s *Session) stageOf(id int) Stage {
-	if s.stages == nil {
+	if id >= len(s.stages) {
 		return StageFull
 	}
 	return s.stages[id]
@@ -329,14 +332,14 @@ func (s *Session) stop() (*cct.Profile, error) {
 	// threads, let the loop read the ring buffer dry, and only then
 	// replay the batched events, which come after any of the same
 	// thread in the ring buffer. The program and maps go in Close.
+	if s.disc != nil {
+		s.disc.stop() // no attach may start after the detach, nor grow the cost model
+	}
 	var monitorErr error
 	if s.monitor != nil {
 		s.monitor.Stop() // after it, its fields are ours
 		monitorErr = s.monitor.err
 		s.stages = s.monitor.model.stages()
-	}
-	if s.disc != nil {
-		s.disc.stop() // no attach may start after the detach
 	}
 	detachErr := s.probes.Close()
 	if s.sampler != nil {

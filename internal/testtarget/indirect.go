@@ -22,7 +22,7 @@ func BuildIndirect(t testing.TB) (exe, plugin string) {
 // indirectOwn are testdata/indirect's functions below its root, by the
 // names profiles give them.
 var indirectOwn = []string{"handle", "cmp", "dispatch", "op_add", "op_sub", "op_mul", "make_shape", "Square::area", "Circle::area",
-	"probe_plugin", "plugin_work", "plugin_helper"}
+	"probe_plugin", "plug_loop", "plugin_work", "plugin_helper"}
 
 // IndirectOwn maps a function name of a testdata/indirect profile to its
 // short name when it is the program's own, else to "" (the C and C++

@@ -11,7 +11,9 @@
 //           "done SUM CMP", CMP the comparator's calls (as counted by the
 //           comparator itself)
 //   load P  dlopens the library P (plugin.c), finds plugin_work in it, and
-//           calls it once through probe_plugin; prints "loaded"
+//           calls it once through plug_loop(1); prints "loaded"
+//   hot N   plug_loop calls probe_plugin N times (the plugin's functions
+//           get hot); prints "done SUM"
 //   exit    exits with status 3
 // and at end of input exits with status 4.
 //
@@ -81,6 +83,14 @@ static int (*plugin_fn)(int);
 
 NOINLINE int probe_plugin(int i) { return plugin_fn ? plugin_fn(i) : 0; }
 
+NOINLINE long plug_loop(int n)
+{
+	long s = 0;
+	for (int i = 0; i < n; i++)
+		s += probe_plugin(i);
+	return s;
+}
+
 NOINLINE long handle(int i)
 {
 	int arr[8];
@@ -109,6 +119,9 @@ int main()
 				sum += handle(i);
 			printf("done %ld %ld\n", sum, cmp_calls);
 			fflush(stdout);
+		} else if (sscanf(line, "hot %d", &n) == 1) {
+			printf("done %ld\n", plug_loop(n));
+			fflush(stdout);
 		} else if (strncmp(line, "load ", 5) == 0) {
 			line[strcspn(line, "\n")] = 0;
 			void *h = dlopen(line + 5, RTLD_NOW);
@@ -116,7 +129,7 @@ int main()
 				fprintf(stderr, "indirect: %s\n", dlerror());
 				return 1;
 			}
-			probe_plugin(0);
+			plug_loop(1);
 			printf("loaded\n");
 			fflush(stdout);
 		} else if (strncmp(line, "exit", 4) == 0) {
