@@ -32,10 +32,14 @@ type Discovered struct {
 	Site string
 	// At is when it was found, from the attach.
 	At time.Duration
+	// Latency is how long attaching its probes took from the report.
+	Latency time.Duration
 	// Functions is how many functions it brought under the probes.
 	Functions int
 	// Before counts the calls the sites made to it before its probes
-	// were attached: they and what they called are not in the tree.
+	// were attached: they and what they called are not in the tree. A
+	// call in flight while the probes went in may be counted here and
+	// traced too: it is an upper bound, off by those.
 	Before uint64
 	// Err says why it is not traced, when it is not.
 	Err string
@@ -45,8 +49,8 @@ func (d Discovered) String() string {
 	if d.Err != "" {
 		return fmt.Sprintf("%s (through %s, at +%s): not traced: %s", d.Func, d.Site, d.At.Round(time.Millisecond), d.Err)
 	}
-	return fmt.Sprintf("%s (through %s, at +%s): %d functions attached; %d calls before that are not in the tree",
-		d.Func, d.Site, d.At.Round(time.Millisecond), d.Functions, d.Before)
+	return fmt.Sprintf("%s (through %s, at +%s): %d functions attached in %s; up to %d calls before that are not in the tree",
+		d.Func, d.Site, d.At.Round(time.Millisecond), d.Functions, d.Latency.Round(time.Microsecond), d.Before)
 }
 
 // discovery receives the targets the site probes report and attaches
@@ -70,9 +74,10 @@ type discovery struct {
 
 // siteInfo is what discovery keeps of a site.
 type siteInfo struct {
-	name   string // caller+0xOFF
-	caller uint32 // the caller's function id
-	tail   bool   // a jump: what it finds is tail-called
+	name   string    // caller+0xOFF
+	caller uint32    // the caller's function id
+	tail   bool      // a jump: what it finds is tail-called
+	at     time.Time // when it reported the target it is kept for
 }
 
 func newDiscovery(s *Session) *discovery {
@@ -145,7 +150,9 @@ func (d *discovery) report(ev *bpf.Event) {
 		return
 	}
 	if int(ev.Func) < len(d.sites) {
-		d.siteOf[ev.Slot] = d.sites[ev.Func]
+		si := d.sites[ev.Func]
+		si.at = time.Now()
+		d.siteOf[ev.Slot] = si
 	}
 	select {
 	case d.ch <- ev.Slot:
@@ -305,7 +312,7 @@ func (d *discovery) discover(target uint64) {
 		addrs = append(addrs, target)
 	}
 	before, _ := s.prog.MarkTargets(addrs)
-	rec.Functions, rec.Before = len(sub.Funcs), before[target]
+	rec.Functions, rec.Before, rec.Latency = len(sub.Funcs), before[target], time.Since(site.at)
 	d.mu.Lock()
 	d.found = append(d.found, rec)
 	d.mu.Unlock()

@@ -67,3 +67,13 @@ func ParseIndirect(line string) (uint64, error) {
 	}
 	return cmp, nil
 }
+
+// BuildInterp builds testdata/interp, a bytecode interpreter that
+// dispatches through tables of C functions, with gcc -O2 into a fresh
+// directory and returns its path.
+func BuildInterp(t testing.TB) string {
+	t.Helper()
+	dir := t.TempDir()
+	Compile(t, dir, "gcc", "-O2", "-o", "interp", filepath.Join(Testdata(), "interp", "interp.c"))
+	return filepath.Join(dir, "interp")
+}
