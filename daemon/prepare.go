@@ -32,6 +32,9 @@ type Config struct {
 	RingBytes int
 	// PerThread keeps one tree per thread in the profile.
 	PerThread bool
+	// NoDiscovery leaves indirect calls unprobed: their targets are
+	// traced only when the call graph finds their addresses taken.
+	NoDiscovery bool
 	// Calibration, when set, is used to take the probes' own time out of
 	// the profile's times (the raw times stay in it too).
 	Calibration *calibrate.Result

@@ -242,3 +242,55 @@ func TestDemote(t *testing.T) {
 	}
 	set.Close()
 }
+
+// TestAttachSites checks that the indirect calls of the traced code get
+// site probes, numbered after the plan's first site, and none with
+// noSites (--discover=false).
+func TestAttachSites(t *testing.T) {
+	exe, _ := testtarget.BuildIndirect(t)
+	p, err := symbolizer.OpenFiles(exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	handle := p.Objects[0].Lookup("_Z6handlei")[0]
+	g, err := callgraph.Build(p, []callgraph.Root{{Obj: p.Objects[0], Func: handle}}, callgraph.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pl, err := plan.New(g, p, plan.ExitsRet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// handle's virtual call, dispatch's jump through the table,
+	// probe_plugin's jump through plugin_fn.
+	if len(pl.Sites) < 3 {
+		t.Fatalf("%d sites, want handle's, dispatch's and probe_plugin's", len(pl.Sites))
+	}
+	pl.FirstSite = 100
+	sites := 0
+	for _, files := range groupProbes(pl, attachOptions{}, nil) {
+		for _, fp := range files {
+			for _, pr := range fp.probes {
+				if bpf.CookieKind(pr.Cookie) == bpf.KindSite {
+					if id := bpf.CookieFunc(pr.Cookie); id < 100 || id >= 100+uint32(len(pl.Sites)) {
+						t.Errorf("site probe numbered %d", id)
+					}
+					sites++
+				}
+			}
+		}
+	}
+	if sites != len(pl.Sites) {
+		t.Errorf("%d site probes, want %d", sites, len(pl.Sites))
+	}
+	a := &fakeAttacher{}
+	set, err := attachPlan(a, 1, pl, attachOptions{noSites: true}, t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer set.Close()
+	if a.probes != pl.NumProbes()-len(pl.Sites) {
+		t.Errorf("noSites: %d probes attached, want %d", a.probes, pl.NumProbes()-len(pl.Sites))
+	}
+}

@@ -122,7 +122,8 @@ func StartPrepared(pr *Prepared, cfg Config) (_ *Session, err error) {
 		check = 0
 	}
 	bcfg := bpf.Config{PID: cfg.PID, RingBytes: cfg.RingBytes, CheckInterval: check, Sampling: cfg.Mode != ModeExact}
-	if cfg.Mode != ModeSample {
+	discover := cfg.Mode != ModeSample && !cfg.NoDiscovery
+	if discover {
 		bcfg.Sites = maxSites
 	}
 	if cfg.Mode == ModeHybrid {
@@ -182,9 +183,9 @@ func StartPrepared(pr *Prepared, cfg Config) (_ *Session, err error) {
 			}
 		}
 		opt.skip = func(f *plan.Func) bool { return !f.Root }
-		opt.noSites = true
 	}
-	if cfg.Mode != ModeSample {
+	opt.noSites = !discover
+	if discover {
 		// The sites' descriptors must be in place before their probes.
 		s.disc = newDiscovery(s)
 		if err := s.disc.addSites(pr.Plan); err != nil {

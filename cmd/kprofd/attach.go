@@ -35,6 +35,7 @@ type attachOptions struct {
 	dryRun       bool
 	exits        string
 	perThread    bool
+	discover     bool
 	ringMiB      int
 	verbose      bool
 	recalibrate  bool
@@ -100,6 +101,7 @@ Exits (--exits): ` + plan.ExitRule + `.`,
 	f.BoolVar(&o.dryRun, "dry-run", false, "print the functions and probes that would be attached, then exit")
 	f.StringVar(&o.exits, "exits", "auto", "how to probe exits: auto, ret or uretprobe")
 	f.BoolVar(&o.perThread, "per-thread", false, "keep one tree per thread (pprof label 'thread')")
+	f.BoolVar(&o.discover, "discover", true, "probe indirect calls in the traced code to trace their targets as they are found\n(each hit of such a probe costs a single-stepped trap; --discover=false for none)")
 	f.IntVar(&o.ringMiB, "ring-mib", 8, "ring buffer size in MiB (a power of two)")
 	f.BoolVarP(&o.verbose, "verbose", "v", false, "print warnings about every function and the kernel ids of what is attached")
 	f.BoolVar(&o.recalibrate, "recalibrate", false, "measure the probes' costs again (quick mode) even when a calibration is cached")
@@ -114,6 +116,7 @@ func (o *attachOptions) config(stderr io.Writer) (daemon.Config, error) {
 		Roots:        o.roots,
 		MaxFunctions: o.maxFunctions,
 		PerThread:    o.perThread,
+		NoDiscovery:  !o.discover,
 		RingBytes:    o.ringMiB << 20,
 	}
 	var err error
