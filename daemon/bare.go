@@ -19,13 +19,13 @@ type bareProbes struct {
 // AttachBare attaches an empty BPF program at every probe site of pr's
 // plan: what the same uprobes cost without kprofd's program, for
 // benchmarks and calibration. Close detaches it.
-func AttachBare(pr *Prepared) (io.Closer, error) {
+func AttachBare(pr *Prepared, noSites bool) (io.Closer, error) {
 	prog, err := bpf.Load(bpf.Config{PID: pr.Proc.Pid})
 	if err != nil {
 		return nil, err
 	}
 	b := &bareProbes{prog: prog}
-	for _, files := range groupProbes(pr.Plan, attachOptions{}, nil) {
+	for _, files := range groupProbes(pr.Plan, attachOptions{noSites: noSites}, nil) {
 		for _, fp := range files {
 			links, err := prog.AttachEmpty(fp.obj.Path(), pr.Proc.Pid, fp.probes)
 			if err != nil {

@@ -19,9 +19,12 @@ type hotCost struct{ wall, cpu float64 }
 func (c *hotCost) add(d hotCost) { c.wall += d.wall; c.cpu += d.cpu }
 
 // runHot makes the hot target run n root calls per thread.
-func runHot(b *testing.B, p *testtarget.Proc, n int) hotCost {
+func runHot(b *testing.B, p *testtarget.Proc, n int) hotCost { return runHotCmd(b, p, "run", n) }
+
+// runHotCmd sends cmd ("run", or "runp" for root_ptr) with n.
+func runHotCmd(b *testing.B, p *testtarget.Proc, cmd string, n int) hotCost {
 	b.Helper()
-	p.Send(b, "run "+strconv.Itoa(n))
+	p.Send(b, cmd+" "+strconv.Itoa(n))
 	line := p.Line(b)
 	var c hotCost
 	f := strings.Fields(line)
@@ -66,7 +69,7 @@ func BenchmarkProbeCost(b *testing.B) {
 			for range b.N {
 				none.add(runHot(b, target, tc.n))
 
-				probes, err := daemon.AttachBare(pr)
+				probes, err := daemon.AttachBare(pr, false)
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -97,6 +100,63 @@ func BenchmarkProbeCost(b *testing.B) {
 			b.ReportMetric(traced.wall/bare.wall, "cost/bare-wall")
 		})
 	}
+}
+
+// BenchmarkSiteCost measures, side by side in every iteration, what the
+// probe on an indirect call costs per hit: the hot target's root_ptr calls
+// leaf through a pointer (a known target: the probe reads it and finds it
+// traced). Metrics, CPU ns per leaf call: the bare uprobes without and
+// with the site's, kprofd without sites (--discover=false) and with; and
+// the site's own cost under kprofd and bare, their difference.
+func BenchmarkSiteCost(b *testing.B) {
+	requireRoot(b)
+	const n = 3000
+	target := testtarget.Start(b, testtarget.BuildHot(b))
+	cfg := daemon.Config{PID: target.Pid(), Roots: []string{"root_ptr"}, Exits: plan.ExitsUretprobe}
+	pr, err := daemon.Prepare(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer pr.Close()
+	if len(pr.Plan.Sites) != 1 {
+		b.Fatalf("%d sites in root_ptr's plan, want its call through leaf_ptr", len(pr.Plan.Sites))
+	}
+	var bareNo, bareSite, kprofdNo, kprofdSite hotCost
+	for range b.N {
+		for _, noSites := range []bool{true, false} {
+			probes, err := daemon.AttachBare(pr, noSites)
+			if err != nil {
+				b.Fatal(err)
+			}
+			c := runHotCmd(b, target, "runp", n)
+			probes.Close()
+			c2 := cfg
+			c2.NoDiscovery = noSites
+			s, err := daemon.StartPrepared(pr, c2)
+			if err != nil {
+				b.Fatal(err)
+			}
+			k := runHotCmd(b, target, "runp", n)
+			if _, err := s.Stop(); err != nil {
+				b.Fatal(err)
+			}
+			s.Close()
+			if noSites {
+				bareNo.add(c)
+				kprofdNo.add(k)
+			} else {
+				bareSite.add(c)
+				kprofdSite.add(k)
+			}
+		}
+	}
+	n2 := float64(b.N)
+	b.ReportMetric(bareNo.cpu/n2, "cpu-ns/call-bare")
+	b.ReportMetric(bareSite.cpu/n2, "cpu-ns/call-bare+site")
+	b.ReportMetric(kprofdNo.cpu/n2, "cpu-ns/call-kprofd")
+	b.ReportMetric(kprofdSite.cpu/n2, "cpu-ns/call-kprofd+site")
+	b.ReportMetric((bareSite.cpu-bareNo.cpu)/n2, "site-ns-bare")
+	b.ReportMetric((kprofdSite.cpu-kprofdNo.cpu)/n2, "site-ns-kprofd")
 }
 
 // BenchmarkEventRate drives the hot target's two threads as fast as they go

@@ -5,7 +5,9 @@
 // Build: gcc -O2 -pthread -o hot hot.c
 //
 // Protocol on stdin/stdout: prints "ready"; for each "run N" both threads
-// call root N times and it prints "ns W C": the mean wall time and the mean
+// call root N times ("runp N": root_ptr, which calls leaf through a
+// function pointer, an indirect call) and it prints "ns W C": the mean wall
+// time and the mean
 // thread CPU time per leaf call (over both threads, each timing itself).
 // The trap handling of uprobes runs on the thread and counts in C; time the
 // profiler's own threads take from the CPUs counts only in W. "exit" exits 0.
@@ -36,8 +38,21 @@ __attribute__((noinline)) int root(int n)
 	return s;
 }
 
+// leaf_ptr is leaf, called through memory the compiler cannot see into.
+int (*volatile leaf_ptr)(int) = leaf;
+
+__attribute__((noinline)) int root_ptr(int n)
+{
+	int s = 0;
+	asm volatile("" ::: "rbx");
+	for (int i = 0; i < n; i++)
+		s += leaf_ptr(i);
+	return s;
+}
+
 struct job {
 	int n;
+	int ptr; // call root_ptr
 	double wall, cpu;
 };
 
@@ -53,7 +68,7 @@ static void *worker(void *arg)
 	struct job *j = arg;
 	double w0 = now(CLOCK_MONOTONIC), c0 = now(CLOCK_THREAD_CPUTIME_ID);
 	for (int i = 0; i < j->n; i++)
-		sink += root(LEAVES);
+		sink += j->ptr ? root_ptr(LEAVES) : root(LEAVES);
 	double calls = (double)j->n * LEAVES;
 	j->wall = (now(CLOCK_MONOTONIC) - w0) / calls;
 	j->cpu = (now(CLOCK_THREAD_CPUTIME_ID) - c0) / calls;
@@ -69,12 +84,16 @@ int main(void)
 	while (fgets(line, sizeof line, stdin)) {
 		if (strcmp(line, "exit\n") == 0)
 			return 0;
-		if (sscanf(line, "run %d", &n) != 1)
+		int ptr = 0;
+		if (sscanf(line, "runp %d", &n) == 1)
+			ptr = 1;
+		else if (sscanf(line, "run %d", &n) != 1)
 			return 2;
 		pthread_t th[THREADS];
 		struct job jobs[THREADS];
 		for (int t = 0; t < THREADS; t++) {
 			jobs[t].n = n;
+			jobs[t].ptr = ptr;
 			pthread_create(&th[t], NULL, worker, &jobs[t]);
 		}
 		double wall = 0, cpu = 0;
