@@ -104,10 +104,12 @@ func BenchmarkProbeCost(b *testing.B) {
 
 // BenchmarkSiteCost measures, side by side in every iteration, what the
 // probe on an indirect call costs per hit: the hot target's root_ptr calls
-// leaf through a pointer (a known target: the probe reads it and finds it
-// traced). Metrics, CPU ns per leaf call: the bare uprobes without and
-// with the site's, kprofd without sites (--discover=false) and with; and
-// the site's own cost under kprofd and bare, their difference.
+// leaf through a pointer. Metrics, CPU ns per leaf call: the bare uprobes
+// without and with the site's, kprofd without sites (--discover=false)
+// and with; and the differences. With sites, kprofd also finds leaf
+// through the site and traces it (its entry and exit probes), which the
+// run without sites does not: site-ns-kprofd is the site's cost plus
+// leaf's probes.
 func BenchmarkSiteCost(b *testing.B) {
 	requireRoot(b)
 	const n = 3000

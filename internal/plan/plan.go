@@ -738,6 +738,9 @@ func (pl *Plan) Write(w io.Writer) error {
 		fmt.Fprintf(w, " (%s)", pl.ExitsReason)
 	}
 	fmt.Fprintln(w)
+	if len(pl.Sites) > 0 {
+		fmt.Fprintf(w, "%s probed to find their targets while the program runs (--discover)\n", plural(len(pl.Sites), "indirect call site"))
+	}
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
 	fmt.Fprintln(tw, "id\tfunction\tobject\tentry\tclass\texits\tnotes")
 	for _, f := range pl.Funcs {
