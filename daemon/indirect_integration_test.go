@@ -61,18 +61,7 @@ func TestDiscoverPlugin(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	target.Send(t, "load "+plugin)
-	if line := target.Line(t); line != "loaded" {
-		t.Fatalf("target answered %q to load", line)
-	}
-	// The discovery happens off the event loop, within milliseconds:
-	// wait for it, as a user would see it in the progress line.
-	var found []daemon.Discovered
-	deadline := time.Now().Add(30 * time.Second)
-	for len(found) == 0 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-		found = s.Discovered()
-	}
+	found := loadPlugin(t, target, s, plugin)
 	if len(found) != 1 || !strings.HasSuffix(found[0].Func, ":plugin_work") || found[0].Err != "" ||
 		found[0].Before != 1 || found[0].Functions != 2 || !strings.HasPrefix(found[0].Site, "indirect:probe_plugin(int)+0x") {
 		t.Fatalf("discovered %+v; want plugin_work and its helper, found by probe_plugin's call, 1 call before", found)
@@ -113,14 +102,7 @@ func TestDiscoverHybrid(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	target.Send(t, "load "+plugin)
-	if line := target.Line(t); line != "loaded" {
-		t.Fatalf("target answered %q to load", line)
-	}
-	deadline := time.Now().Add(30 * time.Second)
-	for len(s.Discovered()) == 0 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	loadPlugin(t, target, s, plugin)
 	target.Send(t, "hot 3000000")
 	if line := target.Line(t); !strings.HasPrefix(line, "done ") {
 		t.Fatalf("target answered %q to hot", line)
@@ -138,4 +120,21 @@ func TestDiscoverHybrid(t *testing.T) {
 	if status := target.Exit(t); status != 3 {
 		t.Errorf("exit status %d, want 3", status)
 	}
+}
+
+// loadPlugin makes testdata/indirect load its plugin and call it once
+// inside a root, and waits for the session to discover it: discovery
+// happens off the event loop, within milliseconds.
+func loadPlugin(t *testing.T, target *testtarget.Proc, s *daemon.Session, plugin string) []daemon.Discovered {
+	t.Helper()
+	target.Send(t, "load "+plugin)
+	if line := target.Line(t); line != "loaded" {
+		t.Fatalf("target answered %q to load", line)
+	}
+	var found []daemon.Discovered
+	for deadline := time.Now().Add(30 * time.Second); len(found) == 0 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+		found = s.Discovered()
+	}
+	return found
 }
