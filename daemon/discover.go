@@ -20,6 +20,9 @@ import (
 const (
 	maxSites = 1 << 14
 	maxFound = 1 << 14
+	// reloadInterval is how often at most a target in no known object
+	// makes discovery read the process's mappings again.
+	reloadInterval = 200 * time.Millisecond
 )
 
 // Discovered is a function found at run time, as the target of an
@@ -70,6 +73,9 @@ type discovery struct {
 	procs   []*symbolizer.Process // loaded after attach, for new mappings
 	dropped int                   // reports the channel had no room for
 	closed  bool                  // stop was called: no more reports
+	// reloaded is when the mappings were last read again: targets in no
+	// object (a JIT's code) must not re-index the process back to back.
+	reloaded time.Time
 }
 
 // siteInfo is what discovery keeps of a site.
@@ -222,7 +228,12 @@ func (d *discovery) discover(target uint64) {
 	p := s.prep.Proc
 	m := p.MappedAt(target)
 	if m == nil {
-		// Code mapped after attach (dlopen): read the mappings again.
+		// Code mapped after attach (dlopen): read the mappings again,
+		// not more often than reloadInterval.
+		if wait := reloadInterval - time.Since(d.reloaded); wait > 0 {
+			time.Sleep(wait)
+		}
+		d.reloaded = time.Now()
 		np, err := symbolizer.LoadProcess(s.cfg.PID)
 		if err != nil {
 			giveUp(fmt.Sprintf("reading the process's mappings again: %v", err))
