@@ -190,6 +190,7 @@ struct kprofd_site {
 	__u8 base;
 	__u8 index;
 	__u8 scale;
+	__u32 caller; // the function holding it: its hits count at calls[site_count_base + caller]
 };
 
 #define NO_REG 0xff
@@ -249,8 +250,10 @@ volatile const __u64 batch_age_ns = 10 * 1000 * 1000;
 // Capture a thread's real stack at most this often to check its simulated
 // one (0: only at catch sites).
 volatile const __u64 check_interval_ns = 0;
-// Count entry probe hits per function (hybrid mode's cost model).
+// Count entry probe hits per function (hybrid mode's cost model), and
+// site probe hits per calling function from site_count_base on.
 volatile const __u8 count_calls = 0;
+volatile const __u32 site_count_base = 0;
 // The sampling program runs: mark the threads the probe program runs on.
 volatile const __u8 sampling = 0;
 // A Go target: contexts and events are per goroutine. The running
@@ -565,6 +568,17 @@ static __always_inline int handle(struct pt_regs *ctx)
 		__u64 *c = bpf_map_lookup_elem(&calls, &fn);
 		if (c)
 			*c += 1;
+	}
+	if (count_calls && kind == KIND_SITE) {
+		// Every hit costs its trap, inside the root or not.
+		__u32 idx = (__u32)cookie;
+		struct kprofd_site *d = bpf_map_lookup_elem(&sites, &idx);
+		if (d) {
+			__u32 k = site_count_base + d->caller;
+			__u64 *c = bpf_map_lookup_elem(&calls, &k);
+			if (c)
+				*c += 1;
+		}
 	}
 
 	// Only a root's probes create a thread's (goroutine's) context; any

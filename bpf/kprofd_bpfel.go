@@ -26,13 +26,15 @@ type kprofdKprofdEvent struct {
 }
 
 type kprofdKprofdSite struct {
-	_     structs.HostLayout
-	Rip   uint64
-	Disp  int32
-	Mem   uint8
-	Base  uint8
-	Index uint8
-	Scale uint8
+	_      structs.HostLayout
+	Rip    uint64
+	Disp   int32
+	Mem    uint8
+	Base   uint8
+	Index  uint8
+	Scale  uint8
+	Caller uint32
+	_      [4]byte
 }
 
 type kprofdKprofdStack struct {
@@ -88,6 +90,7 @@ const (
 	kprofdVarGoMode          = "go_mode"
 	kprofdVarGoStackHiOff    = "go_stack_hi_off"
 	kprofdVarSampling        = "sampling"
+	kprofdVarSiteCountBase   = "site_count_base"
 	kprofdVarTargetTgid      = "target_tgid"
 	kprofdVarUnusedEvent     = "unused_event"
 	kprofdVarUnusedSite      = "unused_site"
@@ -174,6 +177,7 @@ type kprofdVariableSpecs struct {
 	GoMode          *ebpf.VariableSpec `ebpf:"go_mode"`
 	GoStackHiOff    *ebpf.VariableSpec `ebpf:"go_stack_hi_off"`
 	Sampling        *ebpf.VariableSpec `ebpf:"sampling"`
+	SiteCountBase   *ebpf.VariableSpec `ebpf:"site_count_base"`
 	TargetTgid      *ebpf.VariableSpec `ebpf:"target_tgid"`
 	UnusedEvent     *ebpf.VariableSpec `ebpf:"unused_event"`
 	UnusedSite      *ebpf.VariableSpec `ebpf:"unused_site"`
@@ -237,6 +241,7 @@ type kprofdVariables struct {
 	GoMode          *ebpf.Variable `ebpf:"go_mode"`
 	GoStackHiOff    *ebpf.Variable `ebpf:"go_stack_hi_off"`
 	Sampling        *ebpf.Variable `ebpf:"sampling"`
+	SiteCountBase   *ebpf.Variable `ebpf:"site_count_base"`
 	TargetTgid      *ebpf.Variable `ebpf:"target_tgid"`
 	UnusedEvent     *ebpf.Variable `ebpf:"unused_event"`
 	UnusedSite      *ebpf.Variable `ebpf:"unused_site"`

@@ -34,8 +34,9 @@ type Config struct {
 	// catch sites.
 	CheckInterval time.Duration
 	// Funcs is the number of function ids the plan uses: with it, the
-	// program counts every function's entry probe hits (CallCounts); 0
-	// counts none.
+	// program counts every function's entry probe hits, and the hits of
+	// the site probes in each function after them (CallCounts); 0 counts
+	// none.
 	Funcs int
 	// Sampling prepares the program for StartSampling: the probe program
 	// marks the threads it runs on, so that a sample there counts as
@@ -136,7 +137,11 @@ func Load(cfg Config) (*Program, error) {
 		return nil, fmt.Errorf("reading the embedded BPF object: %w", err)
 	}
 	spec.Maps[kprofdMapEvents].MaxEntries = uint32(cfg.RingBytes)
-	spec.Maps[kprofdMapCalls].MaxEntries = uint32(max(cfg.Funcs, 1))
+	// Entry hits by function id, then site hits by calling function id.
+	spec.Maps[kprofdMapCalls].MaxEntries = uint32(max(2*cfg.Funcs, 1))
+	if err := spec.Variables[kprofdVarSiteCountBase].Set(uint32(cfg.Funcs)); err != nil {
+		return nil, fmt.Errorf("setting site_count_base: %w", err)
+	}
 	spec.Maps[kprofdMapSites].MaxEntries = uint32(max(cfg.Sites, 1))
 	if err := spec.Variables[kprofdVarCountCalls].Set(cfg.Funcs > 0); err != nil {
 		return nil, fmt.Errorf("setting count_calls: %w", err)
@@ -513,6 +518,9 @@ type Site struct {
 	Scale       uint8
 	Disp        int32
 	RIP         uint64
+	// Caller is the id of the function holding the site, under which
+	// its hits are counted.
+	Caller uint32
 }
 
 // Register numbers of a Site besides the general registers.
@@ -524,7 +532,7 @@ const (
 // SetSites stores the descriptors of sites from index first on.
 func (p *Program) SetSites(first int, sites []Site) error {
 	for i, st := range sites {
-		d := kprofdKprofdSite{Rip: st.RIP, Disp: st.Disp, Base: st.Base, Index: st.Index, Scale: st.Scale}
+		d := kprofdKprofdSite{Rip: st.RIP, Disp: st.Disp, Base: st.Base, Index: st.Index, Scale: st.Scale, Caller: st.Caller}
 		if st.Mem {
 			d.Mem = 1
 		}

@@ -26,6 +26,25 @@ var defaultExitCost = map[calibrate.ExitClass]float64{
 	calibrate.ExitRet:       9200,
 }
 
+// probeCost predicts what one hit of a probe of class costs, in ns, from
+// the calibration when there is one: the pair with a ret-site exit less
+// the ret-site probe, which costs what a single-stepped entry does (both
+// are single-stepped).
+func probeCost(cal *calibrate.Result, class x86.Class) float64 {
+	if cal != nil {
+		withRet, ok1 := cal.Costs(calibrate.Pair{Entry: class, Exit: calibrate.ExitRet})
+		stepped, ok2 := cal.Costs(calibrate.Pair{Entry: x86.ClassStepped, Exit: calibrate.ExitRet})
+		w, st := withRet.Inner+withRet.Outer, stepped.Inner+stepped.Outer
+		if ok1 && ok2 && w > 0 && st > 0 && w-st/2 > 0 {
+			return w - st/2
+		}
+	}
+	if c, ok := defaultEntryCost[class]; ok {
+		return c
+	}
+	return defaultEntryCost[x86.ClassStepped]
+}
+
 // callCost is what a function's probes cost per call, in ns, at each stage.
 type callCost struct {
 	full, entry float64
@@ -54,17 +73,7 @@ func callCosts(pl *plan.Plan, cal *calibrate.Result) []callCost {
 		c, ok := cal.Costs(p)
 		return c.Inner + c.Outer, ok && c.Inner+c.Outer > 0
 	}
-	entryCost := func(class x86.Class) float64 {
-		withRet, ok1 := total(calibrate.Pair{Entry: class, Exit: calibrate.ExitRet})
-		stepped, ok2 := total(calibrate.Pair{Entry: x86.ClassStepped, Exit: calibrate.ExitRet})
-		if ok1 && ok2 && withRet-stepped/2 > 0 {
-			return withRet - stepped/2
-		}
-		if c, ok := defaultEntryCost[class]; ok {
-			return c
-		}
-		return defaultEntryCost[x86.ClassStepped]
-	}
+	entryCost := func(class x86.Class) float64 { return probeCost(cal, class) }
 	costs := make([]callCost, len(pl.Funcs))
 	for i, f := range pl.Funcs {
 		pair := ProbePair(f)
@@ -88,6 +97,33 @@ func callCosts(pl *plan.Plan, cal *calibrate.Result) []callCost {
 type costModel struct {
 	budget float64 // probe time / the target's own CPU time
 	funcs  []modelFunc
+	// siteBase, when not 0, is where in the rates the hits of each
+	// function's indirect call site probes follow (by function id), and
+	// siteCost what one costs: a site goes with its function's demotion
+	// to sampling.
+	siteBase int
+	siteCost float64
+}
+
+// load is the probe time per second function i costs at stage st.
+func (m *costModel) load(rates []float64, i int, st Stage) float64 {
+	t := 0.0
+	if i < len(rates) {
+		t = rates[i] * m.funcs[i].cost.at(st)
+	}
+	if st != StageSampled && !m.funcs[i].noSites {
+		t += m.siteLoad(rates, i)
+	}
+	return t
+}
+
+// siteLoad is the probe time per second the probes on function i's
+// indirect calls cost.
+func (m *costModel) siteLoad(rates []float64, i int) float64 {
+	if j := m.siteBase + i; m.siteBase > 0 && j < len(rates) {
+		return rates[j] * m.siteCost
+	}
+	return 0
 }
 
 type modelFunc struct {
@@ -96,6 +132,7 @@ type modelFunc struct {
 	exits   bool  // it has exit probes to drop
 	callees []int // plan ids of the functions it calls or jumps to
 	pinned  bool  // a root: its probes keep the in-kernel context
+	noSites bool  // the probes on its indirect calls are gone
 }
 
 func newCostModel(pl *plan.Plan, costs []callCost, budget float64) *costModel {
@@ -183,6 +220,7 @@ func (m *costModel) leaf(i int) bool {
 type demotion struct {
 	id     int
 	stage  Stage
+	sites  bool // only the probes on its indirect calls go
 	reason string
 }
 
@@ -193,10 +231,8 @@ type demotion struct {
 // them to the model, and the overhead it predicted before them.
 func (m *costModel) decide(rates []float64, cpu float64, samples uint64) ([]demotion, float64) {
 	probe := 0.0
-	for i, r := range rates {
-		if i < len(m.funcs) {
-			probe += r * m.funcs[i].cost.at(m.funcs[i].stage)
-		}
+	for i := range m.funcs {
+		probe += m.load(rates, i, m.funcs[i].stage)
 	}
 	// The target's own work is its CPU time less the probes'; samples
 	// and calibration both err, so never let it vanish.
@@ -221,32 +257,54 @@ func (m *costModel) decide(rates []float64, cpu float64, samples uint64) ([]demo
 		// Rank by what a function's demotion can save in all (calibration
 		// noise can make one step, its exits, look free), and take one
 		// step: its exits first.
-		best, bestStage, bestGain := -1, Stage(0), 0.0
+		best, bestStage, bestGain, bestSites := -1, Stage(0), 0.0, false
 		for i := range m.funcs {
-			if i >= len(rates) || rates[i] == 0 {
+			f := &m.funcs[i]
+			if m.load(rates, i, f.stage) == 0 {
 				continue
 			}
+			// Its indirect calls' probes alone may go: the only step
+			// for a root, and the step taken when they are most of
+			// what its probes cost (its own calls stay exact; only the
+			// discovery of new targets there stops).
 			st, reach, ok := m.next(i)
+			gain := 0.0
+			if ok {
+				gain = m.load(rates, i, f.stage) - m.load(rates, i, reach)
+			}
+			if sl := m.siteLoad(rates, i); !f.noSites && f.stage != StageSampled && sl > 0 && sl >= 0.9*gain {
+				if sl > bestGain {
+					best, bestStage, bestGain, bestSites = i, f.stage, sl, true
+				}
+				continue
+			}
 			if !ok {
 				continue
 			}
-			f := &m.funcs[i]
-			gain := rates[i] * (f.cost.at(f.stage) - f.cost.at(reach))
 			if guessed {
 				st = reach // one step: the largest
 			}
-			if gain > bestGain || (gain == bestGain && best >= 0 && len(f.callees) < len(m.funcs[best].callees)) {
-				best, bestStage, bestGain = i, st, gain
+			if gain > bestGain || (gain == bestGain && best >= 0 && !bestSites && len(f.callees) < len(m.funcs[best].callees)) {
+				best, bestStage, bestGain, bestSites = i, st, gain, false
 			}
 		}
 		if best < 0 {
 			break
 		}
 		f := &m.funcs[best]
-		reason := fmt.Sprintf("%s calls/s × %s of probes per call = %.0f%% of the target's own CPU time (all probes %.0f%%, budget %.0f%%)",
-			rate(rates[best]), time.Duration(f.cost.at(f.stage)).Round(time.Nanosecond),
-			100*rates[best]*f.cost.at(f.stage)/own, 100*before, 100*m.budget)
-		probe -= rates[best] * (f.cost.at(f.stage) - f.cost.at(bestStage))
+		reason := fmt.Sprintf("%s calls/s × %s of probes per call", rate(rates[best]), time.Duration(f.cost.at(f.stage)).Round(time.Nanosecond))
+		if j := m.siteBase + best; m.siteBase > 0 && j < len(rates) && rates[j] > 0 {
+			reason += fmt.Sprintf(" + %s indirect calls/s × %s of site probe", rate(rates[j]), time.Duration(m.siteCost).Round(time.Nanosecond))
+		}
+		reason += fmt.Sprintf(" = %.0f%% of the target's own CPU time (all probes %.0f%%, budget %.0f%%)",
+			100*m.load(rates, best, f.stage)/own, 100*before, 100*m.budget)
+		if bestSites {
+			probe -= m.siteLoad(rates, best)
+			f.noSites = true
+			out = append(out, demotion{id: best, stage: f.stage, sites: true, reason: reason})
+			continue
+		}
+		probe -= m.load(rates, best, f.stage) - m.load(rates, best, bestStage)
 		f.stage = bestStage
 		out = append(out, demotion{id: best, stage: bestStage, reason: reason})
 	}
@@ -254,7 +312,7 @@ func (m *costModel) decide(rates []float64, cpu float64, samples uint64) ([]demo
 	// first reason (what its full probes cost).
 	merged := out[:0]
 	for _, d := range out {
-		if j := slices.IndexFunc(merged, func(m demotion) bool { return m.id == d.id }); j >= 0 {
+		if j := slices.IndexFunc(merged, func(m demotion) bool { return m.id == d.id && m.sites == d.sites }); j >= 0 {
 			merged[j].stage = d.stage
 			continue
 		}

@@ -115,6 +115,32 @@ func TestCostModel(t *testing.T) {
 	if ds, _ := m.decide(rates(map[string]float64{"handle_request": 5e6}), cpu, many); len(ds) != 0 {
 		t.Errorf("hot root: demoted %s", decisions(ds))
 	}
+
+	// Probes on indirect calls, counted by calling function after the
+	// entry counts: the root's may go alone (an interpreter's dispatch
+	// loop); a function whose sites are what costs loses them first.
+	m = newCostModel(pl, costs, 0.10)
+	m.siteBase, m.siteCost = len(pl.Funcs), 10000
+	withSites := func(r map[string]float64, sites map[string]float64) []float64 {
+		out := append(rates(r), make([]float64, len(pl.Funcs))...)
+		for name, v := range sites {
+			out[len(pl.Funcs)+int(byName[name].ID)] = v
+		}
+		return out
+	}
+	ds, _ := m.decide(withSites(map[string]float64{"handle_request": 1000}, map[string]float64{"handle_request": 1e5}), 3*cpu, many)
+	if len(ds) != 1 || !ds[0].sites || pl.Funcs[ds[0].id].Node.Func.Name != "handle_request" {
+		t.Errorf("hot sites in the root: %+v, want its sites dropped", ds)
+	}
+	if ds, _ := m.decide(withSites(map[string]float64{"handle_request": 1000}, map[string]float64{"handle_request": 1e5}), 3*cpu, many); len(ds) != 0 {
+		t.Errorf("root's sites already gone, then %s", decisions(ds))
+	}
+	m = newCostModel(pl, costs, 0.10)
+	m.siteBase, m.siteCost = len(pl.Funcs), 10000
+	ds, _ = m.decide(withSites(map[string]float64{"walk": 1000}, map[string]float64{"walk": 1e5}), 3*cpu, many)
+	if len(ds) != 1 || !ds[0].sites || ds[0].stage != StageFull {
+		t.Errorf("walk's hot sites: %+v, want its sites dropped, its own probes kept", ds)
+	}
 }
 
 func TestParseBudget(t *testing.T) {

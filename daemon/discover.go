@@ -130,7 +130,7 @@ func (d *discovery) addSites(pl *plan.Plan) error {
 	descs := make([]bpf.Site, len(pl.Sites))
 	for i, st := range pl.Sites {
 		op := st.Operand
-		descs[i] = bpf.Site{Mem: op.Mem, Base: regNum(op.Base), Index: regNum(op.Index), Scale: op.Scale, Disp: int32(op.Disp)}
+		descs[i] = bpf.Site{Mem: op.Mem, Base: regNum(op.Base), Index: regNum(op.Index), Scale: op.Scale, Disp: int32(op.Disp), Caller: st.Caller.ID}
 		if op.Base == plan.RegRIP {
 			descs[i].RIP = op.Next + st.Obj.Bias
 		}

@@ -93,8 +93,15 @@ type Demotion struct {
 	Reason string
 	// Detach is how long detaching its probes took.
 	Detach time.Duration
+	// Sites says the demotion was of the probes on its indirect calls
+	// only (their targets are no longer discovered); Stage is unchanged.
+	Sites bool
 }
 
 func (d Demotion) String() string {
-	return fmt.Sprintf("%s at +%s: %s; %s", d.Func, d.At.Round(time.Millisecond), d.Reason, d.Stage)
+	what := d.Stage.String()
+	if d.Sites {
+		what = "its indirect calls' probes dropped (their targets no longer discovered)"
+	}
+	return fmt.Sprintf("%s at +%s: %s; %s", d.Func, d.At.Round(time.Millisecond), d.Reason, what)
 }

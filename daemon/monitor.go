@@ -116,8 +116,13 @@ func (m *monitor) step(now time.Time) error {
 	for _, d := range ds {
 		f := m.funcOf(d.id)
 		t0 := time.Now()
-		_, err := m.s.probes.demote(f, d.stage)
-		dem := Demotion{Func: f.Node.Name(), ID: f.ID, Stage: d.stage, At: now.Sub(m.s.start), Reason: d.reason, Detach: time.Since(t0)}
+		var err error
+		if d.sites {
+			_, err = m.s.probes.demoteParts(f, partSites)
+		} else {
+			_, err = m.s.probes.demote(f, d.stage)
+		}
+		dem := Demotion{Func: f.Node.Name(), ID: f.ID, Stage: d.stage, Sites: d.sites, At: now.Sub(m.s.start), Reason: d.reason, Detach: time.Since(t0)}
 		m.mu.Lock()
 		m.demotions = append(m.demotions, dem)
 		m.mu.Unlock()

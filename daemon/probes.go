@@ -315,15 +315,24 @@ func (fp *fileProbes) drop(offsets []uint64, why error, refused func(*plan.Func,
 // (StageSampled). It needs probes attached per function. It returns how
 // many probes it detached.
 func (s *probeSet) demote(f *plan.Func, stage Stage) (int, error) {
+	if stage != StageSampled {
+		return s.demoteParts(f, partExits)
+	}
+	s.mu.Lock()
+	if s.byFunc[f] != nil {
+		s.funcs--
+	}
+	s.mu.Unlock()
+	return s.demoteParts(f, partEntry, partExits, partCatches, partSites)
+}
+
+// demoteParts detaches the given parts of a function's probes.
+func (s *probeSet) demoteParts(f *plan.Func, parts ...int) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	fl := s.byFunc[f]
 	if fl == nil {
 		return 0, nil
-	}
-	parts := []int{partExits}
-	if stage == StageSampled {
-		parts = []int{partEntry, partExits, partCatches, partSites}
 	}
 	// Closing a link removes its breakpoints at once, then waits for
 	// a grace period (tens of ms): close the links side by side.
@@ -339,9 +348,6 @@ func (s *probeSet) demote(f *plan.Func, stage Stage) (int, error) {
 		n += fl.probes[part]
 		s.probes -= fl.probes[part]
 		fl.links[part], fl.probes[part] = nil, 0
-	}
-	if stage == StageSampled {
-		s.funcs--
 	}
 	return n, closeAll(closing)
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/kprofd/kprofd/bpf"
 	"github.com/kprofd/kprofd/internal/cct"
 	"github.com/kprofd/kprofd/internal/plan"
+	"github.com/kprofd/kprofd/internal/x86"
 )
 
 // DefaultCheckInterval is how often a thread inside the root has its real
@@ -203,7 +204,13 @@ func StartPrepared(pr *Prepared, cfg Config) (_ *Session, err error) {
 	}
 	s.start, s.startMono = time.Now(), monotonicNow()
 	if cfg.Mode == ModeHybrid {
-		s.monitor = newMonitor(s, newCostModel(pr.Plan, callCosts(pr.Plan, cfg.Calibration), cfg.Budget), s.sampler.Period)
+		model := newCostModel(pr.Plan, callCosts(pr.Plan, cfg.Calibration), cfg.Budget)
+		if s.disc != nil {
+			// Site probes sit on indirect calls and jumps, which the
+			// kernel single-steps.
+			model.siteBase, model.siteCost = bcfg.Funcs, probeCost(cfg.Calibration, x86.ClassStepped)
+		}
+		s.monitor = newMonitor(s, model, s.sampler.Period)
 		go s.monitor.run()
 	}
 	s.watching = true
