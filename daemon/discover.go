@@ -73,6 +73,7 @@ type discovery struct {
 	procs   []*symbolizer.Process // loaded after attach, for new mappings
 	dropped int                   // reports the channel had no room for
 	closed  bool                  // stop was called: no more reports
+	inside  int                   // targets inside functions (jump tables), ignored
 	// reloaded is when the mappings were last read again: targets in no
 	// object (a JIT's code) must not re-index the process back to back.
 	reloaded time.Time
@@ -247,6 +248,16 @@ func (d *discovery) discover(target uint64) {
 		return
 	}
 	fn := m.FuncStart(target - m.Bias)
+	if fn == nil && m.FuncAt(target-m.Bias) != nil {
+		// A jump table's target, inside a function: nothing to trace,
+		// and nothing worth a line of the profile each.
+		s.prog.MarkTargets([]uint64{target})
+		d.mu.Lock()
+		d.known[target] = true
+		d.inside++
+		d.mu.Unlock()
+		return
+	}
 	if fn == nil || fn.Fragment || fn.IFunc {
 		giveUp("not the start of a function")
 		return
@@ -329,11 +340,12 @@ func (d *discovery) discover(target uint64) {
 	d.mu.Unlock()
 }
 
-// discovered returns what discovery found so far.
-func (d *discovery) discovered() ([]Discovered, int) {
+// discovered returns what discovery found so far, how many reports it
+// had no room for, and how many targets were inside functions.
+func (d *discovery) discovered() (found []Discovered, dropped, inside int) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return slices.Clone(d.found), d.dropped
+	return slices.Clone(d.found), d.dropped, d.inside
 }
 
 // Discovered returns the functions found at run time through indirect
@@ -342,6 +354,6 @@ func (s *Session) Discovered() []Discovered {
 	if s.disc == nil {
 		return nil
 	}
-	found, _ := s.disc.discovered()
+	found, _, _ := s.disc.discovered()
 	return found
 }

@@ -234,7 +234,7 @@ func (s *Session) comments(st bpf.Stats) []string {
 		c = append(c, fmt.Sprintf("%d calls still running at the end, timed up to it", ss.Unfinished))
 	}
 	if s.disc != nil {
-		found, dropped := s.disc.discovered()
+		found, dropped, inside := s.disc.discovered()
 		traced := 0
 		for _, d := range found {
 			if d.Err == "" {
@@ -249,6 +249,9 @@ func (s *Session) comments(st bpf.Stats) []string {
 		}
 		if dropped > 0 {
 			c = append(c, fmt.Sprintf("WARNING: %d targets of indirect calls reported too fast to be traced", dropped))
+		}
+		if inside > 0 {
+			c = append(c, fmt.Sprintf("%d targets of indirect jumps inside their functions (jump tables) ignored", inside))
 		}
 	}
 	for _, u := range pl.Untraced {
