@@ -46,6 +46,8 @@ type Discovered struct {
 	Before uint64
 	// Err says why it is not traced, when it is not.
 	Err string
+
+	id cct.FuncID // its id, when traced
 }
 
 func (d Discovered) String() string {
@@ -334,7 +336,7 @@ func (d *discovery) discover(target uint64) {
 		addrs = append(addrs, target)
 	}
 	before, _ := s.prog.MarkTargets(addrs)
-	rec.Functions, rec.Before, rec.Latency = len(sub.Funcs), before[target], time.Since(site.at)
+	rec.Functions, rec.Before, rec.Latency, rec.id = len(sub.Funcs), before[target], time.Since(site.at), cct.FuncID(ids[0])
 	d.mu.Lock()
 	d.found = append(d.found, rec)
 	d.mu.Unlock()
@@ -356,4 +358,24 @@ func (s *Session) Discovered() []Discovered {
 	}
 	found, _, _ := s.disc.discovered()
 	return found
+}
+
+// markIncomplete marks the contexts of t whose function was found after
+// calls to it had been made: their counts are lower bounds.
+func (d *discovery) markIncomplete(t *cct.Tree) {
+	found, _, _ := d.discovered()
+	late := map[cct.FuncID]bool{}
+	for _, f := range found {
+		if f.Err == "" && f.Before > 0 {
+			late[f.id] = true
+		}
+	}
+	if len(late) == 0 {
+		return
+	}
+	t.Root.Walk(func(n *cct.Node) {
+		if late[n.Func] {
+			n.Incomplete = true
+		}
+	})
 }

@@ -81,9 +81,18 @@ func TestDiscoverPlugin(t *testing.T) {
 	want["plug_loop;probe_plugin"] = 1
 	want["handle;probe_plugin;plugin_work"] = n
 	want["handle;probe_plugin;plugin_work;plugin_helper"] = 2 * n
-	got := testtarget.PprofCounts(roundTrip(t, p), testtarget.IndirectOwn)
+	pp := roundTrip(t, p)
+	got := testtarget.PprofCounts(pp, testtarget.IndirectOwn)
 	if diff := testtarget.DiffCounts(got, want); diff != "" {
 		t.Errorf("calls per context differ:\n%s", diff)
+	}
+	// plugin_work's calls are a lower bound (one came before its
+	// probes): its contexts say so, and no other's do.
+	for _, smp := range pp.Sample {
+		leaf := testtarget.IndirectOwn(smp.Location[0].Line[0].Function.Name)
+		if incomplete := len(smp.Label["calls"]) == 1 && smp.Label["calls"][0] == "incomplete"; incomplete != (leaf == "plugin_work") {
+			t.Errorf("%s: calls label %q", leaf, smp.Label["calls"])
+		}
 	}
 	if c := strings.Join(p.Comments, "\n"); !strings.Contains(c, "discovered libplugin.so:plugin_work (through indirect:probe_plugin(int)+0x") {
 		t.Errorf("the profile does not report the discovery:\n%s", c)

@@ -76,6 +76,11 @@ func (s *Session) buildProfile(end uint64, st bpf.Stats) *cct.Profile {
 	if c := s.cfg.Calibration; c != nil {
 		p.Comments = append(p.Comments, compensate(p, pr.Plan, c, s.stageOf)...)
 	}
+	if s.disc != nil {
+		for _, t := range p.AllTrees() {
+			s.disc.markIncomplete(t)
+		}
+	}
 	return p
 }
 

@@ -64,6 +64,10 @@ type Node struct {
 	// probes: Wall is Samples times the sampling period plus the
 	// children's Wall.
 	Estimated bool
+	// Incomplete marks a context whose Calls miss some it made: its
+	// function was traced only from some point of the session on (found
+	// later, through an indirect call). Calls is then a lower bound.
+	Incomplete bool
 
 	last int // index into Children of the last Child hit
 }

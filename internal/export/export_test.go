@@ -3,8 +3,10 @@ package export
 import (
 	"bytes"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -336,5 +338,42 @@ func TestSampled(t *testing.T) {
 			t.Fatal(err)
 		}
 		golden(t, tt.name, b.Bytes())
+	}
+}
+
+// TestIncomplete: a context whose calls are a lower bound (its function
+// was traced only from some point on) carries the pprof label
+// calls=incomplete and a ≥ before its calls in the tree view.
+func TestIncomplete(t *testing.T) {
+	p := testProfile(false)
+	var compute *cct.Node
+	p.Tree.Root.Walk(func(n *cct.Node) {
+		if n.Func == fCompute {
+			n.Incomplete = true
+			compute = n
+		}
+	})
+	pp, err := Pprof(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	marked := 0
+	for _, s := range pp.Sample {
+		leaf := s.Location[0].Line[0].Function.Name
+		if got := s.Label["calls"]; (leaf == "compute") != (len(got) == 1 && got[0] == "incomplete") {
+			t.Errorf("%s: calls label %q", leaf, got)
+		} else if leaf == "compute" {
+			marked++
+		}
+	}
+	if marked != 1 {
+		t.Errorf("%d compute samples labelled, want 1", marked)
+	}
+	var b bytes.Buffer
+	if err := WriteTree(&b, p, TreeOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("≥%d ", compute.Calls); !strings.Contains(b.String(), want) {
+		t.Errorf("the tree does not show %q:\n%s", want, b.String())
 	}
 }

@@ -131,6 +131,14 @@ func Pprof(p *cct.Profile) (*profile.Profile, error) {
 				values = append(values, int64(n.Samples))
 				label = timingLabels[n.Estimated]
 			}
+			if n.Incomplete {
+				// Its calls are a lower bound: pprof -tagfocus calls=incomplete.
+				label = maps.Clone(label)
+				if label == nil {
+					label = map[string][]string{}
+				}
+				label["calls"] = []string{"incomplete"}
+			}
 			out.Sample = append(out.Sample, &profile.Sample{
 				Location: locs,
 				Value:    values,

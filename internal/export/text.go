@@ -29,7 +29,8 @@ type TreeOptions struct {
 // wall time, largest first, then by name. A last line says how many nodes
 // the options hid.
 //
-// Times estimated from samples are marked with a leading ~.
+// Times estimated from samples are marked with a leading ~, calls that
+// are a lower bound (Node.Incomplete) with ≥.
 func WriteTree(w io.Writer, p *cct.Profile, opt TreeOptions) error {
 	t := treeOf(p)
 	_, total := t.Total()
@@ -59,7 +60,7 @@ func WriteTree(w io.Writer, p *cct.Profile, opt TreeOptions) error {
 				branch, indent = "", ""
 			}
 			rows = append(rows, []string{
-				strconv.FormatUint(ch.Calls, 10),
+				atLeast(ch.Incomplete) + strconv.FormatUint(ch.Calls, 10),
 				estimated(ch.Estimated) + Duration(ch.Wall),
 				estimated(ch.Estimated) + Duration(ch.Self()),
 				prefix + branch + name(p, ch.Func),
@@ -330,6 +331,14 @@ func writeTable(w io.Writer, rows [][]string, right int) {
 }
 
 // estimated returns the mark of a time estimated from samples.
+// atLeast marks a lower bound: the calls of an incomplete context.
+func atLeast(incomplete bool) string {
+	if incomplete {
+		return "≥"
+	}
+	return ""
+}
+
 func estimated(e bool) string {
 	if e {
 		return "~"
