@@ -304,6 +304,14 @@ func New(g *callgraph.Graph, p *symbolizer.Process, mode ExitMode) (*Plan, error
 // instruction may carry one and whose operand it can read.
 func (pl *Plan) placeSites(f *Func) {
 	n := f.Node
+	if systemObject(n.Obj.Base()) {
+		// The C library's and the dynamic linker's indirect calls go
+		// to the vDSO (clock_gettime: a stepped trap per call for
+		// nothing kprofd can probe) and their own internals; callbacks
+		// it makes (qsort's comparator) are traced when the caller
+		// takes their address.
+		return
+	}
 	skipped := 0
 	for _, addr := range n.IndirectSites {
 		in, err := decodeAt(n.Obj, addr)
@@ -326,6 +334,11 @@ func (pl *Plan) placeSites(f *Func) {
 	if skipped > 0 {
 		f.Notes = append(f.Notes, fmt.Sprintf("%s whose targets are not discovered", plural(skipped, "indirect call")))
 	}
+}
+
+// systemObject reports the C library and the dynamic linker, by base name.
+func systemObject(base string) bool {
+	return strings.HasPrefix(base, "libc.so") || strings.HasPrefix(base, "ld-linux") || strings.HasPrefix(base, "ld.so")
 }
 
 // operandOf describes the target operand of an indirect call.
