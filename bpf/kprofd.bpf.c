@@ -478,7 +478,7 @@ static __always_inline int shadow(struct kprofd_thread *th, __u8 kind, __u64 slo
 }
 
 static __always_inline void handle_thread(struct pt_regs *ctx, struct kprofd_thread *th, __u64 now, __u32 tid,
-					  __u64 cookie, __u8 kind, __u64 slot, __u64 delta);
+					  __u64 cookie, __u8 kind, __u64 slot, __u64 delta, struct kprofd_site *d);
 
 // reg returns general register n (hardware numbering) of ctx. Each load
 // stays a load of its own field: the verifier refuses a context pointer
@@ -516,9 +516,9 @@ static __always_inline __u64 reg(struct pt_regs *ctx, __u8 n)
 // and, the first time it is one no probe covers, reports it (flushing the
 // batch: the daemon attaches its probes at once); later calls to it are
 // only counted until the daemon marks it known.
-static __always_inline void site(struct pt_regs *ctx, struct kprofd_thread *th, __u64 now, __u32 tid, __u32 idx)
+static __always_inline void site(struct pt_regs *ctx, struct kprofd_thread *th, __u64 now, __u32 tid, __u32 idx,
+				 struct kprofd_site *d)
 {
-	struct kprofd_site *d = bpf_map_lookup_elem(&sites, &idx);
 	if (!d)
 		return;
 	__u64 addr = 0;
@@ -569,16 +569,18 @@ static __always_inline int handle(struct pt_regs *ctx)
 		if (c)
 			*c += 1;
 	}
-	if (count_calls && kind == KIND_SITE) {
-		// Every hit costs its trap, inside the root or not.
+	// A site's descriptor, looked up once for the count and the target.
+	struct kprofd_site *d = 0;
+	if (kind == KIND_SITE) {
 		__u32 idx = (__u32)cookie;
-		struct kprofd_site *d = bpf_map_lookup_elem(&sites, &idx);
-		if (d) {
-			__u32 k = site_count_base + d->caller;
-			__u64 *c = bpf_map_lookup_elem(&calls, &k);
-			if (c)
-				*c += 1;
-		}
+		d = bpf_map_lookup_elem(&sites, &idx);
+	}
+	if (count_calls && d) {
+		// Every hit costs its trap, inside the root or not.
+		__u32 k = site_count_base + d->caller;
+		__u64 *c = bpf_map_lookup_elem(&calls, &k);
+		if (c)
+			*c += 1;
 	}
 
 	// Only a root's probes create a thread's (goroutine's) context; any
@@ -604,7 +606,7 @@ static __always_inline int handle(struct pt_regs *ctx)
 	}
 	if (sampling)
 		th->busy = 1;
-	handle_thread(ctx, th, now, tid, cookie, kind, slot, delta);
+	handle_thread(ctx, th, now, tid, cookie, kind, slot, delta, d);
 	if (sampling)
 		th->busy = 0;
 	// A goroutine that left the root (its batch flushed) has no more use
@@ -615,7 +617,7 @@ static __always_inline int handle(struct pt_regs *ctx)
 }
 
 static __always_inline void handle_thread(struct pt_regs *ctx, struct kprofd_thread *th, __u64 now, __u32 tid,
-					  __u64 cookie, __u8 kind, __u64 slot, __u64 delta)
+					  __u64 cookie, __u8 kind, __u64 slot, __u64 delta, struct kprofd_site *d)
 {
 	if (kind == KIND_SIGRETURN) {
 		// A handler returns; the end of one started outside the root
@@ -666,7 +668,7 @@ static __always_inline void handle_thread(struct pt_regs *ctx, struct kprofd_thr
 	}
 
 	if (kind == KIND_SITE) {
-		site(ctx, th, now, tid, (__u32)cookie);
+		site(ctx, th, now, tid, (__u32)cookie, d);
 		return;
 	}
 
