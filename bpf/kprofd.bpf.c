@@ -191,6 +191,9 @@ struct kprofd_site {
 	__u8 index;
 	__u8 scale;
 	__u32 caller; // the function holding it: its hits count at calls[site_count_base + caller]
+	// The function holding it, at run time: a target inside is a jump
+	// table's, nothing to discover.
+	__u64 lo, hi;
 };
 
 #define NO_REG 0xff
@@ -218,6 +221,33 @@ struct {
 } targets SEC(".maps");
 
 #define TARGET_KNOWN (1ULL << 63)
+
+// A thread a site probe paused: the target it is about to run, and the
+// site that called it.
+struct kprofd_pause {
+	__u64 target;
+	__u32 site;
+	__u32 pad;
+};
+
+// Keeps struct kprofd_pause in BTF for bpf2go.
+const struct kprofd_pause *unused_pause __attribute__((unused));
+
+// Threads a site probe paused, by thread id. kprofd's tracer checks that
+// a stop for pause_signal is one of these before it suppresses the
+// signal.
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, struct kprofd_pause);
+} pauses SEC(".maps");
+
+// While kprofd traces the target's threads (ptrace), the signal a site
+// probe sends a thread that calls a target no probe covers yet: the
+// thread stops at the target's first instruction until kprofd attached
+// its probes, so no call is missed. 0: no pauses, calls are counted.
+volatile __u32 pause_signal = 0;
 
 // Keeps struct kprofd_thread in BTF for bpf2go: the daemon reads the
 // goroutines' batches at the end of a session.
@@ -514,8 +544,9 @@ static __always_inline __u64 reg(struct pt_regs *ctx, __u8 n)
 
 // site reads the target of the indirect call a KIND_SITE probe sits on
 // and, the first time it is one no probe covers, reports it (flushing the
-// batch: the daemon attaches its probes at once); later calls to it are
-// only counted until the daemon marks it known.
+// batch: the daemon attaches its probes at once). Until the daemon marks
+// it known, every call to it pauses the thread (pause_signal) or, without
+// pauses, is counted as missed.
 static __always_inline void site(struct pt_regs *ctx, struct kprofd_thread *th, __u64 now, __u32 tid, __u32 idx,
 				 struct kprofd_site *d)
 {
@@ -532,14 +563,30 @@ static __always_inline void site(struct pt_regs *ctx, struct kprofd_thread *th, 
 	__u64 target = addr;
 	if (d->mem && bpf_probe_read_user(&target, sizeof(target), (void *)addr))
 		return;
+	if (target >= d->lo && target < d->hi)
+		return; // a jump table's
 	__u64 *seen = bpf_map_lookup_elem(&targets, &target);
+	if (seen && (*seen & TARGET_KNOWN))
+		return;
+	// Pause the thread until the target's probes are in, or count the
+	// call they will not see.
+	__u32 sig = pause_signal;
+	__u64 missed = 1;
+	if (sig) {
+		__u32 thread = (__u32)bpf_get_current_pid_tgid();
+		struct kprofd_pause p = {.target = target, .site = idx};
+		if (!bpf_map_update_elem(&pauses, &thread, &p, BPF_ANY)) {
+			if (!bpf_send_signal_thread(sig))
+				missed = 0;
+			else
+				bpf_map_delete_elem(&pauses, &thread);
+		}
+	}
 	if (seen) {
-		if (!(*seen & TARGET_KNOWN))
-			__sync_fetch_and_add(seen, 1);
+		__sync_fetch_and_add(seen, missed);
 		return;
 	}
-	__u64 one = 1;
-	if (bpf_map_update_elem(&targets, &target, &one, BPF_NOEXIST))
+	if (bpf_map_update_elem(&targets, &target, &missed, BPF_NOEXIST))
 		return; // another thread reported it, or the map is full
 	struct kprofd_event *e = append(th, now);
 	e->slot = target;

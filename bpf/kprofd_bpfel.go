@@ -25,6 +25,13 @@ type kprofdKprofdEvent struct {
 	Adjust uint32
 }
 
+type kprofdKprofdPause struct {
+	_      structs.HostLayout
+	Target uint64
+	Site   uint32
+	Pad    uint32
+}
+
 type kprofdKprofdSite struct {
 	_      structs.HostLayout
 	Rip    uint64
@@ -35,6 +42,8 @@ type kprofdKprofdSite struct {
 	Scale  uint8
 	Caller uint32
 	_      [4]byte
+	Lo     uint64
+	Hi     uint64
 }
 
 type kprofdKprofdStack struct {
@@ -69,6 +78,7 @@ const (
 	kprofdMapCalls           = "calls"
 	kprofdMapEvents          = "events"
 	kprofdMapGoroutines      = "goroutines"
+	kprofdMapPauses          = "pauses"
 	kprofdMapSites           = "sites"
 	kprofdMapStats           = "stats"
 	kprofdMapTargets         = "targets"
@@ -89,10 +99,12 @@ const (
 	kprofdVarGoGoidOff       = "go_goid_off"
 	kprofdVarGoMode          = "go_mode"
 	kprofdVarGoStackHiOff    = "go_stack_hi_off"
+	kprofdVarPauseSignal     = "pause_signal"
 	kprofdVarSampling        = "sampling"
 	kprofdVarSiteCountBase   = "site_count_base"
 	kprofdVarTargetTgid      = "target_tgid"
 	kprofdVarUnusedEvent     = "unused_event"
+	kprofdVarUnusedPause     = "unused_pause"
 	kprofdVarUnusedSite      = "unused_site"
 	kprofdVarUnusedStack     = "unused_stack"
 	kprofdVarUnusedThread    = "unused_thread"
@@ -158,6 +170,7 @@ type kprofdMapSpecs struct {
 	Calls       *ebpf.MapSpec `ebpf:"calls"`
 	Events      *ebpf.MapSpec `ebpf:"events"`
 	Goroutines  *ebpf.MapSpec `ebpf:"goroutines"`
+	Pauses      *ebpf.MapSpec `ebpf:"pauses"`
 	Sites       *ebpf.MapSpec `ebpf:"sites"`
 	Stats       *ebpf.MapSpec `ebpf:"stats"`
 	Targets     *ebpf.MapSpec `ebpf:"targets"`
@@ -176,10 +189,12 @@ type kprofdVariableSpecs struct {
 	GoGoidOff       *ebpf.VariableSpec `ebpf:"go_goid_off"`
 	GoMode          *ebpf.VariableSpec `ebpf:"go_mode"`
 	GoStackHiOff    *ebpf.VariableSpec `ebpf:"go_stack_hi_off"`
+	PauseSignal     *ebpf.VariableSpec `ebpf:"pause_signal"`
 	Sampling        *ebpf.VariableSpec `ebpf:"sampling"`
 	SiteCountBase   *ebpf.VariableSpec `ebpf:"site_count_base"`
 	TargetTgid      *ebpf.VariableSpec `ebpf:"target_tgid"`
 	UnusedEvent     *ebpf.VariableSpec `ebpf:"unused_event"`
+	UnusedPause     *ebpf.VariableSpec `ebpf:"unused_pause"`
 	UnusedSite      *ebpf.VariableSpec `ebpf:"unused_site"`
 	UnusedStack     *ebpf.VariableSpec `ebpf:"unused_stack"`
 	UnusedThread    *ebpf.VariableSpec `ebpf:"unused_thread"`
@@ -209,6 +224,7 @@ type kprofdMaps struct {
 	Calls       *ebpf.Map `ebpf:"calls"`
 	Events      *ebpf.Map `ebpf:"events"`
 	Goroutines  *ebpf.Map `ebpf:"goroutines"`
+	Pauses      *ebpf.Map `ebpf:"pauses"`
 	Sites       *ebpf.Map `ebpf:"sites"`
 	Stats       *ebpf.Map `ebpf:"stats"`
 	Targets     *ebpf.Map `ebpf:"targets"`
@@ -221,6 +237,7 @@ func (m *kprofdMaps) Close() error {
 		m.Calls,
 		m.Events,
 		m.Goroutines,
+		m.Pauses,
 		m.Sites,
 		m.Stats,
 		m.Targets,
@@ -240,10 +257,12 @@ type kprofdVariables struct {
 	GoGoidOff       *ebpf.Variable `ebpf:"go_goid_off"`
 	GoMode          *ebpf.Variable `ebpf:"go_mode"`
 	GoStackHiOff    *ebpf.Variable `ebpf:"go_stack_hi_off"`
+	PauseSignal     *ebpf.Variable `ebpf:"pause_signal"`
 	Sampling        *ebpf.Variable `ebpf:"sampling"`
 	SiteCountBase   *ebpf.Variable `ebpf:"site_count_base"`
 	TargetTgid      *ebpf.Variable `ebpf:"target_tgid"`
 	UnusedEvent     *ebpf.Variable `ebpf:"unused_event"`
+	UnusedPause     *ebpf.Variable `ebpf:"unused_pause"`
 	UnusedSite      *ebpf.Variable `ebpf:"unused_site"`
 	UnusedStack     *ebpf.Variable `ebpf:"unused_stack"`
 	UnusedThread    *ebpf.Variable `ebpf:"unused_thread"`

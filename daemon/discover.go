@@ -5,12 +5,17 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"syscall"
 	"time"
+
+	"github.com/cilium/ebpf/link"
 
 	"github.com/kprofd/kprofd/bpf"
 	"github.com/kprofd/kprofd/internal/callgraph"
 	"github.com/kprofd/kprofd/internal/cct"
 	"github.com/kprofd/kprofd/internal/plan"
+	"github.com/kprofd/kprofd/internal/proc"
+	"github.com/kprofd/kprofd/internal/ptrace"
 	"github.com/kprofd/kprofd/symbolizer"
 )
 
@@ -20,9 +25,6 @@ import (
 const (
 	maxSites = 1 << 14
 	maxFound = 1 << 14
-	// reloadInterval is how often at most a target in no known object
-	// makes discovery read the process's mappings again.
-	reloadInterval = 200 * time.Millisecond
 )
 
 // Discovered is a function found at run time, as the target of an
@@ -40,9 +42,10 @@ type Discovered struct {
 	// Functions is how many functions it brought under the probes.
 	Functions int
 	// Before counts the calls the sites made to it before its probes
-	// were attached: they and what they called are not in the tree. A
-	// call in flight while the probes went in may be counted here and
-	// traced too: it is an upper bound, off by those.
+	// were attached that no probe saw: they and what they called are not
+	// in the tree. Threads paused at the target (see Config.NoPause) make
+	// none; without pauses, a call in flight while the probes went in may
+	// be counted here and traced too: it is an upper bound, off by those.
 	Before uint64
 	// Err says why it is not traced, when it is not.
 	Err string
@@ -54,8 +57,12 @@ func (d Discovered) String() string {
 	if d.Err != "" {
 		return fmt.Sprintf("%s (through %s, at +%s): not traced: %s", d.Func, d.Site, d.At.Round(time.Millisecond), d.Err)
 	}
-	return fmt.Sprintf("%s (through %s, at +%s): %d functions attached in %s; up to %d calls before that are not in the tree",
-		d.Func, d.Site, d.At.Round(time.Millisecond), d.Functions, d.Latency.Round(time.Microsecond), d.Before)
+	missed := "no call missed"
+	if d.Before > 0 {
+		missed = fmt.Sprintf("up to %d calls before that are not in the tree", d.Before)
+	}
+	return fmt.Sprintf("%s (through %s, at +%s): %d functions attached in %s; %s",
+		d.Func, d.Site, d.At.Round(time.Millisecond), d.Functions, d.Latency.Round(time.Microsecond), missed)
 }
 
 // discovery receives the targets the site probes report and attaches
@@ -67,7 +74,7 @@ type discovery struct {
 	mem  *os.File // the target's memory, for the call graph
 
 	mu      sync.Mutex
-	known   map[uint64]bool       // run-time entry addresses traced or given up
+	known   map[uint64]objKey     // run-time entry addresses traced (in the object) or given up (no object)
 	traced  map[cct.FuncID]bool   // ids of the functions discovered and traced
 	found   []Discovered          // in order
 	sites   []siteInfo            // every site, by index
@@ -76,9 +83,14 @@ type discovery struct {
 	dropped int                   // reports the channel had no room for
 	closed  bool                  // stop was called: no more reports
 	inside  int                   // targets inside functions (jump tables), ignored
-	// reloaded is when the mappings were last read again: targets in no
-	// object (a JIT's code) must not re-index the process back to back.
-	reloaded time.Time
+	// waiters are closed when their target becomes known: a thread a
+	// site probe paused waits on one.
+	waiters  map[uint64]chan struct{}
+	unloaded []Unloaded // objects unmapped, their probes detached
+	// pauses counts the threads paused for a target; pauseTimeouts
+	// those let go before it was known (their call is counted missed).
+	pauses, pauseTimeouts int
+	pauseMax              time.Duration
 }
 
 // siteInfo is what discovery keeps of a site.
@@ -90,8 +102,8 @@ type siteInfo struct {
 }
 
 func newDiscovery(s *Session) *discovery {
-	d := &discovery{s: s, ch: make(chan uint64, 1024), done: make(chan struct{}), known: map[uint64]bool{},
-		traced: map[cct.FuncID]bool{}, siteOf: map[uint64]siteInfo{}}
+	d := &discovery{s: s, ch: make(chan uint64, 1024), done: make(chan struct{}), known: map[uint64]objKey{},
+		traced: map[cct.FuncID]bool{}, siteOf: map[uint64]siteInfo{}, waiters: map[uint64]chan struct{}{}}
 	d.mem, _ = os.Open(fmt.Sprintf("/proc/%d/mem", s.cfg.PID))
 	return d
 }
@@ -101,12 +113,11 @@ func newDiscovery(s *Session) *discovery {
 // starts the loop.
 func (d *discovery) start(pl *plan.Plan) error {
 	var addrs []uint64
-	for _, f := range pl.Funcs {
-		addrs = append(addrs, f.Node.Func.Addr+f.Node.Obj.Bias)
-	}
 	d.mu.Lock()
-	for _, a := range addrs {
-		d.known[a] = true
+	for _, f := range pl.Funcs {
+		a := f.Node.Func.Addr + f.Node.Obj.Bias
+		addrs = append(addrs, a)
+		d.markKnown(a, keyOf(f.Node.Obj))
 	}
 	d.mu.Unlock()
 	if _, err := d.s.prog.MarkTargets(addrs); err != nil {
@@ -133,7 +144,10 @@ func (d *discovery) addSites(pl *plan.Plan) error {
 	descs := make([]bpf.Site, len(pl.Sites))
 	for i, st := range pl.Sites {
 		op := st.Operand
-		descs[i] = bpf.Site{Mem: op.Mem, Base: regNum(op.Base), Index: regNum(op.Index), Scale: op.Scale, Disp: int32(op.Disp), Caller: st.Caller.ID}
+		fn := st.Caller.Node.Func
+		lo := fn.Addr + st.Caller.Node.Obj.Bias
+		descs[i] = bpf.Site{Mem: op.Mem, Base: regNum(op.Base), Index: regNum(op.Index), Scale: op.Scale, Disp: int32(op.Disp),
+			Caller: st.Caller.ID, Lo: lo, Hi: lo + fn.Size}
 		if op.Base == plan.RegRIP {
 			descs[i].RIP = op.Next + st.Obj.Bias
 		}
@@ -158,16 +172,120 @@ func (d *discovery) report(ev *bpf.Event) {
 	if d.closed {
 		return
 	}
-	if int(ev.Func) < len(d.sites) {
-		si := d.sites[ev.Func]
-		si.at = time.Now()
-		d.siteOf[ev.Slot] = si
-	}
+	d.noteSite(ev.Slot, ev.Func)
 	select {
 	case d.ch <- ev.Slot:
 	default:
 		d.dropped++
 	}
+}
+
+// noteSite records the site that first reported target, and when. d.mu is
+// held.
+func (d *discovery) noteSite(target uint64, site uint32) {
+	if _, ok := d.siteOf[target]; ok || int(site) >= len(d.sites) {
+		return
+	}
+	si := d.sites[site]
+	si.at = time.Now()
+	d.siteOf[target] = si
+}
+
+// markKnown records a run-time entry address as traced in object in, or
+// given up (a zero in), and lets the threads waiting for it go on. d.mu
+// is held.
+func (d *discovery) markKnown(addr uint64, in objKey) {
+	d.known[addr] = in
+	if ch, ok := d.waiters[addr]; ok {
+		close(ch)
+		delete(d.waiters, addr)
+	}
+}
+
+// pauseSignal is the signal site probes stop a thread with. Its default
+// action is to ignore it, so that were kprofd killed while a thread waits,
+// the signal the kernel then delivers changes nothing for a program that
+// does not handle it (a Go program's runtime takes it as a preemption
+// request, which is harmless).
+const pauseSignal = syscall.SIGURG
+
+// pauseThreads traces the target's threads so that site probes can hold
+// one at a target no probe covers yet; without it, calls to such targets
+// are counted as missed.
+func (s *Session) pauseThreads() {
+	// The site's index rides in the top bits of the target: user
+	// addresses take 47, and sites are fewer than 1<<16.
+	const addrBits = 48
+	tr, err := ptrace.Seize(s.cfg.PID, ptrace.Options{
+		Signal: pauseSignal,
+		Claim: func(tid int) (uint64, bool) {
+			target, site, ok := s.prog.TakePause(tid)
+			return target | uint64(site)<<addrBits, ok
+		},
+		Pause: func(tid int, v uint64) { s.disc.await(v&(1<<addrBits-1), uint32(v>>addrBits)) },
+	})
+	if err != nil {
+		s.cfg.warnf("calls to functions found at run time cannot wait for their probes (%v): those made before the probes are in are counted as missed, and their contexts marked incomplete", err)
+		return
+	}
+	if err := s.prog.SetPauseSignal(pauseSignal); err != nil {
+		tr.Detach()
+		s.cfg.warnf("%v: calls to functions found at run time before their probes are in are counted as missed", err)
+		return
+	}
+	s.tracer = tr
+}
+
+// pauseLimit bounds how long a paused thread waits for its target's
+// probes: a target that takes longer (a large object to index) costs the
+// call, counted as missed, not the target's progress.
+const pauseLimit = time.Second
+
+// await holds a thread a site probe paused at the first instruction of
+// target until the target's probes are in (or it is given up), so that
+// its entry probe sees the call; the tracer calls it. It asks for the
+// target itself: the probe's report may still be in the ring buffer.
+func (d *discovery) await(target uint64, site uint32) {
+	d.mu.Lock()
+	d.pauses++
+	d.noteSite(target, site)
+	if _, ok := d.known[target]; ok || d.closed {
+		d.mu.Unlock()
+		return
+	}
+	ch, ok := d.waiters[target]
+	if !ok {
+		ch = make(chan struct{})
+		d.waiters[target] = ch
+		select {
+		case d.ch <- target:
+		default:
+			d.dropped++
+		}
+	}
+	d.mu.Unlock()
+	start := time.Now()
+	timeout := false
+	select {
+	case <-ch:
+	case <-time.After(pauseLimit):
+		timeout = true
+		d.s.prog.AddMissed(target)
+	}
+	d.mu.Lock()
+	if timeout {
+		d.pauseTimeouts++
+	}
+	d.pauseMax = max(d.pauseMax, time.Since(start))
+	d.mu.Unlock()
+}
+
+// pauseStats returns how many threads were paused for a target, how many
+// of them were let go before it was traced, and the longest pause.
+func (d *discovery) pauseStats() (pauses, timeouts int, longest time.Duration) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.pauses, d.pauseTimeouts, d.pauseMax
 }
 
 // stop ends the loop (before the probes are detached) and releases
@@ -176,6 +294,10 @@ func (d *discovery) stop() {
 	d.mu.Lock()
 	d.closed = true
 	close(d.ch)
+	for a, ch := range d.waiters {
+		close(ch)
+		delete(d.waiters, a)
+	}
 	d.mu.Unlock()
 	<-d.done
 	if d.mem != nil {
@@ -186,18 +308,111 @@ func (d *discovery) stop() {
 	}
 }
 
+// unmapCheckInterval is how often discovery looks for probed objects
+// the process unmapped (dlclose).
+const unmapCheckInterval = 250 * time.Millisecond
+
 func (d *discovery) run() {
 	defer close(d.done)
-	for target := range d.ch {
-		d.discover(target)
+	tick := time.NewTicker(unmapCheckInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case target, ok := <-d.ch:
+			if !ok {
+				return
+			}
+			d.discover(target)
+		case <-tick.C:
+			d.checkUnmapped()
+		}
 	}
+}
+
+// Unloaded is a probed object the process unmapped (dlclose) during the
+// session: its probes were detached, and the functions that were traced
+// there are found again if it is loaded again.
+type Unloaded struct {
+	// Object is the file, as mapped.
+	Object string
+	// At is when it was found unmapped, from the attach.
+	At time.Duration
+	// Probes is how many probes were detached.
+	Probes int
+	// Links are the kernel ids of the links closed.
+	Links []link.ID
+}
+
+func (u Unloaded) String() string {
+	return fmt.Sprintf("%s unmapped (at +%s): its %d probes detached", u.Object, u.At.Round(time.Millisecond), u.Probes)
+}
+
+// checkUnmapped detaches the probes of objects the process no longer
+// maps, and forgets their functions' addresses, so that code mapped there
+// later is discovered afresh (and never probed twice).
+func (d *discovery) checkUnmapped() {
+	s := d.s
+	maps, err := proc.Mappings(s.cfg.PID)
+	if err != nil {
+		return // the process is gone: Stop detaches everything
+	}
+	mapped := map[objKey]bool{}
+	for _, m := range maps {
+		mapped[mappedKey(m.Path, m.Start)] = true
+	}
+	for _, k := range s.probes.objects() {
+		if mapped[k] {
+			continue
+		}
+		n, ids, err := s.probes.detachObject(k)
+		if err != nil {
+			s.cfg.warnf("detaching the probes of %s, unmapped: %v", k.path, err)
+		}
+		var forget []uint64
+		d.mu.Lock()
+		for a, in := range d.known {
+			if in == k {
+				delete(d.known, a)
+				forget = append(forget, a)
+			}
+		}
+		d.unloaded = append(d.unloaded, Unloaded{Object: k.path, At: time.Since(s.start), Probes: n, Links: ids})
+		d.mu.Unlock()
+		s.prog.ForgetTargets(forget)
+	}
+}
+
+// latest returns the process's objects as last read.
+func (d *discovery) latest() *symbolizer.Process {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if n := len(d.procs); n > 0 {
+		return d.procs[n-1]
+	}
+	return d.s.prep.Proc
+}
+
+// inMappedFile reports whether addr is in an executable mapping of a file
+// in process pid.
+func inMappedFile(pid int, addr uint64) bool {
+	maps, err := proc.Mappings(pid)
+	if err != nil {
+		return false
+	}
+	for _, m := range maps {
+		if addr >= m.Start && addr < m.End {
+			return m.File() && m.Executable()
+		}
+	}
+	return false
 }
 
 // isKnown reports a run-time entry address traced or given up.
 func (d *discovery) isKnown(addr uint64) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.known[addr]
+	_, ok := d.known[addr]
+	return ok
 }
 
 // isTraced reports an id of a discovered function that is traced.
@@ -221,28 +436,34 @@ func (d *discovery) discover(target uint64) {
 		before, _ := s.prog.MarkTargets([]uint64{target})
 		rec.Before = before[target]
 		d.mu.Lock()
-		d.known[target] = true
+		d.markKnown(target, objKey{})
 		d.found = append(d.found, rec)
 		d.mu.Unlock()
 	}
 	if d.isKnown(target) {
 		return
 	}
-	p := s.prep.Proc
+	p := d.latest()
 	m := p.MappedAt(target)
 	if m == nil {
 		// Code mapped after attach (dlopen): read the mappings again,
-		// not more often than reloadInterval.
-		if wait := reloadInterval - time.Since(d.reloaded); wait > 0 {
-			time.Sleep(wait)
+		// unless the target is in no file (a JIT's code).
+		if !inMappedFile(s.cfg.PID, target) {
+			giveUp("in no mapped file (generated code?)")
+			return
 		}
-		d.reloaded = time.Now()
-		np, err := symbolizer.LoadProcess(s.cfg.PID)
+		// A file mapped again (dlclose, dlopen) must lose its old
+		// probes before it gets new ones.
+		d.checkUnmapped()
+		np, err := p.Reload()
 		if err != nil {
 			giveUp(fmt.Sprintf("reading the process's mappings again: %v", err))
 			return
 		}
+		d.mu.Lock()
 		d.procs = append(d.procs, np)
+		d.mu.Unlock()
+		s.rec.useProcess(np)
 		p, m = np, np.MappedAt(target)
 	}
 	if m == nil {
@@ -255,7 +476,7 @@ func (d *discovery) discover(target uint64) {
 		// and nothing worth a line of the profile each.
 		s.prog.MarkTargets([]uint64{target})
 		d.mu.Lock()
-		d.known[target] = true
+		d.markKnown(target, keyOf(m))
 		d.inside++
 		d.mu.Unlock()
 		return
@@ -322,24 +543,40 @@ func (d *discovery) discover(target uint64) {
 		s.monitor.addFuncs(sub, callCosts(sub, s.cfg.Calibration))
 	}
 	var addrs []uint64
-	d.mu.Lock()
+	in := map[uint64]objKey{target: keyOf(m)}
 	for _, f := range sub.Funcs {
 		a := f.Node.Func.Addr + f.Node.Obj.Bias
 		addrs = append(addrs, a)
-		d.known[a] = true
-		if f.Untraced == "" {
-			d.traced[cct.FuncID(f.ID)] = true
-		}
+		in[a] = keyOf(f.Node.Obj)
 	}
-	d.mu.Unlock()
 	if !slices.Contains(addrs, target) {
 		addrs = append(addrs, target)
 	}
 	before, _ := s.prog.MarkTargets(addrs)
 	rec.Functions, rec.Before, rec.Latency, rec.id = len(sub.Funcs), before[target], time.Since(site.at), cct.FuncID(ids[0])
+	// Known only now, with the probes in and the sites told: a paused
+	// thread goes on from here.
 	d.mu.Lock()
+	for _, a := range addrs {
+		d.markKnown(a, in[a])
+	}
+	for _, f := range sub.Funcs {
+		if f.Untraced == "" {
+			d.traced[cct.FuncID(f.ID)] = true
+		}
+	}
 	d.found = append(d.found, rec)
 	d.mu.Unlock()
+}
+
+// Unloaded returns the probed objects the process unmapped so far.
+func (s *Session) Unloaded() []Unloaded {
+	if s.disc == nil {
+		return nil
+	}
+	s.disc.mu.Lock()
+	defer s.disc.mu.Unlock()
+	return slices.Clone(s.disc.unloaded)
 }
 
 // discovered returns what discovery found so far, how many reports it

@@ -48,54 +48,75 @@ func TestIndirectCalls(t *testing.T) {
 
 // TestDiscoverPlugin loads a library after kprofd attached and calls its
 // function through the pointer dlsym returned, inside a root: the site
-// probe on that call reports the target, kprofd reads the new mapping,
-// attaches the function and what it calls, and from then on every call is
-// counted exactly; the one call before is reported, not lost silently.
+// probe on that call reports the target, kprofd reads the new mapping and
+// attaches the function and what it calls. With pauses the thread waits
+// at the function's first instruction meanwhile, so every call is
+// counted exactly, the first one and its callees too; without them
+// (NoPause, or threads kprofd cannot trace) the call before is reported
+// and its contexts marked, not lost silently.
 func TestDiscoverPlugin(t *testing.T) {
 	requireRoot(t)
 	exe, plugin := testtarget.BuildIndirect(t)
 	const n = 50
-	target := testtarget.Start(t, exe)
-	s, err := daemon.Start(daemon.Config{PID: target.Pid(), Roots: []string{"handle", "plug_loop"}, Mode: daemon.ModeExact, Warnf: t.Logf})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	found := loadPlugin(t, target, s, plugin)
-	if len(found) != 1 || !strings.HasSuffix(found[0].Func, ":plugin_work") || found[0].Err != "" ||
-		found[0].Before != 1 || found[0].Functions != 2 || !strings.HasPrefix(found[0].Site, "indirect:probe_plugin(int)+0x") {
-		t.Fatalf("discovered %+v; want plugin_work and its helper, found by probe_plugin's call, 1 call before", found)
-	}
-	t.Logf("discovered %s", found[0])
-	out := target.Run(t, n)
-	cmpCalls, err := testtarget.ParseIndirect(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := stopAndCheckGone(t, s, target.Pid())
-	if status := target.Exit(t); status != 3 {
-		t.Errorf("exit status %d, want 3", status)
-	}
-	want := testtarget.IndirectCounts(n, cmpCalls)
-	want["plug_loop"] = 1 // the call from load, whose plugin_work call came before the probes
-	want["plug_loop;probe_plugin"] = 1
-	want["handle;probe_plugin;plugin_work"] = n
-	want["handle;probe_plugin;plugin_work;plugin_helper"] = 2 * n
-	pp := roundTrip(t, p)
-	got := testtarget.PprofCounts(pp, testtarget.IndirectOwn)
-	if diff := testtarget.DiffCounts(got, want); diff != "" {
-		t.Errorf("calls per context differ:\n%s", diff)
-	}
-	// plugin_work's calls are a lower bound (one came before its
-	// probes): its contexts say so, and no other's do.
-	for _, smp := range pp.Sample {
-		leaf := testtarget.IndirectOwn(smp.Location[0].Line[0].Function.Name)
-		if incomplete := len(smp.Label["calls"]) == 1 && smp.Label["calls"][0] == "incomplete"; incomplete != (leaf == "plugin_work") {
-			t.Errorf("%s: calls label %q", leaf, smp.Label["calls"])
-		}
-	}
-	if c := strings.Join(p.Comments, "\n"); !strings.Contains(c, "discovered libplugin.so:plugin_work (through indirect:probe_plugin(int)+0x") {
-		t.Errorf("the profile does not report the discovery:\n%s", c)
+	for _, tc := range []struct {
+		name    string
+		noPause bool
+	}{{"paused", false}, {"counted", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			target := testtarget.Start(t, exe)
+			s, err := daemon.Start(daemon.Config{PID: target.Pid(), Roots: []string{"handle", "plug_loop"}, Mode: daemon.ModeExact,
+				NoPause: tc.noPause, Warnf: t.Logf})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			missed := uint64(1)
+			if !tc.noPause {
+				missed = 0
+			}
+			found := loadPlugin(t, target, s, plugin)
+			if len(found) != 1 || !strings.HasSuffix(found[0].Func, ":plugin_work") || found[0].Err != "" ||
+				found[0].Before != missed || found[0].Functions != 2 || !strings.HasPrefix(found[0].Site, "indirect:probe_plugin(int)+0x") {
+				t.Fatalf("discovered %+v; want plugin_work and its helper, found by probe_plugin's call, %d calls missed", found, missed)
+			}
+			t.Logf("discovered %s", found[0])
+			out := target.Run(t, n)
+			cmpCalls, err := testtarget.ParseIndirect(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := stopAndCheckGone(t, s, target.Pid())
+			if status := target.Exit(t); status != 3 {
+				t.Errorf("exit status %d, want 3", status)
+			}
+			want := testtarget.IndirectCounts(n, cmpCalls)
+			want["plug_loop"] = 1 // the call from load
+			want["plug_loop;probe_plugin"] = 1
+			if !tc.noPause {
+				want["plug_loop;probe_plugin;plugin_work"] = 1
+				want["plug_loop;probe_plugin;plugin_work;plugin_helper"] = 2
+			}
+			want["handle;probe_plugin;plugin_work"] = n
+			want["handle;probe_plugin;plugin_work;plugin_helper"] = 2 * n
+			pp := roundTrip(t, p)
+			got := testtarget.PprofCounts(pp, testtarget.IndirectOwn)
+			if diff := testtarget.DiffCounts(got, want); diff != "" {
+				t.Errorf("calls per context differ:\n%s", diff)
+			}
+			// Without pauses plugin_work's calls are a lower bound (one
+			// came before its probes): its contexts say so, and no
+			// other's do. With pauses, none are.
+			for _, smp := range pp.Sample {
+				leaf := testtarget.IndirectOwn(smp.Location[0].Line[0].Function.Name)
+				incomplete := len(smp.Label["calls"]) == 1 && smp.Label["calls"][0] == "incomplete"
+				if incomplete != (tc.noPause && leaf == "plugin_work") {
+					t.Errorf("%s: calls label %q", leaf, smp.Label["calls"])
+				}
+			}
+			if c := strings.Join(p.Comments, "\n"); !strings.Contains(c, "discovered libplugin.so:plugin_work (through indirect:probe_plugin(int)+0x") {
+				t.Errorf("the profile does not report the discovery:\n%s", c)
+			}
+		})
 	}
 }
 
@@ -146,4 +167,84 @@ func loadPlugin(t *testing.T, target *testtarget.Proc, s *daemon.Session, plugin
 		found = s.Discovered()
 	}
 	return found
+}
+
+// TestDiscoverUnload: a plugin found at run time, then dlclosed, loses
+// its probes while the session runs (their links leave the kernel), and
+// when it is loaded again its functions are found again and traced once,
+// not twice: every context's count is exact over the three runs.
+func TestDiscoverUnload(t *testing.T) {
+	requireRoot(t)
+	exe, plugin := testtarget.BuildIndirect(t)
+	const n = 40
+	target := testtarget.Start(t, exe)
+	s, err := daemon.Start(daemon.Config{PID: target.Pid(), Roots: []string{"handle", "plug_loop"}, Mode: daemon.ModeExact, Warnf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if found := loadPlugin(t, target, s, plugin); len(found) != 1 {
+		t.Fatalf("discovered %v, want plugin_work", found)
+	}
+	cmp1, err := testtarget.ParseIndirect(target.Run(t, n))
+	if err != nil {
+		t.Fatal(err)
+	}
+	target.Send(t, "unload")
+	if line := target.Line(t); line != "unloaded" {
+		t.Fatalf("target answered %q to unload", line)
+	}
+	var gone []daemon.Unloaded
+	for deadline := time.Now().Add(30 * time.Second); len(gone) == 0 && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		gone = s.Unloaded()
+	}
+	if len(gone) != 1 || !strings.HasSuffix(gone[0].Object, "/libplugin.so") || gone[0].Probes == 0 {
+		t.Fatalf("unloaded %+v; want libplugin.so with its probes", gone)
+	}
+	t.Logf("%s", gone[0])
+	testtarget.CheckLinksGone(t, gone[0].Links)
+	cmp2, err := testtarget.ParseIndirect(target.Run(t, n)) // no plugin
+	if err != nil {
+		t.Fatal(err)
+	}
+	target.Send(t, "load "+plugin)
+	if line := target.Line(t); line != "loaded" {
+		t.Fatalf("target answered %q to load", line)
+	}
+	var found []daemon.Discovered
+	for deadline := time.Now().Add(30 * time.Second); len(found) < 2 && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		found = s.Discovered()
+	}
+	if len(found) != 2 || !strings.HasSuffix(found[1].Func, ":plugin_work") || found[1].Err != "" || found[1].Before != 0 {
+		t.Fatalf("discovered %v; want plugin_work again, no call missed", found)
+	}
+	cmp3, err := testtarget.ParseIndirect(target.Run(t, n))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := stopAndCheckGone(t, s, target.Pid())
+	if status := target.Exit(t); status != 3 {
+		t.Errorf("exit status %d, want 3", status)
+	}
+	want := map[string]uint64{}
+	for _, cmp := range []uint64{cmp1, cmp2, cmp3} {
+		for k, v := range testtarget.IndirectCounts(n, cmp) {
+			want[k] += v
+		}
+	}
+	// Each load calls the plugin once from plug_loop; runs 1 and 3 call
+	// it n times each from handle.
+	want["plug_loop"] = 2
+	want["plug_loop;probe_plugin"] = 2
+	want["plug_loop;probe_plugin;plugin_work"] = 2
+	want["plug_loop;probe_plugin;plugin_work;plugin_helper"] = 4
+	want["handle;probe_plugin;plugin_work"] = 2 * n
+	want["handle;probe_plugin;plugin_work;plugin_helper"] = 4 * n
+	got := testtarget.PprofCounts(roundTrip(t, p), testtarget.IndirectOwn)
+	if diff := testtarget.DiffCounts(got, want); diff != "" {
+		t.Errorf("calls per context differ:\n%s", diff)
+	}
+	if c := strings.Join(p.Comments, "\n"); !strings.Contains(c, "libplugin.so unmapped") {
+		t.Errorf("the profile does not report the unmapping:\n%s", c)
+	}
 }

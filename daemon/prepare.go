@@ -35,6 +35,13 @@ type Config struct {
 	// NoDiscovery leaves indirect calls unprobed: their targets are
 	// traced only when the call graph finds their addresses taken.
 	NoDiscovery bool
+	// NoPause never stops a thread: without it, discovery traces the
+	// target's threads (ptrace) and holds one that calls a function no
+	// probe covers yet at that function's first instruction until its
+	// probes are in, so the call and all below it are counted. With it,
+	// or when the threads cannot be traced, such calls are counted as
+	// missed and their contexts marked incomplete.
+	NoPause bool
 	// Calibration, when set, is used to take the probes' own time out of
 	// the profile's times (the raw times stay in it too).
 	Calibration *calibrate.Result

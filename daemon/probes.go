@@ -4,12 +4,14 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/cilium/ebpf/link"
 
 	"github.com/kprofd/kprofd/bpf"
 	"github.com/kprofd/kprofd/internal/plan"
+	"github.com/kprofd/kprofd/internal/proc"
 	"github.com/kprofd/kprofd/symbolizer"
 )
 
@@ -23,8 +25,33 @@ type probeSet struct {
 	// attached per function (so that a function's probes can be detached
 	// alone).
 	byFunc map[*plan.Func]*funcLinks
+	// byObj holds the links of each mapped object, to detach them when
+	// the process unmaps it (dlclose).
+	byObj map[objKey]*objLinks
 	// funcs and probes count what is attached.
 	funcs, probes int
+}
+
+// objKey names a mapped object: the same file mapped again elsewhere is
+// another.
+type objKey struct {
+	path  string
+	start uint64
+}
+
+func keyOf(m *symbolizer.Mapped) objKey { return mappedKey(m.MapPath, m.Start) }
+
+// mappedKey is the key of a file mapped at start: a file deleted while
+// mapped (an upgrade) stays the same object.
+func mappedKey(path string, start uint64) objKey {
+	return objKey{strings.TrimSuffix(path, proc.DeletedSuffix), start}
+}
+
+// objLinks are the links of one mapped object's probes.
+type objLinks struct {
+	links  []link.Link
+	probes int
+	funcs  map[*plan.Func]bool // its functions attached per function
 }
 
 // Parts of a function's probes, attached as separate links when probes
@@ -159,6 +186,19 @@ func (s *probeSet) add(phase int, fp *fileProbes, links []link.Link) {
 		}
 	}
 	s.probes += len(fp.probes)
+	if s.byObj == nil {
+		s.byObj = map[objKey]*objLinks{}
+	}
+	ol := s.byObj[keyOf(fp.obj)]
+	if ol == nil {
+		ol = &objLinks{funcs: map[*plan.Func]bool{}}
+		s.byObj[keyOf(fp.obj)] = ol
+	}
+	ol.links = append(ol.links, links...)
+	ol.probes += len(fp.probes)
+	if fp.fn != nil {
+		ol.funcs[fp.fn] = true
+	}
 	if s.byFunc != nil && fp.fn != nil {
 		fl := s.byFunc[fp.fn]
 		if fl == nil {
@@ -344,6 +384,9 @@ func (s *probeSet) demoteParts(f *plan.Func, parts ...int) (int, error) {
 			for p := range s.links {
 				s.links[p] = slices.DeleteFunc(s.links[p], func(x link.Link) bool { return x == l })
 			}
+			for _, ol := range s.byObj {
+				ol.links = slices.DeleteFunc(ol.links, func(x link.Link) bool { return x == l })
+			}
 		}
 		n += fl.probes[part]
 		s.probes -= fl.probes[part]
@@ -352,12 +395,80 @@ func (s *probeSet) demoteParts(f *plan.Func, parts ...int) (int, error) {
 	return n, closeAll(closing)
 }
 
+// objects returns the mapped objects that have probes.
+func (s *probeSet) objects() []objKey {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	keys := make([]objKey, 0, len(s.byObj))
+	for k, ol := range s.byObj {
+		if len(ol.links) > 0 {
+			keys = append(keys, k)
+		}
+	}
+	return keys
+}
+
+// detachObject detaches the probes of a mapped object the process
+// unmapped. It returns how many probes and the kernel ids of the links it
+// closed.
+func (s *probeSet) detachObject(k objKey) (int, []link.ID, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ol := s.byObj[k]
+	if ol == nil {
+		return 0, nil, nil
+	}
+	delete(s.byObj, k)
+	gone := map[link.Link]bool{}
+	var ids []link.ID
+	for _, l := range ol.links {
+		gone[l] = true
+		if info, err := l.Info(); err == nil {
+			ids = append(ids, info.ID)
+		}
+	}
+	for p := range s.links {
+		s.links[p] = slices.DeleteFunc(s.links[p], func(l link.Link) bool { return gone[l] })
+	}
+	n := ol.probes
+	if s.byFunc != nil {
+		// Per function, demotions detached some already: count what is
+		// left.
+		n = 0
+		for f := range ol.funcs {
+			if fl := s.byFunc[f]; fl != nil {
+				for _, k := range fl.probes {
+					n += k
+				}
+				delete(s.byFunc, f)
+				s.funcs--
+			}
+		}
+	}
+	s.probes -= n
+	return n, ids, closeAll(ol.links)
+}
+
 // merge takes over the links of o, attached for functions found later.
 func (s *probeSet) merge(o *probeSet) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for p := range o.links {
 		s.links[p] = append(s.links[p], o.links[p]...)
+	}
+	for k, ol := range o.byObj {
+		if mine := s.byObj[k]; mine != nil {
+			mine.links = append(mine.links, ol.links...)
+			mine.probes += ol.probes
+			for f := range ol.funcs {
+				mine.funcs[f] = true
+			}
+		} else {
+			if s.byObj == nil {
+				s.byObj = map[objKey]*objLinks{}
+			}
+			s.byObj[k] = ol
+		}
 	}
 	s.ids = append(s.ids, o.ids...)
 	s.funcs += o.funcs

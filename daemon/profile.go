@@ -258,6 +258,18 @@ func (s *Session) comments(st bpf.Stats) []string {
 		if inside > 0 {
 			c = append(c, fmt.Sprintf("%d targets of indirect jumps inside their functions (jump tables) ignored", inside))
 		}
+		switch pauses, timeouts, longest := s.disc.pauseStats(); {
+		case s.tracer == nil && len(found) > 0:
+			c = append(c, "threads were not paused at new targets (no ptrace): calls made before a target's probes were in are missed, and counted")
+		case pauses > 0:
+			c = append(c, fmt.Sprintf("threads paused %d times at new targets until their probes were in, %s at the longest", pauses, longest.Round(time.Microsecond)))
+			if timeouts > 0 {
+				c = append(c, fmt.Sprintf("WARNING: %d of those pauses ended after %s, before the probes were in: those calls are missed, and counted", timeouts, pauseLimit))
+			}
+		}
+		for _, u := range s.Unloaded() {
+			c = append(c, u.String())
+		}
 	}
 	for _, u := range pl.Untraced {
 		c = append(c, "INCOMPLETE: not traced: "+u+"; its callees appear under its caller")

@@ -1,6 +1,8 @@
 package daemon
 
 import (
+	"sync/atomic"
+
 	"github.com/kprofd/kprofd/bpf"
 	"github.com/kprofd/kprofd/internal/cct"
 	"github.com/kprofd/kprofd/internal/unwind"
@@ -13,17 +15,24 @@ const maxRealFrames = 512
 // stackReconciler unwinds captured stacks with the target's call frame
 // information and names their frames by the plan's function ids.
 type stackReconciler struct {
-	u   *unwind.Unwinder
+	// u knows the objects mapped at attach, and those discovery found
+	// mapped later (useProcess).
+	u   atomic.Pointer[unwind.Unwinder]
 	ids map[uint64]cct.FuncID // run-time entry address -> logical id
 }
 
 func newReconciler(pr *Prepared) *stackReconciler {
-	r := &stackReconciler{u: unwind.New(pr.Proc), ids: map[uint64]cct.FuncID{}}
+	r := &stackReconciler{ids: map[uint64]cct.FuncID{}}
+	r.u.Store(unwind.New(pr.Proc))
 	for _, f := range pr.Plan.Funcs {
 		r.ids[f.Node.Func.Addr+f.Node.Obj.Bias] = cct.FuncID(f.Logical)
 	}
 	return r
 }
+
+// useProcess makes later unwinds use p's objects: the process's mappings
+// read again after code was loaded.
+func (r *stackReconciler) useProcess(p *symbolizer.Process) { r.u.Store(unwind.New(p)) }
 
 // Frames returns the real frames of st, innermost first, functions
 // outside the plan as cct.NoFunc, and the highest slot up to which they are
@@ -46,10 +55,12 @@ func (r *stackReconciler) planned(obj *symbolizer.Mapped, fn *symbolizer.Func) c
 
 // realFrames unwinds st, naming each frame's function with name.
 func (r *stackReconciler) realFrames(st *bpf.Stack, name func(*symbolizer.Mapped, *symbolizer.Func) cct.FuncID) ([]RealFrame, uint64) {
-	frames, _ := r.u.Unwind(unwind.Regs{PC: st.PC, SP: st.SP, BP: st.BP}, unwind.Stack{Addr: st.SP, Data: st.Data}, maxRealFrames)
+	frames, _ := r.u.Load().Unwind(unwind.Regs{PC: st.PC, SP: st.SP, BP: st.BP}, unwind.Stack{Addr: st.SP, Data: st.Data}, maxRealFrames)
 	real := make([]RealFrame, 0, len(frames))
 	// Slots as events carry them (st.Delta: a goroutine's stack moves).
-	covered := st.SP + st.Delta
+	// Until the innermost frame is unwound nothing is known, not even
+	// the slot at the stack pointer (code in no known object).
+	covered := st.SP + st.Delta - 1
 	for _, f := range frames {
 		if f.CFA == 0 || f.Obj == nil {
 			break

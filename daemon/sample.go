@@ -150,7 +150,7 @@ func (u *sampleUnwinder) inUprobes(pc uint64) bool {
 	if u.uprobes[1] != 0 {
 		return pc >= u.uprobes[0] && pc < u.uprobes[1]
 	}
-	if u.u.Known(pc) {
+	if u.u.Load().Known(pc) {
 		return false
 	}
 	if u.unknownChecks%64 == 0 {

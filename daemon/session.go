@@ -17,6 +17,7 @@ import (
 	"github.com/kprofd/kprofd/bpf"
 	"github.com/kprofd/kprofd/internal/cct"
 	"github.com/kprofd/kprofd/internal/plan"
+	"github.com/kprofd/kprofd/internal/ptrace"
 	"github.com/kprofd/kprofd/internal/x86"
 )
 
@@ -40,10 +41,12 @@ type Session struct {
 	// Hybrid and sample modes.
 	sampler *bpf.Sampler
 	samples *sampleUnwinder
-	outside *outsidePlan // ids of functions outside the plan
-	disc    *discovery   // functions found through indirect calls; nil in sample mode
-	monitor *monitor     // hybrid mode's demotions
-	stages  []Stage      // by function id: in sample mode from the start, in hybrid mode once stopped
+	outside *outsidePlan   // ids of functions outside the plan
+	disc    *discovery     // functions found through indirect calls; nil in sample mode
+	tracer  *ptrace.Tracer // holds the threads discovery pauses; nil without pauses
+	rec     *stackReconciler
+	monitor *monitor // hybrid mode's demotions
+	stages  []Stage  // by function id: in sample mode from the start, in hybrid mode once stopped
 
 	start     time.Time
 	startMono uint64
@@ -147,6 +150,7 @@ func StartPrepared(pr *Prepared, cfg Config) (_ *Session, err error) {
 	s.sim.SetRestarts(pr.Go != nil)
 	s.outside = newOutsidePlan(s.sim.SignalFunc() + 1)
 	rec := newReconciler(pr)
+	s.rec = rec
 	s.sim.SetReconciler(rec)
 	// Watch the target before attaching: a pid that exits now must not be
 	// reused unnoticed.
@@ -200,6 +204,9 @@ func StartPrepared(pr *Prepared, cfg Config) (_ *Session, err error) {
 	if s.disc != nil {
 		if err := s.disc.start(pr.Plan); err != nil {
 			return nil, err
+		}
+		if !cfg.NoPause {
+			s.pauseThreads()
 		}
 	}
 	s.start, s.startMono = time.Now(), monotonicNow()
@@ -340,8 +347,15 @@ func (s *Session) stop() (*cct.Profile, error) {
 	// threads, let the loop read the ring buffer dry, and only then
 	// replay the batched events, which come after any of the same
 	// thread in the ring buffer. The program and maps go in Close.
+	var pauseErr error
+	if s.tracer != nil {
+		pauseErr = s.prog.SetPauseSignal(0)
+	}
 	if s.disc != nil {
-		s.disc.stop() // no attach may start after the detach, nor grow the cost model
+		s.disc.stop() // no attach may start after the detach, nor grow the cost model; paused threads go on
+	}
+	if s.tracer != nil {
+		pauseErr = errors.Join(pauseErr, s.tracer.Detach())
 	}
 	var monitorErr error
 	if s.monitor != nil {
@@ -365,7 +379,7 @@ func (s *Session) stop() (*cct.Profile, error) {
 	stats, statsErr := s.prog.Stats()
 	s.sim.Finish(end)
 	p := s.buildProfile(end, stats)
-	return p, errors.Join(monitorErr, detachErr, drainErr, s.runErr, statsErr)
+	return p, errors.Join(monitorErr, pauseErr, detachErr, drainErr, s.runErr, statsErr)
 }
 
 // Close stops the session if needed and releases everything: probes,
@@ -382,6 +396,9 @@ func (s *Session) Close() error {
 // release frees what Start acquired, in reverse order.
 func (s *Session) release() error {
 	var errs []error
+	if s.tracer != nil {
+		errs = append(errs, s.tracer.Detach())
+	}
 	if s.probes != nil {
 		errs = append(errs, s.probes.Close())
 	}

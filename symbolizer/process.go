@@ -40,6 +40,8 @@ type Process struct {
 	// Warnings describe the objects that were skipped or are read in an
 	// unusual way, one line each.
 	Warnings []string
+
+	shared map[*Mapped]bool // objects of the Process Reload started from: not ours to close
 }
 
 // LoadProcess opens every file that pid maps executable, through
@@ -49,6 +51,19 @@ type Process struct {
 // are skipped. A library that cannot be opened is skipped with a warning;
 // an executable that cannot be opened is an error.
 func LoadProcess(pid int) (*Process, error) {
+	return loadProcess(pid, nil)
+}
+
+// Reload reads the process's mappings again, for code mapped since p was
+// loaded (dlopen): objects still mapped where they were are p's, shared
+// (and left to p's Close), only new ones are opened.
+func (p *Process) Reload() (*Process, error) {
+	return loadProcess(p.Pid, p)
+}
+
+// loadProcess loads pid's objects, reusing those of prev mapped at the same
+// place.
+func loadProcess(pid int, prev *Process) (*Process, error) {
 	maps, err := proc.Mappings(pid)
 	if err != nil {
 		return nil, err
@@ -65,10 +80,23 @@ func LoadProcess(pid int) (*Process, error) {
 		if !g.exec {
 			continue
 		}
+		if m := prev.same(g); m != nil {
+			if p.shared == nil {
+				p.shared = map[*Mapped]bool{}
+			}
+			p.shared[m] = true
+			if i == exe {
+				main = m
+			} else {
+				libs = append(libs, m)
+			}
+			continue
+		}
 		m, warn, err := loadMapped(pid, g)
 		if err != nil {
 			if i == exe {
-				closeAll(libs)
+				p.Objects = libs
+				p.Close()
 				return nil, fmt.Errorf("loading the executable of pid %d: %w", pid, err)
 			}
 			p.Warnings = append(p.Warnings, err.Error())
@@ -87,8 +115,31 @@ func LoadProcess(pid int) (*Process, error) {
 	return p, nil
 }
 
-// Close closes every object.
-func (p *Process) Close() error { return closeAll(p.Objects) }
+// Close closes every object (those Reload shared excepted).
+func (p *Process) Close() error {
+	var own []*Mapped
+	for _, m := range p.Objects {
+		if !p.shared[m] {
+			own = append(own, m)
+		}
+	}
+	return closeAll(own)
+}
+
+// same returns p's object for mapping group g when g maps the same file
+// at the same place, nil otherwise (or for a nil p).
+func (p *Process) same(g mappingGroup) *Mapped {
+	if p == nil {
+		return nil
+	}
+	first, last := g.maps[0], g.maps[len(g.maps)-1]
+	for _, m := range p.Objects {
+		if m.MapPath == first.Path && m.Start == first.Start && m.End == last.End && m.Offset == first.Offset {
+			return m
+		}
+	}
+	return nil
+}
 
 func closeAll(ms []*Mapped) error {
 	var errs []error

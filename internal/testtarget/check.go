@@ -146,6 +146,21 @@ func CheckGone(t testing.TB, progs []ebpf.ProgramID, links []link.ID) {
 	if len(progs) == 0 || len(links) == 0 {
 		t.Fatalf("nothing to check: %d programs and %d links", len(progs), len(links))
 	}
+	checkGone(t, progs, links)
+}
+
+// CheckLinksGone proves that BPF links no longer exist in the kernel,
+// giving them a few seconds.
+func CheckLinksGone(t testing.TB, links []link.ID) {
+	t.Helper()
+	if len(links) == 0 {
+		t.Fatal("no links to check")
+	}
+	checkGone(t, nil, links)
+}
+
+func checkGone(t testing.TB, progs []ebpf.ProgramID, links []link.ID) {
+	t.Helper()
 	var alive []string
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		alive = alive[:0]

@@ -14,6 +14,8 @@
 //           calls it once through plug_loop(1); prints "loaded"
 //   hot N   plug_loop calls probe_plugin N times (the plugin's functions
 //           get hot); prints "done SUM"
+//   unload  dlcloses the plugin (probe_plugin then returns 0); prints
+//           "unloaded"
 //   exit    exits with status 3
 // and at end of input exits with status 4.
 //
@@ -80,6 +82,7 @@ NOINLINE Shape *make_shape(int k)
 }
 
 static int (*plugin_fn)(int);
+static void *plugin; // the dlopen handle
 
 NOINLINE int probe_plugin(int i) { return plugin_fn ? plugin_fn(i) : 0; }
 
@@ -122,9 +125,18 @@ int main()
 		} else if (sscanf(line, "hot %d", &n) == 1) {
 			printf("done %ld\n", plug_loop(n));
 			fflush(stdout);
+		} else if (strncmp(line, "unload", 6) == 0) {
+			plugin_fn = 0;
+			if (!plugin || dlclose(plugin)) {
+				fprintf(stderr, "indirect: unload: %s\n", plugin ? dlerror() : "nothing loaded");
+				return 1;
+			}
+			plugin = 0;
+			printf("unloaded\n");
+			fflush(stdout);
 		} else if (strncmp(line, "load ", 5) == 0) {
 			line[strcspn(line, "\n")] = 0;
-			void *h = dlopen(line + 5, RTLD_NOW);
+			void *h = plugin = dlopen(line + 5, RTLD_NOW);
 			if (!h || !(plugin_fn = (int (*)(int))dlsym(h, "plugin_work"))) {
 				fprintf(stderr, "indirect: %s\n", dlerror());
 				return 1;
