@@ -36,6 +36,7 @@ type attachOptions struct {
 	exits        string
 	perThread    bool
 	discover     bool
+	pause        bool
 	ringMiB      int
 	verbose      bool
 	recalibrate  bool
@@ -102,6 +103,7 @@ Exits (--exits): ` + plan.ExitRule + `.`,
 	f.StringVar(&o.exits, "exits", "auto", "how to probe exits: auto, ret or uretprobe")
 	f.BoolVar(&o.perThread, "per-thread", false, "keep one tree per thread (pprof label 'thread')")
 	f.BoolVar(&o.discover, "discover", true, "probe indirect calls in the traced code to trace their targets as they are found\n(each hit of such a probe costs a single-stepped trap; --discover=false for none)")
+	f.BoolVar(&o.pause, "pause", true, "with --discover, hold a thread that calls a function found at run time at its first instruction until its\nprobes are in (ptrace; a few ms per function found), so that no call is missed; --pause=false to count them instead")
 	f.IntVar(&o.ringMiB, "ring-mib", 8, "ring buffer size in MiB (a power of two)")
 	f.BoolVarP(&o.verbose, "verbose", "v", false, "print warnings about every function and the kernel ids of what is attached")
 	f.BoolVar(&o.recalibrate, "recalibrate", false, "measure the probes' costs again (quick mode) even when a calibration is cached")
@@ -117,6 +119,7 @@ func (o *attachOptions) config(stderr io.Writer) (daemon.Config, error) {
 		MaxFunctions: o.maxFunctions,
 		PerThread:    o.perThread,
 		NoDiscovery:  !o.discover,
+		NoPause:      !o.pause,
 		RingBytes:    o.ringMiB << 20,
 	}
 	var err error

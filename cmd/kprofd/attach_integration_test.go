@@ -304,6 +304,35 @@ func TestAttachDryRun(t *testing.T) {
 	testtarget.CheckNoProbes(t, target.Pid())
 }
 
+// TestAttachDryRunIndirect lists the indirect call sites of
+// testdata/indirect's root, with their operands, and the functions whose
+// addresses its code takes, traced from the start.
+func TestAttachDryRunIndirect(t *testing.T) {
+	bin := buildKprofd(t)
+	exe, _ := testtarget.BuildIndirect(t)
+	target := testtarget.Start(t, exe)
+	out, err := exec.Command(bin, "attach", "-p", fmt.Sprint(target.Pid()), "--root", "handle", "--dry-run",
+		"--exclude", `^(libc\.so|ld-linux|libstdc|libgcc|libm\.)`).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	for _, re := range []string{
+		`(?m)^indirect call sites, probed to find their targets`,
+		`(?m)^  handle\(int\)\+0x[0-9a-f]+\s+call \*`,       // the virtual call
+		`(?m)^  dispatch\(int, int\)\+0x[0-9a-f]+\s+jmp \*`, // the table's tail call
+		`(?m)^  probe_plugin\(int\)\+0x[0-9a-f]+\s+jmp \*`,  // through plugin_fn
+		`(?m)^\d+ candidate targets, traced from the start`,
+		`(?m)^  cmp\(void const\*, void const\*\) \(indirect\), taken by handle\(int\)$`,
+		`(?m)^  op_add\(int\) \(indirect\), taken by dispatch\(int, int\)`,
+		`(?m)^  Circle::area\(\) const \(indirect\), taken by make_shape\(int\)$`,
+	} {
+		if !regexp.MustCompile(re).Match(out) {
+			t.Errorf("dry run does not match %s:\n%s", re, out)
+		}
+	}
+	testtarget.CheckNoProbes(t, target.Pid())
+}
+
 // TestAttachDryRunSIMD lists how functions that start with SIMD code are
 // counted: past the SIMD code, at their call sites, or not at all.
 func TestAttachDryRunSIMD(t *testing.T) {

@@ -185,6 +185,43 @@ type Operand struct {
 	Next uint64
 }
 
+// String formats the operand as AT&T assembly does: *%rax,
+// *0x10(%rax,%rbx,8), *0x2f00(%rip).
+func (op Operand) String() string {
+	if !op.Mem {
+		return "*%" + regName(op.Base)
+	}
+	var b strings.Builder
+	b.WriteString("*")
+	if op.Disp != 0 || op.Base == NoReg {
+		if op.Disp < 0 {
+			fmt.Fprintf(&b, "-%#x", -op.Disp)
+		} else {
+			fmt.Fprintf(&b, "%#x", op.Disp)
+		}
+	}
+	if op.Base == NoReg && op.Index == NoReg {
+		return b.String()
+	}
+	b.WriteString("(")
+	if op.Base != NoReg {
+		b.WriteString("%" + regName(op.Base))
+	}
+	if op.Index != NoReg {
+		fmt.Fprintf(&b, ",%%%s,%d", regName(op.Index), op.Scale)
+	}
+	b.WriteString(")")
+	return b.String()
+}
+
+func regName(r int) string {
+	names := [...]string{"rax", "rcx", "rdx", "rbx", "rsp", "rbp", "rsi", "rdi", "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15", "rip"}
+	if r >= 0 && r < len(names) {
+		return names[r]
+	}
+	return fmt.Sprintf("r?%d", r)
+}
+
 // Register numbers of an Operand besides the general registers.
 const (
 	NoReg  = -1
@@ -785,6 +822,38 @@ func (pl *Plan) Write(w io.Writer) error {
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	if len(pl.Sites) > 0 {
+		fmt.Fprintln(w, "indirect call sites, probed to find their targets as the program runs (--discover):")
+		for _, st := range pl.Sites {
+			op := "call"
+			if st.Tail {
+				op = "jmp"
+			}
+			fmt.Fprintf(w, "  %s+%#x	%s %s\n", st.Caller.Node.Func.Display, st.Addr-st.Caller.Node.Func.Addr, op, st.Operand)
+		}
+	}
+	// Each candidate once, with the first function found taking it.
+	var taken []*callgraph.Node
+	takers := map[*callgraph.Node][]*callgraph.Node{}
+	for _, f := range pl.Funcs {
+		for _, t := range f.Node.Taken {
+			if takers[t] == nil {
+				taken = append(taken, t)
+			}
+			takers[t] = append(takers[t], f.Node)
+		}
+	}
+	if len(taken) > 0 {
+		fmt.Fprintf(w, "%s, traced from the start (the traced code takes their addresses):\n", plural(len(taken), "candidate target"))
+		for _, t := range taken {
+			by := takers[t]
+			more := ""
+			if len(by) > 1 {
+				more = fmt.Sprintf(" and %d more", len(by)-1)
+			}
+			fmt.Fprintf(w, "  %s (%s), taken by %s%s\n", t.Func.Display, t.Obj.Base(), by[0].Func.Display, more)
+		}
 	}
 	for _, e := range pl.Graph.Excluded {
 		fmt.Fprintf(w, "excluded: %s\n", e)
