@@ -18,18 +18,31 @@ import (
 // a second table, one of them registered only after kprofd attached, and
 // reports the share of the calls made below the root (as the program
 // counts them) that the exact profile holds, the calls it misses (made
-// through a pointer before kprofd traced their target; the profile
-// reports an upper bound of them), how long discovering the late native
-// took, and the slowdown against an un-probed run of the same process.
+// through a pointer before kprofd traced their target, without pauses;
+// the profile reports an upper bound of them), how long discovering the
+// late native took (with pauses: how long the thread waited), and the
+// slowdown against an un-probed run of the same process.
 func BenchmarkInterpreter(b *testing.B) {
 	requireRoot(b)
 	exe := testtarget.BuildInterp(b)
+	for _, bc := range []struct {
+		name    string
+		noPause bool
+	}{{"paused", false}, {"counted", true}} {
+		b.Run(bc.name, func(b *testing.B) { benchInterpreter(b, exe, bc.noPause) })
+	}
+}
+
+// benchInterpreter is BenchmarkInterpreter with threads paused at new
+// targets (every call traced), or not (the calls before a target's
+// probes are counted as missed).
+func benchInterpreter(b *testing.B, exe string, noPause bool) {
 	const runs = 200 // of a 100-iteration bytecode loop
 	var share, missed, latency, slowdown float64
 	for range b.N {
 		target := testtarget.Start(b, exe)
 		base := interpRuns(b, target, runs)
-		s, err := daemon.Start(daemon.Config{PID: target.Pid(), Roots: []string{"run_program"}, Mode: daemon.ModeExact})
+		s, err := daemon.Start(daemon.Config{PID: target.Pid(), Roots: []string{"run_program"}, Mode: daemon.ModeExact, NoPause: noPause})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -54,8 +67,10 @@ func BenchmarkInterpreter(b *testing.B) {
 			early += d.Before
 			latency += d.Latency.Seconds()
 		}
-		// Nothing is lost silently: what the profile lacks, it reports.
-		if len(found) != 1 || !strings.HasSuffix(found[0].Func, ":nat_twice") || traced > made.calls || traced+early < made.calls {
+		// Nothing is lost silently: what the profile lacks, it reports;
+		// with pauses it lacks nothing.
+		if len(found) != 1 || !strings.HasSuffix(found[0].Func, ":nat_twice") || traced > made.calls || traced+early < made.calls ||
+			!noPause && traced != made.calls {
 			b.Errorf("profile holds %d calls, up to %d reported before discovery (%v), the program made %d", traced, early, found, made.calls)
 		}
 		share += float64(traced) / float64(made.calls)
