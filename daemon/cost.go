@@ -230,6 +230,13 @@ type demotion struct {
 // demotions that bring the predicted overhead within budget, applying
 // them to the model, and the overhead it predicted before them.
 func (m *costModel) decide(rates []float64, cpu float64, samples uint64) ([]demotion, float64) {
+	ds, before, _ := m.decideRound(rates, cpu, samples)
+	return ds, before
+}
+
+// decideRound is decide, also returning the overhead predicted after the
+// demotions.
+func (m *costModel) decideRound(rates []float64, cpu float64, samples uint64) ([]demotion, float64, float64) {
 	probe := 0.0
 	for i := range m.funcs {
 		probe += m.load(rates, i, m.funcs[i].stage)
@@ -239,10 +246,10 @@ func (m *costModel) decide(rates []float64, cpu float64, samples uint64) ([]demo
 	cpu = math.Max(cpu, probe)
 	own := math.Max(cpu-probe, cpu/50)
 	if own <= 0 {
-		return nil, 0
+		return nil, 0, 0
 	}
 	if probe/own <= m.budget {
-		return nil, probe / own
+		return nil, probe / own, probe / own
 	}
 	// The target's own time is a difference: CPU time, counted by n
 	// samples (relative error about 1/sqrt(n)), less the predicted probe
@@ -322,7 +329,7 @@ func (m *costModel) decide(rates []float64, cpu float64, samples uint64) ([]demo
 	// before their callers: detaching in this order never leaves a
 	// callee's entries without its caller's.
 	slices.SortStableFunc(merged, func(a, b demotion) int { return cmp.Compare(a.stage, b.stage) })
-	return merged, before
+	return merged, before, probe / own
 }
 
 // rate formats a call rate.

@@ -96,6 +96,12 @@ type Demotion struct {
 	// Sites says the demotion was of the probes on its indirect calls
 	// only (their targets are no longer discovered); Stage is unchanged.
 	Sites bool
+	// Round numbers the monitor's readings that demoted something: the
+	// demotions of one reading share it. Before and After are the probe
+	// overhead the cost model predicted before and after that round's
+	// demotions, as a fraction of the target's own CPU time.
+	Round         int
+	Before, After float64
 }
 
 func (d Demotion) String() string {

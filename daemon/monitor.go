@@ -32,6 +32,7 @@ type monitor struct {
 	demotions []Demotion
 	err       error   // what stopped the loop
 	readings  int     // counter readings taken
+	rounds    int     // readings that demoted something
 	peak      float64 // highest predicted overhead seen
 
 	stop chan struct{}
@@ -104,8 +105,12 @@ func (m *monitor) step(now time.Time) error {
 	// say otherwise would hide any overhead.
 	cpu := min(float64(c.samples-old.samples)*float64(m.period)/dt, float64(runtime.NumCPU())*1e9)
 	m.mu.Lock() // the model grows as functions are found
-	ds, predicted := m.model.decide(m.rates, cpu, c.samples-old.samples)
+	ds, predicted, after := m.model.decideRound(m.rates, cpu, c.samples-old.samples)
 	m.readings++
+	if len(ds) > 0 {
+		m.rounds++
+	}
+	round := m.rounds
 	m.peak = max(m.peak, predicted)
 	m.mu.Unlock()
 	if len(ds) > 0 {
@@ -122,7 +127,8 @@ func (m *monitor) step(now time.Time) error {
 		} else {
 			_, err = m.s.probes.demote(f, d.stage)
 		}
-		dem := Demotion{Func: f.Node.Name(), ID: f.ID, Stage: d.stage, Sites: d.sites, At: now.Sub(m.s.start), Reason: d.reason, Detach: time.Since(t0)}
+		dem := Demotion{Func: f.Node.Name(), ID: f.ID, Stage: d.stage, Sites: d.sites, At: now.Sub(m.s.start), Reason: d.reason, Detach: time.Since(t0),
+			Round: round, Before: predicted, After: after}
 		m.mu.Lock()
 		m.demotions = append(m.demotions, dem)
 		m.mu.Unlock()

@@ -36,6 +36,7 @@ type attachOptions struct {
 	exits        string
 	perThread    bool
 	discover     bool
+	demotions    *demotionReporter // prints hybrid mode's demotions
 	pause        bool
 	ringMiB      int
 	verbose      bool
@@ -64,7 +65,8 @@ Modes (--mode):
           stay exact, exits are inferred from stack pointers), then, leaves
           first, all their probes. Their time comes from cpu-clock samples of
           the threads inside the root, attributed below the deepest traced
-          frame. Each demotion is reported.
+          frame. Demotions are reported one line per settled series of
+          rounds (each one with -v, and in the profile's comments).
   exact   probe every reachable function whatever it costs; no sampling.
   sample  probe only the roots (exact calls and time of the roots) and
           sample everything below them: a cheap first look.
@@ -161,9 +163,8 @@ func (o *attachOptions) config(stderr io.Writer) (daemon.Config, error) {
 	if isTerminal(stderr) {
 		clearLine = "\r\x1b[K"
 	}
-	cfg.Demoted = func(d daemon.Demotion) {
-		fmt.Fprintf(stderr, "%skprofd: demoted %s\n", clearLine, d)
-	}
+	o.demotions = &demotionReporter{w: stderr, prefix: clearLine, verbose: o.verbose}
+	cfg.Demoted = o.demotions.add
 	return cfg, nil
 }
 
@@ -221,6 +222,7 @@ func runAttach(ctx context.Context, o *attachOptions, stdout, stderr io.Writer) 
 	// probes itself, since their links die with the process.
 	stopSignals()
 	profile, stopErr := s.Stop()
+	o.demotions.flush()
 	fmt.Fprintf(stderr, "kprofd: %s; detached\n", why)
 	if profile == nil {
 		return stopErr

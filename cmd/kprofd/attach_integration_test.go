@@ -515,8 +515,12 @@ func TestAttachHybrid(t *testing.T) {
 		t.Fatalf("kprofd exited %d; stderr:\n%s", code, k.stderr.String())
 	}
 	stderr := k.stderr.String()
-	if !strings.Contains(stderr, "hybrid mode, overhead budget 10%") || !regexp.MustCompile(`demoted hybrid:hot_leaf at \+\d+ms: .* calls/s .*; all probes dropped`).MatchString(stderr) {
-		t.Errorf("stderr does not report hybrid mode and hot_leaf's demotion:\n%s", stderr)
+	if !strings.Contains(stderr, "hybrid mode, overhead budget 10%") ||
+		!regexp.MustCompile(`(?m)kprofd: \+\d+ms: demoted \d+ to sampling[^(]* in \d+ rounds? \(first: hybrid:hot_leaf\); predicted probe overhead \d+% -> \d+% of the target's CPU`).MatchString(stderr) {
+		t.Errorf("stderr does not report hybrid mode and hot_leaf's demotion in one line:\n%s", stderr)
+	}
+	if n := strings.Count(stderr, "demoted"); n != 1 {
+		t.Errorf("%d lines about demotions, want 1 (without -v):\n%s", n, stderr)
 	}
 	tree := k.stdout.String()
 	for _, re := range []string{`(?m)^ *\d+ +~\S+ +~\S+ +│  └─ hot_leaf$`, `(?m)^ *0 +~\S+ +~\S+ +├─ untraced$`, `(?m)^ *10 +\d\S* +\d\S* +├─ heavy_rare$`} {
@@ -525,6 +529,9 @@ func TestAttachHybrid(t *testing.T) {
 		}
 	}
 	p := readProfile(t, out)
+	if c := strings.Join(p.Comments, "\n"); !regexp.MustCompile(`demoted hybrid:hot_leaf at \+\d+ms: .* calls/s .*; all probes dropped`).MatchString(c) {
+		t.Errorf("the profile's comments do not detail hot_leaf's demotion:\n%s", c)
+	}
 	if n := len(p.SampleType); p.SampleType[n-1].Type != "samples" {
 		t.Errorf("last sample type %s, want samples", p.SampleType[n-1].Type)
 	}

@@ -1,0 +1,99 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/kprofd/kprofd/daemon"
+)
+
+// settleTime is how long hybrid mode's demotions must pause before the
+// reporter prints the rounds so far as one line: a hot phase starting
+// brings several rounds within a few tens of milliseconds.
+const settleTime = 250 * time.Millisecond
+
+// demotionReporter prints hybrid mode's demotions: every one with -v,
+// else one line per settled series of rounds.
+type demotionReporter struct {
+	w       io.Writer
+	prefix  string // clears the live progress line, on a terminal
+	verbose bool
+
+	mu      sync.Mutex
+	pending []daemon.Demotion
+	timer   *time.Timer
+}
+
+// add takes one demotion, as the session reports it.
+func (r *demotionReporter) add(d daemon.Demotion) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.verbose {
+		fmt.Fprintf(r.w, "%skprofd: demoted %s\n", r.prefix, d)
+	}
+	r.pending = append(r.pending, d)
+	if r.timer == nil {
+		r.timer = time.AfterFunc(settleTime, r.flush)
+	} else {
+		r.timer.Reset(settleTime)
+	}
+}
+
+// flush prints the pending rounds as one line.
+func (r *demotionReporter) flush() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.timer != nil {
+		r.timer.Stop()
+		r.timer = nil
+	}
+	if len(r.pending) > 0 {
+		fmt.Fprintf(r.w, "%skprofd: %s\n", r.prefix, summarizeDemotions(r.pending))
+		r.pending = nil
+	}
+}
+
+// summarizeDemotions says in one line what a series of demotion rounds
+// did: how many functions lost what, the costliest one, and the predicted
+// overhead before and after.
+func summarizeDemotions(ds []daemon.Demotion) string {
+	var sampled, entry, sites int
+	rounds := map[int]bool{}
+	for _, d := range ds {
+		rounds[d.Round] = true
+		switch {
+		case d.Sites:
+			sites++
+		case d.Stage == daemon.StageSampled:
+			sampled++
+		default:
+			entry++
+		}
+	}
+	first, last := ds[0], ds[len(ds)-1]
+	var parts []string
+	if sampled > 0 {
+		parts = append(parts, fmt.Sprintf("%d to sampling", sampled))
+	}
+	if entry > 0 {
+		parts = append(parts, fmt.Sprintf("%d exits dropped", entry))
+	}
+	if sites > 0 {
+		parts = append(parts, fmt.Sprintf("%d indirect-call probes dropped", sites))
+	}
+	what := parts[0]
+	for _, p := range parts[1:] {
+		what += ", " + p
+	}
+	return fmt.Sprintf("+%s: demoted %s in %s (first: %s); predicted probe overhead %.0f%% -> %.0f%% of the target's CPU (-v for each, the profile's comments list them)",
+		last.At.Round(time.Millisecond), what, plural(len(rounds), "round"), first.Func, 100*first.Before, 100*last.After)
+}
+
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
+}
