@@ -15,8 +15,13 @@ const (
 	CookieSlotRBP uint64 = 1 << 38
 	// CookieCapture makes the probe capture the thread's real stack.
 	CookieCapture uint64 = 1 << 39
+	// CookieBurst marks the entry probes of a burst of sampled
+	// instrumentation: their events carry FlagBurst, and a thread's first
+	// one in each burst (see Program.SetBurst) is preceded by its real
+	// stack.
+	CookieBurst uint64 = 1 << 40
 
-	cookieFlags = CookieRoot | CookieRootTail | CookieSlotRBP | CookieCapture
+	cookieFlags = CookieRoot | CookieRootTail | CookieSlotRBP | CookieCapture | CookieBurst
 )
 
 // Cookie packs what the probe program needs to know about one probe into

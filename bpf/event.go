@@ -80,6 +80,9 @@ const (
 	// (a system call, a uprobe trap); its registers are the user
 	// registers saved at kernel entry.
 	FlagKernel uint8 = 1 << 1
+	// FlagBurst marks an entry seen by a burst probe (CookieBurst), and
+	// the real stack captured before a thread's first one in a burst.
+	FlagBurst uint8 = 1 << 2
 )
 
 // Event is one record from the ring buffer. Its layout matches struct

@@ -59,6 +59,10 @@ struct bpf_perf_event_data {
 // Event flags; match bpf/event.go.
 #define FLAG_LOST_BEFORE 1
 #define FLAG_KERNEL 2 // a sample taken while the thread ran in the kernel
+// An entry seen by a burst probe (sampled instrumentation of a demoted
+// function), or the real stack captured before a thread's first one in a
+// burst.
+#define FLAG_BURST 4
 
 // Cookie layout (bpf/cookie.go builds it):
 //   bits  0..31  function id
@@ -74,6 +78,7 @@ struct bpf_perf_event_data {
 #define COOKIE_ROOT_TAIL (1ULL << 37)
 #define COOKIE_SLOT_RBP (1ULL << 38)
 #define COOKIE_CAPTURE (1ULL << 39)
+#define COOKIE_BURST (1ULL << 40)
 
 // Bytes of stack a capture copies at most, from the stack pointer up to
 // the root's frame. A power of two.
@@ -141,6 +146,7 @@ struct kprofd_thread {
 	__u32 sigdepth;	  // signal handlers running inside the root
 	__u32 sigshadow;  // depth when the outermost of them started
 	__u32 busy;	  // the probe program runs on this thread: a sample now is kprofd's time
+	__u32 burst_gen;  // the burst this thread last had its stack captured in
 	__u64 popped;	  // slot of the last frame an exit popped (uretprobes return once per tail call)
 	__u64 shadow[SHADOW]; // slots of the innermost frames, shadow[(depth-1) % SHADOW] on top
 	struct kprofd_event buf[BATCH];
@@ -248,6 +254,10 @@ struct {
 // thread stops at the target's first instruction until kprofd attached
 // its probes, so no call is missed. 0: no pauses, calls are counted.
 volatile __u32 pause_signal = 0;
+
+// Numbers the bursts of sampled instrumentation: a thread's first burst
+// probe hit in a new one captures its real stack.
+volatile __u32 burst_gen = 0;
 
 // Keeps struct kprofd_thread in BTF for bpf2go: the daemon reads the
 // goroutines' batches at the end of a session.
@@ -719,11 +729,24 @@ static __always_inline void handle_thread(struct pt_regs *ctx, struct kprofd_thr
 		return;
 	}
 
+	__u8 flags = 0;
+	if (cookie & COOKIE_BURST) {
+		flags = FLAG_BURST;
+		__u32 gen = burst_gen;
+		if (th->burst_gen != gen && !go_mode) {
+			// Frames of demoted functions entered before the burst
+			// are on no simulated stack: the real stack, captured
+			// before this entry, puts them there.
+			th->burst_gen = gen;
+			capture(PT_REGS_IP(ctx), PT_REGS_SP(ctx), PT_REGS_FP(ctx), 0, th, tid, KIND_STACK, FLAG_BURST);
+		}
+	}
 	struct kprofd_event *e = append(th, now);
 	e->slot = slot;
 	e->tid = tid;
 	e->func = (__u32)cookie;
 	e->kind = kind;
+	e->flags |= flags;
 
 	// The outermost root frame returned: the thread leaves the root, and
 	// the time its batch takes to flush is no frame's.

@@ -66,6 +66,8 @@ type kprofdKprofdThread struct {
 	Sigdepth  uint32
 	Sigshadow uint32
 	Busy      uint32
+	BurstGen  uint32
+	_         [4]byte
 	Popped    uint64
 	Shadow    [32]uint64
 	Buf       [64]kprofdKprofdEvent
@@ -93,6 +95,7 @@ const (
 	kprofdProgKprofdSignal   = "kprofd_signal"
 	kprofdProgKprofdSingle   = "kprofd_single"
 	kprofdVarBatchAgeNs      = "batch_age_ns"
+	kprofdVarBurstGen        = "burst_gen"
 	kprofdVarCheckIntervalNs = "check_interval_ns"
 	kprofdVarCountCalls      = "count_calls"
 	kprofdVarGoG_tls         = "go_g_tls"
@@ -183,6 +186,7 @@ type kprofdMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type kprofdVariableSpecs struct {
 	BatchAgeNs      *ebpf.VariableSpec `ebpf:"batch_age_ns"`
+	BurstGen        *ebpf.VariableSpec `ebpf:"burst_gen"`
 	CheckIntervalNs *ebpf.VariableSpec `ebpf:"check_interval_ns"`
 	CountCalls      *ebpf.VariableSpec `ebpf:"count_calls"`
 	GoG_tls         *ebpf.VariableSpec `ebpf:"go_g_tls"`
@@ -251,6 +255,7 @@ func (m *kprofdMaps) Close() error {
 // It can be passed to loadKprofdObjects or ebpf.CollectionSpec.LoadAndAssign.
 type kprofdVariables struct {
 	BatchAgeNs      *ebpf.Variable `ebpf:"batch_age_ns"`
+	BurstGen        *ebpf.Variable `ebpf:"burst_gen"`
 	CheckIntervalNs *ebpf.Variable `ebpf:"check_interval_ns"`
 	CountCalls      *ebpf.Variable `ebpf:"count_calls"`
 	GoG_tls         *ebpf.Variable `ebpf:"go_g_tls"`

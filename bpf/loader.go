@@ -576,6 +576,16 @@ func (p *Program) SetPauseSignal(sig syscall.Signal) error {
 	return nil
 }
 
+// SetBurst numbers the burst of sampled instrumentation about to start:
+// each thread's first burst probe hit in it captures the thread's real
+// stack first.
+func (p *Program) SetBurst(gen uint32) error {
+	if err := p.objs.BurstGen.Set(gen); err != nil {
+		return fmt.Errorf("setting burst_gen: %w", err)
+	}
+	return nil
+}
+
 // TakePause reports whether a site probe paused thread tid, and for which
 // target and site (its index), forgetting the pause: a stop for the pause
 // signal that is not one of these is a signal the target must receive.

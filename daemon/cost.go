@@ -96,7 +96,10 @@ func callCosts(pl *plan.Plan, cal *calibrate.Result) []callCost {
 // prediction fits the budget.
 type costModel struct {
 	budget float64 // probe time / the target's own CPU time
-	funcs  []modelFunc
+	// burstShare is the part of the budget kept for bursts of sampled
+	// instrumentation once a function is demoted to sampling.
+	burstShare float64
+	funcs      []modelFunc
 	// siteBase, when not 0, is where in the rates the hits of each
 	// function's indirect call site probes follow (by function id), and
 	// siteCost what one costs: a site goes with its function's demotion
@@ -248,7 +251,11 @@ func (m *costModel) decideRound(rates []float64, cpu float64, samples uint64) ([
 	if own <= 0 {
 		return nil, 0, 0
 	}
-	if probe/own <= m.budget {
+	budget := m.budget
+	if m.burstShare > 0 && slices.ContainsFunc(m.funcs, func(f modelFunc) bool { return f.stage == StageSampled && !f.pinned }) {
+		budget *= 1 - m.burstShare
+	}
+	if probe/own <= budget {
 		return nil, probe / own, probe / own
 	}
 	// The target's own time is a difference: CPU time, counted by n
@@ -260,7 +267,7 @@ func (m *costModel) decideRound(rates []float64, cpu float64, samples uint64) ([
 	guessed := own > cpu-probe || samples == 0 || own < 2*cpu/math.Sqrt(float64(samples))
 	before := probe / own
 	var out []demotion
-	for probe/own > m.budget && !(guessed && len(out) > 0) {
+	for probe/own > budget && !(guessed && len(out) > 0) {
 		// Rank by what a function's demotion can save in all (calibration
 		// noise can make one step, its exits, look free), and take one
 		// step: its exits first.
@@ -304,7 +311,7 @@ func (m *costModel) decideRound(rates []float64, cpu float64, samples uint64) ([
 			reason += fmt.Sprintf(" + %s indirect calls/s × %s of site probe", rate(rates[j]), time.Duration(m.siteCost).Round(time.Nanosecond))
 		}
 		reason += fmt.Sprintf(" = %.0f%% of the target's own CPU time (all probes %.0f%%, budget %.0f%%)",
-			100*m.load(rates, best, f.stage)/own, 100*before, 100*m.budget)
+			100*m.load(rates, best, f.stage)/own, 100*before, 100*budget)
 		if bestSites {
 			probe -= m.siteLoad(rates, best)
 			f.noSites = true

@@ -7,7 +7,9 @@ import (
 	"maps"
 	"regexp"
 	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/pprof/profile"
 
@@ -100,9 +102,14 @@ func TestHybridDemotesHotLeaf(t *testing.T) {
 	for _, d := range ds {
 		t.Logf("demoted %s (detaching took %v)", d, d.Detach)
 	}
-	if probedAt(t, target.Pid(), hot) || !probedAt(t, target.Pid(), medium) {
-		t.Errorf("after the demotion: hot_leaf probed %v, medium probed %v; want false, true",
-			probedAt(t, target.Pid(), hot), probedAt(t, target.Pid(), medium))
+	// A burst of sampled instrumentation puts hot_leaf's entry back for
+	// a few ms in every 100: it must be found unprobed between them.
+	unprobed := false
+	for deadline := time.Now().Add(10 * time.Second); !unprobed && time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		unprobed = !probedAt(t, target.Pid(), hot)
+	}
+	if !unprobed || !probedAt(t, target.Pid(), medium) {
+		t.Errorf("after the demotion: hot_leaf found unprobed %v, medium probed %v; want true, true", unprobed, probedAt(t, target.Pid(), medium))
 	}
 	second, err := testtarget.ParseHybrid(target.Run(t, testtarget.HybridRequests))
 	if err != nil {
@@ -119,15 +126,23 @@ func TestHybridDemotesHotLeaf(t *testing.T) {
 
 	pp := roundTrip(t, p)
 	got := testtarget.PprofCounts(pp, nil)
-	leafCalls := got["handle_request;hot_caller;hot_leaf"]
-	t.Logf("hot_leaf: %d calls counted before its demotion, of %d made", leafCalls, 2*first.Leaves)
-	if leafCalls == 0 || leafCalls > first.Leaves/10 {
-		t.Errorf("hot_leaf: %d calls counted of %d made; want some, counted only until its demotion", leafCalls, 2*first.Leaves)
+	// hot_leaf's calls after its demotion are seen in bursts of sampled
+	// instrumentation; its probes cost many times its own work, so the
+	// bursts cannot say how much of the thread's time was its own work:
+	// the count is a lower bound, and says so.
+	leafCalls, made := got["handle_request;hot_caller;hot_leaf"], first.Leaves+second.Leaves
+	t.Logf("hot_leaf: ≥%d calls, %d made; %s", leafCalls, made, burstComment(p))
+	if leafCalls == 0 || leafCalls > made {
+		t.Errorf("hot_leaf: ≥%d calls, %d made", leafCalls, made)
+	}
+	if l := labelOf(pp, "handle_request;hot_caller;hot_leaf", "calls"); l != "incomplete" {
+		t.Errorf("hot_leaf's calls label %q, want incomplete", l)
 	}
 	if untraced, ok := got["handle_request;untraced"]; !ok || untraced != 0 {
 		t.Errorf("untraced: context present %v with %d calls; want present from samples, 0 calls", ok, untraced)
 	}
 	exact := maps.Clone(got)
+	checkCountErrors(t, pp)
 	delete(exact, "handle_request;hot_caller;hot_leaf")
 	delete(exact, "handle_request;untraced")
 	// Contexts only samples found (0 calls) are estimated, not part of
@@ -259,4 +274,49 @@ func TestSampleMode(t *testing.T) {
 	if heavy == nil || float64(heavy.Wall) < 0.7*truth.Heavy || float64(heavy.Wall) > 1.3*truth.Heavy {
 		t.Errorf("heavy_rare: %v; the program measured %.0f ms", heavy, truth.Heavy/1e6)
 	}
+}
+
+// labelOf returns the value of a string label of the sample of a context,
+// "" when it has none.
+func labelOf(p *profile.Profile, ctx, key string) string {
+	for _, smp := range p.Sample {
+		var names []string
+		for i := len(smp.Location) - 1; i >= 0; i-- {
+			names = append(names, smp.Location[i].Line[0].Function.Name)
+		}
+		if strings.Join(names, ";") == ctx && len(smp.Label[key]) == 1 {
+			return smp.Label[key][0]
+		}
+	}
+	return ""
+}
+
+// checkCountErrors checks that exactly the contexts named carry a
+// count_error label (estimated calls), and with it timing=estimated.
+func checkCountErrors(t *testing.T, p *profile.Profile, estimated ...string) {
+	t.Helper()
+	for _, smp := range p.Sample {
+		var names []string
+		for i := len(smp.Location) - 1; i >= 0; i-- {
+			names = append(names, smp.Location[i].Line[0].Function.Name)
+		}
+		ctx := strings.Join(names, ";")
+		has := len(smp.Label["count_error"]) == 1
+		if has != slices.Contains(estimated, ctx) {
+			t.Errorf("%s: count_error label %q", ctx, smp.Label["count_error"])
+		}
+		if has && (len(smp.Label["timing"]) != 1 || smp.Label["timing"][0] != "estimated") {
+			t.Errorf("%s: estimated calls labelled timing=%q", ctx, smp.Label["timing"])
+		}
+	}
+}
+
+// burstComment returns the profile's comment about its bursts.
+func burstComment(p *cct.Profile) string {
+	for _, c := range p.Comments {
+		if strings.Contains(c, "bursts of sampled instrumentation") {
+			return c
+		}
+	}
+	return "no comment about bursts"
 }

@@ -23,6 +23,7 @@ type monitor struct {
 	s      *Session
 	model  *costModel
 	period time.Duration
+	bursts *burstLog // nil: no sampled instrumentation
 
 	history []counts // oldest first, spanning about rateWindow
 	rates   []float64
@@ -31,6 +32,7 @@ type monitor struct {
 	found     map[int]*plan.Func // functions added while running (found through indirect calls), by id
 	demotions []Demotion
 	err       error   // what stopped the loop
+	own       float64 // the target's own CPU time per second in the last window (ns/s)
 	readings  int     // counter readings taken
 	rounds    int     // readings that demoted something
 	peak      float64 // highest predicted overhead seen
@@ -106,6 +108,7 @@ func (m *monitor) step(now time.Time) error {
 	cpu := min(float64(c.samples-old.samples)*float64(m.period)/dt, float64(runtime.NumCPU())*1e9)
 	m.mu.Lock() // the model grows as functions are found
 	ds, predicted, after := m.model.decideRound(m.rates, cpu, c.samples-old.samples)
+	m.own = cpu / (1 + predicted)
 	m.readings++
 	if len(ds) > 0 {
 		m.rounds++
@@ -126,6 +129,9 @@ func (m *monitor) step(now time.Time) error {
 			_, err = m.s.probes.demoteParts(f, partSites)
 		} else {
 			_, err = m.s.probes.demote(f, d.stage)
+		}
+		if d.stage == StageSampled && !d.sites && m.bursts != nil {
+			m.bursts.demote(f.ID, monotonicNow())
 		}
 		dem := Demotion{Func: f.Node.Name(), ID: f.ID, Stage: d.stage, Sites: d.sites, At: now.Sub(m.s.start), Reason: d.reason, Detach: time.Since(t0),
 			Round: round, Before: predicted, After: after}
@@ -164,6 +170,43 @@ func (m *monitor) addFuncs(sub *plan.Plan, costs []callCost) {
 		m.found[int(f.ID)] = f
 	}
 	m.model.add(sub, costs)
+}
+
+// sampledFuncs returns the functions demoted to sampling.
+func (m *monitor) sampledFuncs() []*plan.Func {
+	m.mu.Lock()
+	var ids []int
+	for i, f := range m.model.funcs {
+		if f.stage == StageSampled && !f.pinned {
+			ids = append(ids, i)
+		}
+	}
+	m.mu.Unlock()
+	funcs := make([]*plan.Func, 0, len(ids))
+	for _, id := range ids {
+		if f := m.funcOf(id); f != nil && f.Untraced == "" {
+			funcs = append(funcs, f)
+		}
+	}
+	return funcs
+}
+
+// entryCost is what one hit of function id's entry probes costs, in ns.
+func (m *monitor) entryCost(id int) float64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if id < len(m.model.funcs) {
+		return m.model.funcs[id].cost.entry
+	}
+	return 0
+}
+
+// ownCPU is the target's own CPU time per second in the last window, in
+// ns/s.
+func (m *monitor) ownCPU() float64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.own
 }
 
 // Demotions returns the demotions so far.

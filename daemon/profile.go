@@ -71,6 +71,7 @@ func (s *Session) buildProfile(end uint64, st bpf.Stats) *cct.Profile {
 		p.SamplePeriod = s.sampler.Period
 		for _, t := range p.AllTrees() {
 			s.estimate(t)
+			s.markSampledCounts(t)
 		}
 	}
 	if c := s.cfg.Calibration; c != nil {
@@ -103,6 +104,26 @@ func (s *Session) estimate(t *cct.Tree) {
 		}
 	})
 	t.EstimateTimes(s.sampler.Period)
+}
+
+// markSampledCounts marks the counted contexts of functions hybrid mode
+// demoted to sampling that no burst saw: their calls after the demotion
+// are estimated as none when bursts ran since, and are missing (a lower
+// bound) when none did.
+func (s *Session) markSampledCounts(t *cct.Tree) {
+	if s.burster == nil {
+		return
+	}
+	t.Root.Walk(func(n *cct.Node) {
+		if n.Func == cct.NoFunc || n.CallsEstimated || n.Incomplete || n.Calls == 0 || s.stageOf(int(n.Func)) != StageSampled {
+			return
+		}
+		if s.monitor.bursts.bursted(uint32(n.Func)) {
+			n.CallsEstimated = true
+		} else {
+			n.Incomplete = true
+		}
+	})
 }
 
 // compensate takes the probes' own time out of p's trees, using the
@@ -188,6 +209,9 @@ func (s *Session) comments(st bpf.Stats) []string {
 	if s.cfg.Mode == ModeHybrid {
 		ds := s.Demotions()
 		c = append(c, fmt.Sprintf("overhead budget %.0f%%: %d demotions; %s", 100*s.cfg.Budget, len(ds), s.monitor.summary()))
+		if s.burster != nil {
+			c = append(c, s.burster.summary())
+		}
 		for _, d := range ds {
 			c = append(c, "demoted "+d.String())
 		}
@@ -219,6 +243,10 @@ func (s *Session) comments(st bpf.Stats) []string {
 	if ss.Reconciliations > 0 {
 		c = append(c, fmt.Sprintf("%d real stacks compared with the simulated ones: %d frames repaired, %s spent",
 			ss.Reconciliations, ss.Repairs, time.Duration(ss.ReconcileNs)))
+	}
+	if ss.BurstCalls+ss.BurstOutside > 0 {
+		c = append(c, fmt.Sprintf("bursts saw %d calls of demoted functions in their windows (%d more while their probes went in or out, not counted); real stacks put back %d frames entered before a burst",
+			ss.BurstCalls, ss.BurstOutside, ss.Resynced))
 	}
 	if st.StacksLost > 0 {
 		c = append(c, fmt.Sprintf("WARNING: %d stack captures dropped (ring buffer full)", st.StacksLost))

@@ -60,6 +60,9 @@ func (s *Simulator) HandleSample(ev *bpf.Event, st *bpf.Stack) {
 		node = node.Child(real[m].Func)
 	}
 	node.Samples++
+	if s.burst != nil {
+		s.burst.sample(node, ev.Time)
+	}
 }
 
 // confirmed returns the deepest simulated frame that the real frames do

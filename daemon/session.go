@@ -45,8 +45,12 @@ type Session struct {
 	disc    *discovery     // functions found through indirect calls; nil in sample mode
 	tracer  *ptrace.Tracer // holds the threads discovery pauses; nil without pauses
 	rec     *stackReconciler
-	monitor *monitor // hybrid mode's demotions
-	stages  []Stage  // by function id: in sample mode from the start, in hybrid mode once stopped
+	// burster runs hybrid mode's bursts of sampled instrumentation, whose
+	// calls burstCounts scales into estimates.
+	burster     *burster
+	burstCounts *burstCounts
+	monitor     *monitor // hybrid mode's demotions
+	stages      []Stage  // by function id: in sample mode from the start, in hybrid mode once stopped
 
 	start     time.Time
 	startMono uint64
@@ -217,8 +221,14 @@ func StartPrepared(pr *Prepared, cfg Config) (_ *Session, err error) {
 			// kernel single-steps.
 			model.siteBase, model.siteCost = bcfg.Funcs, probeCost(cfg.Calibration, x86.ClassStepped)
 		}
+		model.burstShare = burstShare
 		s.monitor = newMonitor(s, model, s.sampler.Period)
+		s.monitor.bursts = newBurstLog()
+		s.burstCounts = newBurstCounts(s.monitor.bursts)
+		s.sim.SetBurstCounts(s.burstCounts)
+		s.burster = newBurster(s, s.monitor, s.monitor.bursts)
 		go s.monitor.run()
+		go s.burster.run()
 	}
 	s.watching = true
 	go s.watchExit()
@@ -358,9 +368,13 @@ func (s *Session) stop() (*cct.Profile, error) {
 		pauseErr = errors.Join(pauseErr, s.tracer.Detach())
 	}
 	var monitorErr error
+	if s.burster != nil {
+		s.burster.Stop() // its probes go first: they need the monitor's view
+		monitorErr = s.burster.err
+	}
 	if s.monitor != nil {
 		s.monitor.Stop() // after it, its fields are ours
-		monitorErr = s.monitor.err
+		monitorErr = errors.Join(monitorErr, s.monitor.err)
 		s.stages = s.monitor.model.stages()
 	}
 	detachErr := s.probes.Close()
@@ -378,6 +392,9 @@ func (s *Session) stop() (*cct.Profile, error) {
 	s.events.Add(uint64(len(batched)))
 	stats, statsErr := s.prog.Stats()
 	s.sim.Finish(end)
+	if s.burstCounts != nil {
+		s.burstCounts.estimate()
+	}
 	p := s.buildProfile(end, stats)
 	return p, errors.Join(monitorErr, pauseErr, detachErr, drainErr, s.runErr, statsErr)
 }

@@ -79,6 +79,13 @@ type SimStats struct {
 	// simulated one, Repairs the frames the comparison found gone and
 	// popped, ReconcileNs the time the comparisons took.
 	Reconciliations, Repairs, ReconcileNs uint64
+	// Resynced counts the frames real stacks put back at the start of
+	// bursts of sampled instrumentation (entered while unprobed).
+	Resynced uint64
+	// BurstCalls counts the calls bursts saw in their windows, and
+	// BurstOutside those seen while their probes went in or out (they
+	// keep the stacks, and count nowhere).
+	BurstCalls, BurstOutside uint64
 	// Samples is the number of cpu-clock samples handled, ProbeSamples
 	// those that caught the thread in kprofd's probes (not counted as the
 	// target's time), UnplacedSamples those no frame of the simulated
@@ -159,6 +166,7 @@ type Simulator struct {
 	last    *thread
 	stats   SimStats
 	rec     Reconciler     // nil: stacks are not compared
+	burst   *burstCounts   // nil: no bursts of sampled instrumentation
 	samp    SampleUnwinder // nil: samples are not attributed
 	// dynTail holds tail calls learned while the session runs (functions
 	// found through indirect calls), set from another goroutine.
@@ -383,8 +391,50 @@ func (s *Simulator) entry(th *thread, ev *bpf.Event) {
 		}
 	}
 	node := parent.Child(lf)
-	node.Calls++
+	if ev.Flags&bpf.FlagBurst != 0 && s.burst != nil {
+		// A demoted function's call, seen by a burst: estimated.
+		if s.burst.count(node, t) {
+			s.stats.BurstCalls++
+		} else {
+			s.stats.BurstOutside++
+		}
+	} else {
+		node.Calls++
+	}
 	th.frames = append(fr, frame{slot: slot, start: t, node: node, phys: ev.Func, fn: lf})
+}
+
+// SetBurstCounts makes entries seen by bursts of sampled instrumentation
+// (bpf.FlagBurst) count into b instead of their contexts' exact calls.
+func (s *Simulator) SetBurstCounts(b *burstCounts) { s.burst = b }
+
+// pushEntered puts on the thread's simulated stack the frames of the real
+// stack (innermost first) that are deeper than its top and that no entry
+// event opened: functions demoted to sampling, entered before a burst
+// brought their probes back. The innermost real frame is the function
+// whose entry follows the capture, left to that event. The frames count
+// no call: their calls began before anything could see them.
+func (s *Simulator) pushEntered(th *thread, real []RealFrame, t uint64) {
+	if len(real) < 2 {
+		return
+	}
+	top := ^uint64(0)
+	if n := len(th.frames); n > 0 {
+		top = th.frames[n-1].slot
+	}
+	for i := len(real) - 1; i >= 1; i-- {
+		f := real[i]
+		if f.Func == cct.NoFunc || f.Slot >= top || f.Slot <= real[0].Slot {
+			continue
+		}
+		parent := th.tree.Root
+		if n := len(th.frames); n > 0 {
+			parent = th.frames[n-1].node
+		}
+		th.frames = append(th.frames, frame{slot: f.Slot, start: t, node: parent.Child(f.Func), phys: uint32(f.Func), fn: f.Func})
+		top = f.Slot
+		s.stats.Resynced++
+	}
 }
 
 // catch handles a landing pad or a setjmp return site: the function at the
@@ -490,6 +540,9 @@ func (s *Simulator) HandleStack(ev *bpf.Event, st *bpf.Stack) {
 				s.unwindTo(th, i, ev.Time)
 				break
 			}
+		}
+		if ev.Flags&bpf.FlagBurst != 0 {
+			s.pushEntered(th, frames, ev.Time)
 		}
 		s.stats.ReconcileNs += uint64(time.Since(start))
 	}

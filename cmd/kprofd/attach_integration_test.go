@@ -519,11 +519,13 @@ func TestAttachHybrid(t *testing.T) {
 		!regexp.MustCompile(`(?m)kprofd: \+\d+ms: demoted \d+ to sampling[^(]* in \d+ rounds? \(first: hybrid:hot_leaf\); predicted probe overhead \d+% -> \d+% of the target's CPU`).MatchString(stderr) {
 		t.Errorf("stderr does not report hybrid mode and hot_leaf's demotion in one line:\n%s", stderr)
 	}
-	if n := strings.Count(stderr, "demoted"); n != 1 {
-		t.Errorf("%d lines about demotions, want 1 (without -v):\n%s", n, stderr)
+	// One line per settled series of rounds (how many series there are
+	// depends on timing), none per demotion without -v.
+	if regexp.MustCompile(`(?m)^kprofd: demoted `).MatchString(stderr) {
+		t.Errorf("a line per demotion without -v:\n%s", stderr)
 	}
 	tree := k.stdout.String()
-	for _, re := range []string{`(?m)^ *\d+ +~\S+ +~\S+ +│  └─ hot_leaf$`, `(?m)^ *0 +~\S+ +~\S+ +├─ untraced$`, `(?m)^ *10 +\d\S* +\d\S* +├─ heavy_rare$`} {
+	for _, re := range []string{`(?m)^ *[≥~]?\d+ +~\S+ +~\S+ +│  └─ hot_leaf$`, `(?m)^ *0 +~\S+ +~\S+ +├─ untraced$`, `(?m)^ *10 +\d\S* +\d\S* +├─ heavy_rare$`} {
 		if !regexp.MustCompile(re).MatchString(tree) {
 			t.Errorf("the tree does not match %s:\n%s", re, tree)
 		}

@@ -68,6 +68,12 @@ type Node struct {
 	// function was traced only from some point of the session on (found
 	// later, through an indirect call). Calls is then a lower bound.
 	Incomplete bool
+	// CallsEstimated says Calls is in part an estimate: its function was
+	// demoted, and the calls after that were counted in bursts of
+	// sampled instrumentation and scaled (Arnold and Ryder). CallsError
+	// is then the estimate's relative standard error.
+	CallsEstimated bool
+	CallsError     float64
 
 	last int // index into Children of the last Child hit
 }
@@ -161,6 +167,15 @@ func (t *Tree) Merge(other *Tree) {
 }
 
 func mergeNode(dst, src *Node) {
+	if dst.CallsEstimated || src.CallsEstimated {
+		// Independent errors add in quadrature.
+		a, b := dst.CallsError*float64(dst.Calls), src.CallsError*float64(src.Calls)
+		if sum := float64(dst.Calls + src.Calls); sum > 0 {
+			dst.CallsError = math.Sqrt(a*a+b*b) / sum
+		}
+		dst.CallsEstimated = true
+	}
+	dst.Incomplete = dst.Incomplete || src.Incomplete
 	dst.Calls += src.Calls
 	dst.Wall += src.Wall
 	dst.Raw += src.Raw

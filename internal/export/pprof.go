@@ -131,6 +131,16 @@ func Pprof(p *cct.Profile) (*profile.Profile, error) {
 				values = append(values, int64(n.Samples))
 				label = timingLabels[n.Estimated]
 			}
+			if n.CallsEstimated {
+				// Its calls are an estimate: pprof -tagfocus shows the
+				// relative error.
+				label = maps.Clone(label)
+				if label == nil {
+					label = map[string][]string{}
+				}
+				label["timing"] = []string{"estimated"}
+				label["count_error"] = []string{CountError(n.CallsError)}
+			}
 			if n.Incomplete {
 				// Its calls are a lower bound: pprof -tagfocus calls=incomplete.
 				label = maps.Clone(label)
@@ -152,6 +162,12 @@ func Pprof(p *cct.Profile) (*profile.Profile, error) {
 		return nil, fmt.Errorf("building pprof profile: %w", err)
 	}
 	return out, nil
+}
+
+// CountError formats an estimated count's relative standard error, as
+// the count_error label carries it: "±2.5%".
+func CountError(rel float64) string {
+	return fmt.Sprintf("±%.1f%%", 100*rel)
 }
 
 // timingLabels label a sampled profile's samples by where their time

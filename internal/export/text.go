@@ -29,8 +29,9 @@ type TreeOptions struct {
 // wall time, largest first, then by name. A last line says how many nodes
 // the options hid.
 //
-// Times estimated from samples are marked with a leading ~, calls that
-// are a lower bound (Node.Incomplete) with ≥.
+// Times estimated from samples and estimated calls (Node.CallsEstimated)
+// are marked with a leading ~, calls that are a lower bound
+// (Node.Incomplete) with ≥.
 func WriteTree(w io.Writer, p *cct.Profile, opt TreeOptions) error {
 	t := treeOf(p)
 	_, total := t.Total()
@@ -60,7 +61,7 @@ func WriteTree(w io.Writer, p *cct.Profile, opt TreeOptions) error {
 				branch, indent = "", ""
 			}
 			rows = append(rows, []string{
-				atLeast(ch.Incomplete) + strconv.FormatUint(ch.Calls, 10),
+				atLeast(ch.Incomplete) + estimated(ch.CallsEstimated) + strconv.FormatUint(ch.Calls, 10),
 				estimated(ch.Estimated) + Duration(ch.Wall),
 				estimated(ch.Estimated) + Duration(ch.Self()),
 				prefix + branch + name(p, ch.Func),
@@ -102,6 +103,7 @@ func WriteTop(w io.Writer, p *cct.Profile, n int) error {
 		id               cct.FuncID
 		calls, self, cum uint64
 		estimated        bool // some of its time comes from samples
+		callsEstimated   bool // some of its calls are estimates
 	}
 	stats := make(map[cct.FuncID]*stat)
 	onPath := make(map[cct.FuncID]int)
@@ -115,6 +117,7 @@ func WriteTop(w io.Writer, p *cct.Profile, n int) error {
 		st.calls += n.Calls
 		st.self += n.Self()
 		st.estimated = st.estimated || n.Estimated
+		st.callsEstimated = st.callsEstimated || n.CallsEstimated
 		if onPath[n.Func] == 0 {
 			st.cum += n.Wall
 		}
@@ -142,7 +145,7 @@ func WriteTop(w io.Writer, p *cct.Profile, n int) error {
 	rows := [][]string{{"calls", "self", "self%", "cum", "cum%", "function"}}
 	for _, st := range list {
 		rows = append(rows, []string{
-			strconv.FormatUint(st.calls, 10),
+			estimated(st.callsEstimated) + strconv.FormatUint(st.calls, 10),
 			estimated(st.estimated) + Duration(st.self),
 			percent(st.self, total),
 			estimated(st.estimated) + Duration(st.cum),

@@ -1,0 +1,365 @@
+package daemon
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/cilium/ebpf/link"
+
+	"github.com/kprofd/kprofd/bpf"
+	"github.com/kprofd/kprofd/internal/cct"
+	"github.com/kprofd/kprofd/internal/plan"
+	"github.com/kprofd/kprofd/symbolizer"
+)
+
+// Sampled instrumentation (Arnold and Ryder): a function hybrid mode
+// demoted to sampling gets its entry probes back for short bursts, one per
+// burstPeriod, and what a burst sees is scaled by the cycle it stands for.
+// The bursts' probes carry bpf.CookieBurst: their entries keep the
+// simulated stacks (so that callees land in the right context) but are
+// counted here, not as exact calls; a thread's first one in a burst is
+// preceded by its real stack, which puts back the frames of demoted
+// functions entered before the burst.
+const (
+	burstPeriod = 100 * time.Millisecond
+	minBurst    = 2 * time.Millisecond
+	maxDuty     = 0.5
+	// burstShare is the part of the overhead budget the bursts may use;
+	// the cost model steers the steady probes to the rest.
+	burstShare = 0.2
+)
+
+// burstWindow is when a burst's probes were all in: from the end of the
+// attach to the start of the detach, in monotonic ns (events' clock).
+type burstWindow struct{ start, end uint64 }
+
+// burstLog is the bursts of a session and when each function was demoted
+// to sampling, shared by the burster, which writes it, and the event loop.
+type burstLog struct {
+	mu      sync.Mutex
+	windows []burstWindow     // in time order
+	demoted map[uint32]uint64 // function id -> when its probes went (monotonic ns)
+}
+
+func newBurstLog() *burstLog { return &burstLog{demoted: map[uint32]uint64{}} }
+
+// demote records that function id lost its probes at t.
+func (l *burstLog) demote(id uint32, t uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, ok := l.demoted[id]; !ok {
+		l.demoted[id] = t
+	}
+}
+
+// open records the start of a burst's window: the event loop counts
+// its calls as they come, before it ends.
+func (l *burstLog) open(start uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.windows = append(l.windows, burstWindow{start: start, end: math.MaxUint64})
+}
+
+// close records the end of the open window.
+func (l *burstLog) close(end uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.windows[len(l.windows)-1].end = end
+}
+
+// locate returns where t falls: in window k (in), or in the gap before
+// window k (k = len(windows): after the last).
+func (l *burstLog) locate(t uint64) (k int, in bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	k = sort.Search(len(l.windows), func(i int) bool { return l.windows[i].end >= t })
+	return k, k < len(l.windows) && l.windows[k].start <= t
+}
+
+// firstAfter returns the first burst since function id's demotion, and
+// the part of the gap before it that came after the demotion.
+func (l *burstLog) firstAfter(id uint32) (k int, part float64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	d := l.demoted[id]
+	k = sort.Search(len(l.windows), func(i int) bool { return l.windows[i].start > d })
+	from := uint64(0)
+	if k > 0 {
+		from = l.windows[k-1].end
+	}
+	if k == len(l.windows) || d <= from {
+		return k, 1
+	}
+	to := l.windows[k].start
+	return k, float64(to-d) / float64(to-from)
+}
+
+// demotedAt returns when function id was demoted to sampling.
+func (l *burstLog) demotedAt(id uint32) (uint64, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	d, ok := l.demoted[id]
+	return d, ok
+}
+
+// bursted reports whether a burst sampled function id since its
+// demotion.
+func (l *burstLog) bursted(id uint32) bool {
+	if _, ok := l.demotedAt(id); !ok {
+		return false
+	}
+	k, _ := l.firstAfter(id)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return k < len(l.windows)
+}
+
+// burstCounts accumulates, per calling context, the calls bursts saw and
+// the cpu-clock samples of the context's own work (self time, never in a
+// probe) since its function's demotion: in the bursts' windows, and in
+// all. The event loop owns it.
+//
+// A context's calls after the demotion are estimated as a ratio: the
+// calls seen in the windows times its samples since the demotion over its
+// samples in the windows (calls per unit of its own work, times its own
+// work). Own work, not wall time: a burst's probes slow the thread down,
+// by ten times or more for a function whose probes cost more than its
+// body, so a window of wall time holds little of its work; scaled by wall
+// time its calls would be underestimated as much. The relative error is
+// that of the two counts (Poisson): sqrt(1/seen + 1/samples in windows).
+type burstCounts struct {
+	log  *burstLog
+	accs map[*cct.Node]*burstAcc
+}
+
+type burstAcc struct {
+	seen uint64 // calls seen in windows
+	// in and after count the context's samples since the demotion, in
+	// the windows and in all.
+	in, after uint64
+}
+
+// minWindowSamples is the fewest samples of a context's own work in the
+// windows that make an estimate (an error of about 1/sqrt(20), 22%, and
+// what trap time leaks into the samples matters less); with fewer, the
+// calls seen are given as a lower bound. A function whose probes cost
+// much more than its body needs long sessions to get there: a window
+// holds little of its own work.
+const minWindowSamples = 20
+
+func newBurstCounts(l *burstLog) *burstCounts {
+	return &burstCounts{log: l, accs: map[*cct.Node]*burstAcc{}}
+}
+
+func (b *burstCounts) acc(n *cct.Node) *burstAcc {
+	a := b.accs[n]
+	if a == nil {
+		a = &burstAcc{}
+		b.accs[n] = a
+	}
+	return a
+}
+
+// count takes a call in context n that a burst probe saw at t; calls
+// outside every window (probes half in or half out) only keep the
+// stacks: it reports false for those.
+func (b *burstCounts) count(n *cct.Node, t uint64) bool {
+	if _, in := b.log.locate(t); !in {
+		return false
+	}
+	b.acc(n).seen++
+	return true
+}
+
+// sample takes a sample of context n's own work at t.
+func (b *burstCounts) sample(n *cct.Node, t uint64) {
+	d, ok := b.log.demotedAt(uint32(n.Func))
+	if !ok || t < d {
+		return
+	}
+	a := b.acc(n)
+	a.after++
+	if _, in := b.log.locate(t); in {
+		a.in++
+	}
+}
+
+// estimate adds to each context its estimated calls after its function's
+// demotion and marks it, or, with too few samples in the windows, adds
+// the calls seen and marks it a lower bound.
+func (b *burstCounts) estimate() {
+	for n, a := range b.accs {
+		switch {
+		case a.seen == 0 && a.in == 0:
+			// Bursts saw it neither called nor running: nothing to add.
+		case a.in < minWindowSamples:
+			n.Calls += a.seen
+			n.Incomplete = true
+		default:
+			n.Calls += uint64(math.Round(float64(a.seen) * float64(a.after) / float64(a.in)))
+			n.CallsEstimated = true
+			n.CallsError = math.Sqrt(1/float64(max(a.seen, 1)) + 1/float64(a.in))
+		}
+	}
+}
+
+// burster runs the bursts of sampled instrumentation of a hybrid session.
+type burster struct {
+	s   *Session
+	m   *monitor
+	log *burstLog
+
+	stop chan struct{}
+	done chan struct{}
+
+	mu     sync.Mutex
+	bursts int
+	total  time.Duration // the bursts' windows, summed
+	err    error
+}
+
+func newBurster(s *Session, m *monitor, l *burstLog) *burster {
+	return &burster{s: s, m: m, log: l, stop: make(chan struct{}), done: make(chan struct{})}
+}
+
+// run starts a burst once per period, at a random point of it (so that
+// the bursts do not lock onto a periodic phase of the target), while any
+// function is demoted to sampling.
+func (b *burster) run() {
+	defer close(b.done)
+	duty := 0.02
+	for gen := uint32(1); ; gen++ {
+		length := max(time.Duration(duty*float64(burstPeriod)), minBurst)
+		offset := time.Duration(rand.Int64N(int64(burstPeriod - length)))
+		select {
+		case <-b.stop:
+			return
+		case <-time.After(offset):
+		}
+		funcs := b.m.sampledFuncs()
+		var next float64
+		if len(funcs) > 0 {
+			var err error
+			if next, err = b.burst(gen, funcs, length); err != nil {
+				b.mu.Lock()
+				b.err = err
+				b.mu.Unlock()
+				return
+			}
+			duty = next
+		}
+		select {
+		case <-b.stop:
+			return
+		case <-time.After(burstPeriod - offset - length):
+		}
+	}
+}
+
+// burst attaches the entry probes of funcs for length, records the window
+// and returns the duty cycle the next burst may have: what keeps the
+// bursts' predicted cost within their share of the budget, at the call
+// rates this one measured.
+func (b *burster) burst(gen uint32, funcs []*plan.Func, length time.Duration) (float64, error) {
+	s := b.s
+	if err := s.prog.SetBurst(gen); err != nil {
+		return 0, err
+	}
+	before, err := s.prog.CallCounts(nil)
+	if err != nil {
+		return 0, err
+	}
+	var links []link.Link
+	for obj, probes := range burstProbes(funcs) {
+		ls, err := s.prog.Attach(obj.Path(), s.cfg.PID, probes)
+		if err != nil {
+			// A function the kernel took at first but not now (its
+			// object unmapped): this burst goes without it.
+			s.cfg.warnf("burst of sampled instrumentation: %s: %v", obj.Base(), err)
+			continue
+		}
+		links = append(links, ls...)
+	}
+	start := monotonicNow()
+	b.log.open(start)
+	select {
+	case <-b.stop:
+	case <-time.After(length):
+	}
+	end := monotonicNow()
+	b.log.close(end)
+	// Closing removes the breakpoints at once; the rest of the close
+	// (a grace period) need not hold the next burst up.
+	go closeAll(links)
+	after, err := s.prog.CallCounts(nil)
+	if err != nil {
+		return 0, err
+	}
+	b.mu.Lock()
+	b.bursts++
+	b.total += time.Duration(end - start)
+	b.mu.Unlock()
+	// The probe time per second the bursted functions would cost fully
+	// probed, and the share of the target's own CPU the bursts may take.
+	secs := float64(end-start) / 1e9
+	load := 0.0
+	for _, f := range funcs {
+		if int(f.ID) < len(after) && int(f.ID) < len(before) {
+			load += float64(after[f.ID]-before[f.ID]) / secs * b.m.entryCost(int(f.ID))
+		}
+	}
+	return burstDuty(load, s.cfg.Budget, b.m.ownCPU()), nil
+}
+
+// burstDuty returns the share of each period the next burst may take:
+// what keeps its probes' cost, load ns per second of burst at the rates
+// the last one measured, within burstShare of the budget, a fraction of
+// the target's own CPU time (own, ns/s). Bursts that saw nothing get the
+// shortest length.
+func burstDuty(load, budget, own float64) float64 {
+	if load <= 0 || own <= 0 {
+		return 0
+	}
+	return math.Min(maxDuty, burstShare*budget*own/load)
+}
+
+// Stop ends the bursts, the one running included, and waits.
+func (b *burster) Stop() {
+	close(b.stop)
+	<-b.done
+}
+
+// summary says what the bursts did.
+func (b *burster) summary() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.bursts == 0 {
+		return "no bursts of sampled instrumentation"
+	}
+	return fmt.Sprintf("%d bursts of sampled instrumentation (%s of entry probes of the functions demoted to sampling, one burst per %s); the calls they saw in a context scaled by its own work (its cpu-clock samples outside the probes) since the demotion over that in the bursts into estimated counts (~ in text views, pprof labels timing=estimated and count_error), or, with fewer than %d such samples in the bursts, given as a lower bound (≥, pprof label calls=incomplete)",
+		b.bursts, b.total.Round(time.Millisecond), burstPeriod, minWindowSamples)
+}
+
+// burstProbes returns the entry probes of funcs, by object, marked as a
+// burst's.
+func burstProbes(funcs []*plan.Func) map[*symbolizer.Mapped][]bpf.Probe {
+	byObj := map[*symbolizer.Mapped][]bpf.Probe{}
+	for _, f := range funcs {
+		for _, p := range f.EntryProbes() {
+			flags := bpf.CookieBurst
+			if p.FromRBP {
+				flags |= bpf.CookieSlotRBP
+			}
+			cookie, err := bpf.Cookie(f.ID, bpf.KindEntry, flags, p.SlotAdjust)
+			if err != nil {
+				panic(err) // the plan made the same cookie at attach
+			}
+			byObj[p.Obj] = append(byObj[p.Obj], bpf.Probe{Offset: p.Offset, Cookie: cookie})
+		}
+	}
+	return byObj
+}
