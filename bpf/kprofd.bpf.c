@@ -97,7 +97,8 @@ enum {
 	STAT_TARGET_SAMPLES = 5, // cpu-clock samples of the target's threads
 	STAT_ROOT_SAMPLES = 6,	 // of those, samples of threads inside the root
 	STAT_PROBE_SAMPLES = 7,	 // samples that hit kprofd's own probe program
-	STAT_MAX = 8,
+	STAT_BURST_SAMPLES = 8,	 // of those, samples in a burst probe's run
+	STAT_MAX = 9,
 };
 
 struct kprofd_event {
@@ -662,7 +663,7 @@ static __always_inline int handle(struct pt_regs *ctx)
 		return 0;
 	}
 	if (sampling)
-		th->busy = 1;
+		th->busy = (cookie & COOKIE_BURST) ? 2 : 1;
 	handle_thread(ctx, th, now, tid, cookie, kind, slot, delta, d);
 	if (sampling)
 		th->busy = 0;
@@ -892,6 +893,8 @@ int kprofd_sample(struct bpf_perf_event_data *ctx)
 	count(STAT_ROOT_SAMPLES, 1);
 	if (th->busy) {
 		count(STAT_PROBE_SAMPLES, 1);
+		if (th->busy == 2)
+			count(STAT_BURST_SAMPLES, 1);
 		return 0;
 	}
 	struct pt_regs regs;

@@ -87,6 +87,9 @@ type Stats struct {
 	// those that landed in kprofd's probe program (kprofd's time, not the
 	// target's).
 	TargetSamples, RootSamples, ProbeSamples uint64
+	// BurstSamples counts those of ProbeSamples taken in a burst probe
+	// (bpf.CookieBurst).
+	BurstSamples uint64
 }
 
 // Counter indexes in the stats map; they match STAT_* in kprofd.bpf.c.
@@ -99,6 +102,7 @@ const (
 	statTargetSamples
 	statRootSamples
 	statProbeSamples
+	statBurstSamples
 	statMax
 )
 
@@ -288,7 +292,7 @@ func (p *Program) Stats() (Stats, error) {
 	var s Stats
 	counters := [statMax]*uint64{statLost: &s.Lost, statNoStorage: &s.NoStorage, statStaleRoot: &s.StaleRoots,
 		statStacks: &s.Stacks, statStacksLost: &s.StacksLost, statTargetSamples: &s.TargetSamples,
-		statRootSamples: &s.RootSamples, statProbeSamples: &s.ProbeSamples}
+		statRootSamples: &s.RootSamples, statProbeSamples: &s.ProbeSamples, statBurstSamples: &s.BurstSamples}
 	for i, dst := range counters {
 		var perCPU []uint64
 		if err := p.objs.Stats.Lookup(uint32(i), &perCPU); err != nil {

@@ -131,9 +131,18 @@ func (l *burstLog) bursted(id uint32) bool {
 // body, so a window of wall time holds little of its work; scaled by wall
 // time its calls would be underestimated as much. The relative error is
 // that of the two counts (Poisson): sqrt(1/seen + 1/samples in windows).
+// Where a function's probes took more of its time in the windows than its
+// own work did, they slowed that work too (cold caches and predictors
+// after every trap): no estimate, the calls seen are a lower bound.
 type burstCounts struct {
 	log  *burstLog
 	accs map[*cct.Node]*burstAcc
+	// trapIn and ownIn count, per function, the samples in the windows
+	// in its probes' traps and in its own work: where the probes took
+	// most of the function's time, they slow its own work too (caches,
+	// branch predictors, the kernel's mitigations at every trap), and
+	// the calls are given as a lower bound.
+	trapIn, ownIn map[uint32]uint64
 }
 
 type burstAcc struct {
@@ -152,7 +161,7 @@ type burstAcc struct {
 const minWindowSamples = 20
 
 func newBurstCounts(l *burstLog) *burstCounts {
-	return &burstCounts{log: l, accs: map[*cct.Node]*burstAcc{}}
+	return &burstCounts{log: l, accs: map[*cct.Node]*burstAcc{}, trapIn: map[uint32]uint64{}, ownIn: map[uint32]uint64{}}
 }
 
 func (b *burstCounts) acc(n *cct.Node) *burstAcc {
@@ -175,6 +184,16 @@ func (b *burstCounts) count(n *cct.Node, t uint64) bool {
 	return true
 }
 
+// probeSample takes a sample in a window in the trap of function f's
+// probe.
+func (b *burstCounts) probeSample(f uint32) { b.trapIn[f]++ }
+
+// inWindow reports whether t is in a burst's window.
+func (b *burstCounts) inWindow(t uint64) bool {
+	_, in := b.log.locate(t)
+	return in
+}
+
 // sample takes a sample of context n's own work at t.
 func (b *burstCounts) sample(n *cct.Node, t uint64) {
 	d, ok := b.log.demotedAt(uint32(n.Func))
@@ -185,6 +204,7 @@ func (b *burstCounts) sample(n *cct.Node, t uint64) {
 	a.after++
 	if _, in := b.log.locate(t); in {
 		a.in++
+		b.ownIn[uint32(n.Func)]++
 	}
 }
 
@@ -196,7 +216,7 @@ func (b *burstCounts) estimate() {
 		switch {
 		case a.seen == 0 && a.in == 0:
 			// Bursts saw it neither called nor running: nothing to add.
-		case a.in < minWindowSamples:
+		case a.in < minWindowSamples || b.trapIn[uint32(n.Func)] > b.ownIn[uint32(n.Func)]:
 			n.Calls += a.seen
 			n.Incomplete = true
 		default:
@@ -273,6 +293,11 @@ func (b *burster) burst(gen uint32, funcs []*plan.Func, length time.Duration) (f
 	if err != nil {
 		return 0, err
 	}
+	st0, err := s.prog.Stats()
+	if err != nil {
+		return 0, err
+	}
+	trap0 := s.sim.burstTrapSamples.Load()
 	var links []link.Link
 	for obj, probes := range burstProbes(funcs) {
 		ls, err := s.prog.Attach(obj.Path(), s.cfg.PID, probes)
@@ -299,6 +324,13 @@ func (b *burster) burst(gen uint32, funcs []*plan.Func, length time.Duration) (f
 	if err != nil {
 		return 0, err
 	}
+	st1, err := s.prog.Stats()
+	if err != nil {
+		return 0, err
+	}
+	// What the burst cost as measured: its samples in the probe program
+	// and in the traps (those the event loop has placed by now).
+	measured := float64(st1.BurstSamples-st0.BurstSamples+s.sim.burstTrapSamples.Load()-trap0) * float64(s.sampler.Period)
 	b.mu.Lock()
 	b.bursts++
 	b.total += time.Duration(end - start)
@@ -312,6 +344,7 @@ func (b *burster) burst(gen uint32, funcs []*plan.Func, length time.Duration) (f
 			load += float64(after[f.ID]-before[f.ID]) / secs * b.m.entryCost(int(f.ID))
 		}
 	}
+	load = math.Max(load, measured/secs)
 	return burstDuty(load, s.cfg.Budget, b.m.ownCPU()), nil
 }
 
@@ -340,7 +373,7 @@ func (b *burster) summary() string {
 	if b.bursts == 0 {
 		return "no bursts of sampled instrumentation"
 	}
-	return fmt.Sprintf("%d bursts of sampled instrumentation (%s of entry probes of the functions demoted to sampling, one burst per %s); the calls they saw in a context scaled by its own work (its cpu-clock samples outside the probes) since the demotion over that in the bursts into estimated counts (~ in text views, pprof labels timing=estimated and count_error), or, with fewer than %d such samples in the bursts, given as a lower bound (≥, pprof label calls=incomplete)",
+	return fmt.Sprintf("%d bursts of sampled instrumentation (%s of entry probes of the functions demoted to sampling, one burst per %s); the calls they saw in a context scaled by its own work (its cpu-clock samples outside the probes) since the demotion over that in the bursts into estimated counts (~ in text views, pprof labels timing=estimated and count_error), or, with fewer than %d such samples in the bursts or more samples in its probes there than in its own work, given as a lower bound (≥, pprof label calls=incomplete)",
 		b.bursts, b.total.Round(time.Millisecond), burstPeriod, minWindowSamples)
 }
 

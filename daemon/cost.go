@@ -130,6 +130,7 @@ func (m *costModel) siteLoad(rates []float64, i int) float64 {
 }
 
 type modelFunc struct {
+	name    string // object:function, for the reasons
 	cost    callCost
 	stage   Stage
 	exits   bool  // it has exit probes to drop
@@ -145,7 +146,7 @@ func newCostModel(pl *plan.Plan, costs []callCost, budget float64) *costModel {
 		byNode[f.Node] = i
 	}
 	for i, f := range pl.Funcs {
-		mf := modelFunc{cost: costs[i], exits: len(f.Exits) > 0, pinned: f.Root}
+		mf := modelFunc{name: f.Node.Name(), cost: costs[i], exits: len(f.Exits) > 0, pinned: f.Root}
 		for _, c := range slices.Concat(f.Node.Calls, f.Node.TailCalls) {
 			if j, ok := byNode[c]; ok && j != i {
 				mf.callees = append(mf.callees, j)
@@ -170,7 +171,7 @@ func (m *costModel) add(sub *plan.Plan, costs []callCost) {
 		m.funcs = append(m.funcs, modelFunc{pinned: true})
 	}
 	for i, f := range sub.Funcs {
-		mf := modelFunc{cost: costs[i], exits: len(f.Exits) > 0}
+		mf := modelFunc{name: f.Node.Name(), cost: costs[i], exits: len(f.Exits) > 0}
 		for _, c := range slices.Concat(f.Node.Calls, f.Node.TailCalls) {
 			if j, ok := byNode[c]; ok && j != int(f.ID) {
 				mf.callees = append(mf.callees, j)
@@ -182,22 +183,70 @@ func (m *costModel) add(sub *plan.Plan, costs []callCost) {
 
 // next returns the stage a function would be demoted to now, and the
 // furthest stage it could reach now; ok is false when it can go no
-// further. Exits go first; all probes only once every callee has lost its
-// own (leaves first: a callee's entries without its caller's would land in
-// the wrong context).
+// further. Exits go first. A demotion to sampling takes the function's
+// subtree along (see subtree).
 func (m *costModel) next(i int) (next, reach Stage, ok bool) {
 	f := &m.funcs[i]
 	if f.pinned || f.stage == StageSampled {
 		return 0, 0, false
 	}
-	leaf := m.leaf(i)
 	if f.stage == StageFull && f.exits {
-		if leaf {
-			return StageEntry, StageSampled, true
-		}
-		return StageEntry, StageEntry, true
+		return StageEntry, StageSampled, true
 	}
-	return StageSampled, StageSampled, leaf
+	return StageSampled, StageSampled, true
+}
+
+func (m *costModel) name(i int) string { return m.funcs[i].name }
+
+// subtree returns function i and every function below it that still has
+// probes, callees before callers: a function demoted to sampling takes
+// them along, since a callee's entries without its caller's would land in
+// the wrong context. Roots keep theirs (they are never below anything
+// the tree shows).
+func (m *costModel) subtree(i int) []int {
+	seen := map[int]bool{i: true}
+	var order []int
+	var walk func(j int)
+	walk = func(j int) {
+		for _, c := range m.funcs[j].callees {
+			if seen[c] || m.funcs[c].pinned || m.funcs[c].stage == StageSampled {
+				continue
+			}
+			seen[c] = true
+			walk(c)
+		}
+		order = append(order, j)
+	}
+	walk(i)
+	return order
+}
+
+// loaded returns how many functions with probes that fire function i's
+// demotion to st takes down (at least 1).
+func (m *costModel) loaded(rates []float64, i int, st Stage) int {
+	if st != StageSampled {
+		return 1
+	}
+	n := 0
+	for _, j := range m.subtree(i) {
+		if j == i || m.load(rates, j, m.funcs[j].stage) > 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// gain returns the probe time per second function i's demotion to st
+// saves: to sampling, that of its whole subtree.
+func (m *costModel) gain(rates []float64, i int, st Stage) float64 {
+	if st != StageSampled {
+		return m.load(rates, i, m.funcs[i].stage) - m.load(rates, i, st)
+	}
+	g := 0.0
+	for _, j := range m.subtree(i) {
+		g += m.load(rates, j, m.funcs[j].stage)
+	}
+	return g
 }
 
 // stages returns every function's stage.
@@ -207,16 +256,6 @@ func (m *costModel) stages() []Stage {
 		st[i] = f.stage
 	}
 	return st
-}
-
-// leaf reports whether every callee of function i has lost all its probes.
-func (m *costModel) leaf(i int) bool {
-	for _, c := range m.funcs[i].callees {
-		if m.funcs[c].stage != StageSampled {
-			return false
-		}
-	}
-	return true
 }
 
 // demotion is a decision of the cost model.
@@ -233,17 +272,42 @@ type demotion struct {
 // demotions that bring the predicted overhead within budget, applying
 // them to the model, and the overhead it predicted before them.
 func (m *costModel) decide(rates []float64, cpu float64, samples uint64) ([]demotion, float64) {
-	ds, before, _ := m.decideRound(rates, cpu, samples)
+	ds, before, _ := m.decideRound(rates, cpu, samples, measurement{})
 	return ds, before
 }
 
-// decideRound is decide, also returning the overhead predicted after the
-// demotions.
-func (m *costModel) decideRound(rates []float64, cpu float64, samples uint64) ([]demotion, float64, float64) {
+// measurement is the probes' cost as measured: the target's samples that
+// landed in a probe (its trap or the probe program), as probe time per
+// second, and how many there were.
+type measurement struct {
+	probe   float64 // ns/s
+	samples uint64
+}
+
+// minProbeSamples is the fewest probe samples in a window that make a
+// measurement of the probes' cost worth steering by.
+const minProbeSamples = 8
+
+// decideRound is decide, with the probes' measured cost, also returning
+// the overhead predicted after the demotions. The prediction (calibrated
+// cost per call times the call rates) ranks the functions; a measurement,
+// when there is one, scales it (the calibration is of an idle machine and
+// misses costs such as cache misses) and gives the target's own work
+// directly: CPU time less the probes'. When the target's own work is not
+// measured (the probes took nearly all of it), a round removes half the
+// probes' load, so that the budget holds within a few windows whatever
+// the gap between prediction and truth.
+func (m *costModel) decideRound(rates []float64, cpu float64, samples uint64, meas measurement) ([]demotion, float64, float64) {
 	probe := 0.0
 	for i := range m.funcs {
 		probe += m.load(rates, i, m.funcs[i].stage)
 	}
+	// scale turns predicted probe time into measured.
+	scale := 1.0
+	if meas.samples >= minProbeSamples && probe > 0 {
+		scale = math.Min(math.Max(meas.probe/probe, 0.25), 4)
+	}
+	probe *= scale
 	// The target's own work is its CPU time less the probes'; samples
 	// and calibration both err, so never let it vanish.
 	cpu = math.Max(cpu, probe)
@@ -266,8 +330,12 @@ func (m *costModel) decideRound(rates []float64, cpu float64, samples uint64) ([
 	// let the next window measure again.
 	guessed := own > cpu-probe || samples == 0 || own < 2*cpu/math.Sqrt(float64(samples))
 	before := probe / own
+	target := budget * own
+	if guessed {
+		target = math.Max(target, probe/2)
+	}
 	var out []demotion
-	for probe/own > budget && !(guessed && len(out) > 0) {
+	for probe > target || len(out) == 0 && probe/own > budget {
 		// Rank by what a function's demotion can save in all (calibration
 		// noise can make one step, its exits, look free), and take one
 		// step: its exits first.
@@ -284,7 +352,7 @@ func (m *costModel) decideRound(rates []float64, cpu float64, samples uint64) ([
 			st, reach, ok := m.next(i)
 			gain := 0.0
 			if ok {
-				gain = m.load(rates, i, f.stage) - m.load(rates, i, reach)
+				gain = m.gain(rates, i, reach)
 			}
 			if sl := m.siteLoad(rates, i); !f.noSites && f.stage != StageSampled && sl > 0 && sl >= 0.9*gain {
 				if sl > bestGain {
@@ -296,10 +364,13 @@ func (m *costModel) decideRound(rates []float64, cpu float64, samples uint64) ([
 				continue
 			}
 			if guessed {
-				st = reach // one step: the largest
+				st = reach // whole steps: the next window measures again
 			}
-			if gain > bestGain || (gain == bestGain && best >= 0 && !bestSites && len(f.callees) < len(m.funcs[best].callees)) {
-				best, bestStage, bestGain, bestSites = i, st, gain, false
+			// Per function it takes down: a caller of a hot leaf saves
+			// about what the leaf alone does, and must not go first.
+			score := gain / float64(m.loaded(rates, i, reach))
+			if score > bestGain || (score == bestGain && best >= 0 && !bestSites && len(f.callees) < len(m.funcs[best].callees)) {
+				best, bestStage, bestGain, bestSites = i, st, score, false
 			}
 		}
 		if best < 0 {
@@ -311,16 +382,28 @@ func (m *costModel) decideRound(rates []float64, cpu float64, samples uint64) ([
 			reason += fmt.Sprintf(" + %s indirect calls/s × %s of site probe", rate(rates[j]), time.Duration(m.siteCost).Round(time.Nanosecond))
 		}
 		reason += fmt.Sprintf(" = %.0f%% of the target's own CPU time (all probes %.0f%%, budget %.0f%%)",
-			100*m.load(rates, best, f.stage)/own, 100*before, 100*budget)
+			100*scale*m.load(rates, best, f.stage)/own, 100*before, 100*budget)
 		if bestSites {
-			probe -= m.siteLoad(rates, best)
+			probe -= scale * m.siteLoad(rates, best)
 			f.noSites = true
 			out = append(out, demotion{id: best, stage: f.stage, sites: true, reason: reason})
 			continue
 		}
-		probe -= m.load(rates, best, f.stage) - m.load(rates, best, bestStage)
-		f.stage = bestStage
-		out = append(out, demotion{id: best, stage: bestStage, reason: reason})
+		if bestStage != StageSampled {
+			probe -= scale * m.gain(rates, best, bestStage)
+			f.stage = bestStage
+			out = append(out, demotion{id: best, stage: bestStage, reason: reason})
+			continue
+		}
+		for _, j := range m.subtree(best) {
+			probe -= scale * m.load(rates, j, m.funcs[j].stage)
+			m.funcs[j].stage = StageSampled
+			why := reason
+			if j != best {
+				why = fmt.Sprintf("below %s, demoted to sampling", m.name(best))
+			}
+			out = append(out, demotion{id: j, stage: StageSampled, reason: why})
+		}
 	}
 	// One demotion per function, to the last stage it reached, with the
 	// first reason (what its full probes cost).

@@ -67,13 +67,26 @@ func TestCostModel(t *testing.T) {
 		t.Errorf("walk already demoted, then %s", decisions(ds))
 	}
 
-	// lib_compute is hot but its callee lib_helper is still probed: it
-	// may only lose its exits. Once lib_helper is demoted too, its entry
-	// can go.
+	// lib_compute is hot, its callee lib_helper never called: losing all
+	// its probes, lib_compute takes lib_helper's along (a callee's
+	// entries without its caller's would land in the wrong context),
+	// callee first. The probes would take more than the CPU: the target's
+	// own time is not measured, and the step is whole.
 	m = newCostModel(pl, costs, 0.10)
-	if got, want := decisions(first(m.decide(rates(map[string]float64{"lib_compute": 2e6}), cpu, many))), "lib_compute:exi"; got != want {
+	if got, want := decisions(first(m.decide(rates(map[string]float64{"lib_compute": 2e6}), cpu, many))), "lib_helper:all lib_compute:all"; got != want {
 		t.Errorf("hot caller of a probed callee: %s, want %s", got, want)
 	}
+	// With the target's own time measured and lib_compute's exits only
+	// costly enough to pass the budget, the exits go first.
+	m = newCostModel(pl, costs, 0.10)
+	// Own time 12 times its entries' cost: they alone fit the budget.
+	c := costs[byName["lib_compute"].ID]
+	own := 12 * 2e6 * c.entry
+	if got, want := decisions(first(m.decide(rates(map[string]float64{"lib_compute": 2e6}), 2e6*c.full+own, many))), "lib_compute:exi"; got != want {
+		t.Errorf("a caller whose exits are enough: %s, want %s", got, want)
+	}
+	m = newCostModel(pl, costs, 0.10)
+	m.funcs[byName["lib_compute"].ID].stage = StageEntry
 	both := rates(map[string]float64{"lib_compute": 2e6, "lib_helper": 4e6})
 	// The target's own time measured, as much as lib_compute's entries
 	// cost: with lib_helper gone, lib_compute's still cost 100% of it.

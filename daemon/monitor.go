@@ -46,6 +46,8 @@ type counts struct {
 	at      time.Time
 	calls   []uint64
 	samples uint64
+	// probeSamples are those of samples that landed in a probe.
+	probeSamples uint64
 }
 
 func newMonitor(s *Session, model *costModel, period time.Duration) *monitor {
@@ -90,6 +92,9 @@ func (m *monitor) step(now time.Time) error {
 		return err
 	}
 	c.samples = st.TargetSamples
+	// Samples in a probe: in the probe program (counted in the kernel)
+	// or in its trap (found by the event loop from the user pc).
+	c.probeSamples = st.ProbeSamples - st.BurstSamples + m.s.sim.trapSamples.Load()
 	m.history = append(m.history, c)
 	for len(m.history) > 2 && now.Sub(m.history[1].at) >= rateWindow {
 		m.history = m.history[1:]
@@ -107,7 +112,9 @@ func (m *monitor) step(now time.Time) error {
 	// say otherwise would hide any overhead.
 	cpu := min(float64(c.samples-old.samples)*float64(m.period)/dt, float64(runtime.NumCPU())*1e9)
 	m.mu.Lock() // the model grows as functions are found
-	ds, predicted, after := m.model.decideRound(m.rates, cpu, c.samples-old.samples)
+	meas := measurement{samples: c.probeSamples - old.probeSamples}
+	meas.probe = float64(meas.samples) * float64(m.period) / dt
+	ds, predicted, after := m.model.decideRound(m.rates, cpu, c.samples-old.samples, meas)
 	m.own = cpu / (1 + predicted)
 	m.readings++
 	if len(ds) > 0 {
@@ -121,31 +128,81 @@ func (m *monitor) step(now time.Time) error {
 		// is left: the next decisions measure from here.
 		m.history = m.history[len(m.history)-1:]
 	}
-	for _, d := range ds {
-		f := m.funcOf(d.id)
-		t0 := time.Now()
-		var err error
-		if d.sites {
-			_, err = m.s.probes.demoteParts(f, partSites)
-		} else {
-			_, err = m.s.probes.demote(f, d.stage)
+	// A round's detaches run side by side (each waits for a grace
+	// period of tens of ms), in batches that keep the order that matters:
+	// lost exits and sites first, then full demotions, leaves before
+	// their callers.
+	for _, batch := range m.batches(ds) {
+		dems := make([]Demotion, len(batch))
+		errs := make([]error, len(batch))
+		var wg sync.WaitGroup
+		for i, d := range batch {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				f := m.funcOf(d.id)
+				t0 := time.Now()
+				if d.sites {
+					_, errs[i] = m.s.probes.demoteParts(f, partSites)
+				} else {
+					_, errs[i] = m.s.probes.demote(f, d.stage)
+				}
+				if d.stage == StageSampled && !d.sites && m.bursts != nil {
+					m.bursts.demote(f.ID, monotonicNow())
+				}
+				dems[i] = Demotion{Func: f.Node.Name(), ID: f.ID, Stage: d.stage, Sites: d.sites, At: now.Sub(m.s.start), Reason: d.reason, Detach: time.Since(t0),
+					Round: round, Before: predicted, After: after}
+			}()
 		}
-		if d.stage == StageSampled && !d.sites && m.bursts != nil {
-			m.bursts.demote(f.ID, monotonicNow())
-		}
-		dem := Demotion{Func: f.Node.Name(), ID: f.ID, Stage: d.stage, Sites: d.sites, At: now.Sub(m.s.start), Reason: d.reason, Detach: time.Since(t0),
-			Round: round, Before: predicted, After: after}
+		wg.Wait()
 		m.mu.Lock()
-		m.demotions = append(m.demotions, dem)
+		m.demotions = append(m.demotions, dems...)
 		m.mu.Unlock()
-		if err != nil {
-			return fmt.Errorf("detaching the probes of %s: %w", dem.Func, err)
-		}
-		if m.s.cfg.Demoted != nil {
-			m.s.cfg.Demoted(dem)
+		for i, dem := range dems {
+			if errs[i] != nil {
+				return fmt.Errorf("detaching the probes of %s: %w", dem.Func, errs[i])
+			}
+			if m.s.cfg.Demoted != nil {
+				m.s.cfg.Demoted(dem)
+			}
 		}
 	}
 	return nil
+}
+
+// batches splits a round's demotions into groups whose probes can go
+// at once: first those that keep the function's entries (its exits or its
+// indirect calls' probes go), then the full demotions by level, a
+// function after the callees demoted with it (so that no callee's entry
+// is left without its caller's for long).
+func (m *monitor) batches(ds []demotion) [][]demotion {
+	var keep []demotion
+	level := map[int]int{}
+	var levels [][]demotion
+	m.mu.Lock()
+	for _, d := range ds {
+		if d.sites || d.stage != StageSampled {
+			keep = append(keep, d)
+			continue
+		}
+		l := 0
+		for _, c := range m.model.funcs[d.id].callees {
+			if lc, ok := level[c]; ok {
+				l = max(l, lc+1)
+			}
+		}
+		level[d.id] = l
+		for len(levels) <= l {
+			levels = append(levels, nil)
+		}
+		levels[l] = append(levels[l], d)
+	}
+	m.mu.Unlock()
+	var out [][]demotion
+	if len(keep) > 0 {
+		out = append(out, keep)
+	}
+	return append(out, levels...)
 }
 
 // funcOf returns the planned or found function with id.

@@ -366,12 +366,13 @@ func (s *probeSet) demote(f *plan.Func, stage Stage) (int, error) {
 	return s.demoteParts(f, partEntry, partExits, partCatches, partSites)
 }
 
-// demoteParts detaches the given parts of a function's probes.
+// demoteParts detaches the given parts of a function's probes. Several
+// may run at once: the links are closed outside the lock.
 func (s *probeSet) demoteParts(f *plan.Func, parts ...int) (int, error) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	fl := s.byFunc[f]
 	if fl == nil {
+		s.mu.Unlock()
 		return 0, nil
 	}
 	// Closing a link removes its breakpoints at once, then waits for
@@ -392,6 +393,7 @@ func (s *probeSet) demoteParts(f *plan.Func, parts ...int) (int, error) {
 		s.probes -= fl.probes[part]
 		fl.links[part], fl.probes[part] = nil, 0
 	}
+	s.mu.Unlock()
 	return n, closeAll(closing)
 }
 

@@ -47,6 +47,17 @@ func (s *Simulator) HandleSample(ev *bpf.Event, st *bpf.Stack) {
 	real, covered, inProbe := s.samp.SampleFrames(st)
 	if inProbe {
 		s.stats.ProbeSamples++
+		if s.burst == nil || !s.burst.inWindow(ev.Time) {
+			s.trapSamples.Add(1) // the steady probes' cost
+			return
+		}
+		// A burst's cost, and whose probe it is.
+		s.burstTrapSamples.Add(1)
+		if pu, ok := s.samp.(interface{ ProbeFunc(uint64) (uint32, bool) }); ok {
+			if f, ok := pu.ProbeFunc(st.PC); ok {
+				s.burst.probeSample(f)
+			}
+		}
 		return
 	}
 	th := s.thread(ev.Tid)
@@ -100,8 +111,8 @@ func (s *Simulator) confirmed(th *thread, real []RealFrame, covered, sp uint64) 
 type sampleUnwinder struct {
 	*stackReconciler
 	pid     int
-	outside *outsidePlan    // ids of functions outside the plan
-	probes  map[uint64]bool // run-time addresses of every probed instruction
+	outside *outsidePlan      // ids of functions outside the plan
+	probes  map[uint64]uint32 // run-time addresses of every probed instruction: the function id
 	// uprobes is the kernel's [uprobes] mapping (out-of-line steps and
 	// the uretprobe trampoline), once found.
 	uprobes       [2]uint64
@@ -109,33 +120,48 @@ type sampleUnwinder struct {
 }
 
 func newSampleUnwinder(pr *Prepared, r *stackReconciler, outside *outsidePlan) *sampleUnwinder {
-	u := &sampleUnwinder{stackReconciler: r, pid: pr.Proc.Pid, outside: outside, probes: map[uint64]bool{}}
+	u := &sampleUnwinder{stackReconciler: r, pid: pr.Proc.Pid, outside: outside, probes: map[uint64]uint32{}}
 	for _, f := range pr.Plan.Funcs {
 		bias := f.Node.Obj.Bias
 		for _, p := range f.EntryProbes() {
-			u.probes[p.Addr+p.Obj.Bias] = true
+			u.probes[p.Addr+p.Obj.Bias] = f.ID
 		}
 		for _, p := range f.Exits {
-			u.probes[p.Addr+bias] = true
+			u.probes[p.Addr+bias] = f.ID
 		}
 		for _, p := range f.Catches {
-			u.probes[p.Addr+bias] = true
+			u.probes[p.Addr+bias] = f.ID
 		}
 	}
 	for _, p := range pr.Plan.Syncs {
-		u.probes[p.Addr+p.Obj.Bias] = true
+		u.probes[p.Addr+p.Obj.Bias] = noProbeFunc
 	}
 	return u
 }
 
 func (u *sampleUnwinder) SampleFrames(st *bpf.Stack) ([]RealFrame, uint64, bool) {
-	// A trap leaves the user pc just past the breakpoint.
-	if u.probes[st.PC] || u.probes[st.PC-1] || u.inUprobes(st.PC) {
+	if _, ok := u.probeFunc(st.PC); ok || u.inUprobes(st.PC) {
 		return nil, st.SP + st.Delta, true
 	}
 	real, covered := u.realFrames(st, u.funcID)
 	return real, covered, false
 }
+
+// noProbeFunc is the function of probes that belong to none (syncs).
+const noProbeFunc = ^uint32(0)
+
+// probeFunc returns the function whose probe a sample with user pc pc is
+// in the trap of: a trap leaves the pc at the breakpoint or just past it.
+func (u *sampleUnwinder) probeFunc(pc uint64) (uint32, bool) {
+	if f, ok := u.probes[pc]; ok {
+		return f, true
+	}
+	f, ok := u.probes[pc-1]
+	return f, ok
+}
+
+// ProbeFunc is probeFunc for the simulator.
+func (u *sampleUnwinder) ProbeFunc(pc uint64) (uint32, bool) { return u.probeFunc(pc) }
 
 // funcID returns the logical id of a planned function, or an id of its
 // own for any other.

@@ -4,6 +4,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/kprofd/kprofd/bpf"
@@ -165,9 +166,15 @@ type Simulator struct {
 	lastTid uint32
 	last    *thread
 	stats   SimStats
-	rec     Reconciler     // nil: stacks are not compared
-	burst   *burstCounts   // nil: no bursts of sampled instrumentation
-	samp    SampleUnwinder // nil: samples are not attributed
+	rec     Reconciler   // nil: stacks are not compared
+	burst   *burstCounts // nil: no bursts of sampled instrumentation
+	// trapSamples counts the samples found in a probe's trap (the user
+	// pc at a probe): hybrid mode's monitor reads it while events run.
+	trapSamples atomic.Uint64
+	// burstTrapSamples counts those taken in a burst's window: the
+	// bursts' own cost, which the burster reads.
+	burstTrapSamples atomic.Uint64
+	samp             SampleUnwinder // nil: samples are not attributed
 	// dynTail holds tail calls learned while the session runs (functions
 	// found through indirect calls), set from another goroutine.
 	dynMu   sync.Mutex
