@@ -197,7 +197,7 @@ struct kprofd_site {
 	__u8 base;
 	__u8 index;
 	__u8 scale;
-	__u32 caller; // the function holding it: its hits count at calls[site_count_base + caller]
+	__u32 caller; // the function holding it: its hits count at calls[2 * caller + 1]
 	// The function holding it, at run time: a target inside is a jump
 	// table's, nothing to discover.
 	__u64 lo, hi;
@@ -271,9 +271,11 @@ struct {
 	__type(value, __u64);
 } stats SEC(".maps");
 
-// Entry probe hits per function id, from every thread of the target: what
-// the daemon's cost model multiplies by each function's probe cost. The
-// loader sizes it to the plan.
+// Entry probe hits per function id at 2 * id, and hits of the site probes
+// in the function at 2 * id + 1, from every thread of the target: what the
+// daemon's cost model multiplies by each probe's cost. Interleaved, the
+// counters of the ids in use are a prefix the daemon reads in one batch.
+// The loader sizes it to the plan.
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 1);
@@ -292,9 +294,8 @@ volatile const __u64 batch_age_ns = 10 * 1000 * 1000;
 // one (0: only at catch sites).
 volatile const __u64 check_interval_ns = 0;
 // Count entry probe hits per function (hybrid mode's cost model), and
-// site probe hits per calling function from site_count_base on.
+// site probe hits per calling function.
 volatile const __u8 count_calls = 0;
-volatile const __u32 site_count_base = 0;
 // The sampling program runs: mark the threads the probe program runs on.
 volatile const __u8 sampling = 0;
 // A Go target: contexts and events are per goroutine. The running
@@ -622,7 +623,7 @@ static __always_inline int handle(struct pt_regs *ctx)
 	__u64 slot = ((cookie & COOKIE_SLOT_RBP) ? fp : sp) + (__s64)(__s16)(cookie >> 48);
 
 	if (count_calls && kind == KIND_ENTRY) {
-		__u32 fn = (__u32)cookie;
+		__u32 fn = 2 * (__u32)cookie;
 		__u64 *c = bpf_map_lookup_elem(&calls, &fn);
 		if (c)
 			*c += 1;
@@ -635,7 +636,7 @@ static __always_inline int handle(struct pt_regs *ctx)
 	}
 	if (count_calls && d) {
 		// Every hit costs its trap, inside the root or not.
-		__u32 k = site_count_base + d->caller;
+		__u32 k = 2 * d->caller + 1;
 		__u64 *c = bpf_map_lookup_elem(&calls, &k);
 		if (c)
 			*c += 1;

@@ -104,7 +104,6 @@ const (
 	kprofdVarGoStackHiOff    = "go_stack_hi_off"
 	kprofdVarPauseSignal     = "pause_signal"
 	kprofdVarSampling        = "sampling"
-	kprofdVarSiteCountBase   = "site_count_base"
 	kprofdVarTargetTgid      = "target_tgid"
 	kprofdVarUnusedEvent     = "unused_event"
 	kprofdVarUnusedPause     = "unused_pause"
@@ -195,7 +194,6 @@ type kprofdVariableSpecs struct {
 	GoStackHiOff    *ebpf.VariableSpec `ebpf:"go_stack_hi_off"`
 	PauseSignal     *ebpf.VariableSpec `ebpf:"pause_signal"`
 	Sampling        *ebpf.VariableSpec `ebpf:"sampling"`
-	SiteCountBase   *ebpf.VariableSpec `ebpf:"site_count_base"`
 	TargetTgid      *ebpf.VariableSpec `ebpf:"target_tgid"`
 	UnusedEvent     *ebpf.VariableSpec `ebpf:"unused_event"`
 	UnusedPause     *ebpf.VariableSpec `ebpf:"unused_pause"`
@@ -264,7 +262,6 @@ type kprofdVariables struct {
 	GoStackHiOff    *ebpf.Variable `ebpf:"go_stack_hi_off"`
 	PauseSignal     *ebpf.Variable `ebpf:"pause_signal"`
 	Sampling        *ebpf.Variable `ebpf:"sampling"`
-	SiteCountBase   *ebpf.Variable `ebpf:"site_count_base"`
 	TargetTgid      *ebpf.Variable `ebpf:"target_tgid"`
 	UnusedEvent     *ebpf.Variable `ebpf:"unused_event"`
 	UnusedPause     *ebpf.Variable `ebpf:"unused_pause"`

@@ -34,10 +34,9 @@ type Config struct {
 	// stack this often, to check the simulated one; 0 captures only at
 	// catch sites.
 	CheckInterval time.Duration
-	// Funcs is the number of function ids the plan uses: with it, the
-	// program counts every function's entry probe hits, and the hits of
-	// the site probes in each function after them (CallCounts); 0 counts
-	// none.
+	// Funcs is the number of function ids the session may use: with it,
+	// the program counts every function's entry probe hits and the hits
+	// of the site probes in each function (CallCounts); 0 counts none.
 	Funcs int
 	// Sampling prepares the program for StartSampling: the probe program
 	// marks the threads it runs on, so that a sample there counts as
@@ -144,9 +143,6 @@ func Load(cfg Config) (*Program, error) {
 	spec.Maps[kprofdMapEvents].MaxEntries = uint32(cfg.RingBytes)
 	// Entry hits by function id, then site hits by calling function id.
 	spec.Maps[kprofdMapCalls].MaxEntries = uint32(max(2*cfg.Funcs, 1))
-	if err := spec.Variables[kprofdVarSiteCountBase].Set(uint32(cfg.Funcs)); err != nil {
-		return nil, fmt.Errorf("setting site_count_base: %w", err)
-	}
 	spec.Maps[kprofdMapSites].MaxEntries = uint32(max(cfg.Sites, 1))
 	if err := spec.Variables[kprofdVarCountCalls].Set(cfg.Funcs > 0); err != nil {
 		return nil, fmt.Errorf("setting count_calls: %w", err)
@@ -305,11 +301,13 @@ func (p *Program) Stats() (Stats, error) {
 	return s, nil
 }
 
-// CallCounts returns the entry probe hits of every function id so far,
-// summed over CPUs, reusing dst. It reads the counters in one batch.
-func (p *Program) CallCounts(dst []uint64) ([]uint64, error) {
+// CallCounts returns the probe hits of function ids below n so far,
+// summed over CPUs, reusing dst: the entry hits of id i at dst[2*i], the
+// hits of the site probes in it at dst[2*i+1]. It reads the counters in
+// one batch.
+func (p *Program) CallCounts(dst []uint64, n int) ([]uint64, error) {
 	m := p.objs.Calls
-	n := int(m.MaxEntries())
+	n = min(2*n, int(m.MaxEntries()))
 	ncpu, err := ebpf.PossibleCPU()
 	if err != nil {
 		return nil, err
@@ -322,6 +320,9 @@ func (p *Program) CallCounts(dst []uint64) ([]uint64, error) {
 	for got < n {
 		k, err := m.BatchLookup(&cursor, keys[got:], perCPU[got*ncpu:], nil)
 		for i := got; i < got+k; i++ {
+			if int(keys[i]) >= n {
+				continue
+			}
 			for _, v := range perCPU[i*ncpu : (i+1)*ncpu] {
 				dst[keys[i]] += v
 			}

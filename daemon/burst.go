@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -35,7 +36,10 @@ const (
 
 // burstWindow is when a burst's probes were all in: from the end of the
 // attach to the start of the detach, in monotonic ns (events' clock).
-type burstWindow struct{ start, end uint64 }
+type burstWindow struct {
+	start, end uint64
+	funcs      map[uint32]bool // the function ids whose entries it had back
+}
 
 // burstLog is the bursts of a session and when each function was demoted
 // to sampling, shared by the burster, which writes it, and the event loop.
@@ -58,10 +62,10 @@ func (l *burstLog) demote(id uint32, t uint64) {
 
 // open records the start of a burst's window: the event loop counts
 // its calls as they come, before it ends.
-func (l *burstLog) open(start uint64) {
+func (l *burstLog) open(start uint64, funcs map[uint32]bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.windows = append(l.windows, burstWindow{start: start, end: math.MaxUint64})
+	l.windows = append(l.windows, burstWindow{start: start, end: math.MaxUint64, funcs: funcs})
 }
 
 // close records the end of the open window.
@@ -78,6 +82,18 @@ func (l *burstLog) locate(t uint64) (k int, in bool) {
 	defer l.mu.Unlock()
 	k = sort.Search(len(l.windows), func(i int) bool { return l.windows[i].end >= t })
 	return k, k < len(l.windows) && l.windows[k].start <= t
+}
+
+// inWindowOf reports whether t is in a window of a burst that had
+// function id's entries back.
+func (l *burstLog) inWindowOf(t uint64, id uint32) bool {
+	k, in := l.locate(t)
+	if !in {
+		return false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.windows[k].funcs[id]
 }
 
 // firstAfter returns the first burst since function id's demotion, and
@@ -202,7 +218,7 @@ func (b *burstCounts) sample(n *cct.Node, t uint64) {
 	}
 	a := b.acc(n)
 	a.after++
-	if _, in := b.log.locate(t); in {
+	if b.log.inWindowOf(t, uint32(n.Func)) {
 		a.in++
 		b.ownIn[uint32(n.Func)]++
 	}
@@ -248,10 +264,16 @@ func newBurster(s *Session, m *monitor, l *burstLog) *burster {
 
 // run starts a burst once per period, at a random point of it (so that
 // the bursts do not lock onto a periodic phase of the target), while any
-// function is demoted to sampling.
+// function is demoted to sampling. A burst takes some of the demoted
+// functions, in turn: putting a probe in and taking it out again stalls
+// the target (the kernel rewrites the page under the process's memory
+// lock), so each burst takes as many as the bursts' share of the budget
+// pays for, at the attach time the last one measured.
 func (b *burster) run() {
 	defer close(b.done)
 	duty := 0.02
+	perFunc := time.Duration(0) // attaching and detaching one function's entries, as measured
+	next := 0                   // where in the demoted functions the next burst starts
 	for gen := uint32(1); ; gen++ {
 		length := max(time.Duration(duty*float64(burstPeriod)), minBurst)
 		offset := time.Duration(rand.Int64N(int64(burstPeriod - length)))
@@ -260,17 +282,22 @@ func (b *burster) run() {
 			return
 		case <-time.After(offset):
 		}
-		funcs := b.m.sampledFuncs()
-		var next float64
-		if len(funcs) > 0 {
+		all := b.m.sampledFuncs()
+		if len(all) > 0 {
+			n := burstFuncs(len(all), perFunc, b.s.cfg.Budget)
+			next %= len(all)
+			funcs := append(slices.Clone(all[next:min(next+n, len(all))]), all[:max(0, next+n-len(all))]...)
+			next += n
 			var err error
-			if next, err = b.burst(gen, funcs, length); err != nil {
+			var attach time.Duration
+			if duty, attach, err = b.burst(gen, funcs, length); err != nil {
 				b.mu.Lock()
 				b.err = err
 				b.mu.Unlock()
 				return
 			}
-			duty = next
+			// Detaching costs about what attaching did.
+			perFunc = 2 * attach / time.Duration(len(funcs))
 		}
 		select {
 		case <-b.stop:
@@ -280,25 +307,42 @@ func (b *burster) run() {
 	}
 }
 
+// burstFuncs returns how many of n demoted functions the next burst may
+// take: as many as burstShare of the budget pays for in one period at
+// perFunc each (attach and detach), at least one; 16 before anything is
+// measured.
+func burstFuncs(n int, perFunc time.Duration, budget float64) int {
+	k := 16
+	if perFunc > 0 {
+		k = int(burstShare * budget * float64(burstPeriod) / float64(perFunc))
+	}
+	return min(max(k, 1), n)
+}
+
 // burst attaches the entry probes of funcs for length, records the window
-// and returns the duty cycle the next burst may have: what keeps the
-// bursts' predicted cost within their share of the budget, at the call
-// rates this one measured.
-func (b *burster) burst(gen uint32, funcs []*plan.Func, length time.Duration) (float64, error) {
+// and returns the duty cycle the next burst may have (what keeps the
+// bursts' cost within their share of the budget, at the call rates this
+// one measured) and how long attaching took.
+func (b *burster) burst(gen uint32, funcs []*plan.Func, length time.Duration) (float64, time.Duration, error) {
 	s := b.s
 	if err := s.prog.SetBurst(gen); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	before, err := s.prog.CallCounts(nil)
+	nids := 0
+	for _, f := range funcs {
+		nids = max(nids, int(f.ID)+1)
+	}
+	before, err := s.prog.CallCounts(nil, nids)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	st0, err := s.prog.Stats()
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	trap0 := s.sim.burstTrapSamples.Load()
 	var links []link.Link
+	attachStart := time.Now()
 	for obj, probes := range burstProbes(funcs) {
 		ls, err := s.prog.Attach(obj.Path(), s.cfg.PID, probes)
 		if err != nil {
@@ -309,24 +353,31 @@ func (b *burster) burst(gen uint32, funcs []*plan.Func, length time.Duration) (f
 		}
 		links = append(links, ls...)
 	}
+	attach := time.Since(attachStart)
+	ids := map[uint32]bool{}
+	for _, f := range funcs {
+		ids[f.ID] = true
+	}
 	start := monotonicNow()
-	b.log.open(start)
+	b.log.open(start, ids)
+	s.samples.bursting.Store(true)
 	select {
 	case <-b.stop:
 	case <-time.After(length):
 	}
 	end := monotonicNow()
 	b.log.close(end)
+	s.samples.bursting.Store(false)
 	// Closing removes the breakpoints at once; the rest of the close
 	// (a grace period) need not hold the next burst up.
 	go closeAll(links)
-	after, err := s.prog.CallCounts(nil)
+	after, err := s.prog.CallCounts(nil, nids)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	st1, err := s.prog.Stats()
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	// What the burst cost as measured: its samples in the probe program
 	// and in the traps (those the event loop has placed by now).
@@ -340,12 +391,12 @@ func (b *burster) burst(gen uint32, funcs []*plan.Func, length time.Duration) (f
 	secs := float64(end-start) / 1e9
 	load := 0.0
 	for _, f := range funcs {
-		if int(f.ID) < len(after) && int(f.ID) < len(before) {
-			load += float64(after[f.ID]-before[f.ID]) / secs * b.m.entryCost(int(f.ID))
+		if j := 2 * int(f.ID); j < len(after) && j < len(before) {
+			load += float64(after[j]-before[j]) / secs * b.m.entryCost(int(f.ID))
 		}
 	}
 	load = math.Max(load, measured/secs)
-	return burstDuty(load, s.cfg.Budget, b.m.ownCPU()), nil
+	return burstDuty(load, s.cfg.Budget, b.m.ownCPU()), attach, nil
 }
 
 // burstDuty returns the share of each period the next burst may take:

@@ -3,9 +3,29 @@ package daemon
 import (
 	"math"
 	"testing"
+	"time"
 
 	"github.com/kprofd/kprofd/internal/cct"
 )
+
+func TestBurstFuncs(t *testing.T) {
+	for _, tc := range []struct {
+		n       int
+		perFunc time.Duration
+		budget  float64
+		want    int
+	}{
+		{100, 0, 0.1, 16},                      // nothing measured yet
+		{5, 0, 0.1, 5},                         // fewer than that
+		{100, 200 * time.Microsecond, 0.1, 10}, // 2 ms of a 100 ms period
+		{100, 10 * time.Millisecond, 0.1, 1},   // dear: still one
+		{100, 100 * time.Microsecond, 0.2, 40},
+	} {
+		if got := burstFuncs(tc.n, tc.perFunc, tc.budget); got != tc.want {
+			t.Errorf("burstFuncs(%d, %s, %g) = %d, want %d", tc.n, tc.perFunc, tc.budget, got, tc.want)
+		}
+	}
+}
 
 func TestBurstDuty(t *testing.T) {
 	for _, tc := range []struct {
@@ -28,12 +48,12 @@ func TestBurstDuty(t *testing.T) {
 // of the gap before the first burst after a demotion that follows it.
 func TestBurstLog(t *testing.T) {
 	l := newBurstLog()
-	l.open(100)
+	l.open(100, map[uint32]bool{3: true, 7: true})
 	l.close(110)
 	l.demote(7, 150)
-	l.open(200)
+	l.open(200, map[uint32]bool{7: true})
 	l.close(210)
-	l.open(300) // still open
+	l.open(300, nil) // still open
 	for _, tc := range []struct {
 		t    uint64
 		k    int
@@ -67,9 +87,9 @@ func TestBurstLog(t *testing.T) {
 func TestBurstEstimate(t *testing.T) {
 	l := newBurstLog()
 	l.demote(3, 50)
-	l.open(100)
+	l.open(100, map[uint32]bool{3: true, 7: true})
 	l.close(200)
-	l.open(1000)
+	l.open(1000, map[uint32]bool{3: true})
 	l.close(1100)
 	b := newBurstCounts(l)
 	tree := cct.NewTree()

@@ -100,19 +100,18 @@ type costModel struct {
 	// instrumentation once a function is demoted to sampling.
 	burstShare float64
 	funcs      []modelFunc
-	// siteBase, when not 0, is where in the rates the hits of each
-	// function's indirect call site probes follow (by function id), and
-	// siteCost what one costs: a site goes with its function's demotion
-	// to sampling.
-	siteBase int
+	// sites says the rates hold the hits of each function's indirect
+	// call site probes too, and siteCost is what one costs: a site goes
+	// with its function's demotion to sampling.
+	sites    bool
 	siteCost float64
 }
 
 // load is the probe time per second function i costs at stage st.
 func (m *costModel) load(rates []float64, i int, st Stage) float64 {
 	t := 0.0
-	if i < len(rates) {
-		t = rates[i] * m.funcs[i].cost.at(st)
+	if 2*i < len(rates) {
+		t = rates[2*i] * m.funcs[i].cost.at(st)
 	}
 	if st != StageSampled && !m.funcs[i].noSites {
 		t += m.siteLoad(rates, i)
@@ -123,7 +122,7 @@ func (m *costModel) load(rates []float64, i int, st Stage) float64 {
 // siteLoad is the probe time per second the probes on function i's
 // indirect calls cost.
 func (m *costModel) siteLoad(rates []float64, i int) float64 {
-	if j := m.siteBase + i; m.siteBase > 0 && j < len(rates) {
+	if j := 2*i + 1; m.sites && j < len(rates) {
 		return rates[j] * m.siteCost
 	}
 	return 0
@@ -266,8 +265,8 @@ type demotion struct {
 	reason string
 }
 
-// decide takes the call rates of the last window (calls per second, by
-// function id), the target's CPU time per second in it (ns/s, probes
+// decide takes the call rates of the last window (calls per second: of
+// function id i's entries at 2i, of its site probes at 2i+1), the target's CPU time per second in it (ns/s, probes
 // included) and the number of samples that measured it, and returns the
 // demotions that bring the predicted overhead within budget, applying
 // them to the model, and the overhead it predicted before them.
@@ -377,8 +376,8 @@ func (m *costModel) decideRound(rates []float64, cpu float64, samples uint64, me
 			break
 		}
 		f := &m.funcs[best]
-		reason := fmt.Sprintf("%s calls/s × %s of probes per call", rate(rates[best]), time.Duration(f.cost.at(f.stage)).Round(time.Nanosecond))
-		if j := m.siteBase + best; m.siteBase > 0 && j < len(rates) && rates[j] > 0 {
+		reason := fmt.Sprintf("%s calls/s × %s of probes per call", rate(rates[2*best]), time.Duration(f.cost.at(f.stage)).Round(time.Nanosecond))
+		if j := 2*best + 1; m.sites && j < len(rates) && rates[j] > 0 {
 			reason += fmt.Sprintf(" + %s indirect calls/s × %s of site probe", rate(rates[j]), time.Duration(m.siteCost).Round(time.Nanosecond))
 		}
 		reason += fmt.Sprintf(" = %.0f%% of the target's own CPU time (all probes %.0f%%, budget %.0f%%)",

@@ -28,10 +28,12 @@ func TestCostModel(t *testing.T) {
 			t.Fatalf("%s: costs %+v", f.Node.Name(), c)
 		}
 	}
+	// Rates as the counters hold them: a function's entries at 2*id, its
+	// site probes at 2*id+1.
 	rates := func(r map[string]float64) []float64 {
-		out := make([]float64, len(pl.Funcs))
+		out := make([]float64, 2*len(pl.Funcs))
 		for name, v := range r {
-			out[byName[name].ID] = v
+			out[2*byName[name].ID] = v
 		}
 		return out
 	}
@@ -129,15 +131,15 @@ func TestCostModel(t *testing.T) {
 		t.Errorf("hot root: demoted %s", decisions(ds))
 	}
 
-	// Probes on indirect calls, counted by calling function after the
-	// entry counts: the root's may go alone (an interpreter's dispatch
+	// Probes on indirect calls, counted by calling function: the root's
+	// may go alone (an interpreter's dispatch
 	// loop); a function whose sites are what costs loses them first.
 	m = newCostModel(pl, costs, 0.10)
-	m.siteBase, m.siteCost = len(pl.Funcs), 10000
+	m.sites, m.siteCost = true, 10000
 	withSites := func(r map[string]float64, sites map[string]float64) []float64 {
-		out := append(rates(r), make([]float64, len(pl.Funcs))...)
+		out := rates(r)
 		for name, v := range sites {
-			out[len(pl.Funcs)+int(byName[name].ID)] = v
+			out[2*byName[name].ID+1] = v
 		}
 		return out
 	}
@@ -149,7 +151,7 @@ func TestCostModel(t *testing.T) {
 		t.Errorf("root's sites already gone, then %s", decisions(ds))
 	}
 	m = newCostModel(pl, costs, 0.10)
-	m.siteBase, m.siteCost = len(pl.Funcs), 10000
+	m.sites, m.siteCost = true, 10000
 	ds, _ = m.decide(withSites(map[string]float64{"walk": 1000}, map[string]float64{"walk": 1e5}), 3*cpu, many)
 	if len(ds) != 1 || !ds[0].sites || ds[0].stage != StageFull {
 		t.Errorf("walk's hot sites: %+v, want its sites dropped, its own probes kept", ds)

@@ -539,6 +539,9 @@ func (d *discovery) discover(target uint64) {
 		return
 	}
 	s.probes.merge(set)
+	if s.samples != nil {
+		s.samples.addProbes(sub)
+	}
 	if s.monitor != nil {
 		s.monitor.addFuncs(sub, callCosts(sub, s.cfg.Calibration))
 	}

@@ -84,7 +84,10 @@ func (m *monitor) step(now time.Time) error {
 	var c counts
 	var err error
 	c.at = now
-	if c.calls, err = m.s.prog.CallCounts(nil); err != nil {
+	m.mu.Lock()
+	ids := len(m.model.funcs) // the plan's and those found so far
+	m.mu.Unlock()
+	if c.calls, err = m.s.prog.CallCounts(nil, ids); err != nil {
 		return err
 	}
 	st, err := m.s.prog.Stats()
@@ -106,7 +109,10 @@ func (m *monitor) step(now time.Time) error {
 	}
 	m.rates = m.rates[:0]
 	for i, n := range c.calls {
-		m.rates = append(m.rates, float64(n-old.calls[i])/dt)
+		if i < len(old.calls) {
+			n -= old.calls[i] // ids found since count from 0
+		}
+		m.rates = append(m.rates, float64(n)/dt)
 	}
 	// The target cannot use more than every CPU; a window whose samples
 	// say otherwise would hide any overhead.
@@ -146,6 +152,16 @@ func (m *monitor) step(now time.Time) error {
 					_, errs[i] = m.s.probes.demoteParts(f, partSites)
 				} else {
 					_, errs[i] = m.s.probes.demote(f, d.stage)
+				}
+				if u := m.s.samples; u != nil {
+					switch {
+					case d.sites:
+						u.detach(f.ID, partSites)
+					case d.stage == StageSampled:
+						u.detach(f.ID, partEntry, partExits, partCatches, partSites)
+					default:
+						u.detach(f.ID, partExits)
+					}
 				}
 				if d.stage == StageSampled && !d.sites && m.bursts != nil {
 					m.bursts.demote(f.ID, monotonicNow())

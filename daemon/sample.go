@@ -5,9 +5,12 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"github.com/kprofd/kprofd/bpf"
 	"github.com/kprofd/kprofd/internal/cct"
+	"github.com/kprofd/kprofd/internal/plan"
 	"github.com/kprofd/kprofd/symbolizer"
 )
 
@@ -110,9 +113,17 @@ func (s *Simulator) confirmed(th *thread, real []RealFrame, covered, sp uint64) 
 // outside the plan that samples find, and to tell kprofd's own time.
 type sampleUnwinder struct {
 	*stackReconciler
-	pid     int
-	outside *outsidePlan      // ids of functions outside the plan
-	probes  map[uint64]uint32 // run-time addresses of every probed instruction: the function id
+	pid      int
+	outside  *outsidePlan // ids of functions outside the plan
+	probesMu sync.Mutex
+	probes   map[uint64]probeAt // run-time addresses of every planned probe
+	// detached holds, per function id, the parts (bit 1<<part) whose
+	// probes hybrid mode removed: a sample at their addresses is the
+	// function's own work (a small function's entry is a hot spot).
+	detached map[uint32]uint8
+	// bursting is set while a burst of sampled instrumentation has the
+	// entries of demoted functions back.
+	bursting atomic.Bool
 	// uprobes is the kernel's [uprobes] mapping (out-of-line steps and
 	// the uretprobe trampoline), once found.
 	uprobes       [2]uint64
@@ -120,23 +131,34 @@ type sampleUnwinder struct {
 }
 
 func newSampleUnwinder(pr *Prepared, r *stackReconciler, outside *outsidePlan) *sampleUnwinder {
-	u := &sampleUnwinder{stackReconciler: r, pid: pr.Proc.Pid, outside: outside, probes: map[uint64]uint32{}}
-	for _, f := range pr.Plan.Funcs {
+	u := &sampleUnwinder{stackReconciler: r, pid: pr.Proc.Pid, outside: outside, probes: map[uint64]probeAt{}, detached: map[uint32]uint8{}}
+	u.addProbes(pr.Plan)
+	return u
+}
+
+// addProbes adds the run-time addresses of pl's probes (a plan of
+// functions found later, too) to those a sample's pc is checked against.
+func (u *sampleUnwinder) addProbes(pl *plan.Plan) {
+	u.probesMu.Lock()
+	defer u.probesMu.Unlock()
+	for _, f := range pl.Funcs {
 		bias := f.Node.Obj.Bias
 		for _, p := range f.EntryProbes() {
-			u.probes[p.Addr+p.Obj.Bias] = f.ID
+			u.probes[p.Addr+p.Obj.Bias] = probeAt{f.ID, partEntry}
 		}
 		for _, p := range f.Exits {
-			u.probes[p.Addr+bias] = f.ID
+			u.probes[p.Addr+bias] = probeAt{f.ID, partExits}
 		}
 		for _, p := range f.Catches {
-			u.probes[p.Addr+bias] = f.ID
+			u.probes[p.Addr+bias] = probeAt{f.ID, partCatches}
 		}
 	}
-	for _, p := range pr.Plan.Syncs {
-		u.probes[p.Addr+p.Obj.Bias] = noProbeFunc
+	for _, p := range pl.Syncs {
+		u.probes[p.Addr+p.Obj.Bias] = probeAt{noProbeFunc, partEntry}
 	}
-	return u
+	for _, st := range pl.Sites {
+		u.probes[st.Addr+st.Obj.Bias] = probeAt{st.Caller.ID, partSites}
+	}
 }
 
 func (u *sampleUnwinder) SampleFrames(st *bpf.Stack) ([]RealFrame, uint64, bool) {
@@ -150,14 +172,39 @@ func (u *sampleUnwinder) SampleFrames(st *bpf.Stack) ([]RealFrame, uint64, bool)
 // noProbeFunc is the function of probes that belong to none (syncs).
 const noProbeFunc = ^uint32(0)
 
+// probeAt is a planned probe: its function and which of its parts.
+type probeAt struct {
+	fn   uint32
+	part int
+}
+
+// detach records that hybrid mode removed these parts of function fn's
+// probes.
+func (u *sampleUnwinder) detach(fn uint32, parts ...int) {
+	u.probesMu.Lock()
+	defer u.probesMu.Unlock()
+	for _, p := range parts {
+		u.detached[fn] |= 1 << p
+	}
+}
+
 // probeFunc returns the function whose probe a sample with user pc pc is
 // in the trap of: a trap leaves the pc at the breakpoint or just past it.
+// Probes removed do not count, but for the entries a burst has back.
 func (u *sampleUnwinder) probeFunc(pc uint64) (uint32, bool) {
-	if f, ok := u.probes[pc]; ok {
-		return f, true
+	u.probesMu.Lock()
+	defer u.probesMu.Unlock()
+	for _, a := range [2]uint64{pc, pc - 1} {
+		p, ok := u.probes[a]
+		if !ok {
+			continue
+		}
+		if u.detached[p.fn]&(1<<p.part) != 0 && !(p.part == partEntry && u.bursting.Load()) {
+			continue
+		}
+		return p.fn, true
 	}
-	f, ok := u.probes[pc-1]
-	return f, ok
+	return 0, false
 }
 
 // ProbeFunc is probeFunc for the simulator.

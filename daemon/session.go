@@ -219,7 +219,7 @@ func StartPrepared(pr *Prepared, cfg Config) (_ *Session, err error) {
 		if s.disc != nil {
 			// Site probes sit on indirect calls and jumps, which the
 			// kernel single-steps.
-			model.siteBase, model.siteCost = bcfg.Funcs, probeCost(cfg.Calibration, x86.ClassStepped)
+			model.sites, model.siteCost = true, probeCost(cfg.Calibration, x86.ClassStepped)
 		}
 		model.burstShare = burstShare
 		s.monitor = newMonitor(s, model, s.sampler.Period)
