@@ -47,15 +47,25 @@ test-integration:
 bench:
 	$(GO) test -tags integration -p 1 -run '^$$' -bench . -count 5 -timeout 60m ./...
 
-# The demo: build kprofd and the example target, start the target, trace
-# it for 3 seconds and print its calling-context tree.
+# The demo: build kprofd and the example targets. First the exact tree of
+# testdata/ctree (3 seconds, every call counted), then the default hybrid
+# mode on testdata/hybrid, whose hot leaf (millions of calls) is demoted to
+# sampling: its time and count become estimates, the rest stays exact.
 demo: build
 	mkdir -p $(DEMO)
 	gcc -O2 -fPIC -shared -o $(DEMO)/libktarget.so testdata/ctree/libktarget.c
 	gcc -O2 -pthread -o $(DEMO)/ctree testdata/ctree/ctree.c -L$(DEMO) -lktarget -Wl,-rpath,'$$ORIGIN'
+	gcc -O2 -o $(DEMO)/hybrid testdata/hybrid/hybrid.c
+	@echo "== exact mode: every call below handle_request counted and timed"
 	@$(DEMO)/ctree loop 500 > /dev/null & pid=$$!; \
 	trap "kill $$pid" EXIT; sleep 0.5; \
-	$(KPROFD) attach -p $$pid --root handle_request -d 3s -o $(DEMO)/profile.pb.gz --folded $(DEMO)/profile.folded
+	$(KPROFD) attach -p $$pid --root handle_request --mode exact -d 3s -o $(DEMO)/profile.pb.gz --folded $(DEMO)/profile.folded
+	@echo; echo "== hybrid mode (the default): the hot leaf is demoted, its time and count estimated (~, >=)"
+	@rm -f $(DEMO)/hybrid.in; mkfifo $(DEMO)/hybrid.in; \
+	$(DEMO)/hybrid < $(DEMO)/hybrid.in > /dev/null & pid=$$!; exec 3>$(DEMO)/hybrid.in; \
+	trap "kill $$pid 2>/dev/null; rm -f $(DEMO)/hybrid.in" EXIT; sleep 0.3; \
+	$(KPROFD) attach -p $$pid --root handle_request --exclude ':untraced$$' -o $(DEMO)/hybrid.pb.gz & k=$$!; \
+	sleep 1; echo "run 200" >&3; echo exit >&3; wait $$k
 
 clean:
 	rm -rf $(BIN)

@@ -148,6 +148,7 @@ struct kprofd_thread {
 	__u32 sigshadow;  // depth when the outermost of them started
 	__u32 busy;	  // the probe program runs on this thread: a sample now is kprofd's time
 	__u32 burst_gen;  // the burst this thread last had its stack captured in
+	__u32 busy_fn;	  // with busy 2 (a burst probe runs), its function id
 	__u64 popped;	  // slot of the last frame an exit popped (uretprobes return once per tail call)
 	__u64 shadow[SHADOW]; // slots of the innermost frames, shadow[(depth-1) % SHADOW] on top
 	struct kprofd_event buf[BATCH];
@@ -282,6 +283,16 @@ struct {
 	__type(key, __u32);
 	__type(value, __u64);
 } calls SEC(".maps");
+
+// Samples taken while a burst probe of a function ran, by function id:
+// with the samples in its traps, what the daemon compares with the
+// function's own work in the bursts. The loader sizes it to the plan.
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} burst_busy SEC(".maps");
 
 // Set by the loader before the program is loaded.
 volatile const __u32 target_tgid;
@@ -663,8 +674,10 @@ static __always_inline int handle(struct pt_regs *ctx)
 			count(STAT_NO_STORAGE, 1);
 		return 0;
 	}
-	if (sampling)
+	if (sampling) {
 		th->busy = (cookie & COOKIE_BURST) ? 2 : 1;
+		th->busy_fn = (__u32)cookie;
+	}
 	handle_thread(ctx, th, now, tid, cookie, kind, slot, delta, d);
 	if (sampling)
 		th->busy = 0;
@@ -894,8 +907,13 @@ int kprofd_sample(struct bpf_perf_event_data *ctx)
 	count(STAT_ROOT_SAMPLES, 1);
 	if (th->busy) {
 		count(STAT_PROBE_SAMPLES, 1);
-		if (th->busy == 2)
+		if (th->busy == 2) {
 			count(STAT_BURST_SAMPLES, 1);
+			__u32 fn = th->busy_fn;
+			__u64 *c = bpf_map_lookup_elem(&burst_busy, &fn);
+			if (c)
+				*c += 1;
+		}
 		return 0;
 	}
 	struct pt_regs regs;

@@ -67,7 +67,7 @@ type kprofdKprofdThread struct {
 	Sigshadow uint32
 	Busy      uint32
 	BurstGen  uint32
-	_         [4]byte
+	BusyFn    uint32
 	Popped    uint64
 	Shadow    [32]uint64
 	Buf       [64]kprofdKprofdEvent
@@ -77,6 +77,7 @@ type kprofdKprofdThread struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	kprofdMapBurstBusy       = "burst_busy"
 	kprofdMapCalls           = "calls"
 	kprofdMapEvents          = "events"
 	kprofdMapGoroutines      = "goroutines"
@@ -169,6 +170,7 @@ type kprofdProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type kprofdMapSpecs struct {
+	BurstBusy   *ebpf.MapSpec `ebpf:"burst_busy"`
 	Calls       *ebpf.MapSpec `ebpf:"calls"`
 	Events      *ebpf.MapSpec `ebpf:"events"`
 	Goroutines  *ebpf.MapSpec `ebpf:"goroutines"`
@@ -223,6 +225,7 @@ func (o *kprofdObjects) Close() error {
 //
 // It can be passed to loadKprofdObjects or ebpf.CollectionSpec.LoadAndAssign.
 type kprofdMaps struct {
+	BurstBusy   *ebpf.Map `ebpf:"burst_busy"`
 	Calls       *ebpf.Map `ebpf:"calls"`
 	Events      *ebpf.Map `ebpf:"events"`
 	Goroutines  *ebpf.Map `ebpf:"goroutines"`
@@ -236,6 +239,7 @@ type kprofdMaps struct {
 
 func (m *kprofdMaps) Close() error {
 	return _KprofdClose(
+		m.BurstBusy,
 		m.Calls,
 		m.Events,
 		m.Goroutines,

@@ -143,6 +143,7 @@ func Load(cfg Config) (*Program, error) {
 	spec.Maps[kprofdMapEvents].MaxEntries = uint32(cfg.RingBytes)
 	// Entry hits by function id, then site hits by calling function id.
 	spec.Maps[kprofdMapCalls].MaxEntries = uint32(max(2*cfg.Funcs, 1))
+	spec.Maps[kprofdMapBurstBusy].MaxEntries = uint32(max(cfg.Funcs, 1))
 	spec.Maps[kprofdMapSites].MaxEntries = uint32(max(cfg.Sites, 1))
 	if err := spec.Variables[kprofdVarCountCalls].Set(cfg.Funcs > 0); err != nil {
 		return nil, fmt.Errorf("setting count_calls: %w", err)
@@ -301,13 +302,25 @@ func (p *Program) Stats() (Stats, error) {
 	return s, nil
 }
 
+// BurstBusy returns, for function ids below n, the samples taken while
+// one of the function's burst probes ran (bpf.CookieBurst), summed over
+// CPUs.
+func (p *Program) BurstBusy(n int) ([]uint64, error) {
+	return readPerCPU(p.objs.BurstBusy, nil, n)
+}
+
 // CallCounts returns the probe hits of function ids below n so far,
 // summed over CPUs, reusing dst: the entry hits of id i at dst[2*i], the
 // hits of the site probes in it at dst[2*i+1]. It reads the counters in
 // one batch.
 func (p *Program) CallCounts(dst []uint64, n int) ([]uint64, error) {
-	m := p.objs.Calls
-	n = min(2*n, int(m.MaxEntries()))
+	return readPerCPU(p.objs.Calls, dst, 2*n)
+}
+
+// readPerCPU reads the first n counters of a per-CPU array in one batch,
+// summed over CPUs, into dst.
+func readPerCPU(m *ebpf.Map, dst []uint64, n int) ([]uint64, error) {
+	n = min(n, int(m.MaxEntries()))
 	ncpu, err := ebpf.PossibleCPU()
 	if err != nil {
 		return nil, err
@@ -332,7 +345,7 @@ func (p *Program) CallCounts(dst []uint64, n int) ([]uint64, error) {
 			break
 		}
 		if err != nil {
-			return nil, fmt.Errorf("reading the call counters: %w", err)
+			return nil, fmt.Errorf("reading %s: %w", m, err)
 		}
 	}
 	return dst, nil

@@ -153,8 +153,13 @@ func (l *burstLog) bursted(id uint32) bool {
 type burstCounts struct {
 	log  *burstLog
 	accs map[*cct.Node]*burstAcc
+	// period is the sampling period, cost what one hit of a function's
+	// entry probes costs (calibrated): a context whose own work per call
+	// in the windows is under perturbation times that gets no estimate.
+	period time.Duration
+	cost   func(id uint32) float64
 	// trapIn and ownIn count, per function, the samples in the windows
-	// in its probes' traps and in its own work: where the probes took
+	// in its probes (their traps, their program) and in its own work: where the probes took
 	// most of the function's time, they slow its own work too (caches,
 	// branch predictors, the kernel's mitigations at every trap), and
 	// the calls are given as a lower bound.
@@ -176,9 +181,15 @@ type burstAcc struct {
 // holds little of its own work.
 const minWindowSamples = 20
 
-func newBurstCounts(l *burstLog) *burstCounts {
-	return &burstCounts{log: l, accs: map[*cct.Node]*burstAcc{}, trapIn: map[uint32]uint64{}, ownIn: map[uint32]uint64{}}
+func newBurstCounts(l *burstLog, period time.Duration, cost func(id uint32) float64) *burstCounts {
+	return &burstCounts{log: l, period: period, cost: cost, accs: map[*cct.Node]*burstAcc{}, trapIn: map[uint32]uint64{}, ownIn: map[uint32]uint64{}}
 }
+
+// perturbation is how many times its probe's cost a function's own work
+// per call must be for the bursts to measure it: every trap leaves caches
+// and branch predictors cold, which slows the work after it, by as much
+// as the trap costs for a tiny function.
+const perturbation = 4
 
 func (b *burstCounts) acc(n *cct.Node) *burstAcc {
 	a := b.accs[n]
@@ -226,13 +237,19 @@ func (b *burstCounts) sample(n *cct.Node, t uint64) {
 
 // estimate adds to each context its estimated calls after its function's
 // demotion and marks it, or, with too few samples in the windows, adds
-// the calls seen and marks it a lower bound.
-func (b *burstCounts) estimate() {
+// the calls seen and marks it a lower bound. busy holds, by function id,
+// the samples taken in its burst probes' program (those in their traps
+// the event loop counted).
+func (b *burstCounts) estimate(busy []uint64) {
+	for f, n := range busy {
+		b.trapIn[uint32(f)] += n
+	}
 	for n, a := range b.accs {
 		switch {
 		case a.seen == 0 && a.in == 0:
 			// Bursts saw it neither called nor running: nothing to add.
-		case a.in < minWindowSamples || b.trapIn[uint32(n.Func)] > b.ownIn[uint32(n.Func)]:
+		case a.in < minWindowSamples || b.trapIn[uint32(n.Func)] > b.ownIn[uint32(n.Func)] ||
+			float64(a.in)*float64(b.period) < perturbation*float64(a.seen)*b.cost(uint32(n.Func)):
 			n.Calls += a.seen
 			n.Incomplete = true
 		default:
@@ -360,14 +377,12 @@ func (b *burster) burst(gen uint32, funcs []*plan.Func, length time.Duration) (f
 	}
 	start := monotonicNow()
 	b.log.open(start, ids)
-	s.samples.bursting.Store(true)
 	select {
 	case <-b.stop:
 	case <-time.After(length):
 	}
 	end := monotonicNow()
 	b.log.close(end)
-	s.samples.bursting.Store(false)
 	// Closing removes the breakpoints at once; the rest of the close
 	// (a grace period) need not hold the next burst up.
 	go closeAll(links)

@@ -87,11 +87,14 @@ func TestBurstLog(t *testing.T) {
 func TestBurstEstimate(t *testing.T) {
 	l := newBurstLog()
 	l.demote(3, 50)
-	l.open(100, map[uint32]bool{3: true, 7: true})
+	l.demote(5, 50)
+	l.open(100, map[uint32]bool{3: true, 5: true, 7: true})
 	l.close(200)
-	l.open(1000, map[uint32]bool{3: true})
+	l.open(1000, map[uint32]bool{3: true, 5: true})
 	l.close(1100)
-	b := newBurstCounts(l)
+	// Samples every 1000 ns, probes of 10 ns: 100 samples of own work
+	// over 400 calls is 250 ns a call, well above the perturbation.
+	b := newBurstCounts(l, 1000, func(uint32) float64 { return 10 })
 	tree := cct.NewTree()
 	often := tree.Root.Child(3) // a function demoted at 50
 	rarely := tree.Root.Child(3).Child(3)
@@ -116,11 +119,21 @@ func TestBurstEstimate(t *testing.T) {
 		b.sample(often, uint64(i))
 	}
 	b.sample(exact, 150)
+	// A function whose own work per call in the windows (20 samples of
+	// 1000 ns over 1000 calls: 20 ns) is under 4 times its probe's cost:
+	// the calls seen are a lower bound.
+	cheap := tree.Root.Child(5)
+	for i := range 1000 {
+		b.count(cheap, 1000+uint64(i)/10)
+	}
+	for i := range 20 {
+		b.sample(cheap, 1000+uint64(i))
+	}
 	for range 3 {
 		b.count(rarely, 150)
 		b.sample(rarely, 150)
 	}
-	b.estimate()
+	b.estimate(nil)
 	if want := uint64(1000 + 400*100/25); often.Calls != want || !often.CallsEstimated || often.Incomplete {
 		t.Errorf("often: %d calls, estimated %v, incomplete %v; want %d estimated", often.Calls, often.CallsEstimated, often.Incomplete, want)
 	}
@@ -129,6 +142,9 @@ func TestBurstEstimate(t *testing.T) {
 	}
 	if rarely.Calls != 3 || !rarely.Incomplete || rarely.CallsEstimated {
 		t.Errorf("rarely: %d calls, estimated %v, incomplete %v; want the 3 seen, a lower bound", rarely.Calls, rarely.CallsEstimated, rarely.Incomplete)
+	}
+	if cheap.Calls != 1000 || !cheap.Incomplete || cheap.CallsEstimated {
+		t.Errorf("cheap: %d calls, estimated %v, incomplete %v; want the 1000 seen, a lower bound", cheap.Calls, cheap.CallsEstimated, cheap.Incomplete)
 	}
 	if exact.Calls != 0 || exact.CallsEstimated || exact.Incomplete {
 		t.Errorf("a function never demoted was changed: %+v", exact)

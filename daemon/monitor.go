@@ -80,24 +80,32 @@ func (m *monitor) Stop() {
 	<-m.done
 }
 
-func (m *monitor) step(now time.Time) error {
-	var c counts
-	var err error
-	c.at = now
+// read takes a reading of the counters.
+func (m *monitor) read(now time.Time) (counts, error) {
+	c := counts{at: now}
 	m.mu.Lock()
 	ids := len(m.model.funcs) // the plan's and those found so far
 	m.mu.Unlock()
+	var err error
 	if c.calls, err = m.s.prog.CallCounts(nil, ids); err != nil {
-		return err
+		return c, err
 	}
 	st, err := m.s.prog.Stats()
 	if err != nil {
-		return err
+		return c, err
 	}
 	c.samples = st.TargetSamples
 	// Samples in a probe: in the probe program (counted in the kernel)
 	// or in its trap (found by the event loop from the user pc).
 	c.probeSamples = st.ProbeSamples - st.BurstSamples + m.s.sim.trapSamples.Load()
+	return c, nil
+}
+
+func (m *monitor) step(now time.Time) error {
+	c, err := m.read(now)
+	if err != nil {
+		return err
+	}
 	m.history = append(m.history, c)
 	for len(m.history) > 2 && now.Sub(m.history[1].at) >= rateWindow {
 		m.history = m.history[1:]
@@ -129,11 +137,7 @@ func (m *monitor) step(now time.Time) error {
 	round := m.rounds
 	m.peak = max(m.peak, predicted)
 	m.mu.Unlock()
-	if len(ds) > 0 {
-		// Rates measured before the probes went are no guide to what
-		// is left: the next decisions measure from here.
-		m.history = m.history[len(m.history)-1:]
-	}
+
 	// A round's detaches run side by side (each waits for a grace
 	// period of tens of ms), in batches that keep the order that matters:
 	// lost exits and sites first, then full demotions, leaves before
@@ -182,6 +186,16 @@ func (m *monitor) step(now time.Time) error {
 				m.s.cfg.Demoted(dem)
 			}
 		}
+	}
+	if len(ds) > 0 {
+		// Rates and costs measured before the probes went, or while
+		// they went, are no guide to what is left: the next decisions
+		// measure from now.
+		c, err := m.read(time.Now())
+		if err != nil {
+			return err
+		}
+		m.history = append(m.history[:0], c)
 	}
 	return nil
 }

@@ -6,7 +6,6 @@ import (
 	"os"
 	"strings"
 	"sync"
-	"sync/atomic"
 
 	"github.com/kprofd/kprofd/bpf"
 	"github.com/kprofd/kprofd/internal/cct"
@@ -56,8 +55,10 @@ func (s *Simulator) HandleSample(ev *bpf.Event, st *bpf.Stack) {
 		}
 		// A burst's cost, and whose probe it is.
 		s.burstTrapSamples.Add(1)
-		if pu, ok := s.samp.(interface{ ProbeFunc(uint64) (uint32, bool) }); ok {
-			if f, ok := pu.ProbeFunc(st.PC); ok {
+		if pu, ok := s.samp.(interface {
+			ProbeFunc(pc, t uint64) (uint32, bool)
+		}); ok {
+			if f, ok := pu.ProbeFunc(st.PC, st.Time); ok {
 				s.burst.probeSample(f)
 			}
 		}
@@ -121,9 +122,9 @@ type sampleUnwinder struct {
 	// probes hybrid mode removed: a sample at their addresses is the
 	// function's own work (a small function's entry is a hot spot).
 	detached map[uint32]uint8
-	// bursting is set while a burst of sampled instrumentation has the
-	// entries of demoted functions back.
-	bursting atomic.Bool
+	// bursts, in hybrid mode, says when a burst of sampled
+	// instrumentation had a demoted function's entries back.
+	bursts *burstLog
 	// uprobes is the kernel's [uprobes] mapping (out-of-line steps and
 	// the uretprobe trampoline), once found.
 	uprobes       [2]uint64
@@ -144,25 +145,25 @@ func (u *sampleUnwinder) addProbes(pl *plan.Plan) {
 	for _, f := range pl.Funcs {
 		bias := f.Node.Obj.Bias
 		for _, p := range f.EntryProbes() {
-			u.probes[p.Addr+p.Obj.Bias] = probeAt{f.ID, partEntry}
+			u.add(p.Addr+p.Obj.Bias, f.ID, partEntry)
 		}
 		for _, p := range f.Exits {
-			u.probes[p.Addr+bias] = probeAt{f.ID, partExits}
+			u.add(p.Addr+bias, f.ID, partExits) // a uretprobe's is at the entry
 		}
 		for _, p := range f.Catches {
-			u.probes[p.Addr+bias] = probeAt{f.ID, partCatches}
+			u.add(p.Addr+bias, f.ID, partCatches)
 		}
 	}
 	for _, p := range pl.Syncs {
-		u.probes[p.Addr+p.Obj.Bias] = probeAt{noProbeFunc, partEntry}
+		u.add(p.Addr+p.Obj.Bias, noProbeFunc, partEntry)
 	}
 	for _, st := range pl.Sites {
-		u.probes[st.Addr+st.Obj.Bias] = probeAt{st.Caller.ID, partSites}
+		u.add(st.Addr+st.Obj.Bias, st.Caller.ID, partSites)
 	}
 }
 
 func (u *sampleUnwinder) SampleFrames(st *bpf.Stack) ([]RealFrame, uint64, bool) {
-	if _, ok := u.probeFunc(st.PC); ok || u.inUprobes(st.PC) {
+	if _, ok := u.probeFunc(st.PC, st.Time); ok || u.inUprobes(st.PC) {
 		return nil, st.SP + st.Delta, true
 	}
 	real, covered := u.realFrames(st, u.funcID)
@@ -172,10 +173,19 @@ func (u *sampleUnwinder) SampleFrames(st *bpf.Stack) ([]RealFrame, uint64, bool)
 // noProbeFunc is the function of probes that belong to none (syncs).
 const noProbeFunc = ^uint32(0)
 
-// probeAt is a planned probe: its function and which of its parts.
+// probeAt is what probes an address holds: their function and parts
+// (bits 1<<part; a function's entry and its uretprobe share one).
 type probeAt struct {
-	fn   uint32
-	part int
+	fn    uint32
+	parts uint8
+}
+
+// add records a probe of part of function fn at addr. u.probesMu is held.
+func (u *sampleUnwinder) add(addr uint64, fn uint32, part int) {
+	p := u.probes[addr]
+	p.fn = fn
+	p.parts |= 1 << part
+	u.probes[addr] = p
 }
 
 // detach records that hybrid mode removed these parts of function fn's
@@ -190,8 +200,8 @@ func (u *sampleUnwinder) detach(fn uint32, parts ...int) {
 
 // probeFunc returns the function whose probe a sample with user pc pc is
 // in the trap of: a trap leaves the pc at the breakpoint or just past it.
-// Probes removed do not count, but for the entries a burst has back.
-func (u *sampleUnwinder) probeFunc(pc uint64) (uint32, bool) {
+// Probes removed do not count, but for the entries a burst had back at t.
+func (u *sampleUnwinder) probeFunc(pc, t uint64) (uint32, bool) {
 	u.probesMu.Lock()
 	defer u.probesMu.Unlock()
 	for _, a := range [2]uint64{pc, pc - 1} {
@@ -199,16 +209,17 @@ func (u *sampleUnwinder) probeFunc(pc uint64) (uint32, bool) {
 		if !ok {
 			continue
 		}
-		if u.detached[p.fn]&(1<<p.part) != 0 && !(p.part == partEntry && u.bursting.Load()) {
-			continue
+		live := p.parts&^u.detached[p.fn] != 0 ||
+			p.parts&(1<<partEntry) != 0 && u.bursts != nil && u.bursts.inWindowOf(t, p.fn)
+		if live {
+			return p.fn, true
 		}
-		return p.fn, true
 	}
 	return 0, false
 }
 
 // ProbeFunc is probeFunc for the simulator.
-func (u *sampleUnwinder) ProbeFunc(pc uint64) (uint32, bool) { return u.probeFunc(pc) }
+func (u *sampleUnwinder) ProbeFunc(pc, t uint64) (uint32, bool) { return u.probeFunc(pc, t) }
 
 // funcID returns the logical id of a planned function, or an id of its
 // own for any other.

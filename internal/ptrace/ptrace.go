@@ -68,6 +68,7 @@ type Tracer struct {
 	// The tracer thread's own state.
 	tid       int          // the tracing OS thread
 	threads   map[int]bool // traced threads
+	ownChild  bool         // the process is a child of this one (see reap)
 	owed      map[int]bool // threads with a claimed signal still to come
 	detaching bool
 	stats     Stats
@@ -141,6 +142,7 @@ func (t *Tracer) loop(ready chan<- error) {
 	// Never unlocked: the thread is the tracer, and ends with the loop.
 	runtime.LockOSThread()
 	t.tid = unix.Gettid()
+	t.ownChild = parentOf(t.pid) == os.Getpid()
 	chld := make(chan os.Signal, 1)
 	signal.Notify(chld, syscall.SIGCHLD)
 	defer signal.Stop(chld)
@@ -222,22 +224,52 @@ func request(req, tid int, sig syscall.Signal) error {
 	return nil
 }
 
-// reap handles every stop and exit waiting to be reported.
+// reap handles every stop and exit waiting to be reported, thread by
+// thread (never wait(-1): that could take the status of a child another
+// part of the program started).
+//
+// A process whose parent is this one is a special case: the tracer is in
+// its parent's thread group, so waiting for its main thread's exit would
+// take the exit status from the parent (the kernel hands a traced child's
+// exit to its real parent only when the tracer is another process).
+// That exit is only peeked at, and left to the parent.
 func (t *Tracer) reap() {
-	for {
-		var ws unix.WaitStatus
-		// __WNOTHREAD: only this thread's tracees, never a child some
-		// other part of the program started (and waits for).
-		tid, err := unix.Wait4(-1, &ws, unix.WALL|unix.WNOHANG|unix.WNOTHREAD, nil)
-		if errors.Is(err, unix.EINTR) {
-			continue
+	for progress := true; progress; {
+		progress = false
+		for tid := range t.threads {
+			if tid == t.pid && t.ownChild {
+				var si unix.Siginfo
+				err := unix.Waitid(unix.P_PID, tid, &si, unix.WEXITED|unix.WSTOPPED|unix.WNOWAIT|unix.WNOHANG|unix.WALL, nil)
+				if err != nil || si.Signo == 0 {
+					continue
+				}
+				if si.Code == cldExited || si.Code == cldKilled || si.Code == cldDumped {
+					delete(t.threads, tid)
+					delete(t.owed, tid)
+					continue
+				}
+			}
+			var ws unix.WaitStatus
+			got, err := unix.Wait4(tid, &ws, unix.WALL|unix.WNOHANG, nil)
+			if errors.Is(err, unix.ECHILD) {
+				delete(t.threads, tid) // gone, reaped elsewhere
+				continue
+			}
+			if err != nil || got <= 0 {
+				continue
+			}
+			t.handle(got, ws)
+			progress = true
 		}
-		if err != nil || tid <= 0 {
-			return
-		}
-		t.handle(tid, ws)
 	}
 }
+
+// si_code values of SIGCHLD (CLD_* in <signal.h>).
+const (
+	cldExited = 1
+	cldKilled = 2
+	cldDumped = 3
+)
 
 // handle acts on one wait status of thread tid.
 func (t *Tracer) handle(tid int, ws unix.WaitStatus) {
@@ -364,15 +396,26 @@ func threadsOf(pid int) ([]int, error) {
 	return tids, nil
 }
 
+// parentOf returns the parent process id of pid, 0 when it cannot tell.
+func parentOf(pid int) int {
+	return statusField(fmt.Sprintf("/proc/%d/status", pid), "PPid:")
+}
+
 // tracerOf returns the id of the thread tracing thread tid of process pid,
 // 0 for none or when it cannot tell.
 func tracerOf(pid, tid int) int {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/status", pid, tid))
+	return statusField(fmt.Sprintf("/proc/%d/task/%d/status", pid, tid), "TracerPid:")
+}
+
+// statusField returns the number after key in a /proc status file, 0
+// when it cannot tell.
+func statusField(path, key string) int {
+	b, err := os.ReadFile(path)
 	if err != nil {
 		return 0
 	}
 	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "TracerPid:"); ok {
+		if v, ok := strings.CutPrefix(line, key); ok {
 			n, _ := strconv.Atoi(strings.TrimSpace(v))
 			return n
 		}
