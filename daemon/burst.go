@@ -349,15 +349,10 @@ func (b *burster) burst(gen uint32, funcs []*plan.Func, length time.Duration) (f
 	for _, f := range funcs {
 		nids = max(nids, int(f.ID)+1)
 	}
-	before, err := s.prog.CallCounts(nil, nids)
+	before, err := b.counters(nids)
 	if err != nil {
 		return 0, 0, err
 	}
-	st0, err := s.prog.Stats()
-	if err != nil {
-		return 0, 0, err
-	}
-	trap0 := s.sim.burstTrapSamples.Load()
 	var links []link.Link
 	attachStart := time.Now()
 	for obj, probes := range burstProbes(funcs) {
@@ -386,17 +381,13 @@ func (b *burster) burst(gen uint32, funcs []*plan.Func, length time.Duration) (f
 	// Closing removes the breakpoints at once; the rest of the close
 	// (a grace period) need not hold the next burst up.
 	go closeAll(links)
-	after, err := s.prog.CallCounts(nil, nids)
-	if err != nil {
-		return 0, 0, err
-	}
-	st1, err := s.prog.Stats()
+	after, err := b.counters(nids)
 	if err != nil {
 		return 0, 0, err
 	}
 	// What the burst cost as measured: its samples in the probe program
 	// and in the traps (those the event loop has placed by now).
-	measured := float64(st1.BurstSamples-st0.BurstSamples+s.sim.burstTrapSamples.Load()-trap0) * float64(s.sampler.Period)
+	measured := float64(after.samples-before.samples) * float64(s.sampler.Period)
 	b.mu.Lock()
 	b.bursts++
 	b.total += time.Duration(end - start)
@@ -406,12 +397,34 @@ func (b *burster) burst(gen uint32, funcs []*plan.Func, length time.Duration) (f
 	secs := float64(end-start) / 1e9
 	load := 0.0
 	for _, f := range funcs {
-		if j := 2 * int(f.ID); j < len(after) && j < len(before) {
-			load += float64(after[j]-before[j]) / secs * b.m.entryCost(int(f.ID))
+		if j := 2 * int(f.ID); j < len(after.calls) && j < len(before.calls) {
+			load += float64(after.calls[j]-before.calls[j]) / secs * b.m.entryCost(int(f.ID))
 		}
 	}
 	load = math.Max(load, measured/secs)
 	return burstDuty(load, s.cfg.Budget, b.m.ownCPU()), attach, nil
+}
+
+// burstReading is what a burst's cost is measured by: the probe hits of
+// function ids below some n, and the samples taken in burst probes.
+type burstReading struct {
+	calls   []uint64
+	samples uint64
+}
+
+// counters reads the hits of function ids below n and the samples in
+// burst probes (their program, counted in the kernel, and their traps,
+// by the event loop).
+func (b *burster) counters(n int) (burstReading, error) {
+	calls, err := b.s.prog.CallCounts(nil, n)
+	if err != nil {
+		return burstReading{}, err
+	}
+	st, err := b.s.prog.Stats()
+	if err != nil {
+		return burstReading{}, err
+	}
+	return burstReading{calls: calls, samples: st.BurstSamples + b.s.sim.burstTrapSamples.Load()}, nil
 }
 
 // burstDuty returns the share of each period the next burst may take:
