@@ -516,8 +516,8 @@ func TestAttachHybrid(t *testing.T) {
 	}
 	stderr := k.stderr.String()
 	if !strings.Contains(stderr, "hybrid mode, overhead budget 10%") ||
-		!regexp.MustCompile(`(?m)kprofd: \+\d+ms: demoted \d+ to sampling[^(]* in \d+ rounds? \(first: hybrid:hot_leaf\); predicted probe overhead \d+% -> \d+% of the target's CPU`).MatchString(stderr) {
-		t.Errorf("stderr does not report hybrid mode and hot_leaf's demotion in one line:\n%s", stderr)
+		!regexp.MustCompile(`(?m)^kprofd: \+[0-9.]+m?s: demoted .* in \d+ rounds? \(first: hybrid:\w+\); predicted probe overhead \d+% -> \d+% of the target's CPU`).MatchString(stderr) {
+		t.Errorf("stderr does not report hybrid mode and its demotions one line per series:\n%s", stderr)
 	}
 	// One line per settled series of rounds (how many series there are
 	// depends on timing), none per demotion without -v.
