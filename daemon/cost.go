@@ -304,7 +304,14 @@ func (m *costModel) decideRound(rates []float64, cpu float64, samples uint64, me
 	// scale turns predicted probe time into measured.
 	scale := 1.0
 	if meas.samples >= minProbeSamples && probe > 0 {
-		scale = math.Min(math.Max(meas.probe/probe, 0.25), 4)
+		// Trusted further the more samples measured it: the
+		// calibration of an idle machine can be off by an order of
+		// magnitude under load (single steps, cache misses).
+		limit := 4.0
+		if meas.samples >= 4*minProbeSamples {
+			limit = 16
+		}
+		scale = math.Min(math.Max(meas.probe/probe, 1/limit), limit)
 	}
 	probe *= scale
 	// The target's own work is its CPU time less the probes'; samples

@@ -138,15 +138,21 @@ func (m *monitor) step(now time.Time) error {
 	m.peak = max(m.peak, predicted)
 	m.mu.Unlock()
 
-	// A round's detaches run side by side (each waits for a grace
-	// period of tens of ms), in batches that keep the order that matters:
-	// lost exits and sites first, then full demotions, leaves before
-	// their callers.
-	for _, batch := range m.batches(ds) {
-		dems := make([]Demotion, len(batch))
-		errs := make([]error, len(batch))
+	// The simulator drops the demoted probes' events from now on, so
+	// that the round's detaches can all run side by side (each waits
+	// for a grace period of tens of ms): no callee's entry can land
+	// without its caller's.
+	t0 := monotonicNow()
+	for _, d := range ds {
+		if !d.sites {
+			m.s.sim.Demote(uint32(d.id), d.stage, t0)
+		}
+	}
+	{
+		dems := make([]Demotion, len(ds))
+		errs := make([]error, len(ds))
 		var wg sync.WaitGroup
-		for i, d := range batch {
+		for i, d := range ds {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -198,41 +204,6 @@ func (m *monitor) step(now time.Time) error {
 		m.history = append(m.history[:0], c)
 	}
 	return nil
-}
-
-// batches splits a round's demotions into groups whose probes can go
-// at once: first those that keep the function's entries (its exits or its
-// indirect calls' probes go), then the full demotions by level, a
-// function after the callees demoted with it (so that no callee's entry
-// is left without its caller's for long).
-func (m *monitor) batches(ds []demotion) [][]demotion {
-	var keep []demotion
-	level := map[int]int{}
-	var levels [][]demotion
-	m.mu.Lock()
-	for _, d := range ds {
-		if d.sites || d.stage != StageSampled {
-			keep = append(keep, d)
-			continue
-		}
-		l := 0
-		for _, c := range m.model.funcs[d.id].callees {
-			if lc, ok := level[c]; ok {
-				l = max(l, lc+1)
-			}
-		}
-		level[d.id] = l
-		for len(levels) <= l {
-			levels = append(levels, nil)
-		}
-		levels[l] = append(levels[l], d)
-	}
-	m.mu.Unlock()
-	var out [][]demotion
-	if len(keep) > 0 {
-		out = append(out, keep)
-	}
-	return append(out, levels...)
 }
 
 // funcOf returns the planned or found function with id.

@@ -87,6 +87,9 @@ type SimStats struct {
 	// BurstOutside those seen while their probes went in or out (they
 	// keep the stacks, and count nowhere).
 	BurstCalls, BurstOutside uint64
+	// Going counts the events of probes being detached, dropped (see
+	// Demote).
+	Going uint64
 	// Samples is the number of cpu-clock samples handled, ProbeSamples
 	// those that caught the thread in kprofd's probes (not counted as the
 	// target's time), UnplacedSamples those no frame of the simulated
@@ -168,6 +171,10 @@ type Simulator struct {
 	stats   SimStats
 	rec     Reconciler   // nil: stacks are not compared
 	burst   *burstCounts // nil: no bursts of sampled instrumentation
+	// gone holds the functions hybrid mode is demoting (see Demote).
+	goneMu  sync.Mutex
+	gone    map[uint32]demotedAt
+	anyGone atomic.Bool
 	// trapSamples counts the samples found in a probe's trap (the user
 	// pc at a probe): hybrid mode's monitor reads it while events run.
 	trapSamples atomic.Uint64
@@ -271,6 +278,13 @@ func (s *Simulator) Handle(ev *bpf.Event) {
 	s.stats.Events++
 	if ev.Flags&bpf.FlagLostBefore != 0 {
 		s.stats.LostMarks++
+	}
+	if s.going(ev) {
+		s.stats.Going++
+		if ev.Adjust != 0 {
+			s.adjust(ev.Tid, ev.Adjust)
+		}
+		return
 	}
 	switch ev.Kind {
 	case bpf.KindEntry:
@@ -409,6 +423,49 @@ func (s *Simulator) entry(th *thread, ev *bpf.Event) {
 		node.Calls++
 	}
 	th.frames = append(fr, frame{slot: slot, start: t, node: node, phys: ev.Func, fn: lf})
+}
+
+// Demote tells the simulator that function id loses the probes of stage
+// st (its exits, or all of them) as of monotonic time t: its events from
+// then on are dropped, so that probes may be detached in any order (a
+// callee's entry whose caller's probe is already gone would land in the
+// wrong context). Burst entries still count. Any goroutine may call it.
+func (s *Simulator) Demote(id uint32, st Stage, t uint64) {
+	s.goneMu.Lock()
+	defer s.goneMu.Unlock()
+	if s.gone == nil {
+		s.gone = map[uint32]demotedAt{}
+	}
+	if d, ok := s.gone[id]; !ok || st > d.stage {
+		s.gone[id] = demotedAt{stage: st, t: t}
+	}
+	s.anyGone.Store(true)
+}
+
+// demotedAt is when a function lost which probes (see Demote).
+type demotedAt struct {
+	stage Stage
+	t     uint64
+}
+
+// going reports whether ev is an event of probes already demoted.
+func (s *Simulator) going(ev *bpf.Event) bool {
+	if !s.anyGone.Load() || ev.Flags&bpf.FlagBurst != 0 {
+		return false
+	}
+	s.goneMu.Lock()
+	d, ok := s.gone[ev.Func]
+	s.goneMu.Unlock()
+	if !ok || ev.Time < d.t {
+		return false
+	}
+	switch ev.Kind {
+	case bpf.KindEntry:
+		return d.stage == StageSampled
+	case bpf.KindExit, bpf.KindReturn:
+		return true
+	}
+	return false
 }
 
 // SetBurstCounts makes entries seen by bursts of sampled instrumentation
