@@ -105,9 +105,14 @@ type costModel struct {
 	// with its function's demotion to sampling.
 	sites    bool
 	siteCost float64
+	// floor, during a decision, is the least each function's probes cost
+	// at its present stage in the predicted unit: what the samples in
+	// them measured, over the scale.
+	floor []float64
 }
 
-// load is the probe time per second function i costs at stage st.
+// load is the probe time per second function i costs at stage st: the
+// prediction, or at its present stage what was measured when more.
 func (m *costModel) load(rates []float64, i int, st Stage) float64 {
 	t := 0.0
 	if 2*i < len(rates) {
@@ -115,6 +120,9 @@ func (m *costModel) load(rates []float64, i int, st Stage) float64 {
 	}
 	if st != StageSampled && !m.funcs[i].noSites {
 		t += m.siteLoad(rates, i)
+	}
+	if st == m.funcs[i].stage && i < len(m.floor) {
+		t = max(t, m.floor[i])
 	}
 	return t
 }
@@ -196,6 +204,14 @@ func (m *costModel) next(i int) (next, reach Stage, ok bool) {
 }
 
 func (m *costModel) name(i int) string { return m.funcs[i].name }
+
+// clearFloor forgets what function i's probes measured: its stage is
+// about to change.
+func (m *costModel) clearFloor(i int) {
+	if i < len(m.floor) {
+		m.floor[i] = 0
+	}
+}
 
 // subtree returns function i and every function below it that still has
 // probes, callees before callers: a function demoted to sampling takes
@@ -281,6 +297,9 @@ func (m *costModel) decide(rates []float64, cpu float64, samples uint64) ([]demo
 type measurement struct {
 	probe   float64 // ns/s
 	samples uint64
+	// byFunc is the part of probe measured in each function's probes
+	// (their traps), by function id.
+	byFunc map[int]float64
 }
 
 // minProbeSamples is the fewest probe samples in a window that make a
@@ -312,6 +331,20 @@ func (m *costModel) decideRound(rates []float64, cpu float64, samples uint64, me
 			limit = 16
 		}
 		scale = math.Min(math.Max(meas.probe/probe, 1/limit), limit)
+		// What a function's own probes measured is at least what it
+		// costs: the one global scale cannot see a function the
+		// calibration misjudges most.
+		m.floor = make([]float64, len(m.funcs))
+		for i, v := range meas.byFunc {
+			if i < len(m.floor) {
+				m.floor[i] = v / scale
+			}
+		}
+		defer func() { m.floor = nil }()
+		probe = 0
+		for i := range m.funcs {
+			probe += m.load(rates, i, m.funcs[i].stage)
+		}
 	}
 	probe *= scale
 	// The target's own work is its CPU time less the probes'; samples
@@ -392,17 +425,20 @@ func (m *costModel) decideRound(rates []float64, cpu float64, samples uint64, me
 		if bestSites {
 			probe -= scale * m.siteLoad(rates, best)
 			f.noSites = true
+			m.clearFloor(best)
 			out = append(out, demotion{id: best, stage: f.stage, sites: true, reason: reason})
 			continue
 		}
 		if bestStage != StageSampled {
 			probe -= scale * m.gain(rates, best, bestStage)
+			m.clearFloor(best)
 			f.stage = bestStage
 			out = append(out, demotion{id: best, stage: bestStage, reason: reason})
 			continue
 		}
 		for _, j := range m.subtree(best) {
 			probe -= scale * m.load(rates, j, m.funcs[j].stage)
+			m.clearFloor(j)
 			m.funcs[j].stage = StageSampled
 			why := reason
 			if j != best {

@@ -125,6 +125,16 @@ func TestCostModel(t *testing.T) {
 		t.Errorf("hot walk with free exits: %s, want %s", got, want)
 	}
 
+	// A function the calibration misjudges: predicted cheap (1000
+	// calls/s), measured taking half the CPU in its probes' traps, and
+	// the only one measured so: it goes, and nothing else does.
+	m = newCostModel(pl, costs, 0.10)
+	meas := measurement{probe: 5e8, samples: 500, byFunc: map[int]float64{int(byName["lib_compute"].ID): 5e8}}
+	ds0, _, _ := m.decideRound(rates(map[string]float64{"lib_compute": 1000, "walk": 1000}), cpu, many, meas)
+	if got := decisions(ds0); !strings.Contains(got, "lib_compute:") || strings.Contains(got, "walk:") {
+		t.Errorf("a function measured costly: %s, want lib_compute demoted, walk not", got)
+	}
+
 	// The root keeps its probes whatever they cost.
 	m = newCostModel(pl, costs, 0.10)
 	if ds, _ := m.decide(rates(map[string]float64{"handle_request": 5e6}), cpu, many); len(ds) != 0 {

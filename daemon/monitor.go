@@ -46,8 +46,10 @@ type counts struct {
 	at      time.Time
 	calls   []uint64
 	samples uint64
-	// probeSamples are those of samples that landed in a probe.
+	// probeSamples are those of samples that landed in a probe, and
+	// trapByFunc those found in each function's probes.
 	probeSamples uint64
+	trapByFunc   map[uint32]uint64
 }
 
 func newMonitor(s *Session, model *costModel, period time.Duration) *monitor {
@@ -98,6 +100,7 @@ func (m *monitor) read(now time.Time) (counts, error) {
 	// Samples in a probe: in the probe program (counted in the kernel)
 	// or in its trap (found by the event loop from the user pc).
 	c.probeSamples = st.ProbeSamples - st.BurstSamples + m.s.sim.trapSamples.Load()
+	c.trapByFunc = m.s.sim.TrapSamples()
 	return c, nil
 }
 
@@ -126,8 +129,13 @@ func (m *monitor) step(now time.Time) error {
 	// say otherwise would hide any overhead.
 	cpu := min(float64(c.samples-old.samples)*float64(m.period)/dt, float64(runtime.NumCPU())*1e9)
 	m.mu.Lock() // the model grows as functions are found
-	meas := measurement{samples: c.probeSamples - old.probeSamples}
+	meas := measurement{samples: c.probeSamples - old.probeSamples, byFunc: map[int]float64{}}
 	meas.probe = float64(meas.samples) * float64(m.period) / dt
+	for f, n := range c.trapByFunc {
+		if d := n - old.trapByFunc[f]; d > 0 {
+			meas.byFunc[int(f)] = float64(d) * float64(m.period) / dt
+		}
+	}
 	ds, predicted, after := m.model.decideRound(m.rates, cpu, c.samples-old.samples, meas)
 	m.own = cpu / (1 + predicted)
 	m.readings++

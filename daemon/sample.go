@@ -51,6 +51,18 @@ func (s *Simulator) HandleSample(ev *bpf.Event, st *bpf.Stack) {
 		s.stats.ProbeSamples++
 		if s.burst == nil || !s.burst.inWindow(ev.Time) {
 			s.trapSamples.Add(1) // the steady probes' cost
+			if pu, ok := s.samp.(interface {
+				ProbeFunc(pc, t uint64) (uint32, bool)
+			}); ok {
+				if f, ok := pu.ProbeFunc(st.PC, st.Time); ok && f != noProbeFunc {
+					s.trapMu.Lock()
+					if s.trapByFunc == nil {
+						s.trapByFunc = map[uint32]uint64{}
+					}
+					s.trapByFunc[f]++
+					s.trapMu.Unlock()
+				}
+			}
 			return
 		}
 		// A burst's cost, and whose probe it is.

@@ -178,6 +178,9 @@ type Simulator struct {
 	// trapSamples counts the samples found in a probe's trap (the user
 	// pc at a probe): hybrid mode's monitor reads it while events run.
 	trapSamples atomic.Uint64
+	// trapByFunc counts them by the function whose probe they are in.
+	trapMu     sync.Mutex
+	trapByFunc map[uint32]uint64
 	// burstTrapSamples counts those taken in a burst's window: the
 	// bursts' own cost, which the burster reads.
 	burstTrapSamples atomic.Uint64
@@ -423,6 +426,14 @@ func (s *Simulator) entry(th *thread, ev *bpf.Event) {
 		node.Calls++
 	}
 	th.frames = append(fr, frame{slot: slot, start: t, node: node, phys: ev.Func, fn: lf})
+}
+
+// TrapSamples returns the samples found in each function's probes so far
+// (outside bursts), by function id.
+func (s *Simulator) TrapSamples() map[uint32]uint64 {
+	s.trapMu.Lock()
+	defer s.trapMu.Unlock()
+	return maps.Clone(s.trapByFunc)
 }
 
 // Demote tells the simulator that function id loses the probes of stage
