@@ -5,7 +5,6 @@ package ptrace_test
 import (
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -52,9 +51,7 @@ func (c *claims) pause(tid int, v uint64) {
 // signal is delivered, threads created later are traced too, a job-control
 // stop stays a stop, and after Detach nothing traces the process.
 func TestTracer(t *testing.T) {
-	dir := t.TempDir()
-	testtarget.Compile(t, dir, "gcc", "-O2", "-pthread", "-o", "sigcount", filepath.Join(testtarget.Testdata(), "sigcount", "sigcount.c"))
-	target := testtarget.Start(t, filepath.Join(dir, "sigcount"))
+	target := testtarget.Start(t, testtarget.BuildOne(t, "gcc", "sigcount", "sigcount/sigcount.c", "-pthread"))
 	pid := target.Pid()
 	early := spawn(t, target)
 	c := &claims{pending: map[int]uint64{}, paused: map[int]uint64{}, done: make(chan int, 4)}
@@ -131,9 +128,7 @@ func TestTracer(t *testing.T) {
 // TestTracerExit: a process that exits while traced is reaped by the
 // tracer, so its parent sees its exit status, and Detach then succeeds.
 func TestTracerExit(t *testing.T) {
-	dir := t.TempDir()
-	testtarget.Compile(t, dir, "gcc", "-O2", "-pthread", "-o", "sigcount", filepath.Join(testtarget.Testdata(), "sigcount", "sigcount.c"))
-	target := testtarget.Start(t, filepath.Join(dir, "sigcount"))
+	target := testtarget.Start(t, testtarget.BuildOne(t, "gcc", "sigcount", "sigcount/sigcount.c", "-pthread"))
 	spawn(t, target)
 	tr, err := ptrace.Seize(target.Pid(), ptrace.Options{Signal: syscall.SIGURG,
 		Claim: func(int) (uint64, bool) { return 0, false }, Pause: func(int, uint64) {}})
@@ -151,9 +146,7 @@ func TestTracerExit(t *testing.T) {
 // TestSeizeTraced: a process another tracer holds is refused with a
 // message that says so, and nothing stays attached.
 func TestSeizeTraced(t *testing.T) {
-	dir := t.TempDir()
-	testtarget.Compile(t, dir, "gcc", "-O2", "-pthread", "-o", "sigcount", filepath.Join(testtarget.Testdata(), "sigcount", "sigcount.c"))
-	target := testtarget.Start(t, filepath.Join(dir, "sigcount"))
+	target := testtarget.Start(t, testtarget.BuildOne(t, "gcc", "sigcount", "sigcount/sigcount.c", "-pthread"))
 	opts := ptrace.Options{Signal: syscall.SIGURG, Claim: func(int) (uint64, bool) { return 0, false }, Pause: func(int, uint64) {}}
 	first, err := ptrace.Seize(target.Pid(), opts)
 	if err != nil {

@@ -2,7 +2,6 @@ package testtarget
 
 import (
 	"fmt"
-	"path/filepath"
 	"testing"
 )
 
@@ -10,9 +9,7 @@ import (
 // a fresh directory and returns the executable's path.
 func BuildHybrid(t testing.TB) string {
 	t.Helper()
-	dir := t.TempDir()
-	Compile(t, dir, "gcc", "-O2", "-o", "hybrid", filepath.Join(Testdata(), "hybrid", "hybrid.c"))
-	return filepath.Join(dir, "hybrid")
+	return BuildOne(t, "gcc", "hybrid", "hybrid/hybrid.c")
 }
 
 // HybridTruth is what testdata/hybrid measured of itself in one run: the

@@ -73,7 +73,5 @@ func ParseIndirect(line string) (uint64, error) {
 // directory and returns its path.
 func BuildInterp(t testing.TB) string {
 	t.Helper()
-	dir := t.TempDir()
-	Compile(t, dir, "gcc", "-O2", "-o", "interp", filepath.Join(Testdata(), "interp", "interp.c"))
-	return filepath.Join(dir, "interp")
+	return BuildOne(t, "gcc", "interp", "interp/interp.c")
 }

@@ -2,7 +2,6 @@ package testtarget
 
 import (
 	"fmt"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -14,9 +13,7 @@ import (
 // executable's path.
 func BuildJSONParse(t testing.TB) string {
 	t.Helper()
-	dir := t.TempDir()
-	Compile(t, dir, "g++", "-O2", "-g", "-o", "jsonparse", filepath.Join(Testdata(), "jsonparse", "jsonparse.cc"))
-	return filepath.Join(dir, "jsonparse")
+	return BuildOne(t, "g++", "jsonparse", "jsonparse/jsonparse.cc", "-g")
 }
 
 // ParseJSONDone parses testdata/jsonparse's answer to "run N", "done SUM

@@ -22,6 +22,16 @@ func Testdata() string {
 	return filepath.Join(filepath.Dir(file), "..", "..", "testdata")
 }
 
+// BuildOne compiles the testdata file src (relative to testdata/) with
+// compiler at -O2 and flags into a fresh directory, as an executable
+// called name, and returns its path.
+func BuildOne(t testing.TB, compiler, name, src string, flags ...string) string {
+	t.Helper()
+	dir := t.TempDir()
+	Compile(t, dir, compiler, append(append([]string{"-O2"}, flags...), "-o", name, filepath.Join(Testdata(), src))...)
+	return filepath.Join(dir, name)
+}
+
 // Compile runs a compiler command in dir and fails the test on error.
 func Compile(t testing.TB, dir string, name string, args ...string) {
 	t.Helper()
@@ -213,9 +223,7 @@ func (p *Proc) Wait(t testing.TB) int {
 // into a fresh directory and returns the executable's path.
 func BuildHot(t testing.TB) string {
 	t.Helper()
-	dir := t.TempDir()
-	Compile(t, dir, "gcc", "-O2", "-pthread", "-o", "hot", filepath.Join(Testdata(), "hot", "hot.c"))
-	return filepath.Join(dir, "hot")
+	return BuildOne(t, "gcc", "hot", "hot/hot.c", "-pthread")
 }
 
 // BuildSignal builds testdata/signal, the signal-handler target, at -O2
