@@ -172,9 +172,8 @@ type Simulator struct {
 	rec     Reconciler   // nil: stacks are not compared
 	burst   *burstCounts // nil: no bursts of sampled instrumentation
 	// gone holds the functions hybrid mode is demoting (see Demote).
-	goneMu  sync.Mutex
-	gone    map[uint32]demotedAt
-	anyGone atomic.Bool
+	goneMu sync.Mutex // serializes writers
+	gone   atomic.Pointer[map[uint32]demotedAt]
 	// trapSamples counts the samples found in a probe's trap (the user
 	// pc at a probe): hybrid mode's monitor reads it while events run.
 	trapSamples atomic.Uint64
@@ -444,13 +443,15 @@ func (s *Simulator) TrapSamples() map[uint32]uint64 {
 func (s *Simulator) Demote(id uint32, st Stage, t uint64) {
 	s.goneMu.Lock()
 	defer s.goneMu.Unlock()
-	if s.gone == nil {
-		s.gone = map[uint32]demotedAt{}
+	// Copied on write: the event loop reads it for every event.
+	gone := map[uint32]demotedAt{}
+	if old := s.gone.Load(); old != nil {
+		gone = maps.Clone(*old)
 	}
-	if d, ok := s.gone[id]; !ok || st > d.stage {
-		s.gone[id] = demotedAt{stage: st, t: t}
+	if d, ok := gone[id]; !ok || st > d.stage {
+		gone[id] = demotedAt{stage: st, t: t}
 	}
-	s.anyGone.Store(true)
+	s.gone.Store(&gone)
 }
 
 // demotedAt is when a function lost which probes (see Demote).
@@ -461,12 +462,11 @@ type demotedAt struct {
 
 // going reports whether ev is an event of probes already demoted.
 func (s *Simulator) going(ev *bpf.Event) bool {
-	if !s.anyGone.Load() || ev.Flags&bpf.FlagBurst != 0 {
+	gone := s.gone.Load()
+	if gone == nil || ev.Flags&bpf.FlagBurst != 0 {
 		return false
 	}
-	s.goneMu.Lock()
-	d, ok := s.gone[ev.Func]
-	s.goneMu.Unlock()
+	d, ok := (*gone)[ev.Func]
 	if !ok || ev.Time < d.t {
 		return false
 	}
