@@ -19,7 +19,8 @@ import (
 
 // Sampled instrumentation (Arnold and Ryder): a function hybrid mode
 // demoted to sampling gets its entry probes back for short bursts, one per
-// burstPeriod, and what a burst sees is scaled by the cycle it stands for.
+// burstPeriod, and the calls the bursts see are scaled by the function's
+// own work (see burstCounts).
 // The bursts' probes carry bpf.CookieBurst: their entries keep the
 // simulated stacks (so that callees land in the right context) but are
 // counted here, not as exact calls; a thread's first one in a burst is

@@ -19,9 +19,35 @@ import (
 // highest slot up to which the frames are complete. inProbe says the
 // sample caught the thread in kprofd's probes (a uprobe trap, the
 // out-of-line step, the uretprobe trampoline): kprofd's time, not the
-// target's.
+// target's; ProbeFunc then names the function whose probe it is, when it
+// can.
 type SampleUnwinder interface {
 	SampleFrames(st *bpf.Stack) (frames []RealFrame, covered uint64, inProbe bool)
+	ProbeFunc(pc, t uint64) (fn uint32, ok bool)
+}
+
+// probeSample counts a sample that caught the thread in a probe: the
+// steady probes' cost, by function, which hybrid mode's monitor steers by,
+// or a burst's.
+func (s *Simulator) probeSample(ev *bpf.Event, st *bpf.Stack) {
+	s.stats.ProbeSamples++
+	f, known := s.samp.ProbeFunc(st.PC, st.Time)
+	if s.burst != nil && s.burst.inWindow(ev.Time) {
+		s.burstTrapSamples.Add(1)
+		if known {
+			s.burst.probeSample(f)
+		}
+		return
+	}
+	s.trapSamples.Add(1)
+	if known && f != noProbeFunc {
+		s.trapMu.Lock()
+		if s.trapByFunc == nil {
+			s.trapByFunc = map[uint32]uint64{}
+		}
+		s.trapByFunc[f]++
+		s.trapMu.Unlock()
+	}
 }
 
 // SetSampleUnwinder makes HandleSample attribute samples.
@@ -48,32 +74,7 @@ func (s *Simulator) HandleSample(ev *bpf.Event, st *bpf.Stack) {
 	}
 	real, covered, inProbe := s.samp.SampleFrames(st)
 	if inProbe {
-		s.stats.ProbeSamples++
-		if s.burst == nil || !s.burst.inWindow(ev.Time) {
-			s.trapSamples.Add(1) // the steady probes' cost
-			if pu, ok := s.samp.(interface {
-				ProbeFunc(pc, t uint64) (uint32, bool)
-			}); ok {
-				if f, ok := pu.ProbeFunc(st.PC, st.Time); ok && f != noProbeFunc {
-					s.trapMu.Lock()
-					if s.trapByFunc == nil {
-						s.trapByFunc = map[uint32]uint64{}
-					}
-					s.trapByFunc[f]++
-					s.trapMu.Unlock()
-				}
-			}
-			return
-		}
-		// A burst's cost, and whose probe it is.
-		s.burstTrapSamples.Add(1)
-		if pu, ok := s.samp.(interface {
-			ProbeFunc(pc, t uint64) (uint32, bool)
-		}); ok {
-			if f, ok := pu.ProbeFunc(st.PC, st.Time); ok {
-				s.burst.probeSample(f)
-			}
-		}
+		s.probeSample(ev, st)
 		return
 	}
 	th := s.thread(ev.Tid)
@@ -230,7 +231,7 @@ func (u *sampleUnwinder) probeFunc(pc, t uint64) (uint32, bool) {
 	return 0, false
 }
 
-// ProbeFunc is probeFunc for the simulator.
+// ProbeFunc implements SampleUnwinder.
 func (u *sampleUnwinder) ProbeFunc(pc, t uint64) (uint32, bool) { return u.probeFunc(pc, t) }
 
 // funcID returns the logical id of a planned function, or an id of its
