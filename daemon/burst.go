@@ -2,25 +2,26 @@ package daemon
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cilium/ebpf/link"
 
 	"github.com/kprofd/kprofd/bpf"
-	"github.com/kprofd/kprofd/internal/cct"
 	"github.com/kprofd/kprofd/internal/plan"
 	"github.com/kprofd/kprofd/symbolizer"
 )
 
 // Sampled instrumentation (Arnold and Ryder): a function hybrid mode
 // demoted to sampling gets its entry probes back for short bursts, one per
-// burstPeriod, and the calls the bursts see are scaled by the function's
-// own work (see burstCounts).
+// burstPeriod or more, and the calls the bursts see are scaled into
+// estimates (see burstCounts).
 // The bursts' probes carry bpf.CookieBurst: their entries keep the
 // simulated stacks (so that callees land in the right context) but are
 // counted here, not as exact calls; a thread's first one in a burst is
@@ -29,7 +30,10 @@ import (
 const (
 	burstPeriod = 100 * time.Millisecond
 	minBurst    = 2 * time.Millisecond
-	maxDuty     = 0.5
+	// maxBurst bounds a window made longer for anchor frames to fit
+	// (the period grows with it, keeping the duty cycle).
+	maxBurst = 200 * time.Millisecond
+	maxDuty  = 0.5
 	// burstShare is the part of the overhead budget the bursts may use;
 	// the cost model steers the steady probes to the rest.
 	burstShare = 0.2
@@ -39,6 +43,7 @@ const (
 // attach to the start of the detach, in monotonic ns (events' clock).
 type burstWindow struct {
 	start, end uint64
+	length     time.Duration   // as planned
 	funcs      map[uint32]bool // the function ids whose entries it had back
 }
 
@@ -48,9 +53,17 @@ type burstLog struct {
 	mu      sync.Mutex
 	windows []burstWindow     // in time order
 	demoted map[uint32]uint64 // function id -> when its probes went (monotonic ns)
+	// version counts the demotions, for the event loop to notice new
+	// ones cheaply.
+	version atomic.Uint64
+	// want holds the window length a function's anchor frames need to
+	// fit in one (see burstCounts.frameEnd).
+	want map[uint32]time.Duration
 }
 
-func newBurstLog() *burstLog { return &burstLog{demoted: map[uint32]uint64{}} }
+func newBurstLog() *burstLog {
+	return &burstLog{demoted: map[uint32]uint64{}, want: map[uint32]time.Duration{}}
+}
 
 // demote records that function id lost its probes at t.
 func (l *burstLog) demote(id uint32, t uint64) {
@@ -58,15 +71,71 @@ func (l *burstLog) demote(id uint32, t uint64) {
 	defer l.mu.Unlock()
 	if _, ok := l.demoted[id]; !ok {
 		l.demoted[id] = t
+		l.version.Add(1)
 	}
 }
 
-// open records the start of a burst's window: the event loop counts
-// its calls as they come, before it ends.
-func (l *burstLog) open(start uint64, funcs map[uint32]bool) {
+// demotions returns when each function demoted to sampling was.
+func (l *burstLog) demotions() map[uint32]uint64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.windows = append(l.windows, burstWindow{start: start, end: math.MaxUint64, funcs: funcs})
+	return maps.Clone(l.demoted)
+}
+
+// open records the start of a burst's window, planned to last length:
+// the event loop counts its calls as they come, before it ends.
+func (l *burstLog) open(start uint64, length time.Duration, funcs map[uint32]bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.windows = append(l.windows, burstWindow{start: start, end: math.MaxUint64, length: length, funcs: funcs})
+}
+
+// fits returns the window that holds all of [start, end], and its
+// planned length. The window still open holds only up to its planned
+// end: the events may come in before its end is known.
+func (l *burstLog) fits(start, end uint64) (k int, length time.Duration, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	k = sort.Search(len(l.windows), func(i int) bool { return l.windows[i].end >= end })
+	if k == len(l.windows) {
+		return 0, 0, false
+	}
+	w := l.windows[k]
+	last := w.end
+	if last == math.MaxUint64 {
+		last = w.start + uint64(w.length)
+	}
+	return k, w.length, w.start <= start && end <= last
+}
+
+// had reports whether window k had function id's entries back.
+func (l *burstLog) had(k int, id uint32) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return k < len(l.windows) && l.windows[k].funcs[id]
+}
+
+// needs records that function id's anchor frames last d or more: its
+// windows should be four times that, for such frames to fit (up to
+// maxBurst; frames longer than half of it are given up).
+func (l *burstLog) needs(id uint32, d time.Duration) {
+	if d > maxBurst/2 {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.want[id] = max(l.want[id], min(4*d, maxBurst))
+}
+
+// wanted returns the longest window the functions need.
+func (l *burstLog) wanted(funcs []*plan.Func) time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var d time.Duration
+	for _, f := range funcs {
+		d = max(d, l.want[f.ID])
+	}
+	return d
 }
 
 // close records the end of the open window.
@@ -135,132 +204,6 @@ func (l *burstLog) bursted(id uint32) bool {
 	return k < len(l.windows)
 }
 
-// burstCounts accumulates, per calling context, the calls bursts saw and
-// the cpu-clock samples of the context's own work (self time, never in a
-// probe) since its function's demotion: in the bursts' windows, and in
-// all. The event loop owns it.
-//
-// A context's calls after the demotion are estimated as a ratio: the
-// calls seen in the windows times its samples since the demotion over its
-// samples in the windows (calls per unit of its own work, times its own
-// work). Own work, not wall time: a burst's probes slow the thread down,
-// by ten times or more for a function whose probes cost more than its
-// body, so a window of wall time holds little of its work; scaled by wall
-// time its calls would be underestimated as much. The relative error is
-// that of the two counts (Poisson): sqrt(1/seen + 1/samples in windows).
-// Where a function's probes took more of its time in the windows than its
-// own work did, they slowed that work too (cold caches and predictors
-// after every trap): no estimate, the calls seen are a lower bound.
-type burstCounts struct {
-	log  *burstLog
-	accs map[*cct.Node]*burstAcc
-	// period is the sampling period, cost what one hit of a function's
-	// entry probes costs (calibrated): a context whose own work per call
-	// in the windows is under perturbation times that gets no estimate.
-	period time.Duration
-	cost   func(id uint32) float64
-	// trapIn and ownIn count, per function, the samples in the windows
-	// in its probes (their traps, their program) and in its own work: where the probes took
-	// most of the function's time, they slow its own work too (caches,
-	// branch predictors, the kernel's mitigations at every trap), and
-	// the calls are given as a lower bound.
-	trapIn, ownIn map[uint32]uint64
-}
-
-type burstAcc struct {
-	seen uint64 // calls seen in windows
-	// in and after count the context's samples since the demotion, in
-	// the windows and in all.
-	in, after uint64
-}
-
-// minWindowSamples is the fewest samples of a context's own work in the
-// windows that make an estimate (an error of about 1/sqrt(20), 22%, and
-// what trap time leaks into the samples matters less); with fewer, the
-// calls seen are given as a lower bound. A function whose probes cost
-// much more than its body needs long sessions to get there: a window
-// holds little of its own work.
-const minWindowSamples = 20
-
-func newBurstCounts(l *burstLog, period time.Duration, cost func(id uint32) float64) *burstCounts {
-	return &burstCounts{log: l, period: period, cost: cost, accs: map[*cct.Node]*burstAcc{}, trapIn: map[uint32]uint64{}, ownIn: map[uint32]uint64{}}
-}
-
-// perturbation is how many times its probe's cost a function's own work
-// per call must be for the bursts to measure it: every trap leaves caches
-// and branch predictors cold, which slows the work after it, by as much
-// as the trap costs for a tiny function.
-const perturbation = 4
-
-func (b *burstCounts) acc(n *cct.Node) *burstAcc {
-	a := b.accs[n]
-	if a == nil {
-		a = &burstAcc{}
-		b.accs[n] = a
-	}
-	return a
-}
-
-// count takes a call in context n that a burst probe saw at t; calls
-// outside every window (probes half in or half out) only keep the
-// stacks: it reports false for those.
-func (b *burstCounts) count(n *cct.Node, t uint64) bool {
-	if _, in := b.log.locate(t); !in {
-		return false
-	}
-	b.acc(n).seen++
-	return true
-}
-
-// probeSample takes a sample in a window in the trap of function f's
-// probe.
-func (b *burstCounts) probeSample(f uint32) { b.trapIn[f]++ }
-
-// inWindow reports whether t is in a burst's window.
-func (b *burstCounts) inWindow(t uint64) bool {
-	_, in := b.log.locate(t)
-	return in
-}
-
-// sample takes a sample of context n's own work at t.
-func (b *burstCounts) sample(n *cct.Node, t uint64) {
-	d, ok := b.log.demotedAt(uint32(n.Func))
-	if !ok || t < d {
-		return
-	}
-	a := b.acc(n)
-	a.after++
-	if b.log.inWindowOf(t, uint32(n.Func)) {
-		a.in++
-		b.ownIn[uint32(n.Func)]++
-	}
-}
-
-// estimate adds to each context its estimated calls after its function's
-// demotion and marks it, or, with too few samples in the windows, adds
-// the calls seen and marks it a lower bound. busy holds, by function id,
-// the samples taken in its burst probes' program (those in their traps
-// the event loop counted).
-func (b *burstCounts) estimate(busy []uint64) {
-	for f, n := range busy {
-		b.trapIn[uint32(f)] += n
-	}
-	for n, a := range b.accs {
-		switch {
-		case a.seen == 0 && a.in == 0:
-			// Bursts saw it neither called nor running: nothing to add.
-		case a.in < minWindowSamples || b.trapIn[uint32(n.Func)] > b.ownIn[uint32(n.Func)] ||
-			float64(a.in)*float64(b.period) < perturbation*float64(a.seen)*b.cost(uint32(n.Func)):
-			n.Calls += a.seen
-			n.Incomplete = true
-		default:
-			n.Calls += uint64(math.Round(float64(a.seen) * float64(a.after) / float64(a.in)))
-			n.CallsEstimated = true
-			n.CallsError = math.Sqrt(1/float64(max(a.seen, 1)) + 1/float64(a.in))
-		}
-	}
-}
-
 // burster runs the bursts of sampled instrumentation of a hybrid session.
 type burster struct {
 	s   *Session
@@ -293,19 +236,22 @@ func (b *burster) run() {
 	perFunc := time.Duration(0) // attaching and detaching one function's entries, as measured
 	next := 0                   // where in the demoted functions the next burst starts
 	for gen := uint32(1); ; gen++ {
-		length := max(time.Duration(duty*float64(burstPeriod)), minBurst)
-		offset := time.Duration(rand.Int64N(int64(burstPeriod - length)))
+		all := b.m.sampledFuncs()
+		var funcs []*plan.Func
+		if len(all) > 0 {
+			n := burstFuncs(len(all), perFunc, b.s.cfg.Budget)
+			next %= len(all)
+			funcs = append(slices.Clone(all[next:min(next+n, len(all))]), all[:max(0, next+n-len(all))]...)
+			next += n
+		}
+		length, period := burstTiming(duty, b.log.wanted(funcs))
+		offset := time.Duration(rand.Int64N(int64(max(period-length, 1))))
 		select {
 		case <-b.stop:
 			return
 		case <-time.After(offset):
 		}
-		all := b.m.sampledFuncs()
-		if len(all) > 0 {
-			n := burstFuncs(len(all), perFunc, b.s.cfg.Budget)
-			next %= len(all)
-			funcs := append(slices.Clone(all[next:min(next+n, len(all))]), all[:max(0, next+n-len(all))]...)
-			next += n
+		if len(funcs) > 0 {
 			var err error
 			var attach time.Duration
 			if duty, attach, err = b.burst(gen, funcs, length); err != nil {
@@ -320,9 +266,23 @@ func (b *burster) run() {
 		select {
 		case <-b.stop:
 			return
-		case <-time.After(burstPeriod - offset - length):
+		case <-time.After(period - offset - length):
 		}
 	}
+}
+
+// burstTiming returns the length of the next burst and the period it
+// belongs to: duty of burstPeriod, at least minBurst, and as long as the
+// functions' anchor frames want (up to maxBurst), with the period
+// stretched to keep the duty cycle.
+func burstTiming(duty float64, want time.Duration) (length, period time.Duration) {
+	length = max(time.Duration(duty*float64(burstPeriod)), minBurst)
+	period = burstPeriod
+	if want > length && duty > 0 {
+		length = min(want, maxBurst)
+		period = max(period, time.Duration(float64(length)/duty))
+	}
+	return length, period
 }
 
 // burstFuncs returns how many of n demoted functions the next burst may
@@ -372,7 +332,7 @@ func (b *burster) burst(gen uint32, funcs []*plan.Func, length time.Duration) (f
 		ids[f.ID] = true
 	}
 	start := monotonicNow()
-	b.log.open(start, ids)
+	b.log.open(start, length, ids)
 	select {
 	case <-b.stop:
 	case <-time.After(length):
@@ -453,8 +413,10 @@ func (b *burster) summary() string {
 	if b.bursts == 0 {
 		return "no bursts of sampled instrumentation"
 	}
-	return fmt.Sprintf("%d bursts of sampled instrumentation (%s of entry probes of the functions demoted to sampling, one burst per %s); the calls they saw in a context scaled by its own work (its cpu-clock samples outside the probes) since the demotion over that in the bursts into estimated counts (~ in text views, pprof labels timing=estimated and count_error), or, with fewer than %d such samples in the bursts or more samples in its probes there than in its own work, given as a lower bound (≥, pprof label calls=incomplete)",
-		b.bursts, b.total.Round(time.Millisecond), burstPeriod, minWindowSamples)
+	return fmt.Sprintf("%d bursts of sampled instrumentation (%s of entry probes of the functions demoted to sampling, one burst per %s or more); "+
+		"the calls of a context they saw per call of its nearest caller still probed, in at least %d of that caller's calls that began and ended inside a burst, times that caller's calls, make its estimated count (~ in text views, pprof labels timing=estimated and count_error); "+
+		"otherwise the calls they saw scaled by the context's own work (its cpu-clock samples outside the probes) since the demotion over that in the bursts, or, with fewer than %d such samples in the bursts or more samples in its probes there than in its own work, the calls seen as a lower bound (≥, pprof label calls=incomplete)",
+		b.bursts, b.total.Round(time.Millisecond), burstPeriod, minAnchorFrames, minWindowSamples)
 }
 
 // burstProbes returns the entry probes of funcs, by object, marked as a

@@ -5,7 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kprofd/kprofd/bpf"
 	"github.com/kprofd/kprofd/internal/cct"
+	"github.com/kprofd/kprofd/internal/plan"
 )
 
 func TestBurstFuncs(t *testing.T) {
@@ -48,12 +50,12 @@ func TestBurstDuty(t *testing.T) {
 // of the gap before the first burst after a demotion that follows it.
 func TestBurstLog(t *testing.T) {
 	l := newBurstLog()
-	l.open(100, map[uint32]bool{3: true, 7: true})
+	l.open(100, 0, map[uint32]bool{3: true, 7: true})
 	l.close(110)
 	l.demote(7, 150)
-	l.open(200, map[uint32]bool{7: true})
+	l.open(200, 0, map[uint32]bool{7: true})
 	l.close(210)
-	l.open(300, nil) // still open
+	l.open(300, 0, nil) // still open
 	for _, tc := range []struct {
 		t    uint64
 		k    int
@@ -88,9 +90,9 @@ func TestBurstEstimate(t *testing.T) {
 	l := newBurstLog()
 	l.demote(3, 50)
 	l.demote(5, 50)
-	l.open(100, map[uint32]bool{3: true, 5: true, 7: true})
+	l.open(100, 0, map[uint32]bool{3: true, 5: true, 7: true})
 	l.close(200)
-	l.open(1000, map[uint32]bool{3: true, 5: true})
+	l.open(1000, 0, map[uint32]bool{3: true, 5: true})
 	l.close(1100)
 	// Samples every 1000 ns, probes of 10 ns: 100 samples of own work
 	// over 400 calls is 250 ns a call, well above the perturbation.
@@ -101,11 +103,11 @@ func TestBurstEstimate(t *testing.T) {
 	exact := tree.Root.Child(4) // never demoted: samples do not count
 	often.Calls = 1000          // counted before the demotion
 	for i := range 400 {
-		if !b.count(often, 100+uint64(i)/4) {
+		if !b.count(often, uint32(often.Func), 100+uint64(i)/4, nil) {
 			t.Fatal("a call in a window not counted")
 		}
 	}
-	if b.count(often, 500) {
+	if b.count(often, uint32(often.Func), 500, nil) {
 		t.Error("a call outside the windows counted")
 	}
 	// 25 samples in the windows, 75 between them, 10 before the demotion.
@@ -124,13 +126,13 @@ func TestBurstEstimate(t *testing.T) {
 	// the calls seen are a lower bound.
 	cheap := tree.Root.Child(5)
 	for i := range 1000 {
-		b.count(cheap, 1000+uint64(i)/10)
+		b.count(cheap, uint32(cheap.Func), 1000+uint64(i)/10, nil)
 	}
 	for i := range 20 {
 		b.sample(cheap, 1000+uint64(i))
 	}
 	for range 3 {
-		b.count(rarely, 150)
+		b.count(rarely, uint32(rarely.Func), 150, nil)
 		b.sample(rarely, 150)
 	}
 	b.estimate(nil)
@@ -148,5 +150,106 @@ func TestBurstEstimate(t *testing.T) {
 	}
 	if exact.Calls != 0 || exact.CallsEstimated || exact.Incomplete {
 		t.Errorf("a function never demoted was changed: %+v", exact)
+	}
+}
+
+// TestBurstPerAnchor drives the simulator through a demotion and two
+// bursts: the calls of C and D below A (the root is W) (A still probed) are estimated per
+// call of A, from A's frames that fitted in a window, times A's calls
+// since the demotion. C is called 10 times in every A; D 0, 2 or 4 times,
+// 2 on average, which gives its error: the standard error of the mean over
+// five frames of equal weight, sqrt(16/25)/2.
+func TestBurstPerAnchor(t *testing.T) {
+	l := newBurstLog()
+	b := newBurstCounts(l, 1000, func(uint32) float64 { return 10 })
+	s := NewSimulator(testFuncs())
+	s.SetBurstCounts(b)
+	handle := func(e bpf.Event) { s.Handle(&e) }
+	burst := func(tm, slot uint64, f cct.FuncID) {
+		e := in(tm, slot, f)
+		e.Flags |= bpf.FlagBurst
+		handle(e)
+	}
+	// A calls made of B calls (and C calls) at t..t+100: probed,
+	// seen by a burst, or not seen at all.
+	const (
+		exact = iota
+		seen
+		unseen
+	)
+	call := func(tm uint64, bs, cs int, how int) {
+		handle(in(tm, 900, A))
+		for i := range bs + cs {
+			f := C
+			if i >= bs {
+				f = D
+			}
+			switch how {
+			case exact:
+				handle(in(tm+1+uint64(i), 800, f))
+			case seen:
+				burst(tm+1+uint64(i), 800, f)
+			}
+		}
+		handle(out(tm+100, 900, A))
+	}
+	handle(in(0, 1000, W))
+	for k := range 3 {
+		call(100+uint64(k)*200, 10, 2, exact)
+	}
+	l.demote(uint32(C), 1000)
+	l.demote(uint32(D), 1000)
+	l.open(2000, 1000, map[uint32]bool{uint32(C): true, uint32(D): true})
+	call(2100, 10, 0, seen)
+	call(2300, 10, 2, seen)
+	call(2500, 10, 4, seen)
+	call(2950, 5, 0, seen) // ends after the window: does not fit
+	l.close(3000)
+	for k := range 5 {
+		call(3200+uint64(k)*100, 10, 2, unseen)
+	}
+	l.open(4000, 1000, map[uint32]bool{uint32(C): true, uint32(D): true})
+	call(4100, 10, 0, seen)
+	call(4300, 10, 4, seen)
+	l.close(5000)
+	handle(out(6000, 1000, W))
+	b.estimate(nil)
+
+	tree := s.Merged().Root.Lookup(W)
+	a := tree.Lookup(A)
+	if a == nil || a.Calls != 14 {
+		t.Fatalf("A: %v, want 14 exact calls", a)
+	}
+	// Before the demotion 30 of C and 6 of D; after it 11 calls of A.
+	nc, nd := a.Lookup(C), a.Lookup(D)
+	if nc.Calls != 30+10*11 || !nc.CallsEstimated || nc.CallsError != 0 || nc.Incomplete {
+		t.Errorf("C: %d calls, estimated %v, error %g, incomplete %v; want 140 estimated, no error", nc.Calls, nc.CallsEstimated, nc.CallsError, nc.Incomplete)
+	}
+	if nd.Calls != 6+2*11 || !nd.CallsEstimated || math.Abs(nd.CallsError-0.4) > 1e-9 {
+		t.Errorf("D: %d calls, estimated %v, error %g; want 28 estimated, error 0.4", nd.Calls, nd.CallsEstimated, nd.CallsError)
+	}
+	// The frame that did not fit asks for windows four times as long.
+	if w := l.wanted([]*plan.Func{{ID: uint32(C)}}); w != 4*100 {
+		t.Errorf("C's windows wanted %v long, want 400ns", w)
+	}
+}
+
+func TestBurstTiming(t *testing.T) {
+	for _, tc := range []struct {
+		duty           float64
+		want           time.Duration
+		length, period time.Duration
+	}{
+		{0.02, 0, minBurst, burstPeriod},
+		{0.1, 0, 10 * time.Millisecond, burstPeriod},
+		{0.05, 40 * time.Millisecond, 40 * time.Millisecond, 800 * time.Millisecond},
+		{0.5, 40 * time.Millisecond, 50 * time.Millisecond, burstPeriod}, // already long enough
+		{0.05, time.Second, maxBurst, 4 * time.Second},
+		{0, 40 * time.Millisecond, minBurst, burstPeriod}, // the last burst saw nothing
+	} {
+		l, p := burstTiming(tc.duty, tc.want)
+		if l != tc.length || p != tc.period {
+			t.Errorf("burstTiming(%g, %v) = %v, %v; want %v, %v", tc.duty, tc.want, l, p, tc.length, tc.period)
+		}
 	}
 }

@@ -150,10 +150,10 @@ func (m *monitor) step(now time.Time) error {
 	// that the round's detaches can all run side by side (each waits
 	// for a grace period of tens of ms): no callee's entry can land
 	// without its caller's.
-	t0 := monotonicNow()
+	from := monotonicNow()
 	for _, d := range ds {
 		if !d.sites {
-			m.s.sim.Demote(uint32(d.id), d.stage, t0)
+			m.s.sim.Demote(uint32(d.id), d.stage, from)
 		}
 	}
 	{
@@ -182,7 +182,9 @@ func (m *monitor) step(now time.Time) error {
 					}
 				}
 				if d.stage == StageSampled && !d.sites && m.bursts != nil {
-					m.bursts.demote(f.ID, monotonicNow())
+					// Its calls count exactly up to from, the
+					// event loop's cut, and are estimated after.
+					m.bursts.demote(f.ID, from)
 				}
 				dems[i] = Demotion{Func: f.Node.Name(), ID: f.ID, Stage: d.stage, Sites: d.sites, At: now.Sub(m.s.start), Reason: d.reason, Detach: time.Since(t0),
 					Round: round, Before: predicted, After: after}

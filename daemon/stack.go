@@ -111,7 +111,17 @@ const (
 	// be on another stack. Only its sigreturn (or the root found left)
 	// ends it.
 	frameSignal
+	// frameBurst marks the frame of a call a burst of sampled
+	// instrumentation saw, frameEntered one a real stack put back
+	// (entered while unprobed): neither was counted exactly, so neither
+	// is an anchor of the bursts' estimates.
+	frameBurst
+	frameEntered
 )
+
+// notAnchor are the flags of frames the bursts' estimates cannot count
+// calls per (see burstCounts).
+const notAnchor = frameCont | frameSignal | frameBurst | frameEntered
 
 // frame is one simulated stack frame.
 type frame struct {
@@ -122,6 +132,8 @@ type frame struct {
 	phys  uint32    // function id from the entry event
 	fn    cct.FuncID
 	flags uint8
+	// tally holds the calls bursts saw below an exact frame.
+	tally *burstTally
 }
 
 // thread is the simulated state of one thread.
@@ -278,6 +290,11 @@ func (s *Simulator) thread(tid uint32) *thread {
 // Handle applies one event.
 func (s *Simulator) Handle(ev *bpf.Event) {
 	s.stats.Events++
+	if s.burst != nil {
+		if ids, at := s.burst.due(ev.Time); len(ids) > 0 {
+			s.baseDemoted(ids, at)
+		}
+	}
 	if ev.Flags&bpf.FlagLostBefore != 0 {
 		s.stats.LostMarks++
 	}
@@ -335,7 +352,7 @@ func (s *Simulator) popDeeper(th *thread, slot, t uint64) {
 	n := len(fr)
 	for n > 0 && fr[n-1].slot < slot {
 		n--
-		end(fr, n, t)
+		s.end(fr, n, t)
 		s.stats.InferredExits++
 	}
 	th.frames = fr[:n]
@@ -344,13 +361,13 @@ func (s *Simulator) popDeeper(th *thread, slot, t uint64) {
 // popRun pops the top frame and the frames it replaced by tail calls (the
 // run of frames sharing its slot), ending them at t, and returns how many
 // it popped.
-func popRun(th *thread, t uint64) int {
+func (s *Simulator) popRun(th *thread, t uint64) int {
 	fr := th.frames
 	n := len(fr)
 	slot := fr[n-1].slot
 	for n > 0 && fr[n-1].slot == slot {
 		n--
-		end(fr, n, t)
+		s.end(fr, n, t)
 	}
 	popped := len(fr) - n
 	th.frames = fr[:n]
@@ -358,14 +375,18 @@ func popRun(th *thread, t uint64) int {
 }
 
 // end adds the time of frame fr[i], popped at t, to its node, less the
-// adjust time kprofd spent in it, which its caller's time held too.
-func end(fr []frame, i int, t uint64) {
+// adjust time kprofd spent in it, which its caller's time held too, and
+// gives an exact frame to the bursts' estimates.
+func (s *Simulator) end(fr []frame, i int, t uint64) {
 	f := &fr[i]
 	if i > 0 {
 		fr[i-1].adj += f.adj
 	}
 	if f.flags&frameCont == 0 && t > f.start+f.adj {
 		f.node.Wall += t - f.start - f.adj
+	}
+	if s.burst != nil && f.flags&notAnchor == 0 {
+		s.burst.frameEnd(f.node, f.start, t, f.tally)
 	}
 }
 
@@ -392,7 +413,7 @@ func (s *Simulator) entry(th *thread, ev *bpf.Event) {
 		} else {
 			// The top returned without an exit event; so did
 			// everything it had replaced.
-			s.stats.InferredExits += uint64(popRun(th, t))
+			s.stats.InferredExits += uint64(s.popRun(th, t))
 		}
 	}
 
@@ -414,17 +435,30 @@ func (s *Simulator) entry(th *thread, ev *bpf.Event) {
 		}
 	}
 	node := parent.Child(lf)
+	var flags uint8
 	if ev.Flags&bpf.FlagBurst != 0 && s.burst != nil {
 		// A demoted function's call, seen by a burst: estimated.
-		if s.burst.count(node, t) {
+		if s.burst.count(node, ev.Func, t, anchorFrame(fr)) {
 			s.stats.BurstCalls++
 		} else {
 			s.stats.BurstOutside++
 		}
+		flags = frameBurst
 	} else {
 		node.Calls++
 	}
-	th.frames = append(fr, frame{slot: slot, start: t, node: node, phys: ev.Func, fn: lf})
+	th.frames = append(fr, frame{slot: slot, start: t, node: node, phys: ev.Func, fn: lf, flags: flags})
+}
+
+// anchorFrame returns the innermost frame of fr whose call was counted
+// exactly, nil if none.
+func anchorFrame(fr []frame) *frame {
+	for i := len(fr) - 1; i >= 0; i-- {
+		if fr[i].flags&notAnchor == 0 {
+			return &fr[i]
+		}
+	}
+	return nil
 }
 
 // TrapSamples returns the samples found in each function's probes so far
@@ -479,6 +513,20 @@ func (s *Simulator) going(ev *bpf.Event) bool {
 	return false
 }
 
+// baseDemoted gives the bursts' estimates the contexts of functions ids,
+// demoted to sampling at t or later, in every thread's tree.
+func (s *Simulator) baseDemoted(ids []uint32, t uint64) {
+	fns := make([]cct.FuncID, len(ids))
+	for i, id := range ids {
+		fns[i] = s.logical(id)
+	}
+	roots := make([]*cct.Node, 0, len(s.threads))
+	for _, th := range s.threads {
+		roots = append(roots, th.tree.Root)
+	}
+	s.burst.demoted(fns, roots, t)
+}
+
 // SetBurstCounts makes entries seen by bursts of sampled instrumentation
 // (bpf.FlagBurst) count into b instead of their contexts' exact calls.
 func (s *Simulator) SetBurstCounts(b *burstCounts) { s.burst = b }
@@ -506,7 +554,7 @@ func (s *Simulator) pushEntered(th *thread, real []RealFrame, t uint64) {
 		if n := len(th.frames); n > 0 {
 			parent = th.frames[n-1].node
 		}
-		th.frames = append(th.frames, frame{slot: f.Slot, start: t, node: parent.Child(f.Func), phys: uint32(f.Func), fn: f.Func})
+		th.frames = append(th.frames, frame{slot: f.Slot, start: t, node: parent.Child(f.Func), phys: uint32(f.Func), fn: f.Func, flags: frameEntered})
 		top = f.Slot
 		s.stats.Resynced++
 	}
@@ -564,7 +612,7 @@ func (s *Simulator) unwind(th *thread, slot, t uint64, inclusive bool) {
 	n := len(fr)
 	for n > 0 && (fr[n-1].slot < slot || inclusive && fr[n-1].slot == slot) {
 		n--
-		end(fr, n, t)
+		s.end(fr, n, t)
 		s.stats.Unwound++
 	}
 	th.frames = fr[:n]
@@ -629,7 +677,7 @@ func (s *Simulator) HandleStack(ev *bpf.Event, st *bpf.Stack) {
 // unwindTo pops frames[i:], ending them at t.
 func (s *Simulator) unwindTo(th *thread, i int, t uint64) {
 	for n := len(th.frames); n > i; n-- {
-		end(th.frames, n-1, t)
+		s.end(th.frames, n-1, t)
 	}
 	th.frames = th.frames[:i]
 	th.runSlot = 0
@@ -650,7 +698,7 @@ func (s *Simulator) exit(th *thread, ev *bpf.Event) {
 	if th.frames[n-1].fn != s.logical(ev.Func) {
 		s.stats.Mismatches++
 	}
-	popRun(th, t)
+	s.popRun(th, t)
 	th.runSlot = slot
 }
 
@@ -667,7 +715,7 @@ func (s *Simulator) Finish(endTime uint64) {
 func (s *Simulator) closeAll(th *thread, t uint64) {
 	fr := th.frames
 	for i := len(fr) - 1; i >= 0; i-- {
-		end(fr, i, t)
+		s.end(fr, i, t)
 	}
 	th.frames = fr[:0]
 	th.runSlot = 0

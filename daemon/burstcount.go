@@ -1,0 +1,422 @@
+package daemon
+
+import (
+	"cmp"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/kprofd/kprofd/internal/cct"
+)
+
+// burstCounts turns the calls that bursts of sampled instrumentation saw
+// into estimated counts per calling context, for the calls made after a
+// function's demotion (those before it were counted exactly). The event
+// loop owns it. Two estimators, the first preferred:
+//
+//   - Per call of the anchor, the context's nearest caller that is still
+//     counted exactly (its entry probe is in). A frame of the anchor that
+//     began and ended inside one window had every call below it seen.
+//     The mean calls of the context per such frame, times the anchor's
+//     calls since the demotion, is the estimate: Arnold and Ryder's
+//     counter-based sampling with one call of the anchor as the unit,
+//     so the probes' slowdown inside the windows does not matter. A long
+//     frame fits in a window less often than a short one: each is
+//     weighted by the inverse of its chance to fit, W/(W-d) for a frame
+//     of d in a window of W (Horvitz and Thompson), so contexts called
+//     more in longer calls are not underestimated. The error is the
+//     weighted mean's standard error over the frames.
+//   - Per unit of the context's own work, where too few anchor frames fit
+//     in the windows: the calls seen in the windows times its cpu-clock
+//     samples since the demotion over its samples in the windows. Own
+//     work, not wall time: a burst's probes slow the thread down, by ten
+//     times or more for a function whose probes cost more than its body.
+//     The error is that of the two counts (Poisson). Where a function's
+//     probes took more of its time in the windows than its own work did,
+//     they slowed that work too (cold caches and predictors after every
+//     trap): no estimate, the calls seen are a lower bound.
+type burstCounts struct {
+	log  *burstLog
+	accs map[*cct.Node]*burstAcc
+	// period is the sampling period, cost what one hit of a function's
+	// entry probes costs (calibrated): a context whose own work per call
+	// in the windows is under perturbation times that gets no estimate
+	// from samples.
+	period time.Duration
+	cost   func(id uint32) float64
+	// trapIn and ownIn count, per function, the samples in the windows
+	// in its probes (their traps, their program) and in its own work.
+	trapIn, ownIn map[uint32]uint64
+
+	// anchors holds the anchors' frames that fitted in a window.
+	anchors map[*cct.Node]*anchorAcc
+	// version is the burst log's demotions taken; pending those whose
+	// time the events have not reached, in time order; sampled the
+	// functions (logical) demoted to sampling so far, and by each the
+	// trees (their roots) that existed at its demotion.
+	version uint64
+	known   map[uint32]bool
+	pending []pendingDemotion
+	sampled map[cct.FuncID]map[*cct.Node]bool
+}
+
+type burstAcc struct {
+	seen uint64 // calls seen in windows
+	// in and after count the context's samples since the demotion, in
+	// the windows and in all.
+	in, after uint64
+	// phys is the function id (not logical) the bursts saw.
+	phys uint32
+	// anchor is the context of the nearest exact frame below the
+	// context's calls (nil: none), base its calls at the demotion, or
+	// when a context new since then first appeared (late: the calls in
+	// between are missing).
+	based  bool
+	anchor *cct.Node
+	base   uint64
+	late   bool
+	// Sums over the anchor's frames that fitted in a window: weights w
+	// and the context's calls c in each (frames without calls add only
+	// to the anchor's sums).
+	swc, sw2c, sw2c2 float64
+}
+
+// anchorAcc holds, by window, the frames of an anchor that fitted in one.
+// Frames that ended in windows before from were not watched (the anchor
+// was not known as one yet) and do not count.
+type anchorAcc struct {
+	from int
+	wins map[int]*anchorWin
+}
+
+type anchorWin struct {
+	frames  int
+	sw, sw2 float64
+}
+
+type pendingDemotion struct {
+	id uint32
+	t  uint64
+}
+
+// burstTally counts on an exact frame the calls bursts saw below it, by
+// context.
+type burstTally struct {
+	calls []tallied
+}
+
+type tallied struct {
+	node  *cct.Node
+	phys  uint32
+	calls uint32
+}
+
+// minWindowSamples is the fewest samples of a context's own work in the
+// windows that make an estimate from samples (an error of about
+// 1/sqrt(20), 22%, and what trap time leaks into the samples matters
+// less).
+const minWindowSamples = 20
+
+// minAnchorFrames is the fewest anchor frames fitting in windows that
+// make an estimate per anchor call.
+const minAnchorFrames = 3
+
+// maxFitWeight bounds an anchor frame's weight W/(W-d): a frame about as
+// long as its window says little about how many such frames fit.
+const maxFitWeight = 8
+
+// perturbation is how many times its probe's cost a function's own work
+// per call must be for the samples to measure it: every trap leaves
+// caches and branch predictors cold, which slows the work after it, by as
+// much as the trap costs for a tiny function.
+const perturbation = 4
+
+func newBurstCounts(l *burstLog, period time.Duration, cost func(id uint32) float64) *burstCounts {
+	return &burstCounts{log: l, period: period, cost: cost, accs: map[*cct.Node]*burstAcc{},
+		trapIn: map[uint32]uint64{}, ownIn: map[uint32]uint64{},
+		anchors: map[*cct.Node]*anchorAcc{}, known: map[uint32]bool{}, sampled: map[cct.FuncID]map[*cct.Node]bool{}}
+}
+
+func (b *burstCounts) acc(n *cct.Node) *burstAcc {
+	a := b.accs[n]
+	if a == nil {
+		a = &burstAcc{}
+		b.accs[n] = a
+	}
+	return a
+}
+
+// due returns the functions demoted to sampling at or before t that the
+// event loop has not based yet (see demoted), and when the first of them
+// was.
+func (b *burstCounts) due(t uint64) ([]uint32, uint64) {
+	if v := b.log.version.Load(); v != b.version {
+		b.version = v
+		for id, at := range b.log.demotions() {
+			if !b.known[id] {
+				b.known[id] = true
+				b.pending = append(b.pending, pendingDemotion{id, at})
+			}
+		}
+		slices.SortFunc(b.pending, func(x, y pendingDemotion) int { return cmp.Compare(x.t, y.t) })
+	}
+	var ids []uint32
+	first := t
+	for len(b.pending) > 0 && b.pending[0].t <= t {
+		first = min(first, b.pending[0].t)
+		ids = append(ids, b.pending[0].id)
+		b.pending = b.pending[1:]
+	}
+	return ids, first
+}
+
+// demoted bases the contexts of functions fns, demoted at t, in the
+// trees with the given roots: each gets its anchor and the anchor's calls
+// so far, from which the calls after the demotion are counted.
+func (b *burstCounts) demoted(fns []cct.FuncID, roots []*cct.Node, t uint64) {
+	set := map[cct.FuncID]bool{}
+	for _, f := range fns {
+		set[f] = true
+		trees := map[*cct.Node]bool{}
+		for _, r := range roots {
+			trees[r] = true
+		}
+		b.sampled[f] = trees
+	}
+	from := b.nextWindow(t)
+	var walk func(n, anchor *cct.Node)
+	walk = func(n, anchor *cct.Node) {
+		for _, ch := range n.Children {
+			if set[ch.Func] {
+				if a := b.acc(ch); !a.based {
+					a.based, a.anchor = true, anchor
+					if anchor != nil {
+						a.base = anchor.Calls
+						b.watch(anchor, from)
+					}
+				}
+			}
+			next := anchor
+			if _, gone := b.sampled[ch.Func]; !gone {
+				next = ch
+			}
+			walk(ch, next)
+		}
+	}
+	for _, r := range roots {
+		walk(r, nil)
+	}
+}
+
+// nextWindow returns the first window that starts after t.
+func (b *burstCounts) nextWindow(t uint64) int {
+	k, in := b.log.locate(t)
+	if in {
+		k++
+	}
+	return k
+}
+
+// watch makes node an anchor whose frames count from window from on.
+func (b *burstCounts) watch(node *cct.Node, from int) {
+	if b.anchors[node] == nil {
+		b.anchors[node] = &anchorAcc{from: from, wins: map[int]*anchorWin{}}
+	}
+}
+
+// count takes a call of function phys in context n that a burst probe
+// saw at t, below the exact frame anchor (nil: none); calls outside every
+// window (probes half in or half out) only keep the stacks: it reports
+// false for those.
+func (b *burstCounts) count(n *cct.Node, phys uint32, t uint64, anchor *frame) bool {
+	k, in := b.log.locate(t)
+	if !in {
+		return false
+	}
+	a := b.acc(n)
+	a.seen++
+	a.phys = phys
+	if anchor == nil {
+		return true
+	}
+	if !a.based {
+		// A context new since the demotion.
+		a.based, a.anchor = true, anchor.node
+		if trees := b.sampled[n.Func]; trees != nil && trees[rootOf(n)] {
+			// Its tree existed at the demotion: calls of it between
+			// then and now were missed.
+			a.late, a.base = true, anchor.node.Calls-1
+		}
+		b.watch(anchor.node, k+1)
+	}
+	if a.anchor != anchor.node {
+		return true
+	}
+	if anchor.tally == nil {
+		anchor.tally = &burstTally{}
+	}
+	anchor.tally.add(n, phys)
+	return true
+}
+
+func (t *burstTally) add(n *cct.Node, phys uint32) {
+	for i := range t.calls {
+		if t.calls[i].node == n {
+			t.calls[i].calls++
+			return
+		}
+	}
+	t.calls = append(t.calls, tallied{node: n, phys: phys, calls: 1})
+}
+
+// rootOf returns the root of n's tree.
+func rootOf(n *cct.Node) *cct.Node {
+	for n.Parent != nil {
+		n = n.Parent
+	}
+	return n
+}
+
+// frameEnd takes an exact frame of node that ran from start to end, with
+// the calls bursts saw below it. One that fitted in a window is a sample
+// of the anchor estimator. One that did not, with calls seen, asks for
+// longer windows for their functions (see burstLog.needs).
+func (b *burstCounts) frameEnd(node *cct.Node, start, end uint64, tally *burstTally) {
+	an := b.anchors[node]
+	if an == nil {
+		return
+	}
+	d := end - start
+	if k, length, ok := b.log.fits(start, end); ok {
+		if k < an.from {
+			return
+		}
+		w := 1.0
+		if length > 0 {
+			w = 1 / math.Max(1-float64(d)/float64(length), 1.0/maxFitWeight)
+		}
+		aw := an.wins[k]
+		if aw == nil {
+			aw = &anchorWin{}
+			an.wins[k] = aw
+		}
+		aw.frames++
+		aw.sw += w
+		aw.sw2 += w * w
+		if tally != nil {
+			for _, e := range tally.calls {
+				if a := b.accs[e.node]; a != nil && a.anchor == node {
+					c := float64(e.calls)
+					a.swc += w * c
+					a.sw2c += w * w * c
+					a.sw2c2 += w * w * c * c
+				}
+			}
+		}
+		return
+	}
+	if tally != nil {
+		for _, e := range tally.calls {
+			b.log.needs(e.phys, time.Duration(d))
+		}
+	}
+}
+
+// probeSample takes a sample in a window in the trap of function f's
+// probe.
+func (b *burstCounts) probeSample(f uint32) { b.trapIn[f]++ }
+
+// inWindow reports whether t is in a burst's window.
+func (b *burstCounts) inWindow(t uint64) bool {
+	_, in := b.log.locate(t)
+	return in
+}
+
+// sample takes a sample of context n's own work at t.
+func (b *burstCounts) sample(n *cct.Node, t uint64) {
+	d, ok := b.log.demotedAt(uint32(n.Func))
+	if !ok || t < d {
+		return
+	}
+	a := b.acc(n)
+	a.after++
+	if b.log.inWindowOf(t, uint32(n.Func)) {
+		a.in++
+		b.ownIn[uint32(n.Func)]++
+	}
+}
+
+// perAnchor returns the anchor estimate of context a: calls per anchor
+// call, its relative standard error and the frames it rests on.
+func (b *burstCounts) perAnchor(a *burstAcc) (r, relErr float64, frames int) {
+	an := b.anchors[a.anchor]
+	if an == nil || a.swc == 0 {
+		return 0, 0, 0
+	}
+	var sw, sw2 float64
+	for k, aw := range an.wins {
+		if k >= an.from && b.log.had(k, a.phys) {
+			frames += aw.frames
+			sw += aw.sw
+			sw2 += aw.sw2
+		}
+	}
+	if sw == 0 {
+		return 0, 0, 0
+	}
+	r = a.swc / sw
+	// Σ w²(c-r)² over the frames, those without calls included.
+	v := math.Max(a.sw2c2-2*r*a.sw2c+r*r*sw2, 0) / (sw * sw)
+	return r, math.Sqrt(v) / r, frames
+}
+
+// estimate adds to each context its estimated calls after its function's
+// demotion and marks it, or, with too little to go on, adds the calls
+// seen and marks it a lower bound. busy holds, by function id, the
+// samples taken in its burst probes' program (those in their traps the
+// event loop counted). Anchors come before the contexts below them, so
+// that an anchor demoted later passes its own estimate on.
+func (b *burstCounts) estimate(busy []uint64) {
+	for f, n := range busy {
+		b.trapIn[uint32(f)] += n
+	}
+	nodes := make([]*cct.Node, 0, len(b.accs))
+	depth := map[*cct.Node]int{}
+	for n := range b.accs {
+		nodes = append(nodes, n)
+		d := 0
+		for p := n; p.Parent != nil; p = p.Parent {
+			d++
+		}
+		depth[n] = d
+	}
+	slices.SortFunc(nodes, func(x, y *cct.Node) int { return depth[x] - depth[y] })
+	for _, n := range nodes {
+		a := b.accs[n]
+		if a.seen == 0 && a.in == 0 {
+			// Bursts saw it neither called nor running: nothing to add.
+			continue
+		}
+		if a.anchor != nil {
+			r, relErr, frames := b.perAnchor(a)
+			if frames >= minAnchorFrames {
+				calls := uint64(math.Round(r * float64(a.anchor.Calls-min(a.base, a.anchor.Calls))))
+				n.Calls += max(calls, a.seen)
+				n.CallsEstimated = true
+				n.CallsError = math.Hypot(relErr, a.anchor.CallsError)
+				n.Incomplete = n.Incomplete || a.late || a.anchor.Incomplete
+				continue
+			}
+		}
+		switch {
+		case a.in < minWindowSamples || b.trapIn[uint32(n.Func)] > b.ownIn[uint32(n.Func)] ||
+			float64(a.in)*float64(b.period) < perturbation*float64(a.seen)*b.cost(uint32(n.Func)):
+			n.Calls += a.seen
+			n.Incomplete = true
+		default:
+			n.Calls += uint64(math.Round(float64(a.seen) * float64(a.after) / float64(a.in)))
+			n.CallsEstimated = true
+			n.CallsError = math.Sqrt(1/float64(max(a.seen, 1)) + 1/float64(a.in))
+		}
+	}
+}
