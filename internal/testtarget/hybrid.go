@@ -55,7 +55,7 @@ func HybridCounts(n int) map[string]uint64 {
 	r := uint64(n)
 	return map[string]uint64{
 		"handle_request":                 r,
-		"handle_request;hot_caller":      r,
+		"handle_request;hot_caller":      10 * r,
 		"handle_request;medium":          2 * r,
 		"handle_request;medium;mid_leaf": 6 * r,
 		"handle_request;heavy_rare":      (r + 19) / 20,

@@ -3,8 +3,9 @@
 // program times itself, so a profile's time shares can be compared with
 // the truth of an un-probed run:
 //
-//   hot_caller   calls hot_leaf, a tiny function, LEAVES times: millions
-//                of calls per run, far too many to trace exactly
+//   hot_caller   called CALLERS times, calls hot_leaf, a tiny function,
+//                LEAVES times each: millions of calls per run, far too
+//                many to trace exactly
 //   medium       twice per request, moderate work, calls mid_leaf 3 times
 //   heavy_rare   once every HEAVY_EVERY requests, long work, no calls
 //   untraced     work in a function the tests exclude from tracing, so
@@ -24,7 +25,8 @@
 #include <string.h>
 #include <time.h>
 
-#define LEAVES 25000
+#define CALLERS 10
+#define LEAVES 2500
 #define HEAVY_EVERY 20
 
 // Iterations of spin for each kind of work.
@@ -102,7 +104,8 @@ struct truth {
 __attribute__((noinline)) void handle_request(int i, struct truth *t)
 {
 	double t0 = now();
-	sink += hot_caller(i);
+	for (int c = 0; c < CALLERS; c++)
+		sink += hot_caller(i + c);
 	double t1 = now();
 	medium();
 	medium();
@@ -119,7 +122,7 @@ __attribute__((noinline)) void handle_request(int i, struct truth *t)
 	t->medium += t2 - t1;
 	t->heavy += t3 - t2;
 	t->untraced += t4 - t3;
-	t->leaves += LEAVES;
+	t->leaves += CALLERS * LEAVES;
 }
 
 int main(void)
