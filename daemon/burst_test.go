@@ -103,11 +103,11 @@ func TestBurstEstimate(t *testing.T) {
 	exact := tree.Root.Child(4) // never demoted: samples do not count
 	often.Calls = 1000          // counted before the demotion
 	for i := range 400 {
-		if !b.count(often, uint32(often.Func), 100+uint64(i)/4, nil) {
+		if !b.count(often, uint32(often.Func), 100+uint64(i)/4, nil, nil) {
 			t.Fatal("a call in a window not counted")
 		}
 	}
-	if b.count(often, uint32(often.Func), 500, nil) {
+	if b.count(often, uint32(often.Func), 500, nil, nil) {
 		t.Error("a call outside the windows counted")
 	}
 	// 25 samples in the windows, 75 between them, 10 before the demotion.
@@ -126,13 +126,13 @@ func TestBurstEstimate(t *testing.T) {
 	// the calls seen are a lower bound.
 	cheap := tree.Root.Child(5)
 	for i := range 1000 {
-		b.count(cheap, uint32(cheap.Func), 1000+uint64(i)/10, nil)
+		b.count(cheap, uint32(cheap.Func), 1000+uint64(i)/10, nil, nil)
 	}
 	for i := range 20 {
 		b.sample(cheap, 1000+uint64(i))
 	}
 	for range 3 {
-		b.count(rarely, uint32(rarely.Func), 150, nil)
+		b.count(rarely, uint32(rarely.Func), 150, nil, nil)
 		b.sample(rarely, 150)
 	}
 	b.estimate(nil)
@@ -251,5 +251,85 @@ func TestBurstTiming(t *testing.T) {
 		if l != tc.length || p != tc.period {
 			t.Errorf("burstTiming(%g, %v) = %v, %v; want %v, %v", tc.duty, tc.want, l, p, tc.length, tc.period)
 		}
+	}
+}
+
+// TestBurstPerParent checks the estimate per call of a demoted parent: C
+// and its caller A are demoted together below D, which stays probed. D's
+// calls fit in the bursts only while C's probes are out (the first
+// burst, A's alone), so A is estimated per call of D (3 each), and C per
+// call of A (10 each, from A's calls the later bursts saw whole) times
+// A's estimate.
+func TestBurstPerParent(t *testing.T) {
+	l := newBurstLog()
+	b := newBurstCounts(l, 1000, func(uint32) float64 { return 10 })
+	s := NewSimulator(testFuncs())
+	s.SetBurstCounts(b)
+	handle := func(e bpf.Event) { s.Handle(&e) }
+	burst := func(tm, slot uint64, f cct.FuncID) {
+		e := in(tm, slot, f)
+		e.Flags |= bpf.FlagBurst
+		handle(e)
+	}
+	handle(in(0, 1000, W))
+	for k := range 2 { // before the demotion: 3 A and 30 C a call of D
+		tm := 100 + uint64(k)*300
+		handle(in(tm, 900, D))
+		for i := range 3 {
+			handle(in(tm+1+uint64(i)*50, 800, A))
+			for j := range 10 {
+				handle(in(tm+2+uint64(i)*50+uint64(j), 700, C))
+			}
+		}
+		handle(out(tm+200, 900, D))
+	}
+	l.demote(uint32(A), 1000)
+	l.demote(uint32(C), 1000)
+	// A's probes alone: three calls of D fit, 3 calls of A in each.
+	l.open(2000, 250, map[uint32]bool{uint32(A): true})
+	for k := range 3 {
+		tm := 2010 + uint64(k)*70
+		handle(in(tm, 900, D))
+		for i := range 3 {
+			burst(tm+1+uint64(i)*10, 800, A)
+		}
+		handle(out(tm+60, 900, D))
+	}
+	l.close(2250)
+	// A's and C's: D runs longer than a burst; two calls of A fit in
+	// each, with 10 calls of C.
+	for _, start := range []uint64{3000, 4000} {
+		l.open(start, 250, map[uint32]bool{uint32(A): true, uint32(C): true})
+		handle(in(start-10, 900, D))
+		for i := range 3 {
+			tm := start + 10 + uint64(i)*90
+			burst(tm, 800, A)
+			for j := range 10 {
+				burst(tm+1+uint64(j), 700, C)
+			}
+		}
+		l.close(start + 250)
+		handle(out(start+300, 900, D))
+	}
+	for k := range 5 { // unseen
+		handle(in(3400+uint64(k)*100, 900, D))
+		handle(out(3450+uint64(k)*100, 900, D))
+	}
+	handle(out(6000, 1000, W))
+	b.estimate(nil)
+
+	d := s.Merged().Root.Lookup(W).Lookup(D)
+	if d.Calls != 12 {
+		t.Fatalf("D: %d calls, want 12", d.Calls)
+	}
+	// 10 calls of D since the demotion.
+	a := d.Lookup(A)
+	if a.Calls != 6+3*10 || !a.CallsEstimated || a.CallsError != 0 || a.Incomplete {
+		t.Errorf("A: %d calls, estimated %v, error %g, incomplete %v; want 36 estimated, no error", a.Calls, a.CallsEstimated, a.CallsError, a.Incomplete)
+	}
+	// 30 calls of A since the demotion.
+	c := a.Lookup(C)
+	if c.Calls != 60+10*30 || !c.CallsEstimated || c.CallsError != 0 || c.Incomplete {
+		t.Errorf("C: %d calls, estimated %v, error %g, incomplete %v; want 360 estimated, no error", c.Calls, c.CallsEstimated, c.CallsError, c.Incomplete)
 	}
 }

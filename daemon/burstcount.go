@@ -67,18 +67,40 @@ type burstAcc struct {
 	in, after uint64
 	// phys is the function id (not logical) the bursts saw.
 	phys uint32
-	// anchor is the context of the nearest exact frame below the
-	// context's calls (nil: none), base its calls at the demotion, or
-	// when a context new since then first appeared (late: the calls in
+	// exact is the anchor: the nearest frame below the context's calls
+	// that was counted exactly. parent is its direct caller when that
+	// is demoted too and a burst saw it called: counted per call of
+	// the parent, times the parent's estimated calls.
+	based         bool
+	exact, parent anchorRef
+}
+
+// anchorRef is a caller whose calls a context's calls are counted per.
+type anchorRef struct {
+	node *cct.Node // nil: none
+	// base is its calls when counting began: at the demotion, or when
+	// a context new since then first appeared (late: the calls in
 	// between are missing).
-	based  bool
-	anchor *cct.Node
-	base   uint64
-	late   bool
-	// Sums over the anchor's frames that fitted in a window: weights w
-	// and the context's calls c in each (frames without calls add only
-	// to the anchor's sums).
+	base uint64
+	late bool
+	// Sums over its frames that fitted in a window: weights w and the
+	// context's calls c in each (frames without calls add only to the
+	// caller's own sums, see anchorAcc).
 	swc, sw2c, sw2c2 float64
+}
+
+// set makes node the caller, from window from on, with calls base.
+func (r *anchorRef) set(b *burstCounts, node *cct.Node, base uint64, late bool, from int) {
+	r.node, r.base, r.late = node, base, late
+	b.watch(node, from)
+}
+
+// add takes one of its frames that fitted, of weight w, with c calls of
+// the context.
+func (r *anchorRef) add(w, c float64) {
+	r.swc += w * c
+	r.sw2c += w * w * c
+	r.sw2c2 += w * w * c * c
 }
 
 // anchorAcc holds, by window, the frames of an anchor that fitted in one.
@@ -189,10 +211,14 @@ func (b *burstCounts) demoted(fns []cct.FuncID, roots []*cct.Node, t uint64) {
 		for _, ch := range n.Children {
 			if set[ch.Func] {
 				if a := b.acc(ch); !a.based {
-					a.based, a.anchor = true, anchor
+					a.based = true
 					if anchor != nil {
-						a.base = anchor.Calls
-						b.watch(anchor, from)
+						a.exact.set(b, anchor, anchor.Calls, false, from)
+					}
+					if n != anchor && n.Parent != nil && set[n.Func] {
+						// Demoted with it: its calls after
+						// now are estimated too.
+						a.parent.set(b, n, n.Calls, false, from)
 					}
 				}
 			}
@@ -225,10 +251,10 @@ func (b *burstCounts) watch(node *cct.Node, from int) {
 }
 
 // count takes a call of function phys in context n that a burst probe
-// saw at t, below the exact frame anchor (nil: none); calls outside every
-// window (probes half in or half out) only keep the stacks: it reports
-// false for those.
-func (b *burstCounts) count(n *cct.Node, phys uint32, t uint64, anchor *frame) bool {
+// saw at t, below the exact frame anchor and the frame top (either nil:
+// none); calls outside every window (probes half in or half out) only
+// keep the stacks: it reports false for those.
+func (b *burstCounts) count(n *cct.Node, phys uint32, t uint64, anchor, top *frame) bool {
 	k, in := b.log.locate(t)
 	if !in {
 		return false
@@ -236,26 +262,45 @@ func (b *burstCounts) count(n *cct.Node, phys uint32, t uint64, anchor *frame) b
 	a := b.acc(n)
 	a.seen++
 	a.phys = phys
-	if anchor == nil {
-		return true
+	if top == anchor || top != nil && (top.flags&frameBurst == 0 || top.node != n.Parent) {
+		// The parent is the anchor, or no burst saw it called.
+		top = nil
 	}
 	if !a.based {
-		// A context new since the demotion.
-		a.based, a.anchor = true, anchor.node
-		if trees := b.sampled[n.Func]; trees != nil && trees[rootOf(n)] {
-			// Its tree existed at the demotion: calls of it between
-			// then and now were missed.
-			a.late, a.base = true, anchor.node.Calls-1
+		// A context new since the demotion. If its tree existed then,
+		// calls of it between then and now were missed.
+		a.based = true
+		trees := b.sampled[n.Func]
+		late := trees != nil && trees[rootOf(n)]
+		if anchor != nil {
+			if late {
+				// The anchor's call running now is counted.
+				a.exact.set(b, anchor.node, anchor.node.Calls-min(anchor.node.Calls, 1), true, k+1)
+			} else {
+				a.exact.set(b, anchor.node, 0, false, k+1)
+			}
 		}
-		b.watch(anchor.node, k+1)
+		if top != nil {
+			// A demoted parent's calls since its demotion are all
+			// estimated; those before it are in its Calls.
+			if late {
+				a.parent.set(b, top.node, top.node.Calls, true, k+1)
+			} else {
+				a.parent.set(b, top.node, 0, false, k+1)
+			}
+		}
 	}
-	if a.anchor != anchor.node {
-		return true
+	for _, f := range []struct {
+		fr  *frame
+		ref *anchorRef
+	}{{anchor, &a.exact}, {top, &a.parent}} {
+		if f.fr != nil && f.ref.node == f.fr.node {
+			if f.fr.tally == nil {
+				f.fr.tally = &burstTally{}
+			}
+			f.fr.tally.add(n, phys)
+		}
 	}
-	if anchor.tally == nil {
-		anchor.tally = &burstTally{}
-	}
-	anchor.tally.add(n, phys)
 	return true
 }
 
@@ -277,8 +322,8 @@ func rootOf(n *cct.Node) *cct.Node {
 	return n
 }
 
-// frameEnd takes an exact frame of node that ran from start to end, with
-// the calls bursts saw below it. One that fitted in a window is a sample
+// frameEnd takes a frame of node that ran from start to end, its call
+// counted exactly or seen by a burst, with the calls bursts saw below it. One that fitted in a window is a sample
 // of the anchor estimator. One that did not, with calls seen, asks for
 // longer windows for their functions (see burstLog.needs).
 func (b *burstCounts) frameEnd(node *cct.Node, start, end uint64, tally *burstTally) {
@@ -305,11 +350,13 @@ func (b *burstCounts) frameEnd(node *cct.Node, start, end uint64, tally *burstTa
 		aw.sw2 += w * w
 		if tally != nil {
 			for _, e := range tally.calls {
-				if a := b.accs[e.node]; a != nil && a.anchor == node {
-					c := float64(e.calls)
-					a.swc += w * c
-					a.sw2c += w * w * c
-					a.sw2c2 += w * w * c * c
+				a := b.accs[e.node]
+				switch {
+				case a == nil:
+				case a.exact.node == node:
+					a.exact.add(w, float64(e.calls))
+				case a.parent.node == node:
+					a.parent.add(w, float64(e.calls))
 				}
 			}
 		}
@@ -346,16 +393,18 @@ func (b *burstCounts) sample(n *cct.Node, t uint64) {
 	}
 }
 
-// perAnchor returns the anchor estimate of context a: calls per anchor
-// call, its relative standard error and the frames it rests on.
-func (b *burstCounts) perAnchor(a *burstAcc) (r, relErr float64, frames int) {
-	an := b.anchors[a.anchor]
-	if an == nil || a.swc == 0 {
+// perCall returns the estimate of a context's calls per call of caller
+// r, for the context's function phys: the mean over r's frames that
+// fitted in windows with phys's entries back, its relative standard
+// error, and how many frames it rests on.
+func (b *burstCounts) perCall(r *anchorRef, phys uint32) (mean, relErr float64, frames int) {
+	an := b.anchors[r.node]
+	if an == nil || r.swc == 0 {
 		return 0, 0, 0
 	}
 	var sw, sw2 float64
 	for k, aw := range an.wins {
-		if k >= an.from && b.log.had(k, a.phys) {
+		if k >= an.from && b.log.had(k, phys) {
 			frames += aw.frames
 			sw += aw.sw
 			sw2 += aw.sw2
@@ -364,10 +413,10 @@ func (b *burstCounts) perAnchor(a *burstAcc) (r, relErr float64, frames int) {
 	if sw == 0 {
 		return 0, 0, 0
 	}
-	r = a.swc / sw
-	// Σ w²(c-r)² over the frames, those without calls included.
-	v := math.Max(a.sw2c2-2*r*a.sw2c+r*r*sw2, 0) / (sw * sw)
-	return r, math.Sqrt(v) / r, frames
+	mean = r.swc / sw
+	// Σ w²(c-mean)² over the frames, those without calls included.
+	v := math.Max(r.sw2c2-2*mean*r.sw2c+mean*mean*sw2, 0) / (sw * sw)
+	return mean, math.Sqrt(v) / mean, frames
 }
 
 // estimate adds to each context its estimated calls after its function's
@@ -397,16 +446,8 @@ func (b *burstCounts) estimate(busy []uint64) {
 			// Bursts saw it neither called nor running: nothing to add.
 			continue
 		}
-		if a.anchor != nil {
-			r, relErr, frames := b.perAnchor(a)
-			if frames >= minAnchorFrames {
-				calls := uint64(math.Round(r * float64(a.anchor.Calls-min(a.base, a.anchor.Calls))))
-				n.Calls += max(calls, a.seen)
-				n.CallsEstimated = true
-				n.CallsError = math.Hypot(relErr, a.anchor.CallsError)
-				n.Incomplete = n.Incomplete || a.late || a.anchor.Incomplete
-				continue
-			}
+		if b.estimatePerCall(n, a) {
+			continue
 		}
 		switch {
 		case a.in < minWindowSamples || b.trapIn[uint32(n.Func)] > b.ownIn[uint32(n.Func)] ||
@@ -419,4 +460,27 @@ func (b *burstCounts) estimate(busy []uint64) {
 			n.CallsError = math.Sqrt(1/float64(max(a.seen, 1)) + 1/float64(a.in))
 		}
 	}
+}
+
+// estimatePerCall estimates context n's calls per call of a caller, the
+// exact one if enough of its frames fitted in windows, else the parent,
+// whose own estimate (made before, callers first) it scales, and reports
+// whether it could.
+func (b *burstCounts) estimatePerCall(n *cct.Node, a *burstAcc) bool {
+	for _, r := range []*anchorRef{&a.exact, &a.parent} {
+		if r.node == nil {
+			continue
+		}
+		mean, relErr, frames := b.perCall(r, a.phys)
+		if frames < minAnchorFrames {
+			continue
+		}
+		calls := uint64(math.Round(mean * float64(r.node.Calls-min(r.base, r.node.Calls))))
+		n.Calls += max(calls, a.seen)
+		n.CallsEstimated = true
+		n.CallsError = math.Hypot(relErr, r.node.CallsError)
+		n.Incomplete = n.Incomplete || r.late || r.node.Incomplete
+		return true
+	}
+	return false
 }

@@ -196,8 +196,11 @@ func TestHybridDemotesHotLeaf(t *testing.T) {
 	}
 }
 
-// child returns n's child named name.
+// child returns n's child named name, nil if none (or n is nil).
 func child(p *cct.Profile, n *cct.Node, name string) *cct.Node {
+	if n == nil {
+		return nil
+	}
 	for _, ch := range n.Children {
 		if p.Name(ch.Func) == name {
 			return ch

@@ -3,6 +3,7 @@
 package daemon_test
 
 import (
+	"math"
 	"testing"
 
 	"github.com/kprofd/kprofd/calibrate"
@@ -19,7 +20,9 @@ import (
 // time against the un-probed run's (goal for hybrid at a 10% budget:
 // 1.10 or less), and the overlap of the profile's time shares with the
 // un-probed run's, by what handle_request spends its time in: overlap =
-// Σ min(share_profile, share_true), goal 95% or more. The sessions use
+// Σ min(share_profile, share_true), goal 95% or more. For hybrid mode it
+// also reports hot_leaf's count against the program's (its error, %, and
+// how often it was an estimate rather than a lower bound). The sessions use
 // this machine's calibration (cached, or measured once, quick), as attach
 // does.
 func BenchmarkModes(b *testing.B) {
@@ -29,6 +32,7 @@ func BenchmarkModes(b *testing.B) {
 	modes := []daemon.Mode{daemon.ModeExact, daemon.ModeHybrid, daemon.ModeSample}
 	slowdown := make([]float64, len(modes))
 	overlap := make([]float64, len(modes))
+	var leafErr, leafEstimated float64
 	for range b.N {
 		for i, m := range modes {
 			// An un-probed run right before each probed one: the
@@ -37,8 +41,17 @@ func BenchmarkModes(b *testing.B) {
 			truth, p := runHybrid(b, exe, &daemon.Config{Roots: []string{"handle_request"}, Mode: m, Exclude: excludeUntraced, Calibration: cal})
 			slowdown[i] += truth.Total / base.Total
 			overlap[i] += shareOverlap(p, base.Shares())
-			if m == daemon.ModeHybrid && truth.Total > 2*base.Total {
+			if m != daemon.ModeHybrid {
+				continue
+			}
+			if truth.Total > 2*base.Total {
 				b.Logf("hybrid run %.1fx slower than un-probed: %v", truth.Total/base.Total, p.Comments)
+			}
+			if leaf := child(p, child(p, p.Tree.Root.Lookup(0), "hot_caller"), "hot_leaf"); leaf != nil {
+				leafErr += math.Abs(float64(leaf.Calls)/float64(truth.Leaves) - 1)
+				if leaf.CallsEstimated {
+					leafEstimated++
+				}
 			}
 		}
 	}
@@ -46,6 +59,8 @@ func BenchmarkModes(b *testing.B) {
 		b.ReportMetric(slowdown[i]/float64(b.N), m.String()+"-x")
 		b.ReportMetric(100*overlap[i]/float64(b.N), m.String()+"-overlap-%")
 	}
+	b.ReportMetric(100*leafErr/float64(b.N), "hybrid-leaf-count-err-%")
+	b.ReportMetric(100*leafEstimated/float64(b.N), "hybrid-leaf-estimated-%")
 }
 
 // runHybrid runs testdata/hybrid's requests once, under a session of cfg

@@ -385,7 +385,7 @@ func (s *Simulator) end(fr []frame, i int, t uint64) {
 	if f.flags&frameCont == 0 && t > f.start+f.adj {
 		f.node.Wall += t - f.start - f.adj
 	}
-	if s.burst != nil && f.flags&notAnchor == 0 {
+	if s.burst != nil && f.flags&(frameCont|frameSignal|frameEntered) == 0 {
 		s.burst.frameEnd(f.node, f.start, t, f.tally)
 	}
 }
@@ -438,7 +438,11 @@ func (s *Simulator) entry(th *thread, ev *bpf.Event) {
 	var flags uint8
 	if ev.Flags&bpf.FlagBurst != 0 && s.burst != nil {
 		// A demoted function's call, seen by a burst: estimated.
-		if s.burst.count(node, ev.Func, t, anchorFrame(fr)) {
+		var top *frame
+		if n > 0 {
+			top = &fr[n-1]
+		}
+		if s.burst.count(node, ev.Func, t, anchorFrame(fr), top) {
 			s.stats.BurstCalls++
 		} else {
 			s.stats.BurstOutside++
