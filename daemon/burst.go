@@ -30,6 +30,9 @@ import (
 const (
 	burstPeriod = 100 * time.Millisecond
 	minBurst    = 2 * time.Millisecond
+	// initialDuty is the bursts' duty cycle before one has measured
+	// what they cost.
+	initialDuty = 0.02
 	// maxBurst bounds a window made longer for anchor frames to fit
 	// (the period grows with it, keeping the duty cycle).
 	maxBurst = 200 * time.Millisecond
@@ -59,10 +62,13 @@ type burstLog struct {
 	// want holds the window length a function's anchor frames need to
 	// fit in one (see burstCounts.frameEnd).
 	want map[uint32]time.Duration
+	// with holds the functions a function's bursts must have too: its
+	// callers demoted with it, whose calls its own are counted per.
+	with map[uint32][]uint32
 }
 
 func newBurstLog() *burstLog {
-	return &burstLog{demoted: map[uint32]uint64{}, want: map[uint32]time.Duration{}}
+	return &burstLog{demoted: map[uint32]uint64{}, want: map[uint32]time.Duration{}, with: map[uint32][]uint32{}}
 }
 
 // demote records that function id lost its probes at t.
@@ -115,16 +121,38 @@ func (l *burstLog) had(k int, id uint32) bool {
 	return k < len(l.windows) && l.windows[k].funcs[id]
 }
 
-// needs records that function id's anchor frames last d or more: its
-// windows should be four times that, for such frames to fit (up to
-// maxBurst; frames longer than half of it are given up).
+// needs records that function id's windows should last d, for frames of
+// its anchors to fit (up to maxBurst).
 func (l *burstLog) needs(id uint32, d time.Duration) {
-	if d > maxBurst/2 {
-		return
-	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.want[id] = max(l.want[id], min(4*d, maxBurst))
+	l.want[id] = max(l.want[id], min(d, maxBurst))
+}
+
+// burstWith records that function id's bursts must have function
+// caller's entries back too.
+func (l *burstLog) burstWith(id, caller uint32) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !slices.Contains(l.with[id], caller) {
+		l.with[id] = append(l.with[id], caller)
+	}
+}
+
+// companions returns the functions funcs' bursts must have too, not in
+// funcs.
+func (l *burstLog) companions(funcs []*plan.Func) []uint32 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var ids []uint32
+	for _, f := range funcs {
+		for _, c := range l.with[f.ID] {
+			if !slices.ContainsFunc(funcs, func(g *plan.Func) bool { return g.ID == c }) && !slices.Contains(ids, c) {
+				ids = append(ids, c)
+			}
+		}
+	}
+	return ids
 }
 
 // wanted returns the longest window the functions need.
@@ -232,7 +260,7 @@ func newBurster(s *Session, m *monitor, l *burstLog) *burster {
 // pays for, at the attach time the last one measured.
 func (b *burster) run() {
 	defer close(b.done)
-	duty := 0.02
+	duty := initialDuty
 	perFunc := time.Duration(0) // attaching and detaching one function's entries, as measured
 	next := 0                   // where in the demoted functions the next burst starts
 	for gen := uint32(1); ; gen++ {
@@ -243,6 +271,11 @@ func (b *burster) run() {
 			next %= len(all)
 			funcs = append(slices.Clone(all[next:min(next+n, len(all))]), all[:max(0, next+n-len(all))]...)
 			next += n
+			for _, id := range b.log.companions(funcs) {
+				if f := b.m.funcOf(int(id)); f != nil {
+					funcs = append(funcs, f)
+				}
+			}
 		}
 		length, period := burstTiming(duty, b.log.wanted(funcs))
 		offset := time.Duration(rand.Int64N(int64(max(period-length, 1))))
@@ -274,8 +307,13 @@ func (b *burster) run() {
 // burstTiming returns the length of the next burst and the period it
 // belongs to: duty of burstPeriod, at least minBurst, and as long as the
 // functions' anchor frames want (up to maxBurst), with the period
-// stretched to keep the duty cycle.
+// stretched to keep the duty cycle (initialDuty after a burst that saw
+// nothing).
 func burstTiming(duty float64, want time.Duration) (length, period time.Duration) {
+	if duty == 0 {
+		// The last burst saw no calls: nothing to go by.
+		duty = initialDuty
+	}
 	length = max(time.Duration(duty*float64(burstPeriod)), minBurst)
 	period = burstPeriod
 	if want > length && duty > 0 {

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"math"
+	"slices"
 	"testing"
 	"time"
 
@@ -153,24 +154,32 @@ func TestBurstEstimate(t *testing.T) {
 	}
 }
 
+// burstSimulator returns a simulator of the test functions whose bursts
+// count into b, with l their log, and functions that apply an event and
+// a burst's entry of f.
+func burstSimulator() (l *burstLog, b *burstCounts, s *Simulator, handle func(bpf.Event), burst func(t, slot uint64, f cct.FuncID)) {
+	l = newBurstLog()
+	b = newBurstCounts(l, 1000, func(uint32) float64 { return 10 })
+	s = NewSimulator(testFuncs())
+	s.SetBurstCounts(b)
+	handle = func(e bpf.Event) { s.Handle(&e) }
+	burst = func(t, slot uint64, f cct.FuncID) {
+		e := in(t, slot, f)
+		e.Flags |= bpf.FlagBurst
+		handle(e)
+	}
+	return l, b, s, handle, burst
+}
+
 // TestBurstPerAnchor drives the simulator through a demotion and two
-// bursts: the calls of C and D below A (the root is W) (A still probed) are estimated per
-// call of A, from A's frames that fitted in a window, times A's calls
+// bursts: the calls of C and D below A (A still probed, the root W) are
+// estimated per call of A, from A's frames that fitted in a window, times A's calls
 // since the demotion. C is called 10 times in every A; D 0, 2 or 4 times,
 // 2 on average, which gives its error: the standard error of the mean over
 // five frames of equal weight, sqrt(16/25)/2.
 func TestBurstPerAnchor(t *testing.T) {
-	l := newBurstLog()
-	b := newBurstCounts(l, 1000, func(uint32) float64 { return 10 })
-	s := NewSimulator(testFuncs())
-	s.SetBurstCounts(b)
-	handle := func(e bpf.Event) { s.Handle(&e) }
-	burst := func(tm, slot uint64, f cct.FuncID) {
-		e := in(tm, slot, f)
-		e.Flags |= bpf.FlagBurst
-		handle(e)
-	}
-	// A calls made of B calls (and C calls) at t..t+100: probed,
+	l, b, s, handle, burst := burstSimulator()
+	// A calls made of C calls (and D calls) at t..t+100: probed,
 	// seen by a burst, or not seen at all.
 	const (
 		exact = iota
@@ -245,7 +254,7 @@ func TestBurstTiming(t *testing.T) {
 		{0.05, 40 * time.Millisecond, 40 * time.Millisecond, 800 * time.Millisecond},
 		{0.5, 40 * time.Millisecond, 50 * time.Millisecond, burstPeriod}, // already long enough
 		{0.05, time.Second, maxBurst, 4 * time.Second},
-		{0, 40 * time.Millisecond, minBurst, burstPeriod}, // the last burst saw nothing
+		{0, 40 * time.Millisecond, 40 * time.Millisecond, 2 * time.Second}, // the last burst saw nothing: initialDuty
 	} {
 		l, p := burstTiming(tc.duty, tc.want)
 		if l != tc.length || p != tc.period {
@@ -261,16 +270,7 @@ func TestBurstTiming(t *testing.T) {
 // call of A (10 each, from A's calls the later bursts saw whole) times
 // A's estimate.
 func TestBurstPerParent(t *testing.T) {
-	l := newBurstLog()
-	b := newBurstCounts(l, 1000, func(uint32) float64 { return 10 })
-	s := NewSimulator(testFuncs())
-	s.SetBurstCounts(b)
-	handle := func(e bpf.Event) { s.Handle(&e) }
-	burst := func(tm, slot uint64, f cct.FuncID) {
-		e := in(tm, slot, f)
-		e.Flags |= bpf.FlagBurst
-		handle(e)
-	}
+	l, b, s, handle, burst := burstSimulator()
 	handle(in(0, 1000, W))
 	for k := range 2 { // before the demotion: 3 A and 30 C a call of D
 		tm := 100 + uint64(k)*300
@@ -331,5 +331,9 @@ func TestBurstPerParent(t *testing.T) {
 	c := a.Lookup(C)
 	if c.Calls != 60+10*30 || !c.CallsEstimated || c.CallsError != 0 || c.Incomplete {
 		t.Errorf("C: %d calls, estimated %v, error %g, incomplete %v; want 360 estimated, no error", c.Calls, c.CallsEstimated, c.CallsError, c.Incomplete)
+	}
+	// C's bursts take A along, for its calls to be seen whole.
+	if got := l.companions([]*plan.Func{{ID: uint32(C)}}); !slices.Equal(got, []uint32{uint32(A)}) {
+		t.Errorf("C's bursts take %v along, want A (%d)", got, A)
 	}
 }

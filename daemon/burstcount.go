@@ -58,6 +58,10 @@ type burstCounts struct {
 	known   map[uint32]bool
 	pending []pendingDemotion
 	sampled map[cct.FuncID]map[*cct.Node]bool
+	// physOf maps the functions demoted to their function ids; last is
+	// the latest event's time.
+	physOf map[cct.FuncID]uint32
+	last   uint64
 }
 
 type burstAcc struct {
@@ -83,6 +87,10 @@ type anchorRef struct {
 	// between are missing).
 	base uint64
 	late bool
+	// since is when the caller was demoted, if before counting began
+	// at the time at (0: not before): its calls between the two were
+	// estimated, not counted, and are taken out in proportion to time.
+	since, at uint64
 	// Sums over its frames that fitted in a window: weights w and the
 	// context's calls c in each (frames without calls add only to the
 	// caller's own sums, see anchorAcc).
@@ -156,7 +164,8 @@ const perturbation = 4
 func newBurstCounts(l *burstLog, period time.Duration, cost func(id uint32) float64) *burstCounts {
 	return &burstCounts{log: l, period: period, cost: cost, accs: map[*cct.Node]*burstAcc{},
 		trapIn: map[uint32]uint64{}, ownIn: map[uint32]uint64{},
-		anchors: map[*cct.Node]*anchorAcc{}, known: map[uint32]bool{}, sampled: map[cct.FuncID]map[*cct.Node]bool{}}
+		anchors: map[*cct.Node]*anchorAcc{}, known: map[uint32]bool{}, sampled: map[cct.FuncID]map[*cct.Node]bool{},
+		physOf: map[cct.FuncID]uint32{}}
 }
 
 func (b *burstCounts) acc(n *cct.Node) *burstAcc {
@@ -172,6 +181,7 @@ func (b *burstCounts) acc(n *cct.Node) *burstAcc {
 // event loop has not based yet (see demoted), and when the first of them
 // was.
 func (b *burstCounts) due(t uint64) ([]uint32, uint64) {
+	b.last = max(b.last, t)
 	if v := b.log.version.Load(); v != b.version {
 		b.version = v
 		for id, at := range b.log.demotions() {
@@ -192,12 +202,14 @@ func (b *burstCounts) due(t uint64) ([]uint32, uint64) {
 	return ids, first
 }
 
-// demoted bases the contexts of functions fns, demoted at t, in the
-// trees with the given roots: each gets its anchor and the anchor's calls
-// so far, from which the calls after the demotion are counted.
-func (b *burstCounts) demoted(fns []cct.FuncID, roots []*cct.Node, t uint64) {
+// demoted bases the contexts of functions fns (logical, to their
+// function ids), demoted at t, in the trees with the given roots: each
+// gets its callers to count per and their calls so far, from which the
+// calls after the demotion are counted.
+func (b *burstCounts) demoted(fns map[cct.FuncID]uint32, roots []*cct.Node, t uint64) {
 	set := map[cct.FuncID]bool{}
-	for _, f := range fns {
+	for f, id := range fns {
+		b.physOf[f] = id
 		set[f] = true
 		trees := map[*cct.Node]bool{}
 		for _, r := range roots {
@@ -215,10 +227,27 @@ func (b *burstCounts) demoted(fns []cct.FuncID, roots []*cct.Node, t uint64) {
 					if anchor != nil {
 						a.exact.set(b, anchor, anchor.Calls, false, from)
 					}
-					if n != anchor && n.Parent != nil && set[n.Func] {
-						// Demoted with it: its calls after
-						// now are estimated too.
+					if n != anchor && n.Parent != nil {
+						// Demoted too: its calls after now
+						// are estimated too.
 						a.parent.set(b, n, n.Calls, false, from)
+						if !set[n.Func] {
+							a.parent.since, _ = b.log.demotedAt(b.physOf[n.Func])
+							a.parent.at = t
+						}
+						b.log.burstWith(fns[ch.Func], b.physOf[n.Func])
+					}
+					// The callers' calls took this long
+					// fully probed, which is longer than
+					// with only entries in a burst: windows
+					// twice that hold whole ones from the
+					// first burst on.
+					for _, r := range []*anchorRef{&a.exact, &a.parent} {
+						if r.node != nil && r.node.Calls > 0 && !r.node.Estimated {
+							if d := time.Duration(r.node.Wall / r.node.Calls); d <= maxBurst/2 {
+								b.log.needs(fns[ch.Func], 2*d)
+							}
+						}
 					}
 				}
 			}
@@ -362,9 +391,12 @@ func (b *burstCounts) frameEnd(node *cct.Node, start, end uint64, tally *burstTa
 		}
 		return
 	}
-	if tally != nil {
+	if tally != nil && time.Duration(d) <= maxBurst/2 {
+		// Four times as long: a window of four frames' length holds
+		// about three whole ones. Frames longer than half the longest
+		// window are given up.
 		for _, e := range tally.calls {
-			b.log.needs(e.phys, time.Duration(d))
+			b.log.needs(e.phys, time.Duration(4*d))
 		}
 	}
 }
@@ -475,7 +507,13 @@ func (b *burstCounts) estimatePerCall(n *cct.Node, a *burstAcc) bool {
 		if frames < minAnchorFrames {
 			continue
 		}
-		calls := uint64(math.Round(mean * float64(r.node.Calls-min(r.base, r.node.Calls))))
+		after := float64(r.node.Calls - min(r.base, r.node.Calls))
+		if r.since > 0 && r.at > r.since && b.last > r.since {
+			// The caller's estimated calls since its demotion,
+			// those after r.at in proportion to time.
+			after *= float64(b.last-min(r.at, b.last)) / float64(b.last-r.since)
+		}
+		calls := uint64(math.Round(mean * after))
 		n.Calls += max(calls, a.seen)
 		n.CallsEstimated = true
 		n.CallsError = math.Hypot(relErr, r.node.CallsError)

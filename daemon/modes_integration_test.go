@@ -63,9 +63,50 @@ func BenchmarkModes(b *testing.B) {
 	b.ReportMetric(100*leafEstimated/float64(b.N), "hybrid-leaf-estimated-%")
 }
 
+// BenchmarkHybridCounts runs testdata/hybrid for longer sessions (five
+// times HybridRequests, about 8 s un-probed) in the default hybrid mode
+// (10% budget) and reports, for hot_leaf (demoted within the first
+// second), how far its count is from the program's own (%), how often it
+// was an estimate rather than a lower bound (%), the relative error the
+// profile gave it (%), and the slowdown against an un-probed run right
+// before.
+func BenchmarkHybridCounts(b *testing.B) {
+	requireRoot(b)
+	exe := testtarget.BuildHybrid(b)
+	cal := machineCalibration(b)
+	const requests = 5 * testtarget.HybridRequests
+	var offBy, estimated, claimed, slowdown float64
+	for range b.N {
+		base, _ := runHybridN(b, exe, nil, requests)
+		truth, p := runHybridN(b, exe, &daemon.Config{Roots: []string{"handle_request"}, Mode: daemon.ModeHybrid, Exclude: excludeUntraced, Calibration: cal}, requests)
+		slowdown += truth.Total / base.Total
+		leaf := child(p, child(p, p.Tree.Root.Lookup(0), "hot_caller"), "hot_leaf")
+		if leaf == nil {
+			b.Fatal("no context handle_request;hot_caller;hot_leaf")
+		}
+		b.Logf("hot_leaf: %d calls (estimated %v, ±%.1f%%, incomplete %v), %d made", leaf.Calls, leaf.CallsEstimated, 100*leaf.CallsError, leaf.Incomplete, truth.Leaves)
+		offBy += math.Abs(float64(leaf.Calls)/float64(truth.Leaves) - 1)
+		if leaf.CallsEstimated {
+			estimated++
+			claimed += leaf.CallsError
+		}
+	}
+	b.ReportMetric(100*offBy/float64(b.N), "leaf-count-off-%")
+	b.ReportMetric(100*estimated/float64(b.N), "leaf-estimated-%")
+	if estimated > 0 {
+		b.ReportMetric(100*claimed/estimated, "leaf-claimed-err-%")
+	}
+	b.ReportMetric(slowdown/float64(b.N), "hybrid-x")
+}
+
 // runHybrid runs testdata/hybrid's requests once, under a session of cfg
 // unless it is nil, and returns what the program measured and the profile.
 func runHybrid(b *testing.B, exe string, cfg *daemon.Config) (testtarget.HybridTruth, *cct.Profile) {
+	return runHybridN(b, exe, cfg, testtarget.HybridRequests)
+}
+
+// runHybridN is runHybrid with n requests.
+func runHybridN(b *testing.B, exe string, cfg *daemon.Config, n int) (testtarget.HybridTruth, *cct.Profile) {
 	b.Helper()
 	target := testtarget.Start(b, exe)
 	defer target.Exit(b)
@@ -79,7 +120,7 @@ func runHybrid(b *testing.B, exe string, cfg *daemon.Config) (testtarget.HybridT
 		}
 		defer s.Close()
 	}
-	truth, err := testtarget.ParseHybrid(target.Run(b, testtarget.HybridRequests))
+	truth, err := testtarget.ParseHybrid(target.Run(b, n))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -520,9 +520,9 @@ func (s *Simulator) going(ev *bpf.Event) bool {
 // baseDemoted gives the bursts' estimates the contexts of functions ids,
 // demoted to sampling at t or later, in every thread's tree.
 func (s *Simulator) baseDemoted(ids []uint32, t uint64) {
-	fns := make([]cct.FuncID, len(ids))
-	for i, id := range ids {
-		fns[i] = s.logical(id)
+	fns := make(map[cct.FuncID]uint32, len(ids))
+	for _, id := range ids {
+		fns[s.logical(id)] = id
 	}
 	roots := make([]*cct.Node, 0, len(s.threads))
 	for _, th := range s.threads {
