@@ -316,7 +316,7 @@ func burstTiming(duty float64, want time.Duration) (length, period time.Duration
 	}
 	length = max(time.Duration(duty*float64(burstPeriod)), minBurst)
 	period = burstPeriod
-	if want > length && duty > 0 {
+	if want > length {
 		length = min(want, maxBurst)
 		period = max(period, time.Duration(float64(length)/duty))
 	}

@@ -207,15 +207,15 @@ func (b *burstCounts) due(t uint64) ([]uint32, uint64) {
 // gets its callers to count per and their calls so far, from which the
 // calls after the demotion are counted.
 func (b *burstCounts) demoted(fns map[cct.FuncID]uint32, roots []*cct.Node, t uint64) {
+	trees := map[*cct.Node]bool{}
+	for _, r := range roots {
+		trees[r] = true
+	}
 	set := map[cct.FuncID]bool{}
 	for f, id := range fns {
 		b.physOf[f] = id
 		set[f] = true
-		trees := map[*cct.Node]bool{}
-		for _, r := range roots {
-			trees[r] = true
-		}
-		b.sampled[f] = trees
+		b.sampled[f] = trees // read only: one map for all
 	}
 	from := b.nextWindow(t)
 	var walk func(n, anchor *cct.Node)
@@ -301,36 +301,37 @@ func (b *burstCounts) count(n *cct.Node, phys uint32, t uint64, anchor, top *fra
 		a.based = true
 		trees := b.sampled[n.Func]
 		late := trees != nil && trees[rootOf(n)]
-		if anchor != nil {
+		base := func(calls uint64) uint64 {
 			if late {
-				// The anchor's call running now is counted.
-				a.exact.set(b, anchor.node, anchor.node.Calls-min(anchor.node.Calls, 1), true, k+1)
-			} else {
-				a.exact.set(b, anchor.node, 0, false, k+1)
+				return calls
 			}
+			return 0 // a new tree: every call of it came after
+		}
+		if anchor != nil {
+			// The anchor's call running now is in its Calls.
+			a.exact.set(b, anchor.node, base(anchor.node.Calls-min(anchor.node.Calls, 1)), late, k+1)
 		}
 		if top != nil {
 			// A demoted parent's calls since its demotion are all
 			// estimated; those before it are in its Calls.
-			if late {
-				a.parent.set(b, top.node, top.node.Calls, true, k+1)
-			} else {
-				a.parent.set(b, top.node, 0, false, k+1)
-			}
+			a.parent.set(b, top.node, base(top.node.Calls), late, k+1)
 		}
 	}
-	for _, f := range []struct {
-		fr  *frame
-		ref *anchorRef
-	}{{anchor, &a.exact}, {top, &a.parent}} {
-		if f.fr != nil && f.ref.node == f.fr.node {
-			if f.fr.tally == nil {
-				f.fr.tally = &burstTally{}
-			}
-			f.fr.tally.add(n, phys)
-		}
-	}
+	a.exact.tally(anchor, n, phys)
+	a.parent.tally(top, n, phys)
 	return true
+}
+
+// tally counts a call of context n (function phys) on fr, the frame of
+// the caller r counts per, if fr is one.
+func (r *anchorRef) tally(fr *frame, n *cct.Node, phys uint32) {
+	if fr == nil || r.node != fr.node {
+		return
+	}
+	if fr.tally == nil {
+		fr.tally = &burstTally{}
+	}
+	fr.tally.add(n, phys)
 }
 
 func (t *burstTally) add(n *cct.Node, phys uint32) {
