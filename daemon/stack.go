@@ -648,8 +648,9 @@ func (s *Simulator) SetReconciler(r Reconciler) { s.rec = r }
 
 // HandleStack compares the thread's simulated stack with its real stack
 // captured at ev (the seed patent's matching, by stack slot): a simulated
-// frame with no real frame at its slot has exited abruptly, and so has
-// every frame above it; they are popped at the capture's time.
+// frame with no real frame at its slot, or another function's, has exited
+// abruptly, and so has every frame above it; they are popped at the
+// capture's time.
 func (s *Simulator) HandleStack(ev *bpf.Event, st *bpf.Stack) {
 	s.stats.Events++
 	th := s.thread(ev.Tid)
@@ -657,12 +658,29 @@ func (s *Simulator) HandleStack(ev *bpf.Event, st *bpf.Stack) {
 		start := time.Now()
 		frames, covered := s.rec.Frames(st)
 		s.stats.Reconciliations++
-		live := make(map[uint64]bool, len(frames))
+		live := make(map[uint64]cct.FuncID, len(frames))
 		for _, f := range frames {
-			live[f.Slot] = true
+			live[f.Slot] = f.Func
 		}
+		run := 0 // where the run of frames sharing f's slot starts
 		for i, f := range th.frames {
-			if f.slot >= st.SP+st.Delta && f.slot <= covered && !live[f.slot] {
+			if i > 0 && th.frames[i-1].slot != f.slot {
+				run = i
+			}
+			if f.slot < st.SP+st.Delta || f.slot > covered {
+				continue
+			}
+			fn, ok := live[f.slot]
+			// Another function at its slot: it returned, unseen
+			// (its exit probes were dropped), and another call from
+			// the same caller took the slot. A run of tail calls is
+			// judged by its innermost frame, the one running.
+			innermost := i+1 == len(th.frames) || th.frames[i+1].slot != f.slot
+			other := ok && innermost && fn != cct.NoFunc && fn != f.fn && fn != cct.FuncID(f.phys)
+			if !ok || other {
+				if other {
+					i = run
+				}
 				s.stats.Repairs += uint64(len(th.frames) - i)
 				s.unwindTo(th, i, ev.Time)
 				break

@@ -437,8 +437,9 @@ type fakeReconciler struct {
 func (f fakeReconciler) Frames(*bpf.Stack) ([]RealFrame, uint64) { return f.frames, f.covered }
 
 // TestHandleStack checks the matching of real and simulated stacks: a
-// simulated frame without a real frame at its slot, inside the part of
-// the stack the capture covers, is popped with every frame above it.
+// simulated frame without a real frame at its slot, or with another
+// function's, inside the part of the stack the capture covers, is popped
+// with every frame above it.
 func TestHandleStack(t *testing.T) {
 	const s0, s1, s2, s3 = 0x1000, 0xfe0, 0xfc0, 0xfa0
 	for _, tc := range []struct {
@@ -452,6 +453,9 @@ func TestHandleStack(t *testing.T) {
 		{"C and D gone", []RealFrame{{s1, B}, {s0, A}}, s0, "A 1 50;A/B 1 40;A/B/C 1 20;A/B/C/D 1 10", 2},
 		// A longjmp from D to A: B, C and D are gone.
 		{"only the root live", []RealFrame{{s0, A}}, s0, "A 1 50;A/B 1 30;A/B/C 1 20;A/B/C/D 1 10", 3},
+		// D runs where C was: C returned unseen (no exit probes) and
+		// its caller called D, which a burst's capture found.
+		{"another function at C's slot", []RealFrame{{s2, D}, {s1, B}, {s0, A}}, s0, "A 1 50;A/B 1 40;A/B/C 1 20;A/B/C/D 1 10", 2},
 		// The unwind stopped below B (a hijacked return address): B and
 		// A cannot be checked and stay.
 		{"partial unwind", []RealFrame{{s3, D}}, s3, "A 1 50;A/B 1 40;A/B/C 1 28;A/B/C/D 1 15", 0},
@@ -473,6 +477,33 @@ func TestHandleStack(t *testing.T) {
 			}
 			if st := s.Stats(); st.Repairs != tc.repairs || st.Reconciliations != 1 {
 				t.Errorf("%d repairs in %d reconciliations, want %d in 1", st.Repairs, st.Reconciliations, tc.repairs)
+			}
+		})
+	}
+}
+
+// TestHandleStackTailRun checks that a run of frames sharing a slot (B
+// tail-called C) is judged by its innermost frame, and popped whole.
+func TestHandleStackTailRun(t *testing.T) {
+	const s0, s1 = 0x1000, 0xfe0
+	for _, tc := range []struct {
+		name    string
+		at      cct.FuncID // the real function at B's slot
+		repairs uint64
+	}{
+		{"C runs", C, 0},
+		{"D runs", D, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := NewSimulator(testFuncs())
+			s.SetReconciler(fakeReconciler{[]RealFrame{{s1, tc.at}, {s0, A}}, s0})
+			for _, e := range []bpf.Event{in(0, s0, A), in(10, s1, B), in(20, s1, C)} {
+				s.Handle(&e)
+			}
+			st := ev(bpf.KindStack, 40, s0, 0)
+			s.HandleStack(&st, &bpf.Stack{SP: s1 - 0x40})
+			if got := s.Stats().Repairs; got != tc.repairs {
+				t.Errorf("%d repairs, want %d", got, tc.repairs)
 			}
 		})
 	}
