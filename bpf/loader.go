@@ -302,13 +302,6 @@ func (p *Program) Stats() (Stats, error) {
 	return s, nil
 }
 
-// BurstBusy returns, for function ids below n, the samples taken while
-// one of the function's burst probes ran (bpf.CookieBurst), summed over
-// CPUs.
-func (p *Program) BurstBusy(n int) ([]uint64, error) {
-	return readPerCPU(p.objs.BurstBusy, nil, n)
-}
-
 // CallCounts returns the probe hits of function ids below n so far,
 // summed over CPUs, reusing dst: the entry hits of id i at dst[2*i], the
 // hits of the site probes in it at dst[2*i+1]. It reads the counters in

@@ -36,7 +36,9 @@ const (
 	// maxBurst bounds a window made longer for anchor frames to fit
 	// (the period grows with it, keeping the duty cycle).
 	maxBurst = 200 * time.Millisecond
-	maxDuty  = 0.5
+	// maxPeriod bounds the period a long window stretches.
+	maxPeriod = time.Second
+	maxDuty   = 0.5
 	// burstShare is the part of the overhead budget the bursts may use;
 	// the cost model steers the steady probes to the rest.
 	burstShare = 0.2
@@ -46,8 +48,10 @@ const (
 // attach to the start of the detach, in monotonic ns (events' clock).
 type burstWindow struct {
 	start, end uint64
-	length     time.Duration   // as planned
-	funcs      map[uint32]bool // the function ids whose entries it had back
+	length     time.Duration // as planned
+	// funcs holds the function ids whose entries it had back: true for
+	// those it was for, false for companions (see burstLog.burstSet).
+	funcs map[uint32]bool
 }
 
 // burstLog is the bursts of a session and when each function was demoted
@@ -59,16 +63,16 @@ type burstLog struct {
 	// version counts the demotions, for the event loop to notice new
 	// ones cheaply.
 	version atomic.Uint64
-	// want holds the window length a function's anchor frames need to
-	// fit in one (see burstCounts.frameEnd).
-	want map[uint32]time.Duration
+	// want holds, by function, the window lengths its anchors' last
+	// frames asked for (see needs).
+	want map[uint32]*asked
 	// with holds the functions a function's bursts must have too: its
 	// callers demoted with it, whose calls its own are counted per.
 	with map[uint32][]uint32
 }
 
 func newBurstLog() *burstLog {
-	return &burstLog{demoted: map[uint32]uint64{}, want: map[uint32]time.Duration{}, with: map[uint32][]uint32{}}
+	return &burstLog{demoted: map[uint32]uint64{}, want: map[uint32]*asked{}, with: map[uint32][]uint32{}}
 }
 
 // demote records that function id lost its probes at t.
@@ -118,15 +122,38 @@ func (l *burstLog) fits(start, end uint64) (k int, length time.Duration, ok bool
 func (l *burstLog) had(k int, id uint32) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return k < len(l.windows) && l.windows[k].funcs[id]
+	if k >= len(l.windows) {
+		return false
+	}
+	_, ok := l.windows[k].funcs[id]
+	return ok
 }
 
-// needs records that function id's windows should last d, for frames of
-// its anchors to fit (up to maxBurst).
+// askedFrames is how many of a function's anchor frames its windows are
+// sized by: an outlier (a frame stretched by an attach stall, or one of a
+// route given up since) is forgotten after that many.
+const askedFrames = 8
+
+// asked holds the window lengths a function's last anchor frames asked
+// for, the latest at n-1 (mod askedFrames).
+type asked struct {
+	d [askedFrames]time.Duration
+	n int
+}
+
+// needs records that one of function id's anchor frames asks for windows
+// of d (up to maxBurst): its windows are as long as the longest of the
+// last askedFrames asked for.
 func (l *burstLog) needs(id uint32, d time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.want[id] = max(l.want[id], min(d, maxBurst))
+	a := l.want[id]
+	if a == nil {
+		a = &asked{}
+		l.want[id] = a
+	}
+	a.d[a.n%askedFrames] = min(d, maxBurst)
+	a.n++
 }
 
 // burstWith records that function id's bursts must have function
@@ -139,29 +166,67 @@ func (l *burstLog) burstWith(id, caller uint32) {
 	}
 }
 
-// companions returns the functions funcs' bursts must have too, not in
-// funcs.
-func (l *burstLog) companions(funcs []*plan.Func) []uint32 {
+// burstSet returns the functions of the next burst and the place in all
+// the one after starts from. It is for up to n of the demoted functions
+// all, taken in turn from next (true in funcs), and takes along every
+// demoted caller above them, up to callers still probed (false:
+// companions): callers (by function id, those demoted to sampling that
+// call it directly, as the call graph says) and those the bursts saw
+// (burstWith). Without their frames a burst's calls would land in the
+// wrong context, and the calls of a function demoted with its caller are
+// counted per call of that caller. No function a burst is for is a
+// companion of another: a caller's own calls are counted per call of its
+// anchor, and with its callees' probes in too those calls would be too
+// long for a window to hold (a caller of a hot leaf: 25 ms instead of 1).
+// Such a function waits for the next burst.
+func (l *burstLog) burstSet(all []*plan.Func, next, n int, callers map[uint32][]uint32) (funcs map[uint32]bool, after int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	var ids []uint32
-	for _, f := range funcs {
-		for _, c := range l.with[f.ID] {
-			if !slices.ContainsFunc(funcs, func(g *plan.Func) bool { return g.ID == c }) && !slices.Contains(ids, c) {
-				ids = append(ids, c)
+	// above returns the demoted callers of id, at any depth.
+	above := func(id uint32) map[uint32]bool {
+		seen := map[uint32]bool{}
+		for todo := []uint32{id}; len(todo) > 0; {
+			c := todo[len(todo)-1]
+			todo = todo[:len(todo)-1]
+			for _, p := range slices.Concat(l.with[c], callers[c]) {
+				if !seen[p] && p != id {
+					seen[p] = true
+					todo = append(todo, p)
+				}
 			}
 		}
+		return seen
 	}
-	return ids
+	funcs = map[uint32]bool{}
+	taken := 0
+	for ; taken < min(n, len(all)); taken++ {
+		id := all[(next+taken)%len(all)].ID
+		up := above(id)
+		related := false
+		for p, isFor := range funcs {
+			// A companion already, or below one the burst is for.
+			related = related || p == id || isFor && up[p]
+		}
+		if related {
+			break
+		}
+		funcs[id] = true
+		for c := range up {
+			funcs[c] = false
+		}
+	}
+	return funcs, next + taken
 }
 
-// wanted returns the longest window the functions need.
-func (l *burstLog) wanted(funcs []*plan.Func) time.Duration {
+// wanted returns the longest window the functions a burst is for need.
+func (l *burstLog) wanted(funcs map[uint32]bool) time.Duration {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var d time.Duration
-	for _, f := range funcs {
-		d = max(d, l.want[f.ID])
+	for id, isFor := range funcs {
+		if a := l.want[id]; isFor && a != nil {
+			d = max(d, slices.Max(a.d[:]))
+		}
 	}
 	return d
 }
@@ -191,25 +256,38 @@ func (l *burstLog) inWindowOf(t uint64, id uint32) bool {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.windows[k].funcs[id]
+	_, ok := l.windows[k].funcs[id]
+	return ok
 }
 
-// firstAfter returns the first burst since function id's demotion, and
-// the part of the gap before it that came after the demotion.
-func (l *burstLog) firstAfter(id uint32) (k int, part float64) {
+// closing returns the end of the window t falls in (its planned end while
+// it is open); ok is false outside every window.
+func (l *burstLog) closing(t uint64) (end uint64, ok bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	d := l.demoted[id]
-	k = sort.Search(len(l.windows), func(i int) bool { return l.windows[i].start > d })
-	from := uint64(0)
-	if k > 0 {
-		from = l.windows[k-1].end
+	k := sort.Search(len(l.windows), func(i int) bool { return l.windows[i].end >= t })
+	if k == len(l.windows) || l.windows[k].start > t {
+		return 0, false
 	}
-	if k == len(l.windows) || d <= from {
-		return k, 1
+	w := l.windows[k]
+	if w.end == math.MaxUint64 {
+		return w.start + uint64(w.length), true
 	}
-	to := l.windows[k].start
-	return k, float64(to-d) / float64(to-from)
+	return w.end, true
+}
+
+// wasFor reports whether a window that was for function id (not only
+// had it as a companion) overlapped [start, end].
+func (l *burstLog) wasFor(start, end uint64, id uint32) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	k := sort.Search(len(l.windows), func(i int) bool { return l.windows[i].end >= start })
+	for ; k < len(l.windows) && l.windows[k].start <= end; k++ {
+		if l.windows[k].funcs[id] {
+			return true
+		}
+	}
+	return false
 }
 
 // demotedAt returns when function id was demoted to sampling.
@@ -218,18 +296,6 @@ func (l *burstLog) demotedAt(id uint32) (uint64, bool) {
 	defer l.mu.Unlock()
 	d, ok := l.demoted[id]
 	return d, ok
-}
-
-// bursted reports whether a burst sampled function id since its
-// demotion.
-func (l *burstLog) bursted(id uint32) bool {
-	if _, ok := l.demotedAt(id); !ok {
-		return false
-	}
-	k, _ := l.firstAfter(id)
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return k < len(l.windows)
 }
 
 // burster runs the bursts of sampled instrumentation of a hybrid session.
@@ -260,24 +326,26 @@ func newBurster(s *Session, m *monitor, l *burstLog) *burster {
 // pays for, at the attach time the last one measured.
 func (b *burster) run() {
 	defer close(b.done)
-	duty := initialDuty
+	// duties holds what each function's last burst measured: sets cost
+	// very differently (a hot leaf's burst traps at every call, its
+	// caller's a few times a request).
+	duties := map[uint32]float64{}
 	perFunc := time.Duration(0) // attaching and detaching one function's entries, as measured
 	next := 0                   // where in the demoted functions the next burst starts
 	for gen := uint32(1); ; gen++ {
 		all := b.m.sampledFuncs()
+		var set map[uint32]bool
 		var funcs []*plan.Func
 		if len(all) > 0 {
-			n := burstFuncs(len(all), perFunc, b.s.cfg.Budget)
-			next %= len(all)
-			funcs = append(slices.Clone(all[next:min(next+n, len(all))]), all[:max(0, next+n-len(all))]...)
-			next += n
-			for _, id := range b.log.companions(funcs) {
+			set, next = b.log.burstSet(all, next%len(all), burstFuncs(len(all), perFunc, b.s.cfg.Budget), b.m.sampledCallers())
+			for id := range set {
 				if f := b.m.funcOf(int(id)); f != nil {
 					funcs = append(funcs, f)
 				}
 			}
 		}
-		length, period := burstTiming(duty, b.log.wanted(funcs))
+		duty := setDuty(duties, set)
+		length, period := burstTiming(duty, b.log.wanted(set))
 		offset := time.Duration(rand.Int64N(int64(max(period-length, 1))))
 		select {
 		case <-b.stop:
@@ -287,11 +355,16 @@ func (b *burster) run() {
 		if len(funcs) > 0 {
 			var err error
 			var attach time.Duration
-			if duty, attach, err = b.burst(gen, funcs, length); err != nil {
+			if duty, attach, err = b.burst(gen, funcs, set, length); err != nil {
 				b.mu.Lock()
 				b.err = err
 				b.mu.Unlock()
 				return
+			}
+			for id, isFor := range set {
+				if isFor && duty > 0 {
+					duties[id] = duty
+				}
 			}
 			// Detaching costs about what attaching did.
 			perFunc = 2 * attach / time.Duration(len(funcs))
@@ -304,11 +377,32 @@ func (b *burster) run() {
 	}
 }
 
+// setDuty returns the duty cycle of a burst for the functions set marks
+// true: the least their last bursts allowed (see burstDuty), initialDuty
+// for one not measured or whose burst saw nothing.
+func setDuty(duties map[uint32]float64, set map[uint32]bool) float64 {
+	duty := math.Inf(1)
+	for id, isFor := range set {
+		if !isFor {
+			continue
+		}
+		d, ok := duties[id]
+		if !ok || d == 0 {
+			d = initialDuty
+		}
+		duty = min(duty, d)
+	}
+	if math.IsInf(duty, 1) {
+		return initialDuty
+	}
+	return duty
+}
+
 // burstTiming returns the length of the next burst and the period it
 // belongs to: duty of burstPeriod, at least minBurst, and as long as the
-// functions' anchor frames want (up to maxBurst), with the period
-// stretched to keep the duty cycle (initialDuty after a burst that saw
-// nothing).
+// functions' anchor frames want (up to maxBurst, and up to what the duty
+// pays for in maxPeriod), with the period stretched to keep the duty
+// cycle (initialDuty after a burst that saw nothing).
 func burstTiming(duty float64, want time.Duration) (length, period time.Duration) {
 	if duty == 0 {
 		// The last burst saw no calls: nothing to go by.
@@ -317,7 +411,9 @@ func burstTiming(duty float64, want time.Duration) (length, period time.Duration
 	length = max(time.Duration(duty*float64(burstPeriod)), minBurst)
 	period = burstPeriod
 	if want > length {
-		length = min(want, maxBurst)
+		// No longer than the duty allows in maxPeriod: a long
+		// period would hold up every other function's bursts.
+		length = max(min(want, maxBurst, time.Duration(duty*float64(maxPeriod))), length)
 		period = max(period, time.Duration(float64(length)/duty))
 	}
 	return length, period
@@ -336,10 +432,10 @@ func burstFuncs(n int, perFunc time.Duration, budget float64) int {
 }
 
 // burst attaches the entry probes of funcs for length, records the window
-// and returns the duty cycle the next burst may have (what keeps the
+// (for the functions set marks true, see burstSet) and returns the duty cycle the next burst may have (what keeps the
 // bursts' cost within their share of the budget, at the call rates this
 // one measured) and how long attaching took.
-func (b *burster) burst(gen uint32, funcs []*plan.Func, length time.Duration) (float64, time.Duration, error) {
+func (b *burster) burst(gen uint32, funcs []*plan.Func, set map[uint32]bool, length time.Duration) (float64, time.Duration, error) {
 	s := b.s
 	if err := s.prog.SetBurst(gen); err != nil {
 		return 0, 0, err
@@ -354,7 +450,7 @@ func (b *burster) burst(gen uint32, funcs []*plan.Func, length time.Duration) (f
 	}
 	var links []link.Link
 	attachStart := time.Now()
-	for obj, probes := range burstProbes(funcs) {
+	for obj, probes := range burstProbes(funcs, set) {
 		ls, err := s.prog.Attach(obj.Path(), s.cfg.PID, probes)
 		if err != nil {
 			// A function the kernel took at first but not now (its
@@ -365,12 +461,8 @@ func (b *burster) burst(gen uint32, funcs []*plan.Func, length time.Duration) (f
 		links = append(links, ls...)
 	}
 	attach := time.Since(attachStart)
-	ids := map[uint32]bool{}
-	for _, f := range funcs {
-		ids[f.ID] = true
-	}
 	start := monotonicNow()
-	b.log.open(start, length, ids)
+	b.log.open(start, length, set)
 	select {
 	case <-b.stop:
 	case <-time.After(length):
@@ -452,26 +544,37 @@ func (b *burster) summary() string {
 		return "no bursts of sampled instrumentation"
 	}
 	return fmt.Sprintf("%d bursts of sampled instrumentation (%s of entry probes of the functions demoted to sampling, one burst per %s or more); "+
-		"the calls of a context they saw per call of its nearest caller still probed, in at least %d of that caller's calls that began and ended inside a burst, times that caller's calls, make its estimated count (~ in text views, pprof labels timing=estimated and count_error); "+
-		"otherwise the calls they saw scaled by the context's own work (its cpu-clock samples outside the probes) since the demotion over that in the bursts, or, with fewer than %d such samples in the bursts or more samples in its probes there than in its own work, the calls seen as a lower bound (≥, pprof label calls=incomplete)",
-		b.bursts, b.total.Round(time.Millisecond), burstPeriod, minAnchorFrames, minWindowSamples)
+		"the calls of a context they saw per call of its nearest caller still probed, or of its caller demoted with it, in at least %d of that caller's calls that began and ended inside a burst, times that caller's calls, make its estimated count (~ in text views, pprof labels timing=estimated and count_error); "+
+		"otherwise the calls they saw are a lower bound (≥, pprof label calls=incomplete)",
+		b.bursts, b.total.Round(time.Millisecond), burstPeriod, minAnchorFrames)
 }
 
 // burstProbes returns the entry probes of funcs, by object, marked as a
-// burst's.
-func burstProbes(funcs []*plan.Func) map[*symbolizer.Mapped][]bpf.Probe {
+// burst's, and the exit probes of those set marks as companions: their
+// frames are what the calls below them are counted per, and a frame
+// whose end is only inferred (from the next event at its slot or above,
+// maybe long after the window) would seldom seem to fit in one.
+func burstProbes(funcs []*plan.Func, set map[uint32]bool) map[*symbolizer.Mapped][]bpf.Probe {
 	byObj := map[*symbolizer.Mapped][]bpf.Probe{}
+	add := func(f *plan.Func, obj *symbolizer.Mapped, p plan.Probe) {
+		flags := bpf.CookieBurst
+		if p.FromRBP {
+			flags |= bpf.CookieSlotRBP
+		}
+		cookie, err := bpf.Cookie(f.ID, p.Kind, flags, p.SlotAdjust)
+		if err != nil {
+			panic(err) // the plan made the same cookie at attach
+		}
+		byObj[obj] = append(byObj[obj], bpf.Probe{Offset: p.Offset, Cookie: cookie})
+	}
 	for _, f := range funcs {
 		for _, p := range f.EntryProbes() {
-			flags := bpf.CookieBurst
-			if p.FromRBP {
-				flags |= bpf.CookieSlotRBP
+			add(f, p.Obj, p.Probe)
+		}
+		if isFor, ok := set[f.ID]; ok && !isFor {
+			for _, p := range f.Exits {
+				add(f, f.Node.Obj, p)
 			}
-			cookie, err := bpf.Cookie(f.ID, bpf.KindEntry, flags, p.SlotAdjust)
-			if err != nil {
-				panic(err) // the plan made the same cookie at attach
-			}
-			byObj[p.Obj] = append(byObj[p.Obj], bpf.Probe{Offset: p.Offset, Cookie: cookie})
 		}
 	}
 	return byObj

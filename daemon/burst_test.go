@@ -1,8 +1,8 @@
 package daemon
 
 import (
+	"maps"
 	"math"
-	"slices"
 	"testing"
 	"time"
 
@@ -47,8 +47,9 @@ func TestBurstDuty(t *testing.T) {
 	}
 }
 
-// TestBurstLog checks where times fall against the windows and the part
-// of the gap before the first burst after a demotion that follows it.
+// TestBurstLog checks where times fall against the windows, when the
+// window a time falls in closes, and which windows a frame overlapped
+// that were for a function.
 func TestBurstLog(t *testing.T) {
 	l := newBurstLog()
 	l.open(100, 0, map[uint32]bool{3: true, 7: true})
@@ -74,34 +75,40 @@ func TestBurstLog(t *testing.T) {
 			t.Errorf("%s: locate(%d) = %d, %v; want %d, %v", tc.what, tc.t, k, in, tc.k, tc.in)
 		}
 	}
-	k, part := l.firstAfter(7)
-	if k != 1 || math.Abs(part-50.0/90) > 1e-9 {
-		t.Errorf("firstAfter = %d, %g; want burst 1, the part of the gap 110-200 after 150", k, part)
+	if end, ok := l.closing(105); end != 110 || !ok {
+		t.Errorf("closing(105) = %d, %v; want 110, true", end, ok)
 	}
-	if !l.bursted(7) || l.bursted(8) {
-		t.Errorf("bursted(7) %v, bursted(8) %v; want true, false", l.bursted(7), l.bursted(8))
+	if _, ok := l.closing(150); ok {
+		t.Error("closing(150): a time between windows is in one")
+	}
+	for _, tc := range []struct {
+		start, end uint64
+		id         uint32
+		want       bool
+	}{
+		{105, 250, 3, true},  // overlapped the first
+		{150, 199, 7, false}, // between the windows
+		{150, 205, 7, true},  // ran into the second
+		{150, 205, 3, false}, // the second had no 3
+	} {
+		if got := l.wasFor(tc.start, tc.end, tc.id); got != tc.want {
+			t.Errorf("wasFor(%d, %d, %d) = %v, want %v", tc.start, tc.end, tc.id, got, tc.want)
+		}
 	}
 }
 
-// TestBurstEstimate checks the ratio estimate: calls seen in the windows
-// times the context's samples since the demotion over its samples in the
-// windows, with the Poisson error of both counts; too few samples in the
-// windows give the calls seen as a lower bound.
+// TestBurstEstimate checks that calls bursts saw with no caller to count
+// them per are a lower bound, whatever the samples say, and that calls
+// outside the windows and functions never demoted are left alone.
 func TestBurstEstimate(t *testing.T) {
 	l := newBurstLog()
 	l.demote(3, 50)
-	l.demote(5, 50)
-	l.open(100, 0, map[uint32]bool{3: true, 5: true, 7: true})
+	l.open(100, 0, map[uint32]bool{3: true})
 	l.close(200)
-	l.open(1000, 0, map[uint32]bool{3: true, 5: true})
-	l.close(1100)
-	// Samples every 1000 ns, probes of 10 ns: 100 samples of own work
-	// over 400 calls is 250 ns a call, well above the perturbation.
-	b := newBurstCounts(l, 1000, func(uint32) float64 { return 10 })
+	b := newBurstCounts(l)
 	tree := cct.NewTree()
 	often := tree.Root.Child(3) // a function demoted at 50
-	rarely := tree.Root.Child(3).Child(3)
-	exact := tree.Root.Child(4) // never demoted: samples do not count
+	exact := tree.Root.Child(4) // never demoted
 	often.Calls = 1000          // counted before the demotion
 	for i := range 400 {
 		if !b.count(often, uint32(often.Func), 100+uint64(i)/4, nil, nil) {
@@ -111,43 +118,9 @@ func TestBurstEstimate(t *testing.T) {
 	if b.count(often, uint32(often.Func), 500, nil, nil) {
 		t.Error("a call outside the windows counted")
 	}
-	// 25 samples in the windows, 75 between them, 10 before the demotion.
-	for i := range 25 {
-		b.sample(often, 1000+uint64(i))
-	}
-	for i := range 75 {
-		b.sample(often, 300+uint64(i))
-	}
-	for i := range 10 {
-		b.sample(often, uint64(i))
-	}
-	b.sample(exact, 150)
-	// A function whose own work per call in the windows (20 samples of
-	// 1000 ns over 1000 calls: 20 ns) is under 4 times its probe's cost:
-	// the calls seen are a lower bound.
-	cheap := tree.Root.Child(5)
-	for i := range 1000 {
-		b.count(cheap, uint32(cheap.Func), 1000+uint64(i)/10, nil, nil)
-	}
-	for i := range 20 {
-		b.sample(cheap, 1000+uint64(i))
-	}
-	for range 3 {
-		b.count(rarely, uint32(rarely.Func), 150, nil, nil)
-		b.sample(rarely, 150)
-	}
-	b.estimate(nil)
-	if want := uint64(1000 + 400*100/25); often.Calls != want || !often.CallsEstimated || often.Incomplete {
-		t.Errorf("often: %d calls, estimated %v, incomplete %v; want %d estimated", often.Calls, often.CallsEstimated, often.Incomplete, want)
-	}
-	if want := math.Sqrt(1.0/400 + 1.0/25); math.Abs(often.CallsError-want) > 1e-12 {
-		t.Errorf("often: error %g, want %g", often.CallsError, want)
-	}
-	if rarely.Calls != 3 || !rarely.Incomplete || rarely.CallsEstimated {
-		t.Errorf("rarely: %d calls, estimated %v, incomplete %v; want the 3 seen, a lower bound", rarely.Calls, rarely.CallsEstimated, rarely.Incomplete)
-	}
-	if cheap.Calls != 1000 || !cheap.Incomplete || cheap.CallsEstimated {
-		t.Errorf("cheap: %d calls, estimated %v, incomplete %v; want the 1000 seen, a lower bound", cheap.Calls, cheap.CallsEstimated, cheap.Incomplete)
+	b.estimate()
+	if often.Calls != 1400 || !often.Incomplete || often.CallsEstimated {
+		t.Errorf("often: %d calls, estimated %v, incomplete %v; want the 1000 counted and 400 seen, a lower bound", often.Calls, often.CallsEstimated, often.Incomplete)
 	}
 	if exact.Calls != 0 || exact.CallsEstimated || exact.Incomplete {
 		t.Errorf("a function never demoted was changed: %+v", exact)
@@ -159,7 +132,7 @@ func TestBurstEstimate(t *testing.T) {
 // a burst's entry of f.
 func burstSimulator() (l *burstLog, b *burstCounts, s *Simulator, handle func(bpf.Event), burst func(t, slot uint64, f cct.FuncID)) {
 	l = newBurstLog()
-	b = newBurstCounts(l, 1000, func(uint32) float64 { return 10 })
+	b = newBurstCounts(l)
 	s = NewSimulator(testFuncs())
 	s.SetBurstCounts(b)
 	handle = func(e bpf.Event) { s.Handle(&e) }
@@ -222,7 +195,7 @@ func TestBurstPerAnchor(t *testing.T) {
 	call(4300, 10, 4, seen)
 	l.close(5000)
 	handle(out(6000, 1000, W))
-	b.estimate(nil)
+	b.estimate()
 
 	tree := s.Merged().Root.Lookup(W)
 	a := tree.Lookup(A)
@@ -237,9 +210,10 @@ func TestBurstPerAnchor(t *testing.T) {
 	if nd.Calls != 6+2*11 || !nd.CallsEstimated || math.Abs(nd.CallsError-0.4) > 1e-9 {
 		t.Errorf("D: %d calls, estimated %v, error %g; want 28 estimated, error 0.4", nd.Calls, nd.CallsEstimated, nd.CallsError)
 	}
-	// The frame that did not fit asks for windows four times as long.
-	if w := l.wanted([]*plan.Func{{ID: uint32(C)}}); w != 4*100 {
-		t.Errorf("C's windows wanted %v long, want 400ns", w)
+	// The frame that did not fit asks for windows four times what the
+	// window saw of it (50 of its 100).
+	if w := l.wanted(map[uint32]bool{uint32(C): true}); w != 4*50 {
+		t.Errorf("C's windows wanted %v long, want 200ns", w)
 	}
 }
 
@@ -253,8 +227,10 @@ func TestBurstTiming(t *testing.T) {
 		{0.1, 0, 10 * time.Millisecond, burstPeriod},
 		{0.05, 40 * time.Millisecond, 40 * time.Millisecond, 800 * time.Millisecond},
 		{0.5, 40 * time.Millisecond, 50 * time.Millisecond, burstPeriod}, // already long enough
-		{0.05, time.Second, maxBurst, 4 * time.Second},
-		{0, 40 * time.Millisecond, 40 * time.Millisecond, 2 * time.Second}, // the last burst saw nothing: initialDuty
+		{0.25, time.Second, maxBurst, 800 * time.Millisecond},
+		{0.05, time.Second, 50 * time.Millisecond, time.Second},        // what 5% pays for in maxPeriod
+		{0, 40 * time.Millisecond, 20 * time.Millisecond, time.Second}, // the last burst saw nothing: initialDuty
+		{0.001, 40 * time.Millisecond, minBurst, 2 * time.Second},      // minBurst, whatever the period
 	} {
 		l, p := burstTiming(tc.duty, tc.want)
 		if l != tc.length || p != tc.period {
@@ -296,10 +272,11 @@ func TestBurstPerParent(t *testing.T) {
 		handle(out(tm+60, 900, D))
 	}
 	l.close(2250)
-	// A's and C's: D runs longer than a burst; two calls of A fit in
-	// each, with 10 calls of C.
+	// C's, with A's as a companion: D runs longer than a burst; two
+	// calls of A fit in each, with 10 calls of C.
+	wantA, wantC := l.wanted(map[uint32]bool{uint32(A): true}), l.wanted(map[uint32]bool{uint32(C): true})
 	for _, start := range []uint64{3000, 4000} {
-		l.open(start, 250, map[uint32]bool{uint32(A): true, uint32(C): true})
+		l.open(start, 250, map[uint32]bool{uint32(A): false, uint32(C): true})
 		handle(in(start-10, 900, D))
 		for i := range 3 {
 			tm := start + 10 + uint64(i)*90
@@ -316,7 +293,7 @@ func TestBurstPerParent(t *testing.T) {
 		handle(out(3450+uint64(k)*100, 900, D))
 	}
 	handle(out(6000, 1000, W))
-	b.estimate(nil)
+	b.estimate()
 
 	d := s.Merged().Root.Lookup(W).Lookup(D)
 	if d.Calls != 12 {
@@ -333,7 +310,104 @@ func TestBurstPerParent(t *testing.T) {
 		t.Errorf("C: %d calls, estimated %v, error %g, incomplete %v; want 360 estimated, no error", c.Calls, c.CallsEstimated, c.CallsError, c.Incomplete)
 	}
 	// C's bursts take A along, for its calls to be seen whole.
-	if got := l.companions([]*plan.Func{{ID: uint32(C)}}); !slices.Equal(got, []uint32{uint32(A)}) {
-		t.Errorf("C's bursts take %v along, want A (%d)", got, A)
+	if got, _ := l.burstSet([]*plan.Func{{ID: uint32(C)}}, 0, 1, nil); !maps.Equal(got, map[uint32]bool{uint32(C): true, uint32(A): false}) {
+		t.Errorf("C's bursts have %v, want C and A as a companion (%d)", got, A)
+	}
+	// The D frames (310 long) that overran the windows ask for no longer
+	// ones: not A's (a companion there), not C's (counted per call of A:
+	// only A's frames that overran, the last of each window, of which
+	// the window saw 60, ask
+	// for C's).
+	if a, c := l.wanted(map[uint32]bool{uint32(A): true}), l.wanted(map[uint32]bool{uint32(C): true}); a != wantA || c != max(wantC, 4*60) {
+		t.Errorf("windows wanted after D overran them: A %v, C %v; want %v, %v", a, c, wantA, max(wantC, 4*60))
+	}
+}
+
+// TestBurstSet checks that bursts take the demoted functions in turn,
+// with every demoted caller above them (from the call graph or seen by
+// bursts), and never are for a function and a demoted caller of it at
+// once: the caller comes along as a companion, and has bursts of its own.
+func TestBurstSet(t *testing.T) {
+	l := newBurstLog()
+	const leaf, caller, other, grand, util = 1, 2, 3, 4, 5
+	l.burstWith(leaf, caller)                                              // seen by a burst
+	callers := map[uint32][]uint32{caller: {grand}, util: {other, caller}} // the call graph's
+	all := []*plan.Func{{ID: leaf}, {ID: caller}, {ID: other}, {ID: grand}, {ID: util}}
+	for _, tc := range []struct {
+		next, n int
+		want    map[uint32]bool
+		after   int
+	}{
+		{0, 16, map[uint32]bool{leaf: true, caller: false, grand: false}, 1},                           // stops at its caller
+		{1, 16, map[uint32]bool{caller: true, grand: false, other: true}, 3},                           // stops at grand, the caller's companion
+		{3, 16, map[uint32]bool{grand: true}, 4},                                                       // stops at util, two levels below
+		{4, 16, map[uint32]bool{util: true, other: false, caller: false, grand: false, leaf: true}, 6}, // leaf, util's sibling below caller, joins; stops at caller
+		{1, 1, map[uint32]bool{caller: true, grand: false}, 2},                                         // n bounds it
+		{2, 2, map[uint32]bool{other: true, grand: true}, 4},                                           // unrelated
+	} {
+		got, after := l.burstSet(all, tc.next, tc.n, callers)
+		if !maps.Equal(got, tc.want) || after != tc.after {
+			t.Errorf("burstSet(next %d, n %d) = %v, %d; want %v, %d", tc.next, tc.n, got, after, tc.want, tc.after)
+		}
+	}
+}
+
+// TestSetDuty checks that a burst takes the least duty cycle its
+// functions' last bursts allowed, and initialDuty for one not measured.
+func TestSetDuty(t *testing.T) {
+	duties := map[uint32]float64{1: 0.01, 2: 0.4, 3: 0}
+	for _, tc := range []struct {
+		set  map[uint32]bool
+		want float64
+	}{
+		{map[uint32]bool{1: true, 2: false}, 0.01},       // a companion's duty does not count
+		{map[uint32]bool{2: true, 1: false}, 0.4},        // the cheap caller alone
+		{map[uint32]bool{2: true, 4: true}, initialDuty}, // 4 not measured
+		{map[uint32]bool{3: true}, initialDuty},          // its burst saw nothing
+		{nil, initialDuty},
+	} {
+		if got := setDuty(duties, tc.set); got != tc.want {
+			t.Errorf("setDuty(%v) = %g, want %g", tc.set, got, tc.want)
+		}
+	}
+}
+
+// TestBurstParentLowerBound checks that a context counted per call of a
+// demoted parent whose own count is only a lower bound (no call of its
+// anchor fitted in a window) is no estimate either: C's calls per call of
+// A are exact in the windows, but A's calls are not known.
+func TestBurstParentLowerBound(t *testing.T) {
+	l, b, s, handle, burst := burstSimulator()
+	handle(in(0, 1000, W))
+	handle(in(100, 900, D))
+	handle(in(101, 800, A))
+	handle(in(102, 700, C))
+	handle(out(200, 900, D))
+	l.demote(uint32(A), 1000)
+	l.demote(uint32(C), 1000)
+	for _, start := range []uint64{3000, 4000} {
+		// D runs longer than a burst; three calls of A fit in each,
+		// with 10 calls of C.
+		l.open(start, 250, map[uint32]bool{uint32(A): false, uint32(C): true})
+		handle(in(start-10, 900, D))
+		for i := range 3 {
+			tm := start + 10 + uint64(i)*70
+			burst(tm, 800, A)
+			for j := range 10 {
+				burst(tm+1+uint64(j), 700, C)
+			}
+		}
+		handle(out(start+230, 900, D)) // ends the last A
+		l.close(start + 250)
+	}
+	handle(out(6000, 1000, W))
+	b.estimate()
+
+	a := s.Merged().Root.Lookup(W).Lookup(D).Lookup(A)
+	if a.CallsEstimated || !a.Incomplete {
+		t.Fatalf("A: %d calls, estimated %v, incomplete %v; want a lower bound", a.Calls, a.CallsEstimated, a.Incomplete)
+	}
+	if c := a.Lookup(C); c.CallsEstimated || !c.Incomplete || c.Calls != 1+60 {
+		t.Errorf("C: %d calls, estimated %v, error %g, incomplete %v; want 61, a lower bound", c.Calls, c.CallsEstimated, c.CallsError, c.Incomplete)
 	}
 }

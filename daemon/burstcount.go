@@ -26,27 +26,16 @@ import (
 //     of d in a window of W (Horvitz and Thompson), so contexts called
 //     more in longer calls are not underestimated. The error is the
 //     weighted mean's standard error over the frames.
-//   - Per unit of the context's own work, where too few anchor frames fit
-//     in the windows: the calls seen in the windows times its cpu-clock
-//     samples since the demotion over its samples in the windows. Own
-//     work, not wall time: a burst's probes slow the thread down, by ten
-//     times or more for a function whose probes cost more than its body.
-//     The error is that of the two counts (Poisson). Where a function's
-//     probes took more of its time in the windows than its own work did,
-//     they slowed that work too (cold caches and predictors after every
-//     trap): no estimate, the calls seen are a lower bound.
+//
+// A context with too few anchor frames in the windows gets the calls seen
+// as a lower bound. (Scaling the calls seen by the context's cpu-clock
+// samples, own work in the windows against all since the demotion, was
+// tried: it was off by 10x and more, with a small claimed error, where
+// the probes' traps slow the work after them or a caller's traps slow a
+// companion's.)
 type burstCounts struct {
 	log  *burstLog
 	accs map[*cct.Node]*burstAcc
-	// period is the sampling period, cost what one hit of a function's
-	// entry probes costs (calibrated): a context whose own work per call
-	// in the windows is under perturbation times that gets no estimate
-	// from samples.
-	period time.Duration
-	cost   func(id uint32) float64
-	// trapIn and ownIn count, per function, the samples in the windows
-	// in its probes (their traps, their program) and in its own work.
-	trapIn, ownIn map[uint32]uint64
 
 	// anchors holds the anchors' frames that fitted in a window.
 	anchors map[*cct.Node]*anchorAcc
@@ -66,9 +55,6 @@ type burstCounts struct {
 
 type burstAcc struct {
 	seen uint64 // calls seen in windows
-	// in and after count the context's samples since the demotion, in
-	// the windows and in all.
-	in, after uint64
 	// phys is the function id (not logical) the bursts saw.
 	phys uint32
 	// exact is the anchor: the nearest frame below the context's calls
@@ -97,10 +83,11 @@ type anchorRef struct {
 	swc, sw2c, sw2c2 float64
 }
 
-// set makes node the caller, from window from on, with calls base.
-func (r *anchorRef) set(b *burstCounts, node *cct.Node, base uint64, late bool, from int) {
+// set makes node the caller context ctx counts per, from window from on,
+// with calls base.
+func (r *anchorRef) set(b *burstCounts, ctx, node *cct.Node, base uint64, late bool, from int) {
 	r.node, r.base, r.late = node, base, late
-	b.watch(node, from)
+	b.watch(node, from, ctx)
 }
 
 // add takes one of its frames that fitted, of weight w, with c calls of
@@ -117,6 +104,8 @@ func (r *anchorRef) add(w, c float64) {
 type anchorAcc struct {
 	from int
 	wins map[int]*anchorWin
+	// counted holds the contexts counted per its calls.
+	counted map[*cct.Node]bool
 }
 
 type anchorWin struct {
@@ -141,12 +130,6 @@ type tallied struct {
 	calls uint32
 }
 
-// minWindowSamples is the fewest samples of a context's own work in the
-// windows that make an estimate from samples (an error of about
-// 1/sqrt(20), 22%, and what trap time leaks into the samples matters
-// less).
-const minWindowSamples = 20
-
 // minAnchorFrames is the fewest anchor frames fitting in windows that
 // make an estimate per anchor call.
 const minAnchorFrames = 3
@@ -155,15 +138,8 @@ const minAnchorFrames = 3
 // long as its window says little about how many such frames fit.
 const maxFitWeight = 8
 
-// perturbation is how many times its probe's cost a function's own work
-// per call must be for the samples to measure it: every trap leaves
-// caches and branch predictors cold, which slows the work after it, by as
-// much as the trap costs for a tiny function.
-const perturbation = 4
-
-func newBurstCounts(l *burstLog, period time.Duration, cost func(id uint32) float64) *burstCounts {
-	return &burstCounts{log: l, period: period, cost: cost, accs: map[*cct.Node]*burstAcc{},
-		trapIn: map[uint32]uint64{}, ownIn: map[uint32]uint64{},
+func newBurstCounts(l *burstLog) *burstCounts {
+	return &burstCounts{log: l, accs: map[*cct.Node]*burstAcc{},
 		anchors: map[*cct.Node]*anchorAcc{}, known: map[uint32]bool{}, sampled: map[cct.FuncID]map[*cct.Node]bool{},
 		physOf: map[cct.FuncID]uint32{}}
 }
@@ -225,30 +201,26 @@ func (b *burstCounts) demoted(fns map[cct.FuncID]uint32, roots []*cct.Node, t ui
 				if a := b.acc(ch); !a.based {
 					a.based = true
 					if anchor != nil {
-						a.exact.set(b, anchor, anchor.Calls, false, from)
+						a.exact.set(b, ch, anchor, anchor.Calls, false, from)
 					}
 					if n != anchor && n.Parent != nil {
 						// Demoted too: its calls after now
 						// are estimated too.
-						a.parent.set(b, n, n.Calls, false, from)
+						a.parent.set(b, ch, n, n.Calls, false, from)
 						if !set[n.Func] {
 							a.parent.since, _ = b.log.demotedAt(b.physOf[n.Func])
 							a.parent.at = t
 						}
 						b.log.burstWith(fns[ch.Func], b.physOf[n.Func])
 					}
-					// The callers' calls took this long
-					// fully probed, which is longer than
-					// with only entries in a burst: windows
-					// twice that hold whole ones from the
-					// first burst on.
-					for _, r := range []*anchorRef{&a.exact, &a.parent} {
-						if r.node != nil && r.node.Calls > 0 && !r.node.Estimated {
-							if d := time.Duration(r.node.Wall / r.node.Calls); d <= maxBurst/2 {
-								b.log.needs(fns[ch.Func], 2*d)
-							}
-						}
+					// Windows that hold the caller's calls;
+					// a demoted parent's are the shorter
+					// ones (the anchor's hold them).
+					r := &a.exact
+					if a.parent.node != nil {
+						r = &a.parent
 					}
+					b.sizeWindows(fns[ch.Func], r.node)
 				}
 			}
 			next := anchor
@@ -261,6 +233,37 @@ func (b *burstCounts) demoted(fns map[cct.FuncID]uint32, roots []*cct.Node, t ui
 	for _, r := range roots {
 		walk(r, nil)
 	}
+	b.anchorsDemoted(set, fns)
+}
+
+// anchorsDemoted turns contexts counted per call of an exact caller that
+// is now demoted too (fns, in set) into contexts counted per call of a
+// demoted parent: its frames, seen by bursts from now on, still hold
+// every call below them, and its calls since the context's demotion are
+// its exact ones and then its own estimate. The caller's bursts come
+// along with the context's.
+func (b *burstCounts) anchorsDemoted(set map[cct.FuncID]bool, fns map[cct.FuncID]uint32) {
+	for n, a := range b.accs {
+		r := a.exact.node
+		if r == nil || !set[r.Func] || a.parent.node != nil || n.Parent != r {
+			continue
+		}
+		a.parent, a.exact = a.exact, anchorRef{}
+		b.log.burstWith(b.physOf[n.Func], fns[r.Func])
+		b.sizeWindows(b.physOf[n.Func], r)
+	}
+}
+
+// sizeWindows asks for windows for function id that hold whole calls of
+// caller (nil: none) from the first burst on: twice their mean length
+// while they were counted exactly, which is longer than with only entries
+// in a burst.
+func (b *burstCounts) sizeWindows(id uint32, caller *cct.Node) {
+	if caller != nil && caller.Calls > 0 && !caller.Estimated {
+		if d := time.Duration(caller.Wall / caller.Calls); d <= maxBurst/2 {
+			b.log.needs(id, 2*d)
+		}
+	}
 }
 
 // nextWindow returns the first window that starts after t.
@@ -272,11 +275,15 @@ func (b *burstCounts) nextWindow(t uint64) int {
 	return k
 }
 
-// watch makes node an anchor whose frames count from window from on.
-func (b *burstCounts) watch(node *cct.Node, from int) {
-	if b.anchors[node] == nil {
-		b.anchors[node] = &anchorAcc{from: from, wins: map[int]*anchorWin{}}
+// watch makes node an anchor, whose frames count from window from on,
+// of context ctx.
+func (b *burstCounts) watch(node *cct.Node, from int, ctx *cct.Node) {
+	an := b.anchors[node]
+	if an == nil {
+		an = &anchorAcc{from: from, wins: map[int]*anchorWin{}, counted: map[*cct.Node]bool{}}
+		b.anchors[node] = an
 	}
+	an.counted[ctx] = true
 }
 
 // count takes a call of function phys in context n that a burst probe
@@ -309,12 +316,12 @@ func (b *burstCounts) count(n *cct.Node, phys uint32, t uint64, anchor, top *fra
 		}
 		if anchor != nil {
 			// The anchor's call running now is in its Calls.
-			a.exact.set(b, anchor.node, base(anchor.node.Calls-min(anchor.node.Calls, 1)), late, k+1)
+			a.exact.set(b, n, anchor.node, base(anchor.node.Calls-min(anchor.node.Calls, 1)), late, k+1)
 		}
 		if top != nil {
 			// A demoted parent's calls since its demotion are all
 			// estimated; those before it are in its Calls.
-			a.parent.set(b, top.node, base(top.node.Calls), late, k+1)
+			a.parent.set(b, n, top.node, base(top.node.Calls), late, k+1)
 		}
 	}
 	a.exact.tally(anchor, n, phys)
@@ -353,77 +360,85 @@ func rootOf(n *cct.Node) *cct.Node {
 }
 
 // frameEnd takes a frame of node that ran from start to end, its call
-// counted exactly or seen by a burst, with the calls bursts saw below it. One that fitted in a window is a sample
-// of the anchor estimator. One that did not, with calls seen, asks for
-// longer windows for their functions (see burstLog.needs).
+// counted exactly or seen by a burst, with the calls bursts saw below it.
+// One that fitted in a window is a sample of the anchor estimator. Each
+// sizes the windows of the functions counted per its calls (see
+// askWindows).
 func (b *burstCounts) frameEnd(node *cct.Node, start, end uint64, tally *burstTally) {
 	an := b.anchors[node]
 	if an == nil {
 		return
 	}
 	d := end - start
-	if k, length, ok := b.log.fits(start, end); ok {
-		if k < an.from {
-			return
-		}
-		w := 1.0
-		if length > 0 {
-			w = 1 / math.Max(1-float64(d)/float64(length), 1.0/maxFitWeight)
-		}
-		aw := an.wins[k]
-		if aw == nil {
-			aw = &anchorWin{}
-			an.wins[k] = aw
-		}
-		aw.frames++
-		aw.sw += w
-		aw.sw2 += w * w
-		if tally != nil {
-			for _, e := range tally.calls {
-				a := b.accs[e.node]
-				switch {
-				case a == nil:
-				case a.exact.node == node:
-					a.exact.add(w, float64(e.calls))
-				case a.parent.node == node:
-					a.parent.add(w, float64(e.calls))
-				}
-			}
-		}
+	k, length, ok := b.log.fits(start, end)
+	// A frame that outlived its window ended when the next event at its
+	// slot or above came, which may be long after: it asks by what the
+	// window saw of it, and the windows grow until such frames fit.
+	asked := d
+	if close, in := b.log.closing(start); !ok && in && close < end {
+		asked = close - start
+	}
+	b.askWindows(an, node, end, time.Duration(asked), ok)
+	if !ok || k < an.from {
 		return
 	}
-	if tally != nil && time.Duration(d) <= maxBurst/2 {
-		// Four times as long: a window of four frames' length holds
-		// about three whole ones. Frames longer than half the longest
-		// window are given up.
+	w := 1.0
+	if length > 0 {
+		w = 1 / math.Max(1-float64(d)/float64(length), 1.0/maxFitWeight)
+	}
+	aw := an.wins[k]
+	if aw == nil {
+		aw = &anchorWin{}
+		an.wins[k] = aw
+	}
+	aw.frames++
+	aw.sw += w
+	aw.sw2 += w * w
+	if tally != nil {
 		for _, e := range tally.calls {
-			b.log.needs(e.phys, time.Duration(4*d))
+			a := b.accs[e.node]
+			switch {
+			case a == nil:
+			case a.exact.node == node:
+				a.exact.add(w, float64(e.calls))
+			case a.parent.node == node:
+				a.parent.add(w, float64(e.calls))
+			}
 		}
 	}
 }
 
-// probeSample takes a sample in a window in the trap of function f's
-// probe.
-func (b *burstCounts) probeSample(f uint32) { b.trapIn[f]++ }
+// askWindows sizes the windows of the functions counted per calls of an
+// anchor from one of its frames, d long: twice its length when it fitted
+// in a window, four times when it did not (a window of four frames'
+// length holds about three whole ones); frames longer than half the
+// longest window are given up. Every frame counts, those that held no
+// call too. Only the shortest route asks: a context counted per call of
+// a demoted parent needs the parent's frames to fit, not the anchor's
+// (which hold them); and a function in a window only as a companion has
+// windows of its own, without its callees' probes.
+func (b *burstCounts) askWindows(an *anchorAcc, node *cct.Node, end uint64, d time.Duration, fitted bool) {
+	if d > maxBurst/2 {
+		return
+	}
+	ask := 4 * d
+	if fitted {
+		ask = 2 * d
+	}
+	for ctx := range an.counted {
+		if a := b.accs[ctx]; a != nil && a.parent.node != nil && a.parent.node != node {
+			continue
+		}
+		if id, ok := b.physOf[ctx.Func]; ok && b.log.wasFor(end-uint64(d), end, id) {
+			b.log.needs(id, ask)
+		}
+	}
+}
 
 // inWindow reports whether t is in a burst's window.
 func (b *burstCounts) inWindow(t uint64) bool {
 	_, in := b.log.locate(t)
 	return in
-}
-
-// sample takes a sample of context n's own work at t.
-func (b *burstCounts) sample(n *cct.Node, t uint64) {
-	d, ok := b.log.demotedAt(uint32(n.Func))
-	if !ok || t < d {
-		return
-	}
-	a := b.acc(n)
-	a.after++
-	if b.log.inWindowOf(t, uint32(n.Func)) {
-		a.in++
-		b.ownIn[uint32(n.Func)]++
-	}
 }
 
 // perCall returns the estimate of a context's calls per call of caller
@@ -432,7 +447,7 @@ func (b *burstCounts) sample(n *cct.Node, t uint64) {
 // error, and how many frames it rests on.
 func (b *burstCounts) perCall(r *anchorRef, phys uint32) (mean, relErr float64, frames int) {
 	an := b.anchors[r.node]
-	if an == nil || r.swc == 0 {
+	if an == nil {
 		return 0, 0, 0
 	}
 	var sw, sw2 float64
@@ -447,6 +462,9 @@ func (b *burstCounts) perCall(r *anchorRef, phys uint32) (mean, relErr float64, 
 		return 0, 0, 0
 	}
 	mean = r.swc / sw
+	if mean == 0 {
+		return 0, 0, frames // called in none of them
+	}
 	// Σ w²(c-mean)² over the frames, those without calls included.
 	v := math.Max(r.sw2c2-2*mean*r.sw2c+mean*mean*sw2, 0) / (sw * sw)
 	return mean, math.Sqrt(v) / mean, frames
@@ -454,14 +472,11 @@ func (b *burstCounts) perCall(r *anchorRef, phys uint32) (mean, relErr float64, 
 
 // estimate adds to each context its estimated calls after its function's
 // demotion and marks it, or, with too little to go on, adds the calls
-// seen and marks it a lower bound. busy holds, by function id, the
-// samples taken in its burst probes' program (those in their traps the
-// event loop counted). Anchors come before the contexts below them, so
-// that an anchor demoted later passes its own estimate on.
-func (b *burstCounts) estimate(busy []uint64) {
-	for f, n := range busy {
-		b.trapIn[uint32(f)] += n
-	}
+// seen and marks it a lower bound (a context called before the demotion
+// and not seen since too: no burst seeing it is no evidence it was not
+// called). Anchors come before the contexts below
+// them, so that an anchor demoted later passes its own estimate on.
+func (b *burstCounts) estimate() {
 	nodes := make([]*cct.Node, 0, len(b.accs))
 	depth := map[*cct.Node]int{}
 	for n := range b.accs {
@@ -475,22 +490,10 @@ func (b *burstCounts) estimate(busy []uint64) {
 	slices.SortFunc(nodes, func(x, y *cct.Node) int { return depth[x] - depth[y] })
 	for _, n := range nodes {
 		a := b.accs[n]
-		if a.seen == 0 && a.in == 0 {
-			// Bursts saw it neither called nor running: nothing to add.
-			continue
-		}
-		if b.estimatePerCall(n, a) {
-			continue
-		}
-		switch {
-		case a.in < minWindowSamples || b.trapIn[uint32(n.Func)] > b.ownIn[uint32(n.Func)] ||
-			float64(a.in)*float64(b.period) < perturbation*float64(a.seen)*b.cost(uint32(n.Func)):
+		if !b.estimatePerCall(n, a) && (a.seen > 0 || n.Calls > 0) {
+			// Its calls since the demotion are known only in part.
 			n.Calls += a.seen
 			n.Incomplete = true
-		default:
-			n.Calls += uint64(math.Round(float64(a.seen) * float64(a.after) / float64(a.in)))
-			n.CallsEstimated = true
-			n.CallsError = math.Sqrt(1/float64(max(a.seen, 1)) + 1/float64(a.in))
 		}
 	}
 }
@@ -502,6 +505,11 @@ func (b *burstCounts) estimate(busy []uint64) {
 func (b *burstCounts) estimatePerCall(n *cct.Node, a *burstAcc) bool {
 	for _, r := range []*anchorRef{&a.exact, &a.parent} {
 		if r.node == nil {
+			continue
+		}
+		if r == &a.parent && !r.node.CallsEstimated {
+			// A demoted parent whose own count is only a lower
+			// bound: so would this be.
 			continue
 		}
 		mean, relErr, frames := b.perCall(r, a.phys)

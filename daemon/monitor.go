@@ -155,6 +155,14 @@ func (m *monitor) step(now time.Time) error {
 		if !d.sites {
 			m.s.sim.Demote(uint32(d.id), d.stage, from)
 		}
+		if d.stage == StageSampled && !d.sites && m.bursts != nil {
+			// Its calls count exactly up to from, the event loop's
+			// cut, and are estimated after: the event loop, behind
+			// real time, must know before its events reach from,
+			// not after the detach (tens of ms, seconds under
+			// load), or the calls between would be counted nowhere.
+			m.bursts.demote(uint32(d.id), from)
+		}
 	}
 	{
 		dems := make([]Demotion, len(ds))
@@ -180,11 +188,6 @@ func (m *monitor) step(now time.Time) error {
 					default:
 						u.detach(f.ID, partExits)
 					}
-				}
-				if d.stage == StageSampled && !d.sites && m.bursts != nil {
-					// Its calls count exactly up to from, the
-					// event loop's cut, and are estimated after.
-					m.bursts.demote(f.ID, from)
 				}
 				dems[i] = Demotion{Func: f.Node.Name(), ID: f.ID, Stage: d.stage, Sites: d.sites, At: now.Sub(m.s.start), Reason: d.reason, Detach: time.Since(t0),
 					Round: round, Before: predicted, After: after}
@@ -257,6 +260,23 @@ func (m *monitor) sampledFuncs() []*plan.Func {
 		}
 	}
 	return funcs
+}
+
+// sampledCallers returns, by function id, the functions demoted to
+// sampling that call it directly (the call graph's calls and tail calls).
+func (m *monitor) sampledCallers() map[uint32][]uint32 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	callers := map[uint32][]uint32{}
+	for i, f := range m.model.funcs {
+		if f.stage != StageSampled || f.pinned {
+			continue
+		}
+		for _, c := range f.callees {
+			callers[uint32(c)] = append(callers[uint32(c)], uint32(i))
+		}
+	}
+	return callers
 }
 
 // entryCost is what one hit of function id's entry probes costs, in ns.

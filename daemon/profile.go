@@ -107,9 +107,8 @@ func (s *Session) estimate(t *cct.Tree) {
 }
 
 // markSampledCounts marks the counted contexts of functions hybrid mode
-// demoted to sampling that no burst saw: their calls after the demotion
-// are estimated as none when bursts ran since, and are missing (a lower
-// bound) when none did.
+// demoted to sampling that the bursts' estimates did not take: their
+// calls after the demotion are missing (a lower bound).
 func (s *Session) markSampledCounts(t *cct.Tree) {
 	if s.burster == nil {
 		return
@@ -118,11 +117,7 @@ func (s *Session) markSampledCounts(t *cct.Tree) {
 		if n.Func == cct.NoFunc || n.CallsEstimated || n.Incomplete || n.Calls == 0 || s.stageOf(int(n.Func)) != StageSampled {
 			return
 		}
-		if s.monitor.bursts.bursted(uint32(n.Func)) {
-			n.CallsEstimated = true
-		} else {
-			n.Incomplete = true
-		}
+		n.Incomplete = true
 	})
 }
 

@@ -34,9 +34,6 @@ func (s *Simulator) probeSample(ev *bpf.Event, st *bpf.Stack) {
 	f, known := s.samp.ProbeFunc(st.PC, st.Time)
 	if s.burst != nil && s.burst.inWindow(ev.Time) {
 		s.burstTrapSamples.Add(1)
-		if known {
-			s.burst.probeSample(f)
-		}
 		return
 	}
 	s.trapSamples.Add(1)
@@ -88,9 +85,6 @@ func (s *Simulator) HandleSample(ev *bpf.Event, st *bpf.Stack) {
 		node = node.Child(real[m].Func)
 	}
 	node.Samples++
-	if s.burst != nil {
-		s.burst.sample(node, ev.Time)
-	}
 }
 
 // confirmed returns the deepest simulated frame that the real frames do

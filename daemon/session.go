@@ -225,7 +225,7 @@ func StartPrepared(pr *Prepared, cfg Config) (_ *Session, err error) {
 		s.monitor = newMonitor(s, model, s.sampler.Period)
 		s.monitor.bursts = newBurstLog()
 		s.samples.bursts = s.monitor.bursts
-		s.burstCounts = newBurstCounts(s.monitor.bursts, s.sampler.Period, func(id uint32) float64 { return s.monitor.entryCost(int(id)) })
+		s.burstCounts = newBurstCounts(s.monitor.bursts)
 		s.sim.SetBurstCounts(s.burstCounts)
 		s.burster = newBurster(s, s.monitor, s.monitor.bursts)
 		go s.monitor.run()
@@ -394,9 +394,7 @@ func (s *Session) stop() (*cct.Profile, error) {
 	stats, statsErr := s.prog.Stats()
 	s.sim.Finish(end)
 	if s.burstCounts != nil {
-		busy, err := s.prog.BurstBusy(len(s.stages))
-		statsErr = errors.Join(statsErr, err)
-		s.burstCounts.estimate(busy)
+		s.burstCounts.estimate()
 	}
 	p := s.buildProfile(end, stats)
 	return p, errors.Join(monitorErr, pauseErr, detachErr, drainErr, s.runErr, statsErr)
