@@ -37,7 +37,7 @@ const (
 	// (the period grows with it, keeping the duty cycle).
 	maxBurst = 200 * time.Millisecond
 	// maxPeriod bounds the period a long window stretches.
-	maxPeriod = time.Second
+	maxPeriod = 2 * time.Second
 	maxDuty   = 0.5
 	// burstShare is the part of the overhead budget the bursts may use;
 	// the cost model steers the steady probes to the rest.
@@ -135,25 +135,48 @@ func (l *burstLog) had(k int, id uint32) bool {
 const askedFrames = 8
 
 // asked holds the window lengths a function's last anchor frames asked
-// for, the latest at n-1 (mod askedFrames).
+// for, the latest at n-1 (mod askedFrames), and the length its callers'
+// calls had while counted exactly (see burstCounts.sizeWindows), which
+// holds until a frame fits: the first frames a short window sees of
+// longer calls ask for too little.
 type asked struct {
-	d [askedFrames]time.Duration
-	n int
+	d     [askedFrames]time.Duration
+	n     int
+	prior time.Duration
 }
 
 // needs records that one of function id's anchor frames asks for windows
-// of d (up to maxBurst): its windows are as long as the longest of the
-// last askedFrames asked for.
-func (l *burstLog) needs(id uint32, d time.Duration) {
+// of d (up to maxBurst), fitted saying whether it fitted in its window:
+// its windows are as long as the longest of the last askedFrames asked
+// for, and the prior until one fits.
+func (l *burstLog) needs(id uint32, d time.Duration, fitted bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	a := l.ask(id)
+	a.d[a.n%askedFrames] = min(d, maxBurst)
+	a.n++
+	if fitted {
+		a.prior = 0
+	}
+}
+
+// expects records that function id's windows should be d long until one
+// of its frames fits (the longest such expectation holds).
+func (l *burstLog) expects(id uint32, d time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	a := l.ask(id)
+	a.prior = max(a.prior, min(d, maxBurst))
+}
+
+// ask returns function id's record, made on first use; l.mu is held.
+func (l *burstLog) ask(id uint32) *asked {
 	a := l.want[id]
 	if a == nil {
 		a = &asked{}
 		l.want[id] = a
 	}
-	a.d[a.n%askedFrames] = min(d, maxBurst)
-	a.n++
+	return a
 }
 
 // burstWith records that function id's bursts must have function
@@ -225,7 +248,7 @@ func (l *burstLog) wanted(funcs map[uint32]bool) time.Duration {
 	var d time.Duration
 	for id, isFor := range funcs {
 		if a := l.want[id]; isFor && a != nil {
-			d = max(d, slices.Max(a.d[:]))
+			d = max(d, slices.Max(a.d[:]), a.prior)
 		}
 	}
 	return d

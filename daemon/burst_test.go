@@ -105,7 +105,7 @@ func TestBurstEstimate(t *testing.T) {
 	l.demote(3, 50)
 	l.open(100, 0, map[uint32]bool{3: true})
 	l.close(200)
-	b := newBurstCounts(l)
+	b := newBurstCounts(l, nil)
 	tree := cct.NewTree()
 	often := tree.Root.Child(3) // a function demoted at 50
 	exact := tree.Root.Child(4) // never demoted
@@ -132,7 +132,7 @@ func TestBurstEstimate(t *testing.T) {
 // a burst's entry of f.
 func burstSimulator() (l *burstLog, b *burstCounts, s *Simulator, handle func(bpf.Event), burst func(t, slot uint64, f cct.FuncID)) {
 	l = newBurstLog()
-	b = newBurstCounts(l)
+	b = newBurstCounts(l, nil)
 	s = NewSimulator(testFuncs())
 	s.SetBurstCounts(b)
 	handle = func(e bpf.Event) { s.Handle(&e) }
@@ -228,9 +228,9 @@ func TestBurstTiming(t *testing.T) {
 		{0.05, 40 * time.Millisecond, 40 * time.Millisecond, 800 * time.Millisecond},
 		{0.5, 40 * time.Millisecond, 50 * time.Millisecond, burstPeriod}, // already long enough
 		{0.25, time.Second, maxBurst, 800 * time.Millisecond},
-		{0.05, time.Second, 50 * time.Millisecond, time.Second},        // what 5% pays for in maxPeriod
-		{0, 40 * time.Millisecond, 20 * time.Millisecond, time.Second}, // the last burst saw nothing: initialDuty
-		{0.001, 40 * time.Millisecond, minBurst, 2 * time.Second},      // minBurst, whatever the period
+		{0.05, time.Second, 100 * time.Millisecond, 2 * time.Second},       // what 5% pays for in maxPeriod
+		{0, 80 * time.Millisecond, 40 * time.Millisecond, 2 * time.Second}, // the last burst saw nothing: initialDuty
+		{0.0005, 40 * time.Millisecond, minBurst, 4 * time.Second},         // minBurst, whatever the period
 	} {
 		l, p := burstTiming(tc.duty, tc.want)
 		if l != tc.length || p != tc.period {
@@ -286,7 +286,8 @@ func TestBurstPerParent(t *testing.T) {
 			}
 		}
 		l.close(start + 250)
-		handle(out(start+300, 900, D))
+		// Its exit ends the last A, 100 after the window closed.
+		handle(out(start+350, 900, D))
 	}
 	for k := range 5 { // unseen
 		handle(in(3400+uint64(k)*100, 900, D))
@@ -409,5 +410,47 @@ func TestBurstParentLowerBound(t *testing.T) {
 	}
 	if c := a.Lookup(C); c.CallsEstimated || !c.Incomplete || c.Calls != 1+60 {
 		t.Errorf("C: %d calls, estimated %v, error %g, incomplete %v; want 61, a lower bound", c.Calls, c.CallsEstimated, c.CallsError, c.Incomplete)
+	}
+}
+
+// TestBurstWanted checks how long a function's windows are asked to be:
+// the longest of its last askedFrames asks, and the length its callers'
+// calls had while counted exactly until one of its frames fits.
+func TestBurstWanted(t *testing.T) {
+	l := newBurstLog()
+	for_ := func(id uint32) map[uint32]bool { return map[uint32]bool{id: true, 7: false} }
+	l.expects(1, 30*time.Millisecond)
+	l.needs(1, 8*time.Millisecond, false) // a short window saw little of a call
+	if w := l.wanted(for_(1)); w != 30*time.Millisecond {
+		t.Errorf("before a fit: %v, want the prior 30ms", w)
+	}
+	l.needs(1, 22*time.Millisecond, true)
+	if w := l.wanted(for_(1)); w != 22*time.Millisecond {
+		t.Errorf("after a fit: %v, want 22ms", w)
+	}
+	for range askedFrames {
+		l.needs(1, 5*time.Millisecond, true)
+	}
+	if w := l.wanted(for_(1)); w != 5*time.Millisecond {
+		t.Errorf("after %d more: %v, want 5ms (the 22ms forgotten)", askedFrames, w)
+	}
+	l.needs(7, time.Second, false)
+	if w := l.wanted(for_(1)); w != 5*time.Millisecond {
+		t.Errorf("a companion's ask counted: %v, want 5ms", w)
+	}
+	if w := l.wanted(map[uint32]bool{7: true}); w != maxBurst {
+		t.Errorf("an ask over maxBurst: %v, want %v", w, maxBurst)
+	}
+	// The prior from the caller's calls: 500 ns each, with 10 calls of
+	// the context in each at 1 µs a probe: twice 10.5 µs.
+	b := newBurstCounts(l, func(uint32) float64 { return 1000 })
+	tree := cct.NewTree()
+	caller := tree.Root.Child(A)
+	caller.Calls, caller.Wall = 10, 5000
+	ctx := caller.Child(C)
+	ctx.Calls = 100
+	b.sizeWindows(5, ctx, &anchorRef{node: caller, base: 10})
+	if w := l.wanted(map[uint32]bool{5: true}); w != 21*time.Microsecond {
+		t.Errorf("sized from the caller's calls: %v, want 21µs", w)
 	}
 }

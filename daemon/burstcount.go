@@ -36,6 +36,9 @@ import (
 type burstCounts struct {
 	log  *burstLog
 	accs map[*cct.Node]*burstAcc
+	// cost is what one hit of a function's entry probes costs, in ns
+	// (nil: nothing), for the length of calls with a burst's probes in.
+	cost func(id uint32) float64
 
 	// anchors holds the anchors' frames that fitted in a window.
 	anchors map[*cct.Node]*anchorAcc
@@ -138,8 +141,8 @@ const minAnchorFrames = 3
 // long as its window says little about how many such frames fit.
 const maxFitWeight = 8
 
-func newBurstCounts(l *burstLog) *burstCounts {
-	return &burstCounts{log: l, accs: map[*cct.Node]*burstAcc{},
+func newBurstCounts(l *burstLog, cost func(id uint32) float64) *burstCounts {
+	return &burstCounts{log: l, cost: cost, accs: map[*cct.Node]*burstAcc{},
 		anchors: map[*cct.Node]*anchorAcc{}, known: map[uint32]bool{}, sampled: map[cct.FuncID]map[*cct.Node]bool{},
 		physOf: map[cct.FuncID]uint32{}}
 }
@@ -220,7 +223,7 @@ func (b *burstCounts) demoted(fns map[cct.FuncID]uint32, roots []*cct.Node, t ui
 					if a.parent.node != nil {
 						r = &a.parent
 					}
-					b.sizeWindows(fns[ch.Func], r.node)
+					b.sizeWindows(fns[ch.Func], ch, r)
 				}
 			}
 			next := anchor
@@ -250,20 +253,26 @@ func (b *burstCounts) anchorsDemoted(set map[cct.FuncID]bool, fns map[cct.FuncID
 		}
 		a.parent, a.exact = a.exact, anchorRef{}
 		b.log.burstWith(b.physOf[n.Func], fns[r.Func])
-		b.sizeWindows(b.physOf[n.Func], r)
+		b.sizeWindows(b.physOf[n.Func], n, &a.parent)
 	}
 }
 
-// sizeWindows asks for windows for function id that hold whole calls of
-// caller (nil: none) from the first burst on: twice their mean length
-// while they were counted exactly, which is longer than with only entries
-// in a burst.
-func (b *burstCounts) sizeWindows(id uint32, caller *cct.Node) {
-	if caller != nil && caller.Calls > 0 && !caller.Estimated {
-		if d := time.Duration(caller.Wall / caller.Calls); d <= maxBurst/2 {
-			b.log.needs(id, 2*d)
-		}
+// sizeWindows asks for windows for function id, of context ctx, that
+// hold whole calls of the caller r counts per from the first burst on:
+// twice their mean length so far, with the context's calls per call of
+// the caller up to the demotion at what a burst's probe costs each (a
+// caller of a hot leaf takes 70 µs unprobed, 11 ms with the leaf's
+// entries in), up to maxBurst.
+func (b *burstCounts) sizeWindows(id uint32, ctx *cct.Node, r *anchorRef) {
+	c := r.node
+	if c == nil || c.Calls == 0 {
+		return
 	}
+	d := float64(c.Wall) / float64(c.Calls)
+	if b.cost != nil && r.base > 0 {
+		d += float64(ctx.Calls) / float64(r.base) * b.cost(id)
+	}
+	b.log.expects(id, time.Duration(min(2*d, float64(maxBurst))))
 }
 
 // nextWindow returns the first window that starts after t.
@@ -378,7 +387,7 @@ func (b *burstCounts) frameEnd(node *cct.Node, start, end uint64, tally *burstTa
 	if close, in := b.log.closing(start); !ok && in && close < end {
 		asked = close - start
 	}
-	b.askWindows(an, node, end, time.Duration(asked), ok)
+	b.askWindows(an, node, start, end, time.Duration(asked), ok)
 	if !ok || k < an.from {
 		return
 	}
@@ -409,15 +418,15 @@ func (b *burstCounts) frameEnd(node *cct.Node, start, end uint64, tally *burstTa
 }
 
 // askWindows sizes the windows of the functions counted per calls of an
-// anchor from one of its frames, d long: twice its length when it fitted
-// in a window, four times when it did not (a window of four frames'
-// length holds about three whole ones); frames longer than half the
-// longest window are given up. Every frame counts, those that held no
+// anchor from one of its frames, from start to end, of which a window saw
+// d: twice d when it fitted in a window, four times when it did not (a
+// window of four frames' length holds about three whole ones); frames
+// longer than half the longest window are given up. Every frame counts, those that held no
 // call too. Only the shortest route asks: a context counted per call of
 // a demoted parent needs the parent's frames to fit, not the anchor's
 // (which hold them); and a function in a window only as a companion has
 // windows of its own, without its callees' probes.
-func (b *burstCounts) askWindows(an *anchorAcc, node *cct.Node, end uint64, d time.Duration, fitted bool) {
+func (b *burstCounts) askWindows(an *anchorAcc, node *cct.Node, start, end uint64, d time.Duration, fitted bool) {
 	if d > maxBurst/2 {
 		return
 	}
@@ -429,8 +438,8 @@ func (b *burstCounts) askWindows(an *anchorAcc, node *cct.Node, end uint64, d ti
 		if a := b.accs[ctx]; a != nil && a.parent.node != nil && a.parent.node != node {
 			continue
 		}
-		if id, ok := b.physOf[ctx.Func]; ok && b.log.wasFor(end-uint64(d), end, id) {
-			b.log.needs(id, ask)
+		if id, ok := b.physOf[ctx.Func]; ok && b.log.wasFor(start, end, id) {
+			b.log.needs(id, ask, fitted)
 		}
 	}
 }

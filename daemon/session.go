@@ -225,7 +225,7 @@ func StartPrepared(pr *Prepared, cfg Config) (_ *Session, err error) {
 		s.monitor = newMonitor(s, model, s.sampler.Period)
 		s.monitor.bursts = newBurstLog()
 		s.samples.bursts = s.monitor.bursts
-		s.burstCounts = newBurstCounts(s.monitor.bursts)
+		s.burstCounts = newBurstCounts(s.monitor.bursts, func(id uint32) float64 { return s.monitor.entryCost(int(id)) })
 		s.sim.SetBurstCounts(s.burstCounts)
 		s.burster = newBurster(s, s.monitor, s.monitor.bursts)
 		go s.monitor.run()
