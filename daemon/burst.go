@@ -299,6 +299,14 @@ func (l *burstLog) closing(t uint64) (end uint64, ok bool) {
 	return w.end, true
 }
 
+// overlapped reports whether any window overlapped [start, end].
+func (l *burstLog) overlapped(start, end uint64) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	k := sort.Search(len(l.windows), func(i int) bool { return l.windows[i].end >= start })
+	return k < len(l.windows) && l.windows[k].start <= end
+}
+
 // wasFor reports whether a window that was for function id (not only
 // had it as a companion) overlapped [start, end].
 func (l *burstLog) wasFor(start, end uint64, id uint32) bool {
@@ -454,8 +462,9 @@ func burstFuncs(n int, perFunc time.Duration, budget float64) int {
 	return min(max(k, 1), n)
 }
 
-// burst attaches the entry probes of funcs for length, records the window
-// (for the functions set marks true, see burstSet) and returns the duty cycle the next burst may have (what keeps the
+// burst attaches the probes of funcs (see burstProbes) for length,
+// records the window (for the functions set marks true, see burstSet)
+// and returns the duty cycle the next burst may have (what keeps the
 // bursts' cost within their share of the budget, at the call rates this
 // one measured) and how long attaching took.
 func (b *burster) burst(gen uint32, funcs []*plan.Func, set map[uint32]bool, length time.Duration) (float64, time.Duration, error) {

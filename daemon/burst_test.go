@@ -95,6 +95,9 @@ func TestBurstLog(t *testing.T) {
 			t.Errorf("wasFor(%d, %d, %d) = %v, want %v", tc.start, tc.end, tc.id, got, tc.want)
 		}
 	}
+	if !l.overlapped(105, 150) || l.overlapped(150, 199) || !l.overlapped(50, 100) {
+		t.Error("overlapped: want true for 105-150 and 50-100, false for 150-199")
+	}
 }
 
 // TestBurstEstimate checks that calls bursts saw with no caller to count
@@ -276,15 +279,7 @@ func TestBurstPerParent(t *testing.T) {
 	// calls of A fit in each, with 10 calls of C.
 	wantA, wantC := l.wanted(map[uint32]bool{uint32(A): true}), l.wanted(map[uint32]bool{uint32(C): true})
 	for _, start := range []uint64{3000, 4000} {
-		l.open(start, 250, map[uint32]bool{uint32(A): false, uint32(C): true})
-		handle(in(start-10, 900, D))
-		for i := range 3 {
-			tm := start + 10 + uint64(i)*90
-			burst(tm, 800, A)
-			for j := range 10 {
-				burst(tm+1+uint64(j), 700, C)
-			}
-		}
+		openParentWindow(l, handle, burst, start, 90)
 		l.close(start + 250)
 		// Its exit ends the last A, 100 after the window closed.
 		handle(out(start+350, 900, D))
@@ -389,15 +384,7 @@ func TestBurstParentLowerBound(t *testing.T) {
 	for _, start := range []uint64{3000, 4000} {
 		// D runs longer than a burst; three calls of A fit in each,
 		// with 10 calls of C.
-		l.open(start, 250, map[uint32]bool{uint32(A): false, uint32(C): true})
-		handle(in(start-10, 900, D))
-		for i := range 3 {
-			tm := start + 10 + uint64(i)*70
-			burst(tm, 800, A)
-			for j := range 10 {
-				burst(tm+1+uint64(j), 700, C)
-			}
-		}
+		openParentWindow(l, handle, burst, start, 70)
 		handle(out(start+230, 900, D)) // ends the last A
 		l.close(start + 250)
 	}
@@ -452,5 +439,20 @@ func TestBurstWanted(t *testing.T) {
 	b.sizeWindows(5, ctx, &anchorRef{node: caller, base: 10})
 	if w := l.wanted(map[uint32]bool{5: true}); w != 21*time.Microsecond {
 		t.Errorf("sized from the caller's calls: %v, want 21µs", w)
+	}
+}
+
+// openParentWindow opens a window at start, 250 long, for C with A as a
+// companion, in which a call of D made just before it makes three calls
+// of A, gap apart, of ten calls of C each.
+func openParentWindow(l *burstLog, handle func(bpf.Event), burst func(t, slot uint64, f cct.FuncID), start, gap uint64) {
+	l.open(start, 250, map[uint32]bool{uint32(A): false, uint32(C): true})
+	handle(in(start-10, 900, D))
+	for i := range 3 {
+		tm := start + 10 + uint64(i)*gap
+		burst(tm, 800, A)
+		for j := range 10 {
+			burst(tm+1+uint64(j), 700, C)
+		}
 	}
 }

@@ -421,14 +421,15 @@ func (b *burstCounts) frameEnd(node *cct.Node, start, end uint64, tally *burstTa
 // anchor from one of its frames, from start to end, of which a window saw
 // d: twice d when it fitted in a window, four times when it did not (a
 // window of four frames' length holds about three whole ones); frames
-// longer than half the longest window are given up. Every frame counts, those that held no
-// call too. Only the shortest route asks: a context counted per call of
-// a demoted parent needs the parent's frames to fit, not the anchor's
-// (which hold them); and a function in a window only as a companion has
-// windows of its own, without its callees' probes.
+// longer than half the longest window are given up. Every frame that
+// overlapped a window counts, those that held no call too. Only the
+// shortest route asks: a context counted per call of a demoted parent
+// needs the parent's frames to fit, not the anchor's (which hold them);
+// and a function in a window only as a companion has windows of its own,
+// without its callees' probes.
 func (b *burstCounts) askWindows(an *anchorAcc, node *cct.Node, start, end uint64, d time.Duration, fitted bool) {
-	if d > maxBurst/2 {
-		return
+	if d > maxBurst/2 || !b.log.overlapped(start, end) {
+		return // most frames of an anchor: between windows
 	}
 	ask := 4 * d
 	if fitted {
