@@ -384,8 +384,10 @@ func (b *burstCounts) frameEnd(node *cct.Node, start, end uint64, tally *burstTa
 	// slot or above came, which may be long after: it asks by what the
 	// window saw of it, and the windows grow until such frames fit.
 	asked := d
-	if close, in := b.log.closing(start); !ok && in && close < end {
-		asked = close - start
+	if !ok {
+		if close, in := b.log.closing(start); in && close < end {
+			asked = close - start
+		}
 	}
 	b.askWindows(an, node, start, end, time.Duration(asked), ok)
 	if !ok || k < an.from {
