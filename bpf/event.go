@@ -83,6 +83,13 @@ const (
 	// FlagBurst marks an entry seen by a burst probe (CookieBurst), and
 	// the real stack captured before a thread's first one in a burst.
 	FlagBurst uint8 = 1 << 2
+	// FlagSeed marks the real stack of a thread at its first probe hit,
+	// when the thread was running as kprofd attached: the caller looks
+	// for a root frame on it and answers with Program.Settle.
+	// FlagAtEntry says the hit was an entry probe's, whose event (next)
+	// opens the innermost frame.
+	FlagSeed    uint8 = 1 << 3
+	FlagAtEntry uint8 = 1 << 4
 )
 
 // Event is one record from the ring buffer. Its layout matches struct

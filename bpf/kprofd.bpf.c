@@ -45,6 +45,7 @@ struct thread_struct {
 struct task_struct {
 	int pid;
 	int tgid;
+	__u64 start_time; // CLOCK_MONOTONIC ns, as bpf_ktime_get_ns
 	struct thread_struct thread;
 } __attribute__((preserve_access_index));
 
@@ -63,6 +64,12 @@ struct bpf_perf_event_data {
 // function), or the real stack captured before a thread's first one in a
 // burst.
 #define FLAG_BURST 4
+// The real stack of a thread at its first probe hit, which may be inside a
+// root already (it was running when kprofd attached): the daemon answers
+// through the seeds map. With FLAG_AT_ENTRY the hit is an entry probe's,
+// whose function's frame the entry event opens.
+#define FLAG_SEED 8
+#define FLAG_AT_ENTRY 16
 
 // Cookie layout (bpf/cookie.go builds it):
 //   bits  0..31  function id
@@ -98,7 +105,10 @@ enum {
 	STAT_ROOT_SAMPLES = 6,	 // of those, samples of threads inside the root
 	STAT_PROBE_SAMPLES = 7,	 // samples that hit kprofd's own probe program
 	STAT_BURST_SAMPLES = 8,	 // of those, samples in a burst probe's run
-	STAT_MAX = 9,
+	STAT_OUTSIDE = 9,	 // probe hits of threads outside every root
+	STAT_SEEDS = 10,	 // threads checked for a running root at their first hit
+	STAT_SEEDS_LOST = 11,	 // threads not checked: no room for their stack
+	STAT_MAX = 12,
 };
 
 struct kprofd_event {
@@ -137,7 +147,8 @@ const struct kprofd_stack *unused_stack __attribute__((unused));
 // to notice exits that do not match the frame it expects. A power of two.
 #define SHADOW 32
 
-// Per-thread context, created at a thread's first root entry.
+// Per-thread context, created at a thread's first root entry, or at the
+// first probe hit of a thread that was running when kprofd attached.
 struct kprofd_thread {
 	__u64 root_slot;  // return-address slot of the outermost root frame, 0 outside
 	__u64 last_check; // time of the last consistency capture
@@ -148,8 +159,13 @@ struct kprofd_thread {
 	__u32 sigshadow;  // depth when the outermost of them started
 	__u32 busy;	  // the probe program runs on this thread: a sample now is kprofd's time
 	__u32 burst_gen;  // the burst this thread last had its stack captured in
-	__u32 busy_fn;	  // with busy 2 (a burst probe runs), its function id
 	__u64 popped;	  // slot of the last frame an exit popped (uretprobes return once per tail call)
+	// A thread kprofd found running (its first hit, FLAG_SEED) waits for
+	// the daemon's verdict on its real stack: until then root_slot is
+	// PENDING and every event goes out; entered is the outermost root
+	// frame entered meanwhile.
+	__u64 pending;
+	__u64 entered;
 	__u64 shadow[SHADOW]; // slots of the innermost frames, shadow[(depth-1) % SHADOW] on top
 	struct kprofd_event buf[BATCH];
 };
@@ -177,6 +193,20 @@ struct {
 	__type(key, __u64);
 	__type(value, struct kprofd_thread);
 } goroutines SEC(".maps");
+
+// The daemon's verdicts on threads it checked (FLAG_SEED), by thread id:
+// the slot of the outermost root frame on the thread's real stack, 0 for
+// none. A pending thread takes its verdict at its next hit.
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1 << 14);
+	__type(key, __u32);
+	__type(value, __u64);
+} seeds SEC(".maps");
+
+// root_slot of a thread waiting for its verdict: no slot is above it, so
+// no frame looks stale and no exit leaves the root.
+#define PENDING_SLOT (~0ULL)
 
 // An all-zero context to create goroutines' from (too big for the BPF
 // stack).
@@ -284,16 +314,6 @@ struct {
 	__type(value, __u64);
 } calls SEC(".maps");
 
-// Samples taken while a burst probe of a function ran, by function id:
-// with the samples in its traps, what the daemon compares with the
-// function's own work in the bursts. The loader sizes it to the plan.
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, __u64);
-} burst_busy SEC(".maps");
-
 // Set by the loader before the program is loaded.
 volatile const __u32 target_tgid;
 // Wake the reader once this many bytes wait in the ring buffer; below it,
@@ -317,6 +337,15 @@ volatile const __u8 go_mode = 0;
 volatile const __s64 go_g_tls = -8;
 volatile const __u32 go_goid_off = 152;
 volatile const __u32 go_stack_hi_off = 8;
+
+// Check the threads that were running when kprofd attached for a root
+// already on their stack (not in Go, whose stacks the daemon cannot
+// unwind yet).
+volatile const __u8 seed_threads = 0;
+// Threads started at or after this time (bpf_ktime_get_ns) are not
+// checked: they can only enter a root through its probe. The daemon sets
+// it once the probes are in.
+volatile __u64 seed_before = ~0ULL;
 
 // A goroutine's stack moves when it grows (runtime.copystack), keeping
 // every frame's distance from the stack's top: events carry slots as that
@@ -444,22 +473,34 @@ static __always_inline struct kprofd_event *append(struct kprofd_thread *th, __u
 // capture flushes the thread's batch and writes its real stack, from the
 // stack pointer up to the root's frame, as one record of the given kind
 // after it. The record's adjust is what flushing and copying cost the
-// thread.
-static __always_inline void capture(__u64 ip, __u64 sp, __u64 bp, __u64 delta, struct kprofd_thread *th, __u32 tid, __u8 kind, __u8 flags)
+// thread. It returns 0 when the ring buffer had no room.
+static __always_inline int capture(__u64 ip, __u64 sp, __u64 bp, __u64 delta, struct kprofd_thread *th, __u32 tid, __u8 kind, __u8 flags)
 {
 	__u64 t0 = bpf_ktime_get_ns();
 	flush(th);
 	struct kprofd_stack *st = bpf_ringbuf_reserve(&events, sizeof(*st), 0);
 	if (!st) {
 		count(STAT_STACKS_LOST, 1);
-		return;
+		return 0;
 	}
 	__u64 n = STACK_MAX;
 	__u64 root = th->root_slot - delta; // the root's slot as an address
 	if (root + 8 > sp && root + 8 - sp < STACK_MAX)
 		n = root + 8 - sp;
-	if (bpf_probe_read_user(st->data, n, (void *)sp))
+	if (bpf_probe_read_user(st->data, n, (void *)sp)) {
+		// The stack ends less than n bytes above sp (no root frame
+		// bounds the copy): take what is mapped, to a page's end.
 		n = 0;
+		for (int k = 3; k >= 0; k--) {
+			__u64 m = 4096 - (sp & 4095) + k * 4096;
+			if (m > STACK_MAX)
+				continue;
+			if (!bpf_probe_read_user(st->data, m, (void *)sp)) {
+				n = m;
+				break;
+			}
+		}
+	}
 	st->pc = ip;
 	st->sp = sp;
 	st->bp = bp;
@@ -475,6 +516,7 @@ static __always_inline void capture(__u64 ip, __u64 sp, __u64 bp, __u64 delta, s
 	th->last_check = now;
 	bpf_ringbuf_submit(st, BPF_RB_FORCE_WAKEUP);
 	count(STAT_STACKS, 1);
+	return 1;
 }
 
 // shadow_pop pops the shadow frames below slot (at or below it when
@@ -619,6 +661,56 @@ static __always_inline void site(struct pt_regs *ctx, struct kprofd_thread *th, 
 	flush(th);
 }
 
+// seed starts the check of a thread that was running when kprofd
+// attached, at its first probe hit: its real stack goes to the daemon,
+// which looks for a root frame on it, and until the verdict comes the
+// thread's events all go out (the daemon keeps those the verdict says
+// were inside a root).
+static __always_inline void seed(struct pt_regs *ctx, struct kprofd_thread *th, __u64 now, __u32 tid, __u8 kind)
+{
+	th->root_slot = PENDING_SLOT;
+	th->pending = 1;
+	th->entered = 0;
+
+	th->last_check = now;
+	__u8 flags = FLAG_SEED | (kind == KIND_ENTRY ? FLAG_AT_ENTRY : 0);
+	if (capture(PT_REGS_IP(ctx), PT_REGS_SP(ctx), PT_REGS_FP(ctx), 0, th, tid, KIND_STACK, flags)) {
+		count(STAT_SEEDS, 1);
+		return;
+	}
+	// Unchecked: outside the roots, as if kprofd had attached before.
+	th->root_slot = 0;
+	th->pending = 0;
+	count(STAT_SEEDS_LOST, 1);
+}
+
+// settle applies the daemon's verdict on a pending thread if it came, and
+// else follows the root frames the thread enters and leaves meanwhile.
+static __always_inline void settle(struct kprofd_thread *th, __u32 tid, __u64 cookie, __u8 kind, __u64 slot)
+{
+	__u64 *v = bpf_map_lookup_elem(&seeds, &tid);
+	if (!v) {
+		if (!(cookie & COOKIE_ROOT))
+			return;
+		if (kind == KIND_ENTRY && slot > th->entered)
+			th->entered = slot;
+		else if ((kind == KIND_EXIT || kind == KIND_RETURN) && slot == th->entered)
+			th->entered = 0;
+		return;
+	}
+	__u64 root = *v ? *v : th->entered;
+	bpf_map_delete_elem(&seeds, &tid);
+	th->pending = 0;
+	th->entered = 0;
+	th->root_slot = root;
+	if (!root) {
+		// Outside every root: what it sent while pending is the
+		// daemon's to drop.
+		flush(th);
+		th->depth = 0;
+	}
+}
+
 static __always_inline int handle(struct pt_regs *ctx)
 {
 	__u64 now = bpf_ktime_get_ns();
@@ -666,17 +758,26 @@ static __always_inline int handle(struct pt_regs *ctx)
 		tid = (__u32)goid; // the daemon keys stacks by it
 		th = goroutine(goid, (cookie & COOKIE_ROOT) != 0);
 	} else {
-		th = bpf_task_storage_get(&threads, bpf_get_current_task_btf(), 0,
-					  (cookie & COOKIE_ROOT) ? BPF_LOCAL_STORAGE_GET_F_CREATE : 0);
+		struct task_struct *task = bpf_get_current_task_btf();
+		th = bpf_task_storage_get(&threads, task, 0, 0);
+		// A thread that was running when kprofd attached may be inside
+		// a root already: its first hit checks.
+		int check = !th && seed_threads && task->start_time < seed_before;
+		if (!th && ((cookie & COOKIE_ROOT) || check)) {
+			th = bpf_task_storage_get(&threads, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+			if (th && check)
+				seed(ctx, th, now, tid, kind);
+		}
 	}
 	if (!th) {
 		if (cookie & COOKIE_ROOT)
 			count(STAT_NO_STORAGE, 1);
+		else
+			count(STAT_OUTSIDE, 1);
 		return 0;
 	}
 	if (sampling) {
 		th->busy = (cookie & COOKIE_BURST) ? 2 : 1;
-		th->busy_fn = (__u32)cookie;
 	}
 	handle_thread(ctx, th, now, tid, cookie, kind, slot, delta, d);
 	if (sampling)
@@ -691,6 +792,8 @@ static __always_inline int handle(struct pt_regs *ctx)
 static __always_inline void handle_thread(struct pt_regs *ctx, struct kprofd_thread *th, __u64 now, __u32 tid,
 					  __u64 cookie, __u8 kind, __u64 slot, __u64 delta, struct kprofd_site *d)
 {
+	if (th->pending)
+		settle(th, tid, cookie, kind, slot);
 	if (kind == KIND_SIGRETURN) {
 		// A handler returns; the end of one started outside the root
 		// is no concern of ours.
@@ -731,8 +834,10 @@ static __always_inline void handle_thread(struct pt_regs *ctx, struct kprofd_thr
 		count(STAT_STALE_ROOT, 1);
 	}
 	if (!th->root_slot) {
-		if (kind != KIND_ENTRY || !(cookie & COOKIE_ROOT))
+		if (kind != KIND_ENTRY || !(cookie & COOKIE_ROOT)) {
+			count(STAT_OUTSIDE, 1);
 			return;
+		}
 		th->root_slot = slot;
 		th->last_check = now;
 		th->depth = 0;
@@ -902,18 +1007,13 @@ int kprofd_sample(struct bpf_perf_event_data *ctx)
 	} else {
 		th = current_thread();
 	}
-	if (!th || !th->root_slot)
+	if (!th || !th->root_slot || th->pending)
 		return 0;
 	count(STAT_ROOT_SAMPLES, 1);
 	if (th->busy) {
 		count(STAT_PROBE_SAMPLES, 1);
-		if (th->busy == 2) {
+		if (th->busy == 2)
 			count(STAT_BURST_SAMPLES, 1);
-			__u32 fn = th->busy_fn;
-			__u64 *c = bpf_map_lookup_elem(&burst_busy, &fn);
-			if (c)
-				*c += 1;
-		}
 		return 0;
 	}
 	struct pt_regs regs;

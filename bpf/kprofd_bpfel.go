@@ -67,8 +67,10 @@ type kprofdKprofdThread struct {
 	Sigshadow uint32
 	Busy      uint32
 	BurstGen  uint32
-	BusyFn    uint32
+	_         [4]byte
 	Popped    uint64
+	Pending   uint64
+	Entered   uint64
 	Shadow    [32]uint64
 	Buf       [64]kprofdKprofdEvent
 }
@@ -77,11 +79,11 @@ type kprofdKprofdThread struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	kprofdMapBurstBusy       = "burst_busy"
 	kprofdMapCalls           = "calls"
 	kprofdMapEvents          = "events"
 	kprofdMapGoroutines      = "goroutines"
 	kprofdMapPauses          = "pauses"
+	kprofdMapSeeds           = "seeds"
 	kprofdMapSites           = "sites"
 	kprofdMapStats           = "stats"
 	kprofdMapTargets         = "targets"
@@ -105,6 +107,8 @@ const (
 	kprofdVarGoStackHiOff    = "go_stack_hi_off"
 	kprofdVarPauseSignal     = "pause_signal"
 	kprofdVarSampling        = "sampling"
+	kprofdVarSeedBefore      = "seed_before"
+	kprofdVarSeedThreads     = "seed_threads"
 	kprofdVarTargetTgid      = "target_tgid"
 	kprofdVarUnusedEvent     = "unused_event"
 	kprofdVarUnusedPause     = "unused_pause"
@@ -170,11 +174,11 @@ type kprofdProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type kprofdMapSpecs struct {
-	BurstBusy   *ebpf.MapSpec `ebpf:"burst_busy"`
 	Calls       *ebpf.MapSpec `ebpf:"calls"`
 	Events      *ebpf.MapSpec `ebpf:"events"`
 	Goroutines  *ebpf.MapSpec `ebpf:"goroutines"`
 	Pauses      *ebpf.MapSpec `ebpf:"pauses"`
+	Seeds       *ebpf.MapSpec `ebpf:"seeds"`
 	Sites       *ebpf.MapSpec `ebpf:"sites"`
 	Stats       *ebpf.MapSpec `ebpf:"stats"`
 	Targets     *ebpf.MapSpec `ebpf:"targets"`
@@ -196,6 +200,8 @@ type kprofdVariableSpecs struct {
 	GoStackHiOff    *ebpf.VariableSpec `ebpf:"go_stack_hi_off"`
 	PauseSignal     *ebpf.VariableSpec `ebpf:"pause_signal"`
 	Sampling        *ebpf.VariableSpec `ebpf:"sampling"`
+	SeedBefore      *ebpf.VariableSpec `ebpf:"seed_before"`
+	SeedThreads     *ebpf.VariableSpec `ebpf:"seed_threads"`
 	TargetTgid      *ebpf.VariableSpec `ebpf:"target_tgid"`
 	UnusedEvent     *ebpf.VariableSpec `ebpf:"unused_event"`
 	UnusedPause     *ebpf.VariableSpec `ebpf:"unused_pause"`
@@ -225,11 +231,11 @@ func (o *kprofdObjects) Close() error {
 //
 // It can be passed to loadKprofdObjects or ebpf.CollectionSpec.LoadAndAssign.
 type kprofdMaps struct {
-	BurstBusy   *ebpf.Map `ebpf:"burst_busy"`
 	Calls       *ebpf.Map `ebpf:"calls"`
 	Events      *ebpf.Map `ebpf:"events"`
 	Goroutines  *ebpf.Map `ebpf:"goroutines"`
 	Pauses      *ebpf.Map `ebpf:"pauses"`
+	Seeds       *ebpf.Map `ebpf:"seeds"`
 	Sites       *ebpf.Map `ebpf:"sites"`
 	Stats       *ebpf.Map `ebpf:"stats"`
 	Targets     *ebpf.Map `ebpf:"targets"`
@@ -239,11 +245,11 @@ type kprofdMaps struct {
 
 func (m *kprofdMaps) Close() error {
 	return _KprofdClose(
-		m.BurstBusy,
 		m.Calls,
 		m.Events,
 		m.Goroutines,
 		m.Pauses,
+		m.Seeds,
 		m.Sites,
 		m.Stats,
 		m.Targets,
@@ -266,6 +272,8 @@ type kprofdVariables struct {
 	GoStackHiOff    *ebpf.Variable `ebpf:"go_stack_hi_off"`
 	PauseSignal     *ebpf.Variable `ebpf:"pause_signal"`
 	Sampling        *ebpf.Variable `ebpf:"sampling"`
+	SeedBefore      *ebpf.Variable `ebpf:"seed_before"`
+	SeedThreads     *ebpf.Variable `ebpf:"seed_threads"`
 	TargetTgid      *ebpf.Variable `ebpf:"target_tgid"`
 	UnusedEvent     *ebpf.Variable `ebpf:"unused_event"`
 	UnusedPause     *ebpf.Variable `ebpf:"unused_pause"`

@@ -48,6 +48,11 @@ type Config struct {
 	// Go, for a Go target, keys contexts and events by goroutine instead
 	// of by thread: where the running goroutine's g and its fields are.
 	Go *GoLayout
+	// SeedThreads makes the first probe hit of every thread that was
+	// running when the session began capture its real stack (FlagSeed),
+	// since a root may be on it already; the thread's events all go out
+	// until Settle gives the verdict. Not with Go.
+	SeedThreads bool
 }
 
 // GoLayout is where, in a Go target, the probe program finds the running
@@ -89,6 +94,13 @@ type Stats struct {
 	// BurstSamples counts those of ProbeSamples taken in a burst probe
 	// (bpf.CookieBurst).
 	BurstSamples uint64
+	// Outside counts probe hits of threads outside every root: they cost
+	// the target and record nothing.
+	Outside uint64
+	// Seeds counts the threads whose first probe hit captured their
+	// stack (Config.SeedThreads); SeedsLost those the ring buffer had no
+	// room for, which stay outside the roots until they enter one.
+	Seeds, SeedsLost uint64
 }
 
 // Counter indexes in the stats map; they match STAT_* in kprofd.bpf.c.
@@ -102,6 +114,9 @@ const (
 	statRootSamples
 	statProbeSamples
 	statBurstSamples
+	statOutside
+	statSeeds
+	statSeedsLost
 	statMax
 )
 
@@ -143,7 +158,6 @@ func Load(cfg Config) (*Program, error) {
 	spec.Maps[kprofdMapEvents].MaxEntries = uint32(cfg.RingBytes)
 	// Entry hits by function id, then site hits by calling function id.
 	spec.Maps[kprofdMapCalls].MaxEntries = uint32(max(2*cfg.Funcs, 1))
-	spec.Maps[kprofdMapBurstBusy].MaxEntries = uint32(max(cfg.Funcs, 1))
 	spec.Maps[kprofdMapSites].MaxEntries = uint32(max(cfg.Sites, 1))
 	if err := spec.Variables[kprofdVarCountCalls].Set(cfg.Funcs > 0); err != nil {
 		return nil, fmt.Errorf("setting count_calls: %w", err)
@@ -159,6 +173,9 @@ func Load(cfg Config) (*Program, error) {
 	}
 	if err := spec.Variables[kprofdVarCheckIntervalNs].Set(uint64(cfg.CheckInterval.Nanoseconds())); err != nil {
 		return nil, fmt.Errorf("setting check_interval_ns: %w", err)
+	}
+	if err := spec.Variables[kprofdVarSeedThreads].Set(cfg.SeedThreads && cfg.Go == nil); err != nil {
+		return nil, fmt.Errorf("setting seed_threads: %w", err)
 	}
 	if g := cfg.Go; g != nil {
 		for name, v := range map[string]any{kprofdVarGoMode: true, kprofdVarGoG_tls: g.GTLS,
@@ -289,7 +306,8 @@ func (p *Program) Stats() (Stats, error) {
 	var s Stats
 	counters := [statMax]*uint64{statLost: &s.Lost, statNoStorage: &s.NoStorage, statStaleRoot: &s.StaleRoots,
 		statStacks: &s.Stacks, statStacksLost: &s.StacksLost, statTargetSamples: &s.TargetSamples,
-		statRootSamples: &s.RootSamples, statProbeSamples: &s.ProbeSamples, statBurstSamples: &s.BurstSamples}
+		statRootSamples: &s.RootSamples, statProbeSamples: &s.ProbeSamples, statBurstSamples: &s.BurstSamples,
+		statOutside: &s.Outside, statSeeds: &s.Seeds, statSeedsLost: &s.SeedsLost}
 	for i, dst := range counters {
 		var perCPU []uint64
 		if err := p.objs.Stats.Lookup(uint32(i), &perCPU); err != nil {
@@ -593,6 +611,27 @@ func (p *Program) SetPauseSignal(sig syscall.Signal) error {
 func (p *Program) SetBurst(gen uint32) error {
 	if err := p.objs.BurstGen.Set(gen); err != nil {
 		return fmt.Errorf("setting burst_gen: %w", err)
+	}
+	return nil
+}
+
+// Settle gives the verdict on thread tid, whose first probe hit captured
+// its stack (FlagSeed): rootSlot is the slot of the outermost root frame
+// on it, as events carry slots, or 0 when none is. The thread takes it at
+// its next probe hit.
+func (p *Program) Settle(tid uint32, rootSlot uint64) error {
+	if err := p.objs.Seeds.Update(tid, rootSlot, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("settling thread %d: %w", tid, err)
+	}
+	return nil
+}
+
+// SeedBefore stops checking threads started at or after t
+// (CLOCK_MONOTONIC ns): once the roots' probes are in, a thread can enter
+// a root only through them.
+func (p *Program) SeedBefore(t uint64) error {
+	if err := p.objs.SeedBefore.Set(t); err != nil {
+		return fmt.Errorf("setting seed_before: %w", err)
 	}
 	return nil
 }

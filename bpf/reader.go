@@ -35,8 +35,8 @@ func (p *Program) NewReader(poll time.Duration) (*Reader, error) {
 // Read appends to dst the events that are ready, waiting at most one poll
 // interval for the first, and stops once dst holds cap(dst)-BatchSize
 // events or more. A captured stack comes as a KindStack or KindSample
-// event; Stack returns it until the next Read. It returns ErrClosed once the reader is
-// closed.
+// event; Stack returns it until the next Read. A stack flagged FlagSeed
+// ends the read. It returns ErrClosed once the reader is closed.
 func (r *Reader) Read(dst []Event) ([]Event, error) {
 	r.rd.SetDeadline(time.Now().Add(r.poll))
 	r.stacks = r.stacks[:0]
@@ -57,6 +57,11 @@ func (r *Reader) Read(dst []Event) ([]Event, error) {
 			ev.Func = uint32(len(r.stacks)) // the index Stack looks up
 			dst = append(dst, ev)
 			r.stacks = append(r.stacks, st)
+			if ev.Flags&FlagSeed != 0 {
+				// A thread waits for its verdict, sending all it
+				// does meanwhile: hand the stack over now.
+				return dst, nil
+			}
 			continue
 		}
 		if dst, err = appendEvents(dst, raw); err != nil {

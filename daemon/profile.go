@@ -194,6 +194,7 @@ func (s *Session) comments(st bpf.Stats) []string {
 		fmt.Sprintf("%d functions, %d probes, exits by %s", funcs, probes, pl.Exits),
 		fmt.Sprintf("%d events", ss.Events),
 	}
+	c = append(c, s.seedComments(ss, st)...)
 	if g := s.prep.Go; g != nil {
 		c = append(c, fmt.Sprintf("Go program (%s): calls kept per goroutine (runtime.g's layout from %s); a call blocked or parked inside the root counts its wall time", g.Version, g.Source))
 	}

@@ -64,6 +64,16 @@ type Session struct {
 
 	events atomic.Uint64
 	active atomic.Int64
+	// entered: a thread has been inside a root (Progress.RootEntered).
+	entered atomic.Bool
+	// dropped: events of threads found outside the roots, sent before
+	// their verdict (Progress.OutsideHits).
+	dropped atomic.Uint64
+	// final holds the probe program's counters at Stop.
+	final atomic.Pointer[bpf.Stats]
+	// seeds: the verdicts on threads found running at the attach
+	// (settle).
+	seeds  seedStats
 	runErr error // set by the event loop before done closes
 
 	ownsPrep bool // Close closes prep (Start made it)
@@ -89,6 +99,11 @@ type Progress struct {
 	Elapsed time.Duration
 	// Demotions counts the functions hybrid mode demoted.
 	Demotions int
+	// RootEntered says a thread has been inside a root: it entered one,
+	// or was inside one at the attach. OutsideHits counts the probe hits
+	// of threads outside every root, which cost and record nothing.
+	RootEntered bool
+	OutsideHits uint64
 }
 
 // Start prepares and attaches a session.
@@ -129,7 +144,8 @@ func StartPrepared(pr *Prepared, cfg Config) (_ *Session, err error) {
 	case check < 0:
 		check = 0
 	}
-	bcfg := bpf.Config{PID: cfg.PID, RingBytes: cfg.RingBytes, CheckInterval: check, Sampling: cfg.Mode != ModeExact}
+	bcfg := bpf.Config{PID: cfg.PID, RingBytes: cfg.RingBytes, CheckInterval: check, Sampling: cfg.Mode != ModeExact,
+		SeedThreads: pr.Go == nil}
 	discover := cfg.Mode != ModeSample && !cfg.NoDiscovery
 	if discover {
 		bcfg.Sites = maxSites
@@ -203,6 +219,11 @@ func StartPrepared(pr *Prepared, cfg Config) (_ *Session, err error) {
 	}
 	s.probes, err = attachPlan(s.prog, cfg.PID, pr.Plan, opt, cfg.warnf)
 	if err != nil {
+		return nil, err
+	}
+	// The roots' probes are in: a thread started from now on enters a
+	// root under their eyes, and needs no check.
+	if err := s.prog.SeedBefore(monotonicNow()); err != nil {
 		return nil, err
 	}
 	if s.disc != nil {
@@ -298,7 +319,9 @@ func (s *Session) run() {
 		var err error
 		buf, err = s.reader.Read(buf[:0])
 		for i := range buf {
-			if ev := &buf[i]; ev.Kind == bpf.KindStack {
+			if ev := &buf[i]; ev.Kind == bpf.KindStack && ev.Flags&bpf.FlagSeed != 0 {
+				s.settle(ev, s.sim.HandleSeed(ev, s.reader.Stack(ev)))
+			} else if ev.Kind == bpf.KindStack {
 				s.sim.HandleStack(ev, s.reader.Stack(ev))
 			} else if ev.Kind == bpf.KindSample {
 				s.sim.HandleSample(ev, s.reader.Stack(ev))
@@ -311,6 +334,12 @@ func (s *Session) run() {
 			}
 		}
 		s.events.Add(uint64(len(buf)))
+		s.dropped.Store(s.sim.stats.Dropped)
+		if !s.entered.Load() {
+			if st := s.sim.Stats(); st.RootEntries+st.SeededThreads > 0 {
+				s.entered.Store(true)
+			}
+		}
 		if time.Since(lastActive) > 200*time.Millisecond {
 			s.active.Store(int64(s.sim.Active()))
 			lastActive = time.Now()
@@ -337,9 +366,15 @@ func (s *Session) Progress() Progress {
 		Demotions:     len(s.Demotions()),
 		ThreadsInRoot: int(s.active.Load()),
 		Elapsed:       time.Since(s.start),
+		RootEntered:   s.entered.Load(),
 	}
-	if st, err := s.prog.Stats(); err == nil {
+	st, err := s.prog.Stats()
+	if final := s.final.Load(); final != nil {
+		st, err = *final, nil // the program may be closed
+	}
+	if err == nil {
 		p.Lost = st.Lost
+		p.OutsideHits = st.Outside + s.dropped.Load()
 	}
 	return p
 }
@@ -391,7 +426,14 @@ func (s *Session) stop() (*cct.Profile, error) {
 		s.sim.Handle(&batched[i])
 	}
 	s.events.Add(uint64(len(batched)))
+	s.dropped.Store(s.sim.stats.Dropped)
+	if st := s.sim.Stats(); st.RootEntries+st.SeededThreads > 0 {
+		s.entered.Store(true)
+	}
 	stats, statsErr := s.prog.Stats()
+	if statsErr == nil {
+		s.final.Store(&stats)
+	}
 	s.sim.Finish(end)
 	if s.burstCounts != nil {
 		s.burstCounts.estimate()

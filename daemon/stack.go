@@ -87,6 +87,14 @@ type SimStats struct {
 	// BurstOutside those seen while their probes went in or out (they
 	// keep the stacks, and count nowhere).
 	BurstCalls, BurstOutside uint64
+	// RootEntries counts the entries of root functions.
+	RootEntries uint64
+	// Seeds counts the threads checked at their first probe hit for a
+	// root already on their stack (bpf.FlagSeed): SeededThreads had one,
+	// SeededFrames is how many of their running frames were put on their
+	// simulated stacks, and Dropped counts the events of the others,
+	// outside every root, sent while they waited for the verdict.
+	Seeds, SeededThreads, SeededFrames, Dropped uint64
 	// Going counts the events of probes being detached, dropped (see
 	// Demote).
 	Going uint64
@@ -144,6 +152,12 @@ type thread struct {
 	// after an entry: with uretprobes, every function of a tail-call
 	// chain returns there, one event each.
 	runSlot uint64
+	// checked: the thread was running at the attach and checked at its
+	// first probe hit (HandleSeed). Until the probe program has the
+	// verdict it sends everything, so whenever its simulated stack is
+	// empty (outside every root) its events are dropped until it enters
+	// a root.
+	checked bool
 }
 
 // funcInfo is FuncInfo prepared for lookups.
@@ -175,8 +189,12 @@ type funcInfo struct {
 //
 // Simulator is not safe for concurrent use.
 type Simulator struct {
-	funcs   []funcInfo
-	roots   []bool // nil when no function is marked Root
+	funcs []funcInfo
+	roots []bool // nil when no function is marked Root
+	// rootFuncs holds the roots' logical ids, which name real frames.
+	rootFuncs map[cct.FuncID]bool
+	// checked counts the threads marked checked.
+	checked int
 	threads map[uint32]*thread
 	lastTid uint32
 	last    *thread
@@ -221,8 +239,10 @@ func NewSimulator(funcs []FuncInfo) *Simulator {
 		if f.Root {
 			if s.roots == nil {
 				s.roots = make([]bool, len(funcs))
+				s.rootFuncs = map[cct.FuncID]bool{}
 			}
 			s.roots[i] = true
+			s.rootFuncs[f.Logical] = true
 		}
 	}
 	return s
@@ -268,6 +288,11 @@ func (s *Simulator) AddTailCalls(caller uint32, to ...cct.FuncID) {
 	}
 }
 
+// isRoot reports whether function id f is a root's.
+func (s *Simulator) isRoot(f uint32) bool {
+	return int(f) < len(s.roots) && s.roots[f]
+}
+
 // isOrphan reports whether an entry of f on an empty stack is an orphan.
 func (s *Simulator) isOrphan(f uint32) bool {
 	return s.roots != nil && (int(f) >= len(s.roots) || !s.roots[f])
@@ -297,6 +322,9 @@ func (s *Simulator) Handle(ev *bpf.Event) {
 	}
 	if ev.Flags&bpf.FlagLostBefore != 0 {
 		s.stats.LostMarks++
+	}
+	if s.checked > 0 && s.dropOutside(ev) {
+		return
 	}
 	if s.going(ev) {
 		s.stats.Going++
@@ -419,6 +447,9 @@ func (s *Simulator) entry(th *thread, ev *bpf.Event) {
 
 	fr := th.frames
 	n := len(fr)
+	if s.isRoot(ev.Func) {
+		s.stats.RootEntries++
+	}
 	if n == 0 {
 		parent = th.tree.Root
 		if s.isOrphan(ev.Func) {

@@ -353,7 +353,7 @@ func TestSimulator(t *testing.T) {
 			in(60, s0, 99), out(70, s0, 99),
 		},
 		want:  "A 2 20;B 1 10;func99 1 10",
-		stats: SimStats{Orphans: 2},
+		stats: SimStats{Orphans: 2, RootEntries: 2},
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

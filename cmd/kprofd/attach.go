@@ -230,6 +230,12 @@ func runAttach(ctx context.Context, o *attachOptions, stdout, stderr io.Writer) 
 	if err := writeOutputs(o, profile, stdout, stderr); err != nil {
 		return errors.Join(err, stopErr)
 	}
+	if p := s.Progress(); !p.RootEntered {
+		// An empty profile is no success: the probes cost the target
+		// and recorded nothing.
+		return errors.Join(fmt.Errorf("no thread was inside %s during the session: %d probe hits outside it recorded nothing",
+			strings.Join(o.roots, " or "), p.OutsideHits), stopErr)
+	}
 	return stopErr
 }
 
@@ -263,6 +269,10 @@ func calibration(recalibrate bool, stderr io.Writer) *calibrate.Result {
 	return r
 }
 
+// notEnteredAfter is how long a session runs without a thread inside a
+// root before kprofd says so.
+const notEnteredAfter = 2 * time.Second
+
 // wait blocks until tracing should end and says why.
 func wait(ctx context.Context, s *daemon.Session, d time.Duration, stderr io.Writer) string {
 	var timeout <-chan time.Time
@@ -271,13 +281,10 @@ func wait(ctx context.Context, s *daemon.Session, d time.Duration, stderr io.Wri
 		defer t.Stop()
 		timeout = t.C
 	}
-	var tick <-chan time.Time
 	live := isTerminal(stderr)
-	if live {
-		t := time.NewTicker(time.Second)
-		defer t.Stop()
-		tick = t.C
-	}
+	ticker := time.NewTicker(time.Second)
+	defer ticker.Stop()
+	said := false // "root not entered yet", once, when not live
 	defer func() {
 		if live {
 			fmt.Fprint(stderr, "\r\x1b[K")
@@ -294,12 +301,26 @@ func wait(ctx context.Context, s *daemon.Session, d time.Duration, stderr io.Wri
 			return "the process exited"
 		case <-s.Failed():
 			return "event processing failed"
-		case <-tick:
+		case <-ticker.C:
 			p := s.Progress()
+			notYet := ""
+			if !p.RootEntered && p.Elapsed >= notEnteredAfter {
+				notYet = fmt.Sprintf("root not entered yet: %d probe hits outside the root", p.OutsideHits)
+			}
+			if !live {
+				if notYet != "" && !said {
+					fmt.Fprintf(stderr, "kprofd: %s (they cost the target and record nothing)\n", notYet)
+					said = true
+				}
+				continue
+			}
+			if notYet != "" {
+				notYet = "  " + notYet
+			}
 			rate := float64(p.Events-last.Events) / (p.Elapsed - last.Elapsed).Seconds()
 			last = p
-			fmt.Fprintf(stderr, "\r\x1b[K%6.0fs  %d events (%.0f/s)  %d functions probed  %d demoted  %d threads in root  %d lost",
-				p.Elapsed.Seconds(), p.Events, rate, p.Functions, p.Demotions, p.ThreadsInRoot, p.Lost)
+			fmt.Fprintf(stderr, "\r\x1b[K%6.0fs  %d events (%.0f/s)  %d functions probed  %d demoted  %d threads in root  %d lost%s",
+				p.Elapsed.Seconds(), p.Events, rate, p.Functions, p.Demotions, p.ThreadsInRoot, p.Lost, notYet)
 		}
 	}
 }

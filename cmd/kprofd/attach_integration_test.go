@@ -221,6 +221,7 @@ func TestAttachDuration(t *testing.T) {
 	target := testtarget.Start(t, build.Exe)
 	out := filepath.Join(t.TempDir(), "p.pb.gz")
 	k := startKprofd(t, bin, "attach", "-p", fmt.Sprint(target.Pid()), "--root", "handle_request", "-o", out, "-d", "1s", "--format", "none")
+	target.Run(t, 10)
 	if code := k.wait(t); code != 0 {
 		t.Fatalf("kprofd exited %d; stderr:\n%s", code, k.stderr.String())
 	}
@@ -229,6 +230,40 @@ func TestAttachDuration(t *testing.T) {
 	}
 	if _, err := os.Stat(out); err != nil {
 		t.Error(err)
+	}
+	testtarget.CheckNoProbes(t, target.Pid())
+}
+
+// TestAttachRootNeverEntered traces below never_called, which
+// testdata/running never calls, while the program spins through leaf
+// below it from elsewhere: kprofd says so while it runs, and at the end
+// writes the empty profile, says why it is empty and exits 1.
+func TestAttachRootNeverEntered(t *testing.T) {
+	bin := buildKprofd(t)
+	target := testtarget.Start(t, testtarget.BuildRunning(t))
+	target.Send(t, "spin 1")
+	if line := target.Line(t); line != "spinning" {
+		t.Fatalf("target printed %q", line)
+	}
+	out := filepath.Join(t.TempDir(), "p.pb.gz")
+	k := startKprofd(t, bin, "attach", "-p", fmt.Sprint(target.Pid()), "--root", "never_called", "-o", out, "-d", "3s", "--mode", "exact")
+	code := k.wait(t)
+	target.Cmd.Process.Signal(syscall.SIGUSR1)
+	stderr := k.stderr.String()
+	if code != 1 {
+		t.Errorf("kprofd exited %d, want 1; stderr:\n%s", code, stderr)
+	}
+	for _, want := range []*regexp.Regexp{
+		regexp.MustCompile(`root not entered yet: [1-9]\d* probe hits outside the root`),
+		regexp.MustCompile(`kprofd: no thread was inside never_called during the session: [1-9]\d* probe hits outside it recorded nothing\n$`),
+	} {
+		if !want.MatchString(stderr) {
+			t.Errorf("stderr does not match %s:\n%s", want, stderr)
+		}
+	}
+	p := readProfile(t, out)
+	if len(p.Sample) != 0 || !strings.Contains(strings.Join(p.Comments, "\n"), "WARNING: no thread was inside a root (never_called)") {
+		t.Errorf("profile with %d samples, comments:\n%s", len(p.Sample), strings.Join(p.Comments, "\n"))
 	}
 	testtarget.CheckNoProbes(t, target.Pid())
 }
@@ -450,7 +485,8 @@ func TestCalibrate(t *testing.T) {
 
 	build := testtarget.BuildCTree(t)
 	target := testtarget.Start(t, build.Exe)
-	k := startKprofd(t, bin, "attach", "-p", fmt.Sprint(target.Pid()), "--root", "handle_request", "-d", "100ms", "-o", filepath.Join(t.TempDir(), "p.pb.gz"))
+	k := startKprofd(t, bin, "attach", "-p", fmt.Sprint(target.Pid()), "--root", "handle_request", "-d", "1s", "-o", filepath.Join(t.TempDir(), "p.pb.gz"))
+	target.Run(t, 10) // an empty profile would be an error
 	if code := k.wait(t); code != 0 {
 		t.Fatalf("kprofd exited %d; stderr:\n%s", code, k.stderr.String())
 	}

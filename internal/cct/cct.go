@@ -68,6 +68,11 @@ type Node struct {
 	// function was traced only from some point of the session on (found
 	// later, through an indirect call). Calls is then a lower bound.
 	Incomplete bool
+	// Running says a call in this context was already running when
+	// kprofd attached (found on the thread's real stack): that call is
+	// not in Calls (so Incomplete is set too), and its time counts from
+	// the attach on.
+	Running bool
 	// CallsEstimated says Calls is in part an estimate: its function was
 	// demoted, and the calls after that were counted in bursts of
 	// sampled instrumentation and scaled (Arnold and Ryder). CallsError
@@ -176,6 +181,7 @@ func mergeNode(dst, src *Node) {
 		dst.CallsEstimated = true
 	}
 	dst.Incomplete = dst.Incomplete || src.Incomplete
+	dst.Running = dst.Running || src.Running
 	dst.Calls += src.Calls
 	dst.Wall += src.Wall
 	dst.Raw += src.Raw

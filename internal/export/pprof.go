@@ -24,6 +24,8 @@ import (
 // SamplePeriod) has a last sample type, samples/count, the cpu-clock
 // samples taken in each context, and labels every sample "timing" "exact"
 // or "estimated" (time from samples: pprof -tagfocus timing=estimated).
+// A context whose calls are a lower bound is labelled calls=incomplete,
+// one with a call already running when kprofd attached attach=running.
 func Pprof(p *cct.Profile) (*profile.Profile, error) {
 	out := &profile.Profile{
 		SampleType: []*profile.ValueType{
@@ -148,6 +150,14 @@ func Pprof(p *cct.Profile) (*profile.Profile, error) {
 					label = map[string][]string{}
 				}
 				label["calls"] = []string{"incomplete"}
+			}
+			if n.Running {
+				// A call was running at the attach: pprof -tagfocus attach=running.
+				label = maps.Clone(label)
+				if label == nil {
+					label = map[string][]string{}
+				}
+				label["attach"] = []string{"running"}
 			}
 			out.Sample = append(out.Sample, &profile.Sample{
 				Location: locs,
