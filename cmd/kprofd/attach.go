@@ -56,6 +56,12 @@ an entry probe and exit probes; a thread emits events only while it is inside
 the root. When tracing ends (-d elapses, Ctrl-C or SIGTERM, or the process
 exits) kprofd detaches every probe and writes the calling-context tree.
 
+A thread already inside the root when kprofd attaches (a server in its
+event loop) is found at its first probe hit: its calls from then on count,
+and the calls it was in the middle of are marked (attach=running, shown
+with ≥). A session during which no thread was inside the root writes its
+empty profile and exits with status 1.
+
 Modes (--mode):
   hybrid  (default) trace exactly what fits the overhead budget and sample
           the rest: every function starts fully probed; when the probes'
