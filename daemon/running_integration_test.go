@@ -32,12 +32,7 @@ var noLibc = []*regexp.Regexp{regexp.MustCompile(`^(libc\.so|ld-linux)`)}
 func TestRootRunningAtAttach(t *testing.T) {
 	requireRoot(t)
 	target := testtarget.Start(t, testtarget.BuildRunning(t))
-	s, err := daemon.Start(daemon.Config{PID: target.Pid(), Roots: []string{"serve"}, Mode: daemon.ModeExact,
-		PerThread: true, Exclude: noLibc, Warnf: t.Logf})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := traceRunning(t, target, "serve", true)
 	if p := s.Progress(); p.RootEntered {
 		t.Errorf("a root counts as entered before any thread ran")
 	}
@@ -104,10 +99,7 @@ func TestRootRunningAtAttach(t *testing.T) {
 		t.Errorf("the profile does not say a thread was running at the attach:\n%s", strings.Join(p.Comments, "\n"))
 	}
 
-	target.Send(t, "exit")
-	if status := target.Wait(t); status != 3 {
-		t.Errorf("target exited %d, want 3", status)
-	}
+	exitRunning(t, target)
 }
 
 // TestRootBusyAtAttach attaches to testdata/running while its main thread
@@ -120,12 +112,7 @@ func TestRootBusyAtAttach(t *testing.T) {
 	target := testtarget.Start(t, testtarget.BuildRunning(t))
 	target.Send(t, "spin 1")
 	expectLine(t, target, "spinning")
-	s, err := daemon.Start(daemon.Config{PID: target.Pid(), Roots: []string{"serve"}, Mode: daemon.ModeExact,
-		Exclude: noLibc, Warnf: t.Logf})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := traceRunning(t, target, "serve", false)
 	if err := target.Cmd.Process.Signal(syscall.SIGUSR2); err != nil {
 		t.Fatal(err)
 	}
@@ -155,10 +142,7 @@ func TestRootBusyAtAttach(t *testing.T) {
 	if serve == nil || !serve.Running || serve.Calls != 0 {
 		t.Errorf("the spinning serve: %+v, want running with 0 calls", serve)
 	}
-	target.Send(t, "exit")
-	if status := target.Wait(t); status != 3 {
-		t.Errorf("target exited %d, want 3", status)
-	}
+	exitRunning(t, target)
 }
 
 // TestRootNeverEntered attaches below never_called, which testdata/running
@@ -168,12 +152,7 @@ func TestRootBusyAtAttach(t *testing.T) {
 func TestRootNeverEntered(t *testing.T) {
 	requireRoot(t)
 	target := testtarget.Start(t, testtarget.BuildRunning(t))
-	s, err := daemon.Start(daemon.Config{PID: target.Pid(), Roots: []string{"never_called"}, Mode: daemon.ModeExact,
-		Exclude: noLibc, Warnf: t.Logf})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := traceRunning(t, target, "never_called", false)
 	target.Send(t, "run 1000")
 	expectLine(t, target, "done 1000")
 	p := stopAndCheckGone(t, s, target.Pid())
@@ -190,8 +169,7 @@ func TestRootNeverEntered(t *testing.T) {
 	if r := s.Seeds(); r.Checked != 1 || r.Inside != 0 {
 		t.Errorf("checks of running threads: %+v, want the main thread checked and outside", r)
 	}
-	target.Send(t, "exit")
-	target.Wait(t)
+	exitRunning(t, target)
 }
 
 // BenchmarkAttachRunning attaches to testdata/running while 1 or 4
@@ -239,6 +217,29 @@ func BenchmarkAttachRunning(b *testing.B) {
 			b.ReportMetric(maxWait, "verdict-max-us")
 			b.ReportMetric(0, "ns/op")
 		})
+	}
+}
+
+// traceRunning starts an exact session on testdata/running below root,
+// closed when the test ends.
+func traceRunning(t *testing.T, target *testtarget.Proc, root string, perThread bool) *daemon.Session {
+	t.Helper()
+	s, err := daemon.Start(daemon.Config{PID: target.Pid(), Roots: []string{root}, Mode: daemon.ModeExact,
+		PerThread: perThread, Exclude: noLibc, Warnf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// exitRunning ends testdata/running's serve on its main thread and checks
+// the exit status.
+func exitRunning(t *testing.T, target *testtarget.Proc) {
+	t.Helper()
+	target.Send(t, "exit")
+	if status := target.Wait(t); status != 3 {
+		t.Errorf("target exited %d, want 3", status)
 	}
 }
 
