@@ -209,7 +209,8 @@ func (m *monitor) step(now time.Time) error {
 	if len(ds) > 0 {
 		// Rates and costs measured before the probes went, or while
 		// they went, are no guide to what is left: the next decisions
-		// measure from now.
+		// measure from now, trap samples by when they were taken.
+		m.s.sim.trapSince.Store(monotonicNow())
 		c, err := m.read(time.Now())
 		if err != nil {
 			return err

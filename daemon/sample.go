@@ -36,6 +36,9 @@ func (s *Simulator) probeSample(ev *bpf.Event, st *bpf.Stack) {
 		s.burstTrapSamples.Add(1)
 		return
 	}
+	if ev.Time < s.trapSince.Load() {
+		return
+	}
 	s.trapSamples.Add(1)
 	if known && f != noProbeFunc {
 		s.trapMu.Lock()

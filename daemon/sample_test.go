@@ -90,6 +90,22 @@ func TestHandleSample(t *testing.T) {
 	}
 }
 
+// TestTrapSamplesSince checks that a sample in a probe taken before the
+// monitor's last demotion (found late by the event loop) does not count as
+// the steady probes' cost in the windows after it.
+func TestTrapSamplesSince(t *testing.T) {
+	s := NewSimulator(testFuncs())
+	s.SetSampleUnwinder(fakeUnwinder{inProbe: true})
+	s.trapSince.Store(100)
+	for _, at := range []uint64{50, 99, 100, 150} {
+		e := ev(bpf.KindSample, at, 0, 0)
+		s.HandleSample(&e, &bpf.Stack{})
+	}
+	if got := s.trapSamples.Load(); got != 2 {
+		t.Errorf("%d trap samples counted, want the 2 taken at or after 100", got)
+	}
+}
+
 // TestHandleSampleOutsideRoot checks that a sample of a thread with no
 // simulated frame is counted as unplaced.
 func TestHandleSampleOutsideRoot(t *testing.T) {

@@ -207,6 +207,11 @@ type Simulator struct {
 	// trapSamples counts the samples found in a probe's trap (the user
 	// pc at a probe): hybrid mode's monitor reads it while events run.
 	trapSamples atomic.Uint64
+	// trapSince drops from trapSamples and trapByFunc the samples taken
+	// before it (monotonic ns): the event loop, behind real time, finds
+	// samples of probes the monitor has since detached, which must not
+	// count in the windows after.
+	trapSince atomic.Uint64
 	// trapByFunc counts them by the function whose probe they are in.
 	trapMu     sync.Mutex
 	trapByFunc map[uint32]uint64
