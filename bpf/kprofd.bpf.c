@@ -162,9 +162,8 @@ struct kprofd_thread {
 	__u64 popped;	  // slot of the last frame an exit popped (uretprobes return once per tail call)
 	// A thread kprofd found running (its first hit, FLAG_SEED) waits for
 	// the daemon's verdict on its real stack: until then root_slot is
-	// PENDING and every event goes out; entered is the outermost root
-	// frame entered meanwhile.
-	__u64 pending;
+	// PENDING_SLOT and every event goes out; entered is the outermost
+	// root frame entered meanwhile.
 	__u64 entered;
 	__u64 shadow[SHADOW]; // slots of the innermost frames, shadow[(depth-1) % SHADOW] on top
 	struct kprofd_event buf[BATCH];
@@ -666,13 +665,9 @@ static __always_inline void site(struct pt_regs *ctx, struct kprofd_thread *th, 
 // which looks for a root frame on it, and until the verdict comes the
 // thread's events all go out (the daemon keeps those the verdict says
 // were inside a root).
-static __always_inline void seed(struct pt_regs *ctx, struct kprofd_thread *th, __u64 now, __u32 tid, __u8 kind)
+static __always_inline void seed(struct pt_regs *ctx, struct kprofd_thread *th, __u32 tid, __u8 kind)
 {
-	th->root_slot = PENDING_SLOT;
-	th->pending = 1;
-	th->entered = 0;
-
-	th->last_check = now;
+	th->root_slot = PENDING_SLOT; // the context is new: entered is 0
 	__u8 flags = FLAG_SEED | (kind == KIND_ENTRY ? FLAG_AT_ENTRY : 0);
 	if (capture(PT_REGS_IP(ctx), PT_REGS_SP(ctx), PT_REGS_FP(ctx), 0, th, tid, KIND_STACK, flags)) {
 		count(STAT_SEEDS, 1);
@@ -680,7 +675,6 @@ static __always_inline void seed(struct pt_regs *ctx, struct kprofd_thread *th, 
 	}
 	// Unchecked: outside the roots, as if kprofd had attached before.
 	th->root_slot = 0;
-	th->pending = 0;
 	count(STAT_SEEDS_LOST, 1);
 }
 
@@ -700,7 +694,6 @@ static __always_inline void settle(struct kprofd_thread *th, __u32 tid, __u64 co
 	}
 	__u64 root = *v ? *v : th->entered;
 	bpf_map_delete_elem(&seeds, &tid);
-	th->pending = 0;
 	th->entered = 0;
 	th->root_slot = root;
 	if (!root) {
@@ -766,7 +759,7 @@ static __always_inline int handle(struct pt_regs *ctx)
 		if (!th && ((cookie & COOKIE_ROOT) || check)) {
 			th = bpf_task_storage_get(&threads, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 			if (th && check)
-				seed(ctx, th, now, tid, kind);
+				seed(ctx, th, tid, kind);
 		}
 	}
 	if (!th) {
@@ -792,7 +785,7 @@ static __always_inline int handle(struct pt_regs *ctx)
 static __always_inline void handle_thread(struct pt_regs *ctx, struct kprofd_thread *th, __u64 now, __u32 tid,
 					  __u64 cookie, __u8 kind, __u64 slot, __u64 delta, struct kprofd_site *d)
 {
-	if (th->pending)
+	if (th->root_slot == PENDING_SLOT)
 		settle(th, tid, cookie, kind, slot);
 	if (kind == KIND_SIGRETURN) {
 		// A handler returns; the end of one started outside the root
@@ -1007,7 +1000,7 @@ int kprofd_sample(struct bpf_perf_event_data *ctx)
 	} else {
 		th = current_thread();
 	}
-	if (!th || !th->root_slot || th->pending)
+	if (!th || !th->root_slot || th->root_slot == PENDING_SLOT)
 		return 0;
 	count(STAT_ROOT_SAMPLES, 1);
 	if (th->busy) {

@@ -69,7 +69,6 @@ type kprofdKprofdThread struct {
 	BurstGen  uint32
 	_         [4]byte
 	Popped    uint64
-	Pending   uint64
 	Entered   uint64
 	Shadow    [32]uint64
 	Buf       [64]kprofdKprofdEvent

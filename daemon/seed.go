@@ -49,33 +49,21 @@ func (s *Simulator) HandleSeed(ev *bpf.Event, st *bpf.Stack) uint64 {
 			outer = i
 		}
 	}
+	if ev.Adjust != 0 {
+		defer s.adjust(ev.Tid, ev.Adjust) // into the top frame, once pushed
+	}
 	// A stack whose unwind stopped short of a root frame is taken for
 	// one without: the thread counts from its next root entry.
 	if outer < 0 {
 		return 0
 	}
 	s.stats.SeededThreads++
-	for i := outer; i >= 0; i-- {
-		f := real[i]
-		if f.Func == cct.NoFunc {
-			continue
-		}
-		if n := len(th.frames); n > 0 && th.frames[n-1].slot <= f.Slot {
-			continue // not deeper than the top: a frame it already has
-		}
-		parent := th.tree.Root
-		if n := len(th.frames); n > 0 {
-			parent = th.frames[n-1].node
-		}
-		node := parent.Child(f.Func)
-		node.Incomplete = true
-		node.Running = true
-		th.frames = append(th.frames, frame{slot: f.Slot, start: ev.Time, node: node, phys: uint32(f.Func), fn: f.Func, flags: frameEntered})
-		s.stats.SeededFrames++
+	n := s.pushReal(th, real[:outer+1], 0, ev.Time)
+	for _, f := range th.frames[len(th.frames)-n:] {
+		f.node.Incomplete = true
+		f.node.Running = true
 	}
-	if ev.Adjust != 0 {
-		s.adjust(ev.Tid, ev.Adjust)
-	}
+	s.stats.SeededFrames += uint64(n)
 	return real[outer].Slot
 }
 

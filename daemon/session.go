@@ -334,12 +334,7 @@ func (s *Session) run() {
 			}
 		}
 		s.events.Add(uint64(len(buf)))
-		s.dropped.Store(s.sim.stats.Dropped)
-		if !s.entered.Load() {
-			if st := s.sim.Stats(); st.RootEntries+st.SeededThreads > 0 {
-				s.entered.Store(true)
-			}
-		}
+		s.publish()
 		if time.Since(lastActive) > 200*time.Millisecond {
 			s.active.Store(int64(s.sim.Active()))
 			lastActive = time.Now()
@@ -353,6 +348,16 @@ func (s *Session) run() {
 		if len(buf) == 0 && s.stopping.Load() && s.reader.Pending() == 0 {
 			return
 		}
+	}
+}
+
+// publish copies for Progress what the simulator, which only the event
+// loop (and Stop after it) may touch, has seen of the roots.
+func (s *Session) publish() {
+	st := &s.sim.stats
+	s.dropped.Store(st.Dropped)
+	if st.RootEntries+st.SeededThreads > 0 {
+		s.entered.Store(true)
 	}
 }
 
@@ -426,10 +431,7 @@ func (s *Session) stop() (*cct.Profile, error) {
 		s.sim.Handle(&batched[i])
 	}
 	s.events.Add(uint64(len(batched)))
-	s.dropped.Store(s.sim.stats.Dropped)
-	if st := s.sim.Stats(); st.RootEntries+st.SeededThreads > 0 {
-		s.entered.Store(true)
-	}
+	s.publish()
 	stats, statsErr := s.prog.Stats()
 	if statsErr == nil {
 		s.final.Store(&stats)

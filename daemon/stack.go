@@ -581,13 +581,22 @@ func (s *Simulator) pushEntered(th *thread, real []RealFrame, t uint64) {
 	if len(real) < 2 {
 		return
 	}
+	s.stats.Resynced += uint64(s.pushReal(th, real[1:], real[0].Slot, t))
+}
+
+// pushReal puts on the thread's simulated stack, outermost first, the
+// traced frames of real (innermost first) that are deeper than its top and
+// above slot below, flagged frameEntered, starting at t, and returns how
+// many it put.
+func (s *Simulator) pushReal(th *thread, real []RealFrame, below, t uint64) int {
 	top := ^uint64(0)
 	if n := len(th.frames); n > 0 {
 		top = th.frames[n-1].slot
 	}
-	for i := len(real) - 1; i >= 1; i-- {
+	pushed := 0
+	for i := len(real) - 1; i >= 0; i-- {
 		f := real[i]
-		if f.Func == cct.NoFunc || f.Slot >= top || f.Slot <= real[0].Slot {
+		if f.Func == cct.NoFunc || f.Slot >= top || f.Slot <= below {
 			continue
 		}
 		parent := th.tree.Root
@@ -596,8 +605,9 @@ func (s *Simulator) pushEntered(th *thread, real []RealFrame, t uint64) {
 		}
 		th.frames = append(th.frames, frame{slot: f.Slot, start: t, node: parent.Child(f.Func), phys: uint32(f.Func), fn: f.Func, flags: frameEntered})
 		top = f.Slot
-		s.stats.Resynced++
+		pushed++
 	}
+	return pushed
 }
 
 // catch handles a landing pad or a setjmp return site: the function at the
