@@ -214,15 +214,8 @@ func checkTiming(t *testing.T, pp *profile.Profile, want map[string]string) {
 	t.Helper()
 	got := map[string]string{}
 	for _, s := range pp.Sample {
-		var path string
-		for i := len(s.Location) - 1; i >= 0; i-- {
-			if path != "" {
-				path += ";"
-			}
-			path += s.Location[i].Line[0].Function.Name
-		}
 		if v := s.Label["timing"]; len(v) == 1 {
-			got[path] = v[0]
+			got[testtarget.SampleContext(s)] = v[0]
 		}
 	}
 	for path, w := range want {
@@ -297,11 +290,7 @@ func TestSampleMode(t *testing.T) {
 // "" when it has none.
 func labelOf(p *profile.Profile, ctx, key string) string {
 	for _, smp := range p.Sample {
-		var names []string
-		for i := len(smp.Location) - 1; i >= 0; i-- {
-			names = append(names, smp.Location[i].Line[0].Function.Name)
-		}
-		if strings.Join(names, ";") == ctx && len(smp.Label[key]) == 1 {
+		if testtarget.SampleContext(smp) == ctx && len(smp.Label[key]) == 1 {
 			return smp.Label[key][0]
 		}
 	}
@@ -313,11 +302,7 @@ func labelOf(p *profile.Profile, ctx, key string) string {
 func checkCountErrors(t *testing.T, p *profile.Profile, estimated ...string) {
 	t.Helper()
 	for _, smp := range p.Sample {
-		var names []string
-		for i := len(smp.Location) - 1; i >= 0; i-- {
-			names = append(names, smp.Location[i].Line[0].Function.Name)
-		}
-		ctx := strings.Join(names, ";")
+		ctx := testtarget.SampleContext(smp)
 		has := len(smp.Label["count_error"]) == 1
 		if has != slices.Contains(estimated, ctx) {
 			t.Errorf("%s: count_error label %q", ctx, smp.Label["count_error"])

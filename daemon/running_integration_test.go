@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/pprof/profile"
-
 	"github.com/kprofd/kprofd/daemon"
 	"github.com/kprofd/kprofd/internal/cct"
 	"github.com/kprofd/kprofd/internal/testtarget"
@@ -86,7 +84,7 @@ func TestRootRunningAtAttach(t *testing.T) {
 	var marked []string
 	for _, smp := range pp.Sample {
 		if len(smp.Label["attach"]) == 1 && smp.Label["attach"][0] == "running" {
-			marked = append(marked, sampleName(smp))
+			marked = append(marked, testtarget.SampleContext(smp))
 		}
 	}
 	if got := strings.Join(marked, " "); got != "serve" {
@@ -254,15 +252,6 @@ func expectLine(t testing.TB, target *testtarget.Proc, want string) {
 // hasComment reports whether one of p's comments contains s.
 func hasComment(p *cct.Profile, s string) bool {
 	return strings.Contains(strings.Join(p.Comments, "\n"), s)
-}
-
-// sampleName is a pprof sample's context, outermost first, joined by ";".
-func sampleName(s *profile.Sample) string {
-	var names []string
-	for i := len(s.Location) - 1; i >= 0; i-- {
-		names = append(names, s.Location[i].Line[0].Function.Name)
-	}
-	return strings.Join(names, ";")
 }
 
 // funcID returns the id of the function named name in p.

@@ -9,7 +9,6 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -167,7 +166,7 @@ func TestThreadsInsideRoot(t *testing.T) {
 	target := testtarget.Start(t, build.Exe)
 	s, err := daemon.Start(daemon.Config{
 		PID: target.Pid(), Roots: []string{"handle_request"}, PerThread: true, Warnf: t.Logf,
-		Exclude: []*regexp.Regexp{regexp.MustCompile(`^(libc\.so|ld-linux)`)},
+		Exclude: noLibc,
 	})
 	if err != nil {
 		t.Fatal(err)

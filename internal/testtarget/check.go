@@ -46,6 +46,16 @@ func PprofCounts(p *profile.Profile, rename func(string) string) map[string]uint
 	return counts
 }
 
+// SampleContext names a parsed profile's sample by its calling context:
+// function names from the root down, joined by ";".
+func SampleContext(s *profile.Sample) string {
+	names := make([]string, 0, len(s.Location))
+	for i := len(s.Location) - 1; i >= 0; i-- {
+		names = append(names, s.Location[i].Line[0].Function.Name)
+	}
+	return strings.Join(names, ";")
+}
+
 // DiffCounts describes how got differs from want, "" when equal.
 func DiffCounts(got, want map[string]uint64) string {
 	var keys []string
