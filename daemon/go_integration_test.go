@@ -124,7 +124,7 @@ func TestGoHybridDemotesHotLeaf(t *testing.T) {
 	for _, d := range ds {
 		t.Logf("demoted %s (detaching took %v)", d, d.Detach)
 	}
-	if probedAt(t, target.Pid(), leaf) {
+	if !unprobedBetweenBursts(t, target.Pid(), leaf) {
 		t.Error("hotLeaf is still probed after its demotion")
 	}
 	p := stopAndCheckGone(t, s, target.Pid())

@@ -111,12 +111,7 @@ func TestHybridDemotesHotLeaf(t *testing.T) {
 	for _, d := range ds {
 		t.Logf("demoted %s (detaching took %v)", d, d.Detach)
 	}
-	// A burst of sampled instrumentation puts hot_leaf's entry back for
-	// a few ms in every 100: it must be found unprobed between them.
-	unprobed := false
-	for deadline := time.Now().Add(10 * time.Second); !unprobed && time.Now().Before(deadline); time.Sleep(time.Millisecond) {
-		unprobed = !probedAt(t, target.Pid(), hot)
-	}
+	unprobed := unprobedBetweenBursts(t, target.Pid(), hot)
 	if !unprobed || !probedAt(t, target.Pid(), medium) {
 		t.Errorf("after the demotion: hot_leaf found unprobed %v, medium probed %v; want true, true", unprobed, probedAt(t, target.Pid(), medium))
 	}
@@ -207,6 +202,19 @@ func child(p *cct.Profile, n *cct.Node, name string) *cct.Node {
 		}
 	}
 	return nil
+}
+
+// unprobedBetweenBursts reports whether a demoted function is found
+// without its entry probe within 10 s: a burst of sampled instrumentation
+// puts it back for a few ms in every 100 or more.
+func unprobedBetweenBursts(t *testing.T, pid int, f *plan.Func) bool {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		if !probedAt(t, pid, f) {
+			return true
+		}
+	}
+	return false
 }
 
 // checkTiming checks the pprof timing label of contexts.
