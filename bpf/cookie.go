@@ -20,8 +20,12 @@ const (
 	// one in each burst (see Program.SetBurst) is preceded by its real
 	// stack.
 	CookieBurst uint64 = 1 << 40
+	// CookieNoCheck marks probes where the thread's stack cannot be
+	// unwound (a stack switch): a thread running at the attach is
+	// checked at its next probe hit instead (see Config.SeedThreads).
+	CookieNoCheck uint64 = 1 << 41
 
-	cookieFlags = CookieRoot | CookieRootTail | CookieSlotRBP | CookieCapture | CookieBurst
+	cookieFlags = CookieRoot | CookieRootTail | CookieSlotRBP | CookieCapture | CookieBurst | CookieNoCheck
 )
 
 // Cookie packs what the probe program needs to know about one probe into

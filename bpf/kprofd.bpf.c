@@ -79,6 +79,9 @@ struct bpf_perf_event_data {
 //                so its frame may sit in the root's own stack slot
 //   bit  38      the slot is relative to rbp, not to the stack pointer
 //   bit  39      capture the thread's real stack at this probe
+//   bit  40      a burst probe (sampled instrumentation)
+//   bit  41      the stack cannot be unwound here (a stack switch): a
+//                thread running at the attach is checked at its next hit
 //   bits 48..63  signed adjustment that turns the probed stack pointer (or
 //                rbp) into the frame's return-address slot
 #define COOKIE_ROOT (1ULL << 36)
@@ -86,6 +89,7 @@ struct bpf_perf_event_data {
 #define COOKIE_SLOT_RBP (1ULL << 38)
 #define COOKIE_CAPTURE (1ULL << 39)
 #define COOKIE_BURST (1ULL << 40)
+#define COOKIE_NO_CHECK (1ULL << 41)
 
 // Bytes of stack a capture copies at most, from the stack pointer up to
 // the root's frame. A power of two.
@@ -202,6 +206,18 @@ struct {
 	__type(key, __u32);
 	__type(value, __u64);
 } seeds SEC(".maps");
+
+// Go: the goroutines checked for a running root (or given a context by
+// a root's entry) while their ids said they may have existed at the
+// attach. A goroutine's context goes when it leaves the root, so this is
+// what keeps it from being checked again. An id evicted is checked again:
+// a wasted capture, never a wrong verdict.
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 1 << 16);
+	__type(key, __u64);
+	__type(value, __u8);
+} checked_goroutines SEC(".maps");
 
 // root_slot of a thread waiting for its verdict: no slot is above it, so
 // no frame looks stale and no exit leaves the root.
@@ -337,14 +353,17 @@ volatile const __s64 go_g_tls = -8;
 volatile const __u32 go_goid_off = 152;
 volatile const __u32 go_stack_hi_off = 8;
 
-// Check the threads that were running when kprofd attached for a root
-// already on their stack (not in Go, whose stacks the daemon cannot
-// unwind yet).
+// Check the threads (goroutines) that were running when kprofd attached
+// for a root already on their stack.
 volatile const __u8 seed_threads = 0;
 // Threads started at or after this time (bpf_ktime_get_ns) are not
 // checked: they can only enter a root through its probe. The daemon sets
 // it once the probes are in.
 volatile __u64 seed_before = ~0ULL;
+// Go: goroutines with ids at or above this one were created after the
+// probes were in (the daemon sets it from the runtime's id generator, or
+// leaves it when it cannot read that: every goroutine is checked once).
+volatile __u64 seed_goid_before = ~0ULL;
 
 // A goroutine's stack moves when it grows (runtime.copystack), keeping
 // every frame's distance from the stack's top: events carry slots as that
@@ -483,7 +502,11 @@ static __always_inline int capture(__u64 ip, __u64 sp, __u64 bp, __u64 delta, st
 		return 0;
 	}
 	__u64 n = STACK_MAX;
-	__u64 root = th->root_slot - delta; // the root's slot as an address
+	// The root's slot as an address; while the verdict is pending, a
+	// goroutine's stack ends at its top.
+	__u64 root = th->root_slot - delta;
+	if (th->root_slot == PENDING_SLOT)
+		root = delta ? GO_TOP - delta - 8 : ~0ULL;
 	if (root + 8 > sp && root + 8 - sp < STACK_MAX)
 		n = root + 8 - sp;
 	if (bpf_probe_read_user(st->data, n, (void *)sp)) {
@@ -665,11 +688,11 @@ static __always_inline void site(struct pt_regs *ctx, struct kprofd_thread *th, 
 // which looks for a root frame on it, and until the verdict comes the
 // thread's events all go out (the daemon keeps those the verdict says
 // were inside a root).
-static __always_inline void seed(struct pt_regs *ctx, struct kprofd_thread *th, __u32 tid, __u8 kind)
+static __always_inline void seed(struct pt_regs *ctx, struct kprofd_thread *th, __u32 tid, __u8 kind, __u64 delta)
 {
 	th->root_slot = PENDING_SLOT; // the context is new: entered is 0
 	__u8 flags = FLAG_SEED | (kind == KIND_ENTRY ? FLAG_AT_ENTRY : 0);
-	if (capture(PT_REGS_IP(ctx), PT_REGS_SP(ctx), PT_REGS_FP(ctx), 0, th, tid, KIND_STACK, flags)) {
+	if (capture(PT_REGS_IP(ctx), PT_REGS_SP(ctx), PT_REGS_FP(ctx), delta, th, tid, KIND_STACK, flags)) {
 		count(STAT_SEEDS, 1);
 		return;
 	}
@@ -749,17 +772,29 @@ static __always_inline int handle(struct pt_regs *ctx)
 		delta = GO_TOP - hi;
 		slot += delta;
 		tid = (__u32)goid; // the daemon keys stacks by it
-		th = goroutine(goid, (cookie & COOKIE_ROOT) != 0);
+		th = goroutine(goid, 0);
+		// A goroutine that may have existed at the attach may be
+		// inside a root already: its first hit checks.
+		if (!th) {
+			__u8 one = 1;
+			int check = seed_threads && !(cookie & COOKIE_NO_CHECK) && goid < seed_goid_before &&
+				    !bpf_map_update_elem(&checked_goroutines, &goid, &one, BPF_NOEXIST);
+			if ((cookie & COOKIE_ROOT) || check) {
+				th = goroutine(goid, 1);
+				if (th && check)
+					seed(ctx, th, tid, kind, delta);
+			}
+		}
 	} else {
 		struct task_struct *task = bpf_get_current_task_btf();
 		th = bpf_task_storage_get(&threads, task, 0, 0);
 		// A thread that was running when kprofd attached may be inside
 		// a root already: its first hit checks.
-		int check = !th && seed_threads && task->start_time < seed_before;
+		int check = !th && seed_threads && !(cookie & COOKIE_NO_CHECK) && task->start_time < seed_before;
 		if (!th && ((cookie & COOKIE_ROOT) || check)) {
 			th = bpf_task_storage_get(&threads, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 			if (th && check)
-				seed(ctx, th, tid, kind);
+				seed(ctx, th, tid, kind, 0);
 		}
 	}
 	if (!th) {

@@ -78,43 +78,45 @@ type kprofdKprofdThread struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	kprofdMapCalls           = "calls"
-	kprofdMapEvents          = "events"
-	kprofdMapGoroutines      = "goroutines"
-	kprofdMapPauses          = "pauses"
-	kprofdMapSeeds           = "seeds"
-	kprofdMapSites           = "sites"
-	kprofdMapStats           = "stats"
-	kprofdMapTargets         = "targets"
-	kprofdMapThreads         = "threads"
-	kprofdMapZeroContext     = "zero_context"
-	kprofdProgKprofdDrain    = "kprofd_drain"
-	kprofdProgKprofdEmpty    = "kprofd_empty"
-	kprofdProgKprofdExec     = "kprofd_exec"
-	kprofdProgKprofdExit     = "kprofd_exit"
-	kprofdProgKprofdMulti    = "kprofd_multi"
-	kprofdProgKprofdSample   = "kprofd_sample"
-	kprofdProgKprofdSignal   = "kprofd_signal"
-	kprofdProgKprofdSingle   = "kprofd_single"
-	kprofdVarBatchAgeNs      = "batch_age_ns"
-	kprofdVarBurstGen        = "burst_gen"
-	kprofdVarCheckIntervalNs = "check_interval_ns"
-	kprofdVarCountCalls      = "count_calls"
-	kprofdVarGoG_tls         = "go_g_tls"
-	kprofdVarGoGoidOff       = "go_goid_off"
-	kprofdVarGoMode          = "go_mode"
-	kprofdVarGoStackHiOff    = "go_stack_hi_off"
-	kprofdVarPauseSignal     = "pause_signal"
-	kprofdVarSampling        = "sampling"
-	kprofdVarSeedBefore      = "seed_before"
-	kprofdVarSeedThreads     = "seed_threads"
-	kprofdVarTargetTgid      = "target_tgid"
-	kprofdVarUnusedEvent     = "unused_event"
-	kprofdVarUnusedPause     = "unused_pause"
-	kprofdVarUnusedSite      = "unused_site"
-	kprofdVarUnusedStack     = "unused_stack"
-	kprofdVarUnusedThread    = "unused_thread"
-	kprofdVarWakeupBytes     = "wakeup_bytes"
+	kprofdMapCalls             = "calls"
+	kprofdMapCheckedGoroutines = "checked_goroutines"
+	kprofdMapEvents            = "events"
+	kprofdMapGoroutines        = "goroutines"
+	kprofdMapPauses            = "pauses"
+	kprofdMapSeeds             = "seeds"
+	kprofdMapSites             = "sites"
+	kprofdMapStats             = "stats"
+	kprofdMapTargets           = "targets"
+	kprofdMapThreads           = "threads"
+	kprofdMapZeroContext       = "zero_context"
+	kprofdProgKprofdDrain      = "kprofd_drain"
+	kprofdProgKprofdEmpty      = "kprofd_empty"
+	kprofdProgKprofdExec       = "kprofd_exec"
+	kprofdProgKprofdExit       = "kprofd_exit"
+	kprofdProgKprofdMulti      = "kprofd_multi"
+	kprofdProgKprofdSample     = "kprofd_sample"
+	kprofdProgKprofdSignal     = "kprofd_signal"
+	kprofdProgKprofdSingle     = "kprofd_single"
+	kprofdVarBatchAgeNs        = "batch_age_ns"
+	kprofdVarBurstGen          = "burst_gen"
+	kprofdVarCheckIntervalNs   = "check_interval_ns"
+	kprofdVarCountCalls        = "count_calls"
+	kprofdVarGoG_tls           = "go_g_tls"
+	kprofdVarGoGoidOff         = "go_goid_off"
+	kprofdVarGoMode            = "go_mode"
+	kprofdVarGoStackHiOff      = "go_stack_hi_off"
+	kprofdVarPauseSignal       = "pause_signal"
+	kprofdVarSampling          = "sampling"
+	kprofdVarSeedBefore        = "seed_before"
+	kprofdVarSeedGoidBefore    = "seed_goid_before"
+	kprofdVarSeedThreads       = "seed_threads"
+	kprofdVarTargetTgid        = "target_tgid"
+	kprofdVarUnusedEvent       = "unused_event"
+	kprofdVarUnusedPause       = "unused_pause"
+	kprofdVarUnusedSite        = "unused_site"
+	kprofdVarUnusedStack       = "unused_stack"
+	kprofdVarUnusedThread      = "unused_thread"
+	kprofdVarWakeupBytes       = "wakeup_bytes"
 )
 
 // loadKprofd returns the embedded CollectionSpec for kprofd.
@@ -173,16 +175,17 @@ type kprofdProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type kprofdMapSpecs struct {
-	Calls       *ebpf.MapSpec `ebpf:"calls"`
-	Events      *ebpf.MapSpec `ebpf:"events"`
-	Goroutines  *ebpf.MapSpec `ebpf:"goroutines"`
-	Pauses      *ebpf.MapSpec `ebpf:"pauses"`
-	Seeds       *ebpf.MapSpec `ebpf:"seeds"`
-	Sites       *ebpf.MapSpec `ebpf:"sites"`
-	Stats       *ebpf.MapSpec `ebpf:"stats"`
-	Targets     *ebpf.MapSpec `ebpf:"targets"`
-	Threads     *ebpf.MapSpec `ebpf:"threads"`
-	ZeroContext *ebpf.MapSpec `ebpf:"zero_context"`
+	Calls             *ebpf.MapSpec `ebpf:"calls"`
+	CheckedGoroutines *ebpf.MapSpec `ebpf:"checked_goroutines"`
+	Events            *ebpf.MapSpec `ebpf:"events"`
+	Goroutines        *ebpf.MapSpec `ebpf:"goroutines"`
+	Pauses            *ebpf.MapSpec `ebpf:"pauses"`
+	Seeds             *ebpf.MapSpec `ebpf:"seeds"`
+	Sites             *ebpf.MapSpec `ebpf:"sites"`
+	Stats             *ebpf.MapSpec `ebpf:"stats"`
+	Targets           *ebpf.MapSpec `ebpf:"targets"`
+	Threads           *ebpf.MapSpec `ebpf:"threads"`
+	ZeroContext       *ebpf.MapSpec `ebpf:"zero_context"`
 }
 
 // kprofdVariableSpecs contains global variables before they are loaded into the kernel.
@@ -200,6 +203,7 @@ type kprofdVariableSpecs struct {
 	PauseSignal     *ebpf.VariableSpec `ebpf:"pause_signal"`
 	Sampling        *ebpf.VariableSpec `ebpf:"sampling"`
 	SeedBefore      *ebpf.VariableSpec `ebpf:"seed_before"`
+	SeedGoidBefore  *ebpf.VariableSpec `ebpf:"seed_goid_before"`
 	SeedThreads     *ebpf.VariableSpec `ebpf:"seed_threads"`
 	TargetTgid      *ebpf.VariableSpec `ebpf:"target_tgid"`
 	UnusedEvent     *ebpf.VariableSpec `ebpf:"unused_event"`
@@ -230,21 +234,23 @@ func (o *kprofdObjects) Close() error {
 //
 // It can be passed to loadKprofdObjects or ebpf.CollectionSpec.LoadAndAssign.
 type kprofdMaps struct {
-	Calls       *ebpf.Map `ebpf:"calls"`
-	Events      *ebpf.Map `ebpf:"events"`
-	Goroutines  *ebpf.Map `ebpf:"goroutines"`
-	Pauses      *ebpf.Map `ebpf:"pauses"`
-	Seeds       *ebpf.Map `ebpf:"seeds"`
-	Sites       *ebpf.Map `ebpf:"sites"`
-	Stats       *ebpf.Map `ebpf:"stats"`
-	Targets     *ebpf.Map `ebpf:"targets"`
-	Threads     *ebpf.Map `ebpf:"threads"`
-	ZeroContext *ebpf.Map `ebpf:"zero_context"`
+	Calls             *ebpf.Map `ebpf:"calls"`
+	CheckedGoroutines *ebpf.Map `ebpf:"checked_goroutines"`
+	Events            *ebpf.Map `ebpf:"events"`
+	Goroutines        *ebpf.Map `ebpf:"goroutines"`
+	Pauses            *ebpf.Map `ebpf:"pauses"`
+	Seeds             *ebpf.Map `ebpf:"seeds"`
+	Sites             *ebpf.Map `ebpf:"sites"`
+	Stats             *ebpf.Map `ebpf:"stats"`
+	Targets           *ebpf.Map `ebpf:"targets"`
+	Threads           *ebpf.Map `ebpf:"threads"`
+	ZeroContext       *ebpf.Map `ebpf:"zero_context"`
 }
 
 func (m *kprofdMaps) Close() error {
 	return _KprofdClose(
 		m.Calls,
+		m.CheckedGoroutines,
 		m.Events,
 		m.Goroutines,
 		m.Pauses,
@@ -272,6 +278,7 @@ type kprofdVariables struct {
 	PauseSignal     *ebpf.Variable `ebpf:"pause_signal"`
 	Sampling        *ebpf.Variable `ebpf:"sampling"`
 	SeedBefore      *ebpf.Variable `ebpf:"seed_before"`
+	SeedGoidBefore  *ebpf.Variable `ebpf:"seed_goid_before"`
 	SeedThreads     *ebpf.Variable `ebpf:"seed_threads"`
 	TargetTgid      *ebpf.Variable `ebpf:"target_tgid"`
 	UnusedEvent     *ebpf.Variable `ebpf:"unused_event"`

@@ -51,7 +51,8 @@ type Config struct {
 	// SeedThreads makes the first probe hit of every thread that was
 	// running when the session began capture its real stack (FlagSeed),
 	// since a root may be on it already; the thread's events all go out
-	// until Settle gives the verdict. Not with Go.
+	// until Settle gives the verdict. With Go, the same for goroutines
+	// (see SeedGoroutinesBefore).
 	SeedThreads bool
 }
 
@@ -174,7 +175,7 @@ func Load(cfg Config) (*Program, error) {
 	if err := spec.Variables[kprofdVarCheckIntervalNs].Set(uint64(cfg.CheckInterval.Nanoseconds())); err != nil {
 		return nil, fmt.Errorf("setting check_interval_ns: %w", err)
 	}
-	if err := spec.Variables[kprofdVarSeedThreads].Set(cfg.SeedThreads && cfg.Go == nil); err != nil {
+	if err := spec.Variables[kprofdVarSeedThreads].Set(cfg.SeedThreads); err != nil {
 		return nil, fmt.Errorf("setting seed_threads: %w", err)
 	}
 	if g := cfg.Go; g != nil {
@@ -632,6 +633,17 @@ func (p *Program) Settle(tid uint32, rootSlot uint64) error {
 func (p *Program) SeedBefore(t uint64) error {
 	if err := p.objs.SeedBefore.Set(t); err != nil {
 		return fmt.Errorf("setting seed_before: %w", err)
+	}
+	return nil
+}
+
+// SeedGoroutinesBefore stops checking goroutines whose ids are goid or
+// higher: read from the runtime's id generator once the probes are in,
+// it bounds the ids of the goroutines that existed before. Until it is
+// called, every goroutine is checked once.
+func (p *Program) SeedGoroutinesBefore(goid uint64) error {
+	if err := p.objs.SeedGoidBefore.Set(goid); err != nil {
+		return fmt.Errorf("setting seed_goid_before: %w", err)
 	}
 	return nil
 }

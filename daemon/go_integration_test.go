@@ -214,3 +214,75 @@ func BenchmarkGo(b *testing.B) {
 	b.ReportMetric(attach/float64(b.N)*1e3, "attach-ms")
 	b.ReportMetric(evRate/float64(b.N), "events/s")
 }
+
+// TestGoRootRunningAtAttach attaches to gotarget while three goroutines
+// are parked inside main.parked and one spins inside main.spinning, then
+// releases the parked ones, parks and releases two new ones, and stops
+// the spinning one. Every call after the attach counts: the goroutines
+// running at the attach are found by their first probe hit (whose stack
+// the daemon unwinds by the binary's pcsp tables), and their running
+// roots are in the tree, marked, with no call counted.
+func TestGoRootRunningAtAttach(t *testing.T) {
+	requireRoot(t)
+	target := testtarget.Start(t, testtarget.BuildGo(t, false))
+	target.Send(t, "park 3")
+	expectLine(t, target, "parked")
+	target.Send(t, "spin")
+	expectLine(t, target, "spinning")
+	s, err := daemon.Start(daemon.Config{PID: target.Pid(), Roots: []string{"main.parked", "main.spinning"},
+		Mode: daemon.ModeExact, Warnf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	target.Send(t, "mark")
+	if line := target.Line(t); !strings.HasPrefix(line, "marked ") {
+		t.Fatalf("target answered %q to mark", line)
+	}
+	target.Send(t, "unpark")
+	expectLine(t, target, "done")
+	target.Send(t, "park 2")
+	expectLine(t, target, "parked")
+	target.Send(t, "unpark")
+	expectLine(t, target, "done")
+	target.Send(t, "stop")
+	var made, after uint64
+	line := target.Line(t)
+	if _, err := fmt.Sscanf(line, "done %d %d", &made, &after); err != nil {
+		t.Fatalf("target answered %q to stop: %v", line, err)
+	}
+	p := stopAndCheckGone(t, s, target.Pid())
+	got := testtarget.PprofCounts(roundTrip(t, p), testtarget.GoOwn)
+
+	// The three parked at the attach call leaf once after it; the two
+	// parked later, twice each, below their counted parked.
+	for ctx, want := range map[string]uint64{"main.parked": 2, "main.parked;main.leaf": 3 + 2*2} {
+		if got[ctx] != want {
+			t.Errorf("%s: %d calls, want %d", ctx, got[ctx], want)
+		}
+	}
+	// spinning's calls of leaf: all those after the mark (one may have
+	// been under way at it), none that were not made.
+	if n := got["main.spinning;main.leaf"]; n+1 < after || n > made || after == 0 {
+		t.Errorf("main.spinning;main.leaf: %d calls, want %d to %d (%d made, %d returned after the mark)", n, max(after, 1)-1, made, made, after)
+	}
+	for _, name := range []string{"main.parked", "main.spinning"} {
+		n := p.Tree.Root.Lookup(funcID(t, p, name))
+		if n == nil || !n.Running || !n.Incomplete {
+			t.Errorf("%s: %+v, want a context marked running at the attach", name, n)
+		}
+	}
+	if got["main.spinning"] != 0 {
+		t.Errorf("main.spinning: %d calls counted, want 0 (its one call began before the attach)", got["main.spinning"])
+	}
+	if r := s.Seeds(); r.Inside != 4 || r.Checked < 4 || r.Lost != 0 {
+		t.Errorf("checks of running goroutines: %+v, want 4 found inside a root", r)
+	}
+	if !hasComment(p, "goroutines running at the attach were checked") {
+		t.Errorf("the profile does not say goroutines were running at the attach:\n%s", strings.Join(p.Comments, "\n"))
+	}
+	target.Send(t, "exit")
+	if status := target.Wait(t); status != 3 {
+		t.Errorf("target exited %d, want 3", status)
+	}
+}

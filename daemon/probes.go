@@ -248,6 +248,9 @@ func groupProbes(pl *plan.Plan, opt attachOptions, only map[*plan.Func]bool) [nu
 				flags |= bpf.CookieRootTail
 			}
 		}
+		if f != nil && f.ForeignStack {
+			flags |= bpf.CookieNoCheck
+		}
 		if p.FromRBP {
 			flags |= bpf.CookieSlotRBP
 		}

@@ -1,7 +1,9 @@
 package daemon
 
 import (
+	"encoding/binary"
 	"fmt"
+	"os"
 	"strings"
 	"time"
 
@@ -19,7 +21,8 @@ import (
 // stack, or marks the thread outside, whose events are then dropped until
 // it enters a root. The session hands the verdict to the probe program
 // (bpf.Program.Settle), which from then on filters the thread as if it had
-// entered the root under kprofd's eyes.
+// entered the root under kprofd's eyes. In a Go program the same holds
+// per goroutine (see Session.seedGoroutinesBefore).
 
 // HandleSeed handles the real stack a thread captured at its first probe
 // hit and returns the slot of the outermost root frame on it, 0 when it
@@ -105,6 +108,30 @@ func (s *Simulator) leftRoot(th *thread, ev *bpf.Event) bool {
 	return !s.canTailCall(th.frames[top].phys, cct.FuncID(ev.Func), s.logical(ev.Func))
 }
 
+// seedGoroutinesBefore spares the goroutines created from now on the
+// check: their ids are above the runtime's id generator, read once the
+// roots' probes are in. Goroutines carry no start time, and without the
+// generator (a binary without symbols) every goroutine is checked once.
+func (s *Session) seedGoroutinesBefore(pr *Prepared) {
+	exe := pr.Proc.Objects[0]
+	if pr.Go.GoidGen == 0 {
+		s.cfg.warnf("%s has no symbol table: every goroutine's first probe hit checks it for a running root, not only those that existed at the attach", exe.Path)
+		return
+	}
+	var b [8]byte
+	mem, err := os.Open(fmt.Sprintf("/proc/%d/mem", s.cfg.PID))
+	if err == nil {
+		_, err = mem.ReadAt(b[:], int64(pr.Go.GoidGen+exe.Bias))
+		mem.Close()
+	}
+	if err == nil {
+		err = s.prog.SeedGoroutinesBefore(binary.LittleEndian.Uint64(b[:]) + 1)
+	}
+	if err != nil {
+		s.cfg.warnf("reading the goroutine id generator: %v: every goroutine's first probe hit checks it for a running root", err)
+	}
+}
+
 // seedStats measure the checks of threads running at the attach: how long
 // each waited for its verdict, from its capture to the verdict's write.
 type seedStats struct {
@@ -168,16 +195,20 @@ func (s *Session) Seeds() SeedReport {
 // and whether any thread was ever inside a root.
 func (s *Session) seedComments(ss SimStats, st bpf.Stats) []string {
 	var c []string
+	threads := "threads"
+	if s.prep.Go != nil {
+		threads = "goroutines"
+	}
 	if ss.Seeds > 0 {
 		r := s.Seeds()
-		c = append(c, fmt.Sprintf("%d threads running at the attach were checked for a root on their stack at their first probe hit: %d were inside one, and their %d running frames (pprof label attach=running, ≥ in text views) count no call and their time from the attach on; %d events of the others, outside every root, were dropped; a verdict took %s on average, %s at the longest",
-			ss.Seeds, ss.SeededThreads, ss.SeededFrames, ss.Dropped, r.MeanWait.Round(time.Microsecond), r.MaxWait.Round(time.Microsecond)))
+		c = append(c, fmt.Sprintf("%d %s running at the attach were checked for a root on their stack at their first probe hit: %d were inside one, and their %d running frames (pprof label attach=running, ≥ in text views) count no call and their time from the attach on; %d events of the others, outside every root, were dropped; a verdict took %s on average, %s at the longest",
+			ss.Seeds, threads, ss.SeededThreads, ss.SeededFrames, ss.Dropped, r.MeanWait.Round(time.Microsecond), r.MaxWait.Round(time.Microsecond)))
 	}
 	if st.SeedsLost > 0 {
-		c = append(c, fmt.Sprintf("WARNING: %d threads running at the attach could not be checked for a root on their stack (ring buffer full): calls below a root they were already in are missed", st.SeedsLost))
+		c = append(c, fmt.Sprintf("WARNING: %d %s running at the attach could not be checked for a root on their stack (ring buffer full): calls below a root they were already in are missed", st.SeedsLost, threads))
 	}
 	if s.seeds.failed > 0 {
-		c = append(c, fmt.Sprintf("WARNING: %d verdicts on threads running at the attach could not be handed to the probe program: those threads' probes cost more", s.seeds.failed))
+		c = append(c, fmt.Sprintf("WARNING: %d verdicts on %s running at the attach could not be handed to the probe program: their probes cost more", s.seeds.failed, threads))
 	}
 	if !s.entered.Load() {
 		c = append(c, fmt.Sprintf("WARNING: no thread was inside a root (%s): %d probe hits outside the roots cost the target and recorded nothing",

@@ -145,7 +145,7 @@ func StartPrepared(pr *Prepared, cfg Config) (_ *Session, err error) {
 		check = 0
 	}
 	bcfg := bpf.Config{PID: cfg.PID, RingBytes: cfg.RingBytes, CheckInterval: check, Sampling: cfg.Mode != ModeExact,
-		SeedThreads: pr.Go == nil}
+		SeedThreads: true}
 	discover := cfg.Mode != ModeSample && !cfg.NoDiscovery
 	if discover {
 		bcfg.Sites = maxSites
@@ -225,6 +225,9 @@ func StartPrepared(pr *Prepared, cfg Config) (_ *Session, err error) {
 	// root under their eyes, and needs no check.
 	if err := s.prog.SeedBefore(monotonicNow()); err != nil {
 		return nil, err
+	}
+	if pr.Go != nil {
+		s.seedGoroutinesBefore(pr)
 	}
 	if s.disc != nil {
 		if err := s.disc.start(pr.Plan); err != nil {

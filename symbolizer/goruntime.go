@@ -25,6 +25,12 @@ type GoRuntime struct {
 	// Source says where the offsets come from: "DWARF", or the table of
 	// known releases for a binary without debug information.
 	Source string
+	// GoidGen is the link-time address of the runtime's goroutine id
+	// generator (runtime.sched.goidgen), 0 when the binary has no symbol
+	// table: every goroutine's id is at most its value, so goroutines
+	// created after it was read have higher ids, or come from the few
+	// ids each P reserves ahead (runtime._GoidCacheBatch).
+	GoidGen uint64
 }
 
 // goLayouts are runtime.g's offsets per Go release, for binaries built
@@ -50,18 +56,24 @@ func (o *Object) GoRuntime() (*GoRuntime, error) {
 	if bi, err := buildinfo.Read(o.f); err == nil {
 		rt.Version = bi.GoVersion
 	}
-	if goid, hi, err := o.dwarfGLayout(); err == nil {
-		rt.GoidOff, rt.StackHiOff, rt.Source = goid, hi, "DWARF"
+	l, err := o.dwarfLayout()
+	if sched := o.dataSymbol("runtime.sched"); sched != 0 {
+		// goidgen has been runtime.schedt's first field in every
+		// release the table knows.
+		rt.GoidGen = sched + l.goidgen
+	}
+	if err == nil {
+		rt.GoidOff, rt.StackHiOff, rt.Source = l.goid, l.stackHi, "DWARF"
 		return rt, nil
 	}
 	if rt.Version == "" {
 		return nil, fmt.Errorf("%s: no DWARF and no Go build information: cannot tell where the runtime keeps goroutine ids", o.name)
 	}
-	l, err := knownGoLayout(rt.Version)
+	known, err := knownGoLayout(rt.Version)
 	if err != nil {
 		return nil, fmt.Errorf("%s was built %w", o.name, err)
 	}
-	rt.GoidOff, rt.StackHiOff, rt.Source = l.goid, l.stackHi, "table for "+goRelease(rt.Version)
+	rt.GoidOff, rt.StackHiOff, rt.Source = known.goid, known.stackHi, "table for "+goRelease(rt.Version)
 	return rt, nil
 }
 
@@ -89,56 +101,107 @@ func goRelease(v string) string {
 	return v
 }
 
-// dwarfGLayout reads runtime.g's goid and stack.hi offsets from DWARF.
-func (o *Object) dwarfGLayout() (goid, hi uint32, err error) {
+// dwarfLayout holds the offsets kprofd reads from the runtime's types.
+type dwarfLayout struct {
+	goid, stackHi uint32 // in runtime.g
+	goidgen       uint64 // in runtime.schedt
+}
+
+// dwarfLayout reads runtime.g's goid and stack.hi offsets, and
+// runtime.schedt's goidgen offset (left 0 when absent), from DWARF.
+func (o *Object) dwarfLayout() (dwarfLayout, error) {
+	var l dwarfLayout
+	types, err := o.dwarfStructs("runtime.g", "runtime.schedt")
+	if err != nil {
+		return l, err
+	}
+	g := types["runtime.g"]
+	if g == nil {
+		return l, errors.New("no runtime.g in DWARF")
+	}
+	var goidOK, hiOK bool
+	for _, f := range g.Field {
+		switch f.Name {
+		case "goid":
+			l.goid, goidOK = uint32(f.ByteOffset), true
+		case "stack":
+			ft := f.Type
+			if td, ok := ft.(*dwarf.TypedefType); ok {
+				ft = td.Type
+			}
+			if s, ok := ft.(*dwarf.StructType); ok {
+				for _, sf := range s.Field {
+					if sf.Name == "hi" {
+						l.stackHi, hiOK = uint32(f.ByteOffset+sf.ByteOffset), true
+					}
+				}
+			}
+		}
+	}
+	if !goidOK || !hiOK {
+		return l, errors.New("runtime.g has no goid or stack.hi")
+	}
+	if s := types["runtime.schedt"]; s != nil {
+		for _, f := range s.Field {
+			if f.Name == "goidgen" {
+				l.goidgen = uint64(f.ByteOffset)
+			}
+		}
+	}
+	return l, nil
+}
+
+// dwarfStructs finds the named struct types in DWARF, in one pass.
+func (o *Object) dwarfStructs(names ...string) (map[string]*dwarf.StructType, error) {
 	d, err := o.elf.DWARF()
 	if err != nil {
-		return 0, 0, err
+		return nil, err
 	}
+	found := map[string]*dwarf.StructType{}
 	r := d.Reader()
-	for {
+	for len(found) < len(names) {
 		e, err := r.Next()
 		if err != nil || e == nil {
-			return 0, 0, errors.New("no runtime.g in DWARF")
+			break
 		}
-		if e.Tag != dwarf.TagStructType || e.Val(dwarf.AttrName) != "runtime.g" {
+		if e.Tag != dwarf.TagStructType {
 			if e.Tag != dwarf.TagCompileUnit {
 				r.SkipChildren()
 			}
 			continue
 		}
+		name, _ := e.Val(dwarf.AttrName).(string)
+		if !slices.Contains(names, name) || found[name] != nil {
+			r.SkipChildren()
+			continue
+		}
 		t, err := d.Type(e.Offset)
 		if err != nil {
-			return 0, 0, err
+			return nil, err
 		}
 		st, ok := t.(*dwarf.StructType)
 		if !ok {
-			return 0, 0, errors.New("runtime.g is not a struct")
+			return nil, fmt.Errorf("%s is not a struct", name)
 		}
-		var goidOK, hiOK bool
-		for _, f := range st.Field {
-			switch f.Name {
-			case "goid":
-				goid, goidOK = uint32(f.ByteOffset), true
-			case "stack":
-				ft := f.Type
-				if td, ok := ft.(*dwarf.TypedefType); ok {
-					ft = td.Type
-				}
-				if s, ok := ft.(*dwarf.StructType); ok {
-					for _, sf := range s.Field {
-						if sf.Name == "hi" {
-							hi, hiOK = uint32(f.ByteOffset+sf.ByteOffset), true
-						}
-					}
-				}
-			}
-		}
-		if !goidOK || !hiOK {
-			return 0, 0, errors.New("runtime.g has no goid or stack.hi")
-		}
-		return goid, hi, nil
+		found[name] = st
+		r.SkipChildren()
 	}
+	return found, nil
+}
+
+// dataSymbol returns the link-time address of a data object from the
+// symbol table, 0 when there is none.
+func (o *Object) dataSymbol(name string) uint64 {
+	syms, err := o.elf.Symbols()
+	if err != nil {
+		return 0
+	}
+	for _, s := range syms {
+		if s.Name == name && elf.ST_TYPE(s.Info) == elf.STT_OBJECT {
+			return s.Value
+		}
+	}
+	return 0
 }
 
 // goTLS returns g's offset from the fs base: the runtime's TLS slot
@@ -162,4 +225,12 @@ func (o *Object) goTLS() int64 {
 		return int64(off) - int64(size)
 	}
 	return -8
+}
+
+// GoResumesGoroutine reports whether the Go runtime function name resumes
+// a goroutine: gogo switches to the goroutine's stack, and its g, before
+// jumping into it, so its last instructions see a goroutine's stack that
+// its own frame information does not describe.
+func GoResumesGoroutine(name string) bool {
+	return name == "gogo" || name == "runtime.gogo"
 }

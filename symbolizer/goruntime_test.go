@@ -79,6 +79,22 @@ func TestGoRuntime(t *testing.T) {
 	if full.StackHiOff != 8 {
 		t.Errorf("stack.hi at %d, want 8 (g.stack is g's first field)", full.StackHiOff)
 	}
+	// The goroutine id generator: found through the symbol table, at
+	// runtime.schedt's first field (which a binary with symbols but no
+	// DWARF relies on); unknown without symbols.
+	o, err := Open(filepath.Join(dir, "full"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.Close()
+	l, err := o.dwarfLayout()
+	sched := o.dataSymbol("runtime.sched")
+	if err != nil || sched == 0 || l.goidgen != 0 || full.GoidGen != sched {
+		t.Errorf("goidgen at %#x (runtime.sched %#x, goidgen's offset %d, %v); want runtime.sched's first field", full.GoidGen, sched, l.goidgen, err)
+	}
+	if stripped.GoidGen != 0 {
+		t.Errorf("stripped: goidgen at %#x, want unknown (no symbol table)", stripped.GoidGen)
+	}
 }
 
 // TestKnownGoLayout: a stripped binary of a release the table lacks is

@@ -120,6 +120,11 @@ type Func struct {
 	// Root marks the root functions; RootTail the functions a root
 	// reaches through tail calls alone.
 	Root, RootTail bool
+	// ForeignStack marks a function whose probes may run on a stack
+	// that is not its frame's (the Go runtime's gogo, which has switched
+	// to the goroutine it resumes): no real stack is captured there to
+	// check a thread running at the attach.
+	ForeignStack bool
 	// Notes explains choices worth knowing (an expensive entry, ...).
 	Notes []string
 
@@ -266,7 +271,8 @@ func New(g *callgraph.Graph, p *symbolizer.Process, mode ExitMode) (*Plan, error
 	}
 	var unsafe []unsafeEntry
 	for i, n := range g.Nodes {
-		f := &Func{ID: uint32(i), Node: n, Logical: uint32(i)}
+		f := &Func{ID: uint32(i), Node: n, Logical: uint32(i),
+			ForeignStack: n.Obj.IsGo() && symbolizer.GoResumesGoroutine(n.Func.Name)}
 		entry, notes, err := placeEntry(n, nil)
 		switch {
 		case err == nil:

@@ -18,7 +18,14 @@
 //	park N  N goroutines call parked, which calls leaf and then blocks
 //	        inside the root until "unpark"; prints "parked" once all
 //	        are blocked
-//	unpark  releases them; prints "done" once they have returned
+//	unpark  releases them (each calls leaf once more); prints "done"
+//	        once they have returned
+//	spin    a goroutine calls spinning, which calls leaf until "stop";
+//	        prints "spinning" once it has
+//	mark    prints "marked" with the number of spinning's calls of leaf
+//	        so far
+//	stop    stops spinning; prints "done K M": its calls of leaf, and
+//	        how many of them returned after the last mark
 //	exit    exits with status 3
 //
 // and at end of input exits with status 4.
@@ -208,7 +215,7 @@ func parked(i int, ready *sync.WaitGroup) int {
 	s := leaf(i)
 	ready.Done()
 	<-release
-	return s
+	return s + leaf(i+1)
 }
 
 func park(n int) {
@@ -223,6 +230,37 @@ func park(n int) {
 		}(i)
 	}
 	ready.Wait()
+}
+
+var (
+	spinStop  atomic.Bool
+	spinCalls atomic.Int64 // spinning's calls of leaf that returned
+	spinMark  int64        // spinCalls at the last "mark"
+	spinDone  chan struct{}
+)
+
+//go:noinline
+func spinning() int {
+	s := 0
+	for !spinStop.Load() {
+		s += leaf(s)
+		spinCalls.Add(1)
+	}
+	return s
+}
+
+func spin() {
+	spinStop.Store(false)
+	spinCalls.Store(0)
+	spinMark = 0
+	spinDone = make(chan struct{})
+	go func() {
+		defer close(spinDone)
+		spinning()
+	}()
+	for spinCalls.Load() == 0 {
+		runtime.Gosched()
+	}
 }
 
 func run(n int) int64 {
@@ -283,6 +321,22 @@ func main() {
 			close(release)
 			parkedWG.Wait()
 			fmt.Println("done")
+			continue
+		}
+		switch line {
+		case "spin":
+			spin()
+			fmt.Println("spinning")
+			continue
+		case "mark":
+			spinMark = spinCalls.Load()
+			fmt.Printf("marked %d\n", spinMark)
+			continue
+		case "stop":
+			spinStop.Store(true)
+			<-spinDone
+			k := spinCalls.Load()
+			fmt.Printf("done %d %d\n", k, k-spinMark)
 			continue
 		}
 		if strings.HasPrefix(line, "exit") {
