@@ -275,9 +275,11 @@ func TestGoRootRunningAtAttach(t *testing.T) {
 	if got["main.spinning"] != 0 {
 		t.Errorf("main.spinning: %d calls counted, want 0 (its one call began before the attach)", got["main.spinning"])
 	}
-	if r := s.Seeds(); r.Inside != 4 || r.Checked < 4 || r.Lost != 0 {
+	r := s.Seeds()
+	if r.Inside != 4 || r.Checked < 4 || r.Lost != 0 {
 		t.Errorf("checks of running goroutines: %+v, want 4 found inside a root", r)
 	}
+	t.Logf("checks: %d goroutines, %d inside; capture %s, verdict %s mean, %s longest", r.Checked, r.Inside, r.MeanCapture, r.MeanWait, r.MaxWait)
 	if !hasComment(p, "goroutines running at the attach were checked") {
 		t.Errorf("the profile does not say goroutines were running at the attach:\n%s", strings.Join(p.Comments, "\n"))
 	}
