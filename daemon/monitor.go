@@ -36,6 +36,7 @@ type monitor struct {
 	readings  int     // counter readings taken
 	rounds    int     // readings that demoted something
 	peak      float64 // highest predicted overhead seen
+	latest    float64 // predicted overhead after the last reading's demotions
 
 	stop chan struct{}
 	done chan struct{}
@@ -144,6 +145,7 @@ func (m *monitor) step(now time.Time) error {
 	}
 	round := m.rounds
 	m.peak = max(m.peak, predicted)
+	m.latest = after
 	m.mu.Unlock()
 
 	// The simulator drops the demoted probes' events from now on, so
@@ -310,4 +312,12 @@ func (m *monitor) summary() string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return fmt.Sprintf("cost monitor: %d readings every %s, highest predicted probe overhead %.0f%%", m.readings, monitorInterval, 100*m.peak)
+}
+
+// predicted returns the probes' predicted overhead after the last
+// reading's demotions, as a fraction of the target's own CPU time.
+func (m *monitor) predicted() float64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.latest
 }

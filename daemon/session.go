@@ -104,6 +104,9 @@ type Progress struct {
 	// of threads outside every root, which cost and record nothing.
 	RootEntered bool
 	OutsideHits uint64
+	// PredictedOverhead is hybrid mode's predicted probe overhead now,
+	// as a fraction of the target's own CPU time (0 in other modes).
+	PredictedOverhead float64
 }
 
 // Start prepares and attaches a session.
@@ -375,6 +378,9 @@ func (s *Session) Progress() Progress {
 		ThreadsInRoot: int(s.active.Load()),
 		Elapsed:       time.Since(s.start),
 		RootEntered:   s.entered.Load(),
+	}
+	if s.monitor != nil {
+		p.PredictedOverhead = s.monitor.predicted()
 	}
 	st, err := s.prog.Stats()
 	if final := s.final.Load(); final != nil {

@@ -7,8 +7,8 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"regexp"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -17,9 +17,8 @@ import (
 
 	"github.com/kprofd/kprofd/calibrate"
 	"github.com/kprofd/kprofd/daemon"
-	"github.com/kprofd/kprofd/internal/cct"
-	"github.com/kprofd/kprofd/internal/export"
 	"github.com/kprofd/kprofd/internal/plan"
+	"github.com/kprofd/kprofd/internal/service"
 )
 
 type attachOptions struct {
@@ -43,6 +42,7 @@ type attachOptions struct {
 	recalibrate  bool
 	budget       string
 	sampleHz     int
+	socket       string
 }
 
 func newAttachCmd() *cobra.Command {
@@ -115,134 +115,149 @@ Exits (--exits): ` + plan.ExitRule + `.`,
 	f.IntVar(&o.ringMiB, "ring-mib", 8, "ring buffer size in MiB (a power of two)")
 	f.BoolVarP(&o.verbose, "verbose", "v", false, "print warnings about every function and the kernel ids of what is attached")
 	f.BoolVar(&o.recalibrate, "recalibrate", false, "measure the probes' costs again (quick mode) even when a calibration is cached")
+	f.StringVar(&o.socket, "socket", "", "run the session in the kprofd serve daemon listening on this unix socket\n(default for a user other than root: "+service.DefaultSocket+" when it exists)")
 	cmd.MarkFlagRequired("pid")
 	cmd.MarkFlagRequired("root")
 	return cmd
 }
 
-func (o *attachOptions) config(stderr io.Writer) (daemon.Config, error) {
-	cfg := daemon.Config{
-		PID:          o.pid,
-		Roots:        o.roots,
-		MaxFunctions: o.maxFunctions,
-		PerThread:    o.perThread,
-		NoDiscovery:  !o.discover,
-		NoPause:      !o.pause,
-		RingBytes:    o.ringMiB << 20,
+// request returns the session the flags describe.
+func (o *attachOptions) request() *service.Request {
+	return &service.Request{
+		PID: o.pid, Roots: o.roots, Mode: o.mode, Budget: o.budget, SampleHz: o.sampleHz,
+		Exclude: o.exclude, MaxFunctions: o.maxFunctions, Exits: o.exits, PerThread: o.perThread,
+		NoDiscovery: !o.discover, NoPause: !o.pause, RingMiB: o.ringMiB, Format: o.format,
+		Folded: o.folded != "", Duration: durationString(o.duration),
 	}
-	var err error
-	if cfg.Mode, err = daemon.ParseMode(o.mode); err != nil {
-		return cfg, fmt.Errorf("--mode: %w", err)
+}
+
+func durationString(d time.Duration) string {
+	if d == 0 {
+		return ""
 	}
-	if cfg.Budget, err = daemon.ParseBudget(o.budget); err != nil {
-		return cfg, fmt.Errorf("--overhead-budget: %w", err)
+	return d.String()
+}
+
+// socketFor says where to run the session: the daemon's socket, or ""
+// to run it here (as root). A user other than root goes through the
+// default socket when a daemon listens there.
+func (o *attachOptions) socketFor(stderr io.Writer) (string, error) {
+	if o.socket != "" || o.dryRun {
+		return o.socket, nil
 	}
-	if o.sampleHz < 1 || o.sampleHz > 100000 {
-		return cfg, fmt.Errorf("--sample-hz must be between 1 and 100000, not %d", o.sampleHz)
+	if os.Geteuid() == 0 {
+		return "", nil
 	}
-	cfg.SampleHz = o.sampleHz
-	switch o.format {
-	case "tree", "top", "none":
-	default:
-		return cfg, fmt.Errorf("--format must be tree, top or none, not %q", o.format)
+	if fi, err := os.Stat(service.DefaultSocket); err == nil && fi.Mode()&os.ModeSocket != 0 {
+		fmt.Fprintf(stderr, "kprofd: not root: running the session in kprofd serve at %s\n", service.DefaultSocket)
+		return service.DefaultSocket, nil
 	}
-	if o.ringMiB <= 0 || o.ringMiB&(o.ringMiB-1) != 0 {
-		return cfg, fmt.Errorf("--ring-mib must be a power of two, not %d", o.ringMiB)
-	}
-	if o.duration < 0 {
-		return cfg, fmt.Errorf("--duration must be positive")
-	}
-	if cfg.Exits, err = plan.ParseExitMode(o.exits); err != nil {
-		return cfg, err
-	}
-	for _, e := range o.exclude {
-		re, err := regexp.Compile(e)
-		if err != nil {
-			return cfg, fmt.Errorf("--exclude %q: %w", e, err)
-		}
-		cfg.Exclude = append(cfg.Exclude, re)
-	}
-	cfg.Warnf = func(format string, args ...any) {
-		fmt.Fprintf(stderr, "kprofd: warning: "+format+"\n", args...)
-	}
-	clearLine := "" // over the live progress line, on a terminal
-	if isTerminal(stderr) {
-		clearLine = "\r\x1b[K"
-	}
-	o.demotions = &demotionReporter{w: stderr, prefix: clearLine, verbose: o.verbose}
-	cfg.Demoted = o.demotions.add
-	return cfg, nil
+	return "", errors.New("kprofd needs root to attach uprobes (run it with sudo), or a kprofd serve daemon to go through (sudo kprofd serve, then kprofd attach --socket PATH)")
 }
 
 func runAttach(ctx context.Context, o *attachOptions, stdout, stderr io.Writer) error {
-	cfg, err := o.config(stderr)
+	req := o.request()
+	if o.duration < 0 {
+		return errors.New("--duration must be positive")
+	}
+	cfg, _, err := req.Config()
 	if err != nil {
 		return err
 	}
-	if !o.dryRun && os.Geteuid() != 0 {
-		return errors.New("kprofd needs root to attach uprobes (run it with sudo)")
-	}
-	prep, err := daemon.Prepare(cfg)
+	socket, err := o.socketFor(stderr)
 	if err != nil {
 		return err
 	}
-	defer prep.Close()
 	if o.dryRun {
+		prep, err := daemon.Prepare(cfg)
+		if err != nil {
+			return err
+		}
+		defer prep.Close()
 		return prep.Plan.Write(stdout)
 	}
-	if o.verbose {
-		for _, f := range prep.Plan.Funcs {
-			for _, n := range append(f.Notes, f.Node.Notes...) {
-				cfg.Warnf("%s: %s", f.Node.Name(), n)
-			}
-		}
-	}
-
-	cfg.Calibration = calibration(o.recalibrate, stderr)
 
 	if ctx == nil {
 		ctx = context.Background()
 	}
 	ctx, stopSignals := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stopSignals()
+	clearLine := "" // over the live progress line, on a terminal
+	if isTerminal(stderr) {
+		clearLine = "\r\x1b[K"
+	}
+	o.demotions = &demotionReporter{w: stderr, prefix: clearLine, verbose: o.verbose}
+	progress := &progressLine{w: stderr, live: clearLine != ""}
+	hooks := service.Hooks{
+		Prepared: func(prep *daemon.Prepared) error {
+			if o.verbose {
+				for _, f := range prep.Plan.Funcs {
+					for _, n := range append(f.Notes, f.Node.Notes...) {
+						fmt.Fprintf(stderr, "kprofd: warning: %s: %s\n", f.Node.Name(), n)
+					}
+				}
+			}
+			return nil
+		},
+		Started: func(st service.Started) {
+			fmt.Fprintf(stderr, "kprofd: tracing pid %d below %s (%s): %d functions, %d probes, exits by %s; Ctrl-C to stop\n",
+				st.PID, strings.Join(st.Roots, ", "), st.How, st.Functions, st.Probes, st.Exits)
+			if o.verbose {
+				fmt.Fprintf(stderr, "kprofd: bpf programs %v, links %v\n", st.Programs, st.Links)
+			}
+		},
+		Progress: progress.show,
+		Warn:     func(text string) { fmt.Fprintf(stderr, "%skprofd: warning: %s\n", clearLine, text) },
+		Demoted:  o.demotions.add,
+		Stopping: func(string) {
+			// A second Ctrl-C now kills kprofd; the kernel then
+			// detaches the probes itself, since their links die with
+			// the process (with the daemon, it detaches them).
+			stopSignals()
+			progress.clear()
+		},
+	}
 
-	s, err := daemon.StartPrepared(prep, cfg)
+	var end *service.End
+	if socket != "" {
+		end, err = service.NewClient(socket).Run(ctx, req, hooks)
+	} else {
+		end, err = runLocal(ctx, req, o.recalibrate, hooks, stderr)
+	}
 	if err != nil {
 		return err
 	}
-	defer s.Close()
-	pr := s.Progress()
-	how := fmt.Sprintf("%s mode", cfg.Mode)
-	if cfg.Mode == daemon.ModeHybrid {
-		how = fmt.Sprintf("hybrid mode, overhead budget %g%%", 100*cfg.Budget)
-	}
-	fmt.Fprintf(stderr, "kprofd: tracing pid %d below %s (%s): %d functions, %d probes, exits by %s; Ctrl-C to stop\n",
-		o.pid, strings.Join(o.roots, ", "), how, pr.Functions, pr.Probes, prep.Plan.Exits)
-	if o.verbose {
-		progs, links := s.KernelIDs()
-		fmt.Fprintf(stderr, "kprofd: bpf programs %v, links %v\n", progs, links)
-	}
-
-	why := wait(ctx, s, o.duration, stderr)
-	// A second Ctrl-C now kills kprofd; the kernel then detaches the
-	// probes itself, since their links die with the process.
-	stopSignals()
-	profile, stopErr := s.Stop()
 	o.demotions.flush()
-	fmt.Fprintf(stderr, "kprofd: %s; detached\n", why)
-	if profile == nil {
-		return stopErr
+	if end.Why != "" {
+		fmt.Fprintf(stderr, "kprofd: %s; detached\n", end.Why)
 	}
-	if err := writeOutputs(o, profile, stdout, stderr); err != nil {
-		return errors.Join(err, stopErr)
+	var result error
+	if end.Error != "" {
+		result = errors.New(end.Error)
 	}
-	if p := s.Progress(); !p.RootEntered {
-		// An empty profile is no success: the probes cost the target
-		// and recorded nothing.
-		return errors.Join(fmt.Errorf("no thread was inside %s during the session: %d probe hits outside it recorded nothing",
-			strings.Join(o.roots, " or "), p.OutsideHits), stopErr)
+	if end.Output == nil {
+		return result
 	}
-	return stopErr
+	return errors.Join(writeOutputs(o, end.Output, stdout, stderr), result)
+}
+
+// runLocal runs the session in this process, as the daemon runs it.
+func runLocal(ctx context.Context, req *service.Request, recalibrate bool, h service.Hooks, stderr io.Writer) (*service.End, error) {
+	cal := func() *calibrate.Result { return calibration(recalibrate, stderr) }
+	out, err := service.Run(ctx, req, cal, h)
+	if err != nil {
+		return nil, err
+	}
+	end := &service.End{Why: out.Why, Final: out.Final}
+	if err := out.Err(req.Roots); err != nil {
+		end.Error = err.Error()
+	}
+	if out.Profile != nil {
+		if end.Output, err = service.Render(out.Profile, req); err != nil {
+			return nil, err
+		}
+	}
+	return end, nil
 }
 
 // calibration returns the cached calibration of this machine, or makes a
@@ -279,55 +294,49 @@ func calibration(recalibrate bool, stderr io.Writer) *calibrate.Result {
 // root before kprofd says so.
 const notEnteredAfter = 2 * time.Second
 
-// wait blocks until tracing should end and says why.
-func wait(ctx context.Context, s *daemon.Session, d time.Duration, stderr io.Writer) string {
-	var timeout <-chan time.Time
-	if d > 0 {
-		t := time.NewTimer(d)
-		defer t.Stop()
-		timeout = t.C
+// progressLine shows a session's progress: a line rewritten every second
+// on a terminal; elsewhere only that no thread entered a root, once.
+type progressLine struct {
+	w    io.Writer
+	live bool
+
+	mu   sync.Mutex
+	last daemon.Progress
+	said bool // "root not entered yet"
+}
+
+func (l *progressLine) show(p daemon.Progress) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	notYet := ""
+	if !p.RootEntered && p.Elapsed >= notEnteredAfter {
+		notYet = fmt.Sprintf("root not entered yet: %d probe hits outside the root", p.OutsideHits)
 	}
-	live := isTerminal(stderr)
-	ticker := time.NewTicker(time.Second)
-	defer ticker.Stop()
-	said := false // "root not entered yet", once, when not live
-	defer func() {
-		if live {
-			fmt.Fprint(stderr, "\r\x1b[K")
+	if !l.live {
+		if notYet != "" && !l.said {
+			fmt.Fprintf(l.w, "kprofd: %s (they cost the target and record nothing)\n", notYet)
+			l.said = true
 		}
-	}()
-	var last daemon.Progress
-	for {
-		select {
-		case <-ctx.Done():
-			return "interrupted"
-		case <-timeout:
-			return fmt.Sprintf("%s elapsed", d)
-		case <-s.Exited():
-			return "the process exited"
-		case <-s.Failed():
-			return "event processing failed"
-		case <-ticker.C:
-			p := s.Progress()
-			notYet := ""
-			if !p.RootEntered && p.Elapsed >= notEnteredAfter {
-				notYet = fmt.Sprintf("root not entered yet: %d probe hits outside the root", p.OutsideHits)
-			}
-			if !live {
-				if notYet != "" && !said {
-					fmt.Fprintf(stderr, "kprofd: %s (they cost the target and record nothing)\n", notYet)
-					said = true
-				}
-				continue
-			}
-			if notYet != "" {
-				notYet = "  " + notYet
-			}
-			rate := float64(p.Events-last.Events) / (p.Elapsed - last.Elapsed).Seconds()
-			last = p
-			fmt.Fprintf(stderr, "\r\x1b[K%6.0fs  %d events (%.0f/s)  %d functions probed  %d demoted  %d threads in root  %d lost%s",
-				p.Elapsed.Seconds(), p.Events, rate, p.Functions, p.Demotions, p.ThreadsInRoot, p.Lost, notYet)
-		}
+		return
+	}
+	if notYet != "" {
+		notYet = "  " + notYet
+	}
+	rate := 0.0
+	if dt := (p.Elapsed - l.last.Elapsed).Seconds(); dt > 0 {
+		rate = float64(p.Events-l.last.Events) / dt
+	}
+	l.last = p
+	fmt.Fprintf(l.w, "\r\x1b[K%6.0fs  %d events (%.0f/s)  %d functions probed  %d demoted  %d threads in root  %d lost%s",
+		p.Elapsed.Seconds(), p.Events, rate, p.Functions, p.Demotions, p.ThreadsInRoot, p.Lost, notYet)
+}
+
+// clear removes the live line.
+func (l *progressLine) clear() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.live {
+		fmt.Fprint(l.w, "\r\x1b[K")
 	}
 }
 
@@ -340,44 +349,32 @@ func isTerminal(w io.Writer) bool {
 	return err == nil
 }
 
-func writeOutputs(o *attachOptions, p *cct.Profile, stdout, stderr io.Writer) error {
-	out := o.output
-	if out == "" {
-		out = fmt.Sprintf("kprofd-%d.pb.gz", o.pid)
+// writeOutputs writes a session's profile where the flags say: the
+// pprof file, folded stacks, and the text view on stdout.
+func writeOutputs(o *attachOptions, out *service.Output, stdout, stderr io.Writer) error {
+	path := o.output
+	if path == "" {
+		path = fmt.Sprintf("kprofd-%d.pb.gz", o.pid)
 	}
-	if err := writeFile(out, func(w io.Writer) error { return export.WritePprof(w, p) }); err != nil {
+	if err := writeFile(path, out.Pprof); err != nil {
 		return err
 	}
-	fmt.Fprintf(stderr, "kprofd: wrote %s (go tool pprof -top %s)\n", out, out)
+	fmt.Fprintf(stderr, "kprofd: wrote %s (go tool pprof -top %s)\n", path, path)
 	if o.folded != "" {
-		if err := writeFile(o.folded, func(w io.Writer) error { return export.WriteFolded(w, p) }); err != nil {
+		if err := writeFile(o.folded, []byte(out.Folded)); err != nil {
 			return err
 		}
 		fmt.Fprintf(stderr, "kprofd: wrote %s\n", o.folded)
 	}
-	switch o.format {
-	case "tree":
-		return export.WriteTree(stdout, p, export.TreeOptions{})
-	case "top":
-		return export.WriteTop(stdout, p, 0)
-	}
-	return nil
+	_, err := io.WriteString(stdout, out.Text)
+	return err
 }
 
 // writeFile writes through a temporary file so a failed write leaves no
 // truncated output behind.
-func writeFile(path string, write func(io.Writer) error) error {
+func writeFile(path string, data []byte) error {
 	tmp := path + ".tmp"
-	f, err := os.Create(tmp)
-	if err != nil {
-		return fmt.Errorf("creating %s: %w", path, err)
-	}
-	if err := write(f); err != nil {
-		f.Close()
-		os.Remove(tmp)
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	if err := f.Close(); err != nil {
+	if err := os.WriteFile(tmp, data, 0o644); err != nil {
 		os.Remove(tmp)
 		return fmt.Errorf("writing %s: %w", path, err)
 	}

@@ -48,6 +48,6 @@ tree below the root: call counts and wall time per calling context.`,
 		SilenceErrors: true,
 		Version:       version,
 	}
-	cmd.AddCommand(newAttachCmd(), newCalibrateCmd())
+	cmd.AddCommand(newAttachCmd(), newServeCmd(), newCalibrateCmd())
 	return cmd
 }

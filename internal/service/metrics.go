@@ -1,0 +1,124 @@
+package service
+
+import (
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/kprofd/kprofd/daemon"
+)
+
+// metrics are the daemon's Prometheus metrics. Totals add what finished
+// sessions ended with to what the running ones reported last (every
+// second).
+type metrics struct {
+	s   *Server
+	reg *prometheus.Registry
+
+	mu                      sync.Mutex
+	total, refusedN         uint64
+	events, lost, demotions uint64 // of finished sessions
+}
+
+// Metric names, for the README and the tests.
+const (
+	MetricSessionsActive    = "kprofd_sessions_active"
+	MetricSessionsTotal     = "kprofd_sessions_total"
+	MetricSessionsRefused   = "kprofd_sessions_refused_total"
+	MetricEvents            = "kprofd_events_total"
+	MetricEventsLost        = "kprofd_events_lost_total"
+	MetricProbes            = "kprofd_probes_attached"
+	MetricDemotions         = "kprofd_demotions_total"
+	MetricPredictedOverhead = "kprofd_session_predicted_overhead_ratio"
+	MetricCalibrationAge    = "kprofd_calibration_age_seconds"
+)
+
+func newMetrics(s *Server) *metrics {
+	m := &metrics{s: s, reg: prometheus.NewRegistry()}
+	live := func(f func(daemon.Progress) float64) float64 {
+		var sum float64
+		s.eachRunning(func(_ *session, p daemon.Progress) { sum += f(p) })
+		return sum
+	}
+	counted := func(finished *uint64, f func(daemon.Progress) float64) func() float64 {
+		return func() float64 {
+			m.mu.Lock()
+			n := float64(*finished)
+			m.mu.Unlock()
+			return n + live(f)
+		}
+	}
+	m.reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: MetricSessionsActive, Help: "Sessions running."},
+			func() float64 { return live(func(daemon.Progress) float64 { return 1 }) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: MetricSessionsTotal, Help: "Sessions started."},
+			func() float64 { m.mu.Lock(); defer m.mu.Unlock(); return float64(m.total) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: MetricSessionsRefused, Help: "Session requests refused (bad request, not allowed, over a limit)."},
+			func() float64 { m.mu.Lock(); defer m.mu.Unlock(); return float64(m.refusedN) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: MetricEvents, Help: "Probe events processed, all sessions."},
+			counted(&m.events, func(p daemon.Progress) float64 { return float64(p.Events) })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: MetricEventsLost, Help: "Probe events the ring buffers dropped, all sessions."},
+			counted(&m.lost, func(p daemon.Progress) float64 { return float64(p.Lost) })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: MetricDemotions, Help: "Functions hybrid mode demoted, all sessions."},
+			counted(&m.demotions, func(p daemon.Progress) float64 { return float64(p.Demotions) })),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: MetricProbes, Help: "Uprobes attached now, all sessions."},
+			func() float64 { return live(func(p daemon.Progress) float64 { return float64(p.Probes) }) }),
+		overheadCollector{s},
+	)
+	if cal := s.Calibration; cal != nil {
+		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: MetricCalibrationAge, Help: "Age of the probe cost calibration the sessions use."},
+			func() float64 { return time.Since(cal.Time).Seconds() }))
+	}
+	return m
+}
+
+func (m *metrics) started() { m.mu.Lock(); m.total++; m.mu.Unlock() }
+func (m *metrics) refused() { m.mu.Lock(); m.refusedN++; m.mu.Unlock() }
+
+// finished adds a session's last numbers to the totals; called before
+// the session stops counting as running.
+func (m *metrics) finished(p daemon.Progress) {
+	m.mu.Lock()
+	m.events += p.Events
+	m.lost += p.Lost
+	m.demotions += uint64(p.Demotions)
+	m.mu.Unlock()
+}
+
+// eachRunning calls f with every running session and its last progress.
+func (s *Server) eachRunning(f func(*session, daemon.Progress)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, x := range s.sessions {
+		x.mu.Lock()
+		running, p := x.running, x.progress
+		x.mu.Unlock()
+		if running {
+			f(x, p)
+		}
+	}
+}
+
+// overheadCollector reports each running session's predicted overhead.
+type overheadCollector struct{ s *Server }
+
+var overheadDesc = prometheus.NewDesc(MetricPredictedOverhead,
+	"Hybrid mode's predicted probe overhead per running session, as a fraction of the target's own CPU time.",
+	[]string{"session", "pid"}, nil)
+
+func (c overheadCollector) Describe(ch chan<- *prometheus.Desc) { ch <- overheadDesc }
+
+func (c overheadCollector) Collect(ch chan<- prometheus.Metric) {
+	c.s.eachRunning(func(x *session, p daemon.Progress) {
+		ch <- prometheus.MustNewConstMetric(overheadDesc, prometheus.GaugeValue, p.PredictedOverhead, x.id, strconv.Itoa(x.req.PID))
+	})
+}
+
+// MetricsHandler serves the metrics in Prometheus' text format.
+func (s *Server) MetricsHandler() http.Handler {
+	return promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{})
+}

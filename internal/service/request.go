@@ -1,0 +1,134 @@
+// Package service runs profiling sessions for kprofd's two front ends: the
+// local `kprofd attach` and the `kprofd serve` daemon, which takes the
+// same sessions from unprivileged clients over a unix socket. Both build
+// the session from a Request and run it with Run; the daemon only adds
+// the transport (an HTTP API), who may trace what (Authorize), limits and
+// metrics.
+package service
+
+import (
+	"fmt"
+	"regexp"
+	"time"
+
+	"github.com/kprofd/kprofd/daemon"
+	"github.com/kprofd/kprofd/internal/plan"
+)
+
+// Request is one session as `kprofd attach`'s flags describe it, and as
+// clients send it to the daemon (JSON). Zero values mean the flags'
+// defaults.
+type Request struct {
+	PID   int      `json:"pid"`
+	Roots []string `json:"roots"`
+	// Mode is hybrid (default), exact or sample.
+	Mode string `json:"mode,omitempty"`
+	// Budget is hybrid mode's overhead budget: "10%" or "10".
+	Budget string `json:"overhead_budget,omitempty"`
+	// SampleHz is the sampling frequency in hybrid and sample modes.
+	SampleHz int `json:"sample_hz,omitempty"`
+	// Duration stops the session after this long ("10s"); empty: until
+	// stopped or the process exits.
+	Duration string `json:"duration,omitempty"`
+	// Exclude are regular expressions of object:function names.
+	Exclude      []string `json:"exclude,omitempty"`
+	MaxFunctions int      `json:"max_functions,omitempty"`
+	// Exits is auto (default), ret or uretprobe.
+	Exits       string `json:"exits,omitempty"`
+	PerThread   bool   `json:"per_thread,omitempty"`
+	NoDiscovery bool   `json:"no_discovery,omitempty"`
+	NoPause     bool   `json:"no_pause,omitempty"`
+	RingMiB     int    `json:"ring_mib,omitempty"`
+	// Format is the text view the session ends with: tree (default), top
+	// or none. Folded asks for folded stacks (flame graphs) too.
+	Format string `json:"format,omitempty"`
+	Folded bool   `json:"folded,omitempty"`
+}
+
+// Defaults of the fields a Request leaves zero.
+const (
+	DefaultMaxFunctions = 5000
+	DefaultRingMiB      = 8
+)
+
+// Config checks the request and returns the session's configuration,
+// without its callbacks (Warnf, Demoted), and how long it is to run (0:
+// until stopped).
+func (r *Request) Config() (daemon.Config, time.Duration, error) {
+	cfg := daemon.Config{
+		PID:          r.PID,
+		Roots:        r.Roots,
+		MaxFunctions: r.MaxFunctions,
+		PerThread:    r.PerThread,
+		NoDiscovery:  r.NoDiscovery,
+		NoPause:      r.NoPause,
+		RingBytes:    r.RingMiB << 20,
+		SampleHz:     r.SampleHz,
+	}
+	if r.PID <= 0 {
+		return cfg, 0, fmt.Errorf("invalid pid %d", r.PID)
+	}
+	if len(r.Roots) == 0 {
+		return cfg, 0, fmt.Errorf("no root function given (--root)")
+	}
+	if cfg.MaxFunctions == 0 {
+		cfg.MaxFunctions = DefaultMaxFunctions
+	}
+	if r.RingMiB == 0 {
+		cfg.RingBytes = DefaultRingMiB << 20
+	}
+	if cfg.SampleHz == 0 {
+		cfg.SampleHz = daemon.DefaultSampleHz
+	}
+	var err error
+	if cfg.Mode, err = daemon.ParseMode(or(r.Mode, "hybrid")); err != nil {
+		return cfg, 0, fmt.Errorf("--mode: %w", err)
+	}
+	if cfg.Budget, err = daemon.ParseBudget(or(r.Budget, "10%")); err != nil {
+		return cfg, 0, fmt.Errorf("--overhead-budget: %w", err)
+	}
+	if cfg.SampleHz < 1 || cfg.SampleHz > 100000 {
+		return cfg, 0, fmt.Errorf("--sample-hz must be between 1 and 100000, not %d", cfg.SampleHz)
+	}
+	switch r.Format {
+	case "", "tree", "top", "none":
+	default:
+		return cfg, 0, fmt.Errorf("--format must be tree, top or none, not %q", r.Format)
+	}
+	if m := r.RingMiB; m < 0 || m&(m-1) != 0 {
+		return cfg, 0, fmt.Errorf("--ring-mib must be a power of two, not %d", m)
+	}
+	var d time.Duration
+	if r.Duration != "" {
+		if d, err = time.ParseDuration(r.Duration); err != nil || d <= 0 {
+			return cfg, 0, fmt.Errorf("--duration must be a positive duration, not %q", r.Duration)
+		}
+	}
+	if cfg.Exits, err = plan.ParseExitMode(or(r.Exits, "auto")); err != nil {
+		return cfg, 0, err
+	}
+	for _, e := range r.Exclude {
+		re, err := regexp.Compile(e)
+		if err != nil {
+			return cfg, 0, fmt.Errorf("--exclude %q: %w", e, err)
+		}
+		cfg.Exclude = append(cfg.Exclude, re)
+	}
+	return cfg, d, nil
+}
+
+// Describe says how the session traces: "hybrid mode, overhead budget
+// 10%", "exact mode".
+func Describe(cfg daemon.Config) string {
+	if cfg.Mode == daemon.ModeHybrid {
+		return fmt.Sprintf("hybrid mode, overhead budget %g%%", 100*cfg.Budget)
+	}
+	return fmt.Sprintf("%s mode", cfg.Mode)
+}
+
+func or(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
