@@ -82,26 +82,27 @@ func (s Stage) String() string {
 // Demotion records one function demoted during a session.
 type Demotion struct {
 	// Func names the function, object:function.
-	Func string
+	Func string `json:"func"`
 	// ID is its function id in the plan.
-	ID uint32
+	ID uint32 `json:"id"`
 	// Stage is the stage it was demoted to.
-	Stage Stage
+	Stage Stage `json:"stage"`
 	// At is when, since the session started.
-	At time.Duration
+	At time.Duration `json:"at_ns"`
 	// Reason says why: its call rate, cost and the overhead it caused.
-	Reason string
+	Reason string `json:"reason"`
 	// Detach is how long detaching its probes took.
-	Detach time.Duration
+	Detach time.Duration `json:"detach_ns"`
 	// Sites says the demotion was of the probes on its indirect calls
 	// only (their targets are no longer discovered); Stage is unchanged.
-	Sites bool
+	Sites bool `json:"sites"`
 	// Round numbers the monitor's readings that demoted something: the
 	// demotions of one reading share it. Before and After are the probe
 	// overhead the cost model predicted before and after that round's
 	// demotions, as a fraction of the target's own CPU time.
-	Round         int
-	Before, After float64
+	Round  int     `json:"round"`
+	Before float64 `json:"before"`
+	After  float64 `json:"after"`
 }
 
 func (d Demotion) String() string {

@@ -88,25 +88,26 @@ type Session struct {
 // Progress is a snapshot of a running session.
 type Progress struct {
 	// Events counts the events processed so far.
-	Events uint64
+	Events uint64 `json:"events"`
 	// Lost counts events the ring buffer dropped.
-	Lost uint64
+	Lost uint64 `json:"lost"`
 	// Functions and Probes count what is attached.
-	Functions, Probes int
+	Functions int `json:"functions"`
+	Probes    int `json:"probes"`
 	// ThreadsInRoot counts threads inside a root now.
-	ThreadsInRoot int
+	ThreadsInRoot int `json:"threads_in_root"`
 	// Elapsed is the time since the probes were attached.
-	Elapsed time.Duration
+	Elapsed time.Duration `json:"elapsed_ns"`
 	// Demotions counts the functions hybrid mode demoted.
-	Demotions int
+	Demotions int `json:"demotions"`
 	// RootEntered says a thread has been inside a root: it entered one,
 	// or was inside one at the attach. OutsideHits counts the probe hits
 	// of threads outside every root, which cost and record nothing.
-	RootEntered bool
-	OutsideHits uint64
+	RootEntered bool   `json:"root_entered"`
+	OutsideHits uint64 `json:"outside_hits"`
 	// PredictedOverhead is hybrid mode's predicted probe overhead now,
 	// as a fraction of the target's own CPU time (0 in other modes).
-	PredictedOverhead float64
+	PredictedOverhead float64 `json:"predicted_overhead"`
 }
 
 // Start prepares and attaches a session.

@@ -156,10 +156,19 @@ func (o *attachOptions) socketFor(stderr io.Writer) (string, error) {
 }
 
 func runAttach(ctx context.Context, o *attachOptions, stdout, stderr io.Writer) error {
-	req := o.request()
-	if o.duration < 0 {
+	// A request's zero values mean the defaults; a flag's zero is an
+	// error.
+	switch {
+	case o.duration < 0:
 		return errors.New("--duration must be positive")
+	case o.sampleHz < 1 || o.sampleHz > 100000:
+		return fmt.Errorf("--sample-hz must be between 1 and 100000, not %d", o.sampleHz)
+	case o.ringMiB <= 0 || o.ringMiB&(o.ringMiB-1) != 0:
+		return fmt.Errorf("--ring-mib must be a power of two, not %d", o.ringMiB)
+	case o.maxFunctions < 1:
+		return fmt.Errorf("--max-functions must be positive, not %d", o.maxFunctions)
 	}
+	req := o.request()
 	cfg, _, err := req.Config()
 	if err != nil {
 		return err
@@ -169,6 +178,7 @@ func runAttach(ctx context.Context, o *attachOptions, stdout, stderr io.Writer) 
 		return err
 	}
 	if o.dryRun {
+		cfg.Warnf = func(format string, args ...any) { fmt.Fprintf(stderr, "kprofd: warning: "+format+"\n", args...) }
 		prep, err := daemon.Prepare(cfg)
 		if err != nil {
 			return err

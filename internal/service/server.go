@@ -184,13 +184,7 @@ func (s *Server) admit(r *http.Request, who Peer) (*Request, int, error) {
 func (s *Server) register(who Peer, req *Request) (*session, context.Context, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	running := 0
-	for _, x := range s.sessions {
-		if x.isRunning() {
-			running++
-		}
-	}
-	if running >= s.MaxSessions {
+	if running := s.runningLocked(); running >= s.MaxSessions {
 		return nil, nil, fmt.Errorf("the daemon runs %d sessions already, its limit (kprofd serve --max-sessions)", running)
 	}
 	var b [8]byte
@@ -218,6 +212,23 @@ func (s *Server) finish(x *session, final daemon.Progress, pprof []byte) {
 	s.mu.Unlock()
 	x.cancel(nil)
 	s.wg.Done()
+}
+
+// running counts the sessions running.
+func (s *Server) running() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.runningLocked()
+}
+
+func (s *Server) runningLocked() int {
+	n := 0
+	for _, x := range s.sessions {
+		if x.isRunning() {
+			n++
+		}
+	}
+	return n
 }
 
 func (x *session) isRunning() bool {
@@ -321,6 +332,9 @@ func (s *Server) startSession(w http.ResponseWriter, r *http.Request) {
 			return Authorize(who, req.PID, t)
 		},
 		Started: func(info Started) {
+			x.mu.Lock()
+			x.progress.Functions, x.progress.Probes = info.Functions, info.Probes
+			x.mu.Unlock()
 			st.start()
 			st.send(Message{Type: MsgStarted, Started: &info})
 			log.Info("session started", "functions", info.Functions, "probes", info.Probes)

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -113,7 +114,41 @@ type Proc struct {
 // The test's cleanup kills it if it is still running.
 func Launch(t testing.TB, exe string, args ...string) *Proc {
 	t.Helper()
-	cmd := exec.Command(exe, args...)
+	return launch(t, exec.Command(exe, args...))
+}
+
+// StartAs is Start for a target running as user uid (group gid): a copy
+// of exe in a directory anyone may enter, removed when the test ends.
+func StartAs(t testing.TB, uid, gid uint32, exe string, args ...string) *Proc {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "kprofd-target-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	b, err := os.ReadFile(exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	copied := filepath.Join(dir, filepath.Base(exe))
+	if err := os.WriteFile(copied, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(copied, args...)
+	cmd.Dir = dir
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: gid}}
+	p := launch(t, cmd)
+	if line := p.Line(t); line != "ready" {
+		t.Fatalf("%s printed %q, want ready", exe, line)
+	}
+	return p
+}
+
+func launch(t testing.TB, cmd *exec.Cmd) *Proc {
+	t.Helper()
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
