@@ -79,7 +79,16 @@ type kprofdRun struct {
 
 func startKprofd(t *testing.T, bin string, args ...string) *kprofdRun {
 	t.Helper()
-	r := &kprofdRun{cmd: exec.Command(bin, args...), stderr: &lockedBuffer{}}
+	r := launchKprofd(t, exec.Command(bin, args...))
+	r.waitAttached(t)
+	return r
+}
+
+// launchKprofd starts a kprofd command, killed at the test's end if it
+// is still running.
+func launchKprofd(t *testing.T, cmd *exec.Cmd) *kprofdRun {
+	t.Helper()
+	r := &kprofdRun{cmd: cmd, stderr: &lockedBuffer{}}
 	r.cmd.Stdout = &r.stdout
 	r.cmd.Stderr = r.stderr
 	if err := r.cmd.Start(); err != nil {
@@ -91,7 +100,12 @@ func startKprofd(t *testing.T, bin string, args ...string) *kprofdRun {
 			r.cmd.Wait()
 		}
 	})
-	// Wait until the probes are attached.
+	return r
+}
+
+// waitAttached waits until kprofd says the probes are in.
+func (r *kprofdRun) waitAttached(t *testing.T) {
+	t.Helper()
 	deadline := time.Now().Add(time.Minute)
 	for !strings.Contains(r.stderr.String(), "Ctrl-C to stop") {
 		if time.Now().After(deadline) || r.exited() {
@@ -99,7 +113,6 @@ func startKprofd(t *testing.T, bin string, args ...string) *kprofdRun {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	return r
 }
 
 func (r *kprofdRun) exited() bool {

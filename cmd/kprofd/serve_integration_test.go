@@ -29,8 +29,7 @@ const nobody = 65534
 
 // serveRun is a running kprofd serve.
 type serveRun struct {
-	cmd    *exec.Cmd
-	stderr *lockedBuffer
+	*kprofdRun
 	socket string
 	http   *http.Client
 }
@@ -45,28 +44,19 @@ func startServe(t *testing.T, bin string, args ...string) *serveRun {
 	}
 	os.Chmod(dir, 0o755)
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	sv := &serveRun{stderr: &lockedBuffer{}, socket: filepath.Join(dir, "kprofd.sock")}
-	sv.cmd = exec.Command(bin, append([]string{"serve", "--socket", sv.socket}, args...)...)
-	sv.cmd.Stderr = sv.stderr
-	if err := sv.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if sv.cmd.ProcessState == nil {
-			sv.cmd.Process.Kill()
-			sv.cmd.Wait()
-		}
-	})
+	socket := filepath.Join(dir, "kprofd.sock")
+	sv := &serveRun{socket: socket,
+		kprofdRun: launchKprofd(t, exec.Command(bin, append([]string{"serve", "--socket", socket}, args...)...))}
 	deadline := time.Now().Add(time.Minute)
 	for !strings.Contains(sv.stderr.String(), "kprofd serving") {
-		if time.Now().After(deadline) {
+		if time.Now().After(deadline) || sv.exited() {
 			t.Fatalf("kprofd serve did not start; stderr:\n%s", sv.stderr.String())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
 	sv.http = &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		var d net.Dialer
-		return d.DialContext(ctx, "unix", sv.socket)
+		return d.DialContext(ctx, "unix", socket)
 	}}}
 	return sv
 }
@@ -114,33 +104,9 @@ func attachAs(t *testing.T, bin, dir string, args ...string) *kprofdRun {
 	t.Helper()
 	testtarget.Need(t, "setpriv")
 	id := strconv.Itoa(nobody)
-	r := &kprofdRun{stderr: &lockedBuffer{}}
-	r.cmd = exec.Command("setpriv", append([]string{"--reuid=" + id, "--regid=" + id, "--clear-groups", bin, "attach"}, args...)...)
-	r.cmd.Dir = dir
-	r.cmd.Stdout = &r.stdout
-	r.cmd.Stderr = r.stderr
-	if err := r.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if r.cmd.ProcessState == nil {
-			r.cmd.Process.Kill()
-			r.cmd.Wait()
-		}
-	})
-	return r
-}
-
-// waitAttached waits until the client says the probes are in.
-func (r *kprofdRun) waitAttached(t *testing.T) {
-	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for !strings.Contains(r.stderr.String(), "Ctrl-C to stop") {
-		if time.Now().After(deadline) || r.exited() {
-			t.Fatalf("kprofd did not attach; stderr:\n%s", r.stderr.String())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	cmd := exec.Command("setpriv", append([]string{"--reuid=" + id, "--regid=" + id, "--clear-groups", bin, "attach"}, args...)...)
+	cmd.Dir = dir
+	return launchKprofd(t, cmd)
 }
 
 // profileEvents reads a profile's event count from its comments.
@@ -304,15 +270,8 @@ func TestServeSIGTERM(t *testing.T) {
 		expectDone(t, targets[i], "done 100")
 	}
 	sv.cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan error, 1)
-	go func() { done <- sv.cmd.Wait() }()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("kprofd serve exited with %v after SIGTERM; stderr:\n%s", err, sv.stderr.String())
-		}
-	case <-time.After(2 * time.Minute):
-		t.Fatalf("kprofd serve did not exit after SIGTERM; stderr:\n%s", sv.stderr.String())
+	if code := sv.wait(t); code != 0 {
+		t.Errorf("kprofd serve exited %d after SIGTERM; stderr:\n%s", code, sv.stderr.String())
 	}
 	for i, c := range clients {
 		if code := c.wait(t); code != 0 {
