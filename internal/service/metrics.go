@@ -44,12 +44,18 @@ func newMetrics(s *Server) *metrics {
 		s.eachRunning(func(_ *session, p daemon.Progress) { sum += f(p) })
 		return sum
 	}
+	// A total reads the finished sessions' part and the running ones'
+	// under the server's lock, which finish holds while a session moves
+	// from one to the other: the counter never goes back.
 	counted := func(finished *uint64, f func(daemon.Progress) float64) func() float64 {
 		return func() float64 {
+			s.mu.Lock()
+			defer s.mu.Unlock()
 			m.mu.Lock()
 			n := float64(*finished)
 			m.mu.Unlock()
-			return n + live(f)
+			s.eachRunningLocked(func(_ *session, p daemon.Progress) { n += f(p) })
+			return n
 		}
 	}
 	m.reg.MustRegister(
@@ -79,8 +85,8 @@ func newMetrics(s *Server) *metrics {
 func (m *metrics) started() { m.mu.Lock(); m.total++; m.mu.Unlock() }
 func (m *metrics) refused() { m.mu.Lock(); m.refusedN++; m.mu.Unlock() }
 
-// finished adds a session's last numbers to the totals; called before
-// the session stops counting as running.
+// finished adds a session's last numbers to the totals; called with the
+// server's lock held, as the session stops counting as running.
 func (m *metrics) finished(p daemon.Progress) {
 	m.mu.Lock()
 	m.events += p.Events
@@ -93,6 +99,10 @@ func (m *metrics) finished(p daemon.Progress) {
 func (s *Server) eachRunning(f func(*session, daemon.Progress)) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.eachRunningLocked(f)
+}
+
+func (s *Server) eachRunningLocked(f func(*session, daemon.Progress)) {
 	for _, x := range s.sessions {
 		x.mu.Lock()
 		running, p := x.running, x.progress

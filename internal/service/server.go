@@ -199,11 +199,11 @@ func (s *Server) register(who Peer, req *Request) (*session, context.Context, er
 
 // finish keeps a session's profile and forgets the oldest kept ones.
 func (s *Server) finish(x *session, final daemon.Progress, pprof []byte) {
+	s.mu.Lock()
+	s.metrics.finished(final)
 	x.mu.Lock()
 	x.running, x.progress, x.pprof = false, final, pprof
 	x.mu.Unlock()
-	s.metrics.finished(final)
-	s.mu.Lock()
 	s.finished = append(s.finished, x.id)
 	for len(s.finished) > keepFinished {
 		delete(s.sessions, s.finished[0])
