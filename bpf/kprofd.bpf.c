@@ -776,8 +776,13 @@ static __always_inline int handle(struct pt_regs *ctx)
 		// A goroutine that may have existed at the attach may be
 		// inside a root already: its first hit checks.
 		if (!th) {
+			// Looked up first: an LRU map's update takes a node
+			// from its free list even when the key is there, and
+			// goroutines outside every root come back here at every
+			// hit.
 			__u8 one = 1;
 			int check = seed_threads && !(cookie & COOKIE_NO_CHECK) && goid < seed_goid_before &&
+				    !bpf_map_lookup_elem(&checked_goroutines, &goid) &&
 				    !bpf_map_update_elem(&checked_goroutines, &goid, &one, BPF_NOEXIST);
 			if ((cookie & COOKIE_ROOT) || check) {
 				th = goroutine(goid, 1);

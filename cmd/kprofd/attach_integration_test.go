@@ -106,10 +106,17 @@ func launchKprofd(t *testing.T, cmd *exec.Cmd) *kprofdRun {
 // waitAttached waits until kprofd says the probes are in.
 func (r *kprofdRun) waitAttached(t *testing.T) {
 	t.Helper()
+	r.waitFor(t, "Ctrl-C to stop")
+}
+
+// waitFor waits until kprofd's stderr holds text, failing the test after
+// a minute or if kprofd exits first.
+func (r *kprofdRun) waitFor(t *testing.T, text string) {
+	t.Helper()
 	deadline := time.Now().Add(time.Minute)
-	for !strings.Contains(r.stderr.String(), "Ctrl-C to stop") {
+	for !strings.Contains(r.stderr.String(), text) {
 		if time.Now().After(deadline) || r.exited() {
-			t.Fatalf("kprofd did not attach; stderr:\n%s", r.stderr.String())
+			t.Fatalf("kprofd did not print %q; stderr:\n%s", text, r.stderr.String())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

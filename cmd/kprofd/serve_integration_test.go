@@ -47,13 +47,7 @@ func startServe(t *testing.T, bin string, args ...string) *serveRun {
 	socket := filepath.Join(dir, "kprofd.sock")
 	sv := &serveRun{socket: socket,
 		kprofdRun: launchKprofd(t, exec.Command(bin, append([]string{"serve", "--socket", socket}, args...)...))}
-	deadline := time.Now().Add(time.Minute)
-	for !strings.Contains(sv.stderr.String(), "kprofd serving") {
-		if time.Now().After(deadline) || sv.exited() {
-			t.Fatalf("kprofd serve did not start; stderr:\n%s", sv.stderr.String())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	sv.waitFor(t, "kprofd serving")
 	sv.http = &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		var d net.Dialer
 		return d.DialContext(ctx, "unix", socket)

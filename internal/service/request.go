@@ -117,9 +117,9 @@ func (r *Request) Config() (daemon.Config, time.Duration, error) {
 	return cfg, d, nil
 }
 
-// Describe says how the session traces: "hybrid mode, overhead budget
+// describe says how the session traces: "hybrid mode, overhead budget
 // 10%", "exact mode".
-func Describe(cfg daemon.Config) string {
+func describe(cfg daemon.Config) string {
 	if cfg.Mode == daemon.ModeHybrid {
 		return fmt.Sprintf("hybrid mode, overhead budget %g%%", 100*cfg.Budget)
 	}

@@ -111,7 +111,7 @@ func Run(ctx context.Context, req *Request, calibration func() *calibrate.Result
 	defer s.Close()
 	if h.Started != nil {
 		pr := s.Progress()
-		st := Started{PID: cfg.PID, Roots: cfg.Roots, How: Describe(cfg), Functions: pr.Functions, Probes: pr.Probes,
+		st := Started{PID: cfg.PID, Roots: cfg.Roots, How: describe(cfg), Functions: pr.Functions, Probes: pr.Probes,
 			Exits: prep.Plan.Exits.String()}
 		st.Programs, st.Links = s.KernelIDs()
 		h.Started(st)

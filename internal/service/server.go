@@ -299,7 +299,7 @@ func (s *Server) startSession(w http.ResponseWriter, r *http.Request) {
 	req, code, err := s.admit(r, who)
 	if err != nil {
 		s.metrics.refused()
-		s.Log.Info("session refused", "uid", who.UID, "pid", req.pidOr(), "error", err)
+		s.Log.Info("session refused", "uid", who.UID, "error", err)
 		writeError(w, code, "%v", err)
 		return
 	}
@@ -393,13 +393,6 @@ func (s *Server) run(ctx context.Context, req *Request, h Hooks) (out *Outcome, 
 		}
 	}()
 	return Run(ctx, req, func() *calibrate.Result { return s.Calibration }, h)
-}
-
-func (r *Request) pidOr() int {
-	if r == nil {
-		return 0
-	}
-	return r.PID
 }
 
 // lookup returns a session the caller may see.
