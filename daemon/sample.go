@@ -84,8 +84,16 @@ func (s *Simulator) HandleSample(ev *bpf.Event, st *bpf.Stack) {
 		return
 	}
 	node := th.frames[i].node
-	for m := k - 1; m >= 0 && real[m].Func != cct.NoFunc; m-- {
-		node = node.Child(real[m].Func)
+	if th.frames[i].flags&frameFolded == 0 {
+		// Past the node budget the sample stays in the deepest context
+		// there is, as the calls there fold into it.
+		for m := k - 1; m >= 0 && real[m].Func != cct.NoFunc; m-- {
+			ch := s.node(node, real[m].Func)
+			if ch == nil {
+				break
+			}
+			node = ch
+		}
 	}
 	node.Samples++
 }

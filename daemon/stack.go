@@ -98,6 +98,10 @@ type SimStats struct {
 	// Going counts the events of probes being detached, dropped (see
 	// Demote).
 	Going uint64
+	// Nodes is the number of calling contexts the trees hold, Folded the
+	// calls made where the node budget (SetNodeBudget) had no room for a
+	// new one: each counts in its nearest counted caller's Folded.
+	Nodes, Folded uint64
 	// Samples is the number of cpu-clock samples handled, ProbeSamples
 	// those that caught the thread in kprofd's probes (not counted as the
 	// target's time), UnplacedSamples those no frame of the simulated
@@ -125,11 +129,20 @@ const (
 	// is an anchor of the bursts' estimates.
 	frameBurst
 	frameEntered
+	// frameFolded marks a frame whose context the node budget had no
+	// room for, or that lies below such a frame: it shares the node of
+	// its nearest counted caller, which holds its time as self time and
+	// its call in Folded.
+	frameFolded
 )
 
 // notAnchor are the flags of frames the bursts' estimates cannot count
 // calls per (see burstCounts).
-const notAnchor = frameCont | frameSignal | frameBurst | frameEntered
+const notAnchor = frameCont | frameSignal | frameBurst | frameEntered | frameFolded
+
+// noTime are the flags of frames that add no time to their node: it is
+// their caller's.
+const noTime = frameCont | frameFolded
 
 // frame is one simulated stack frame.
 type frame struct {
@@ -146,8 +159,8 @@ type frame struct {
 
 // thread is the simulated state of one thread.
 type thread struct {
-	frames []frame // frames[len-1] is the top
-	tree   *cct.Tree
+	frames []frame   // frames[len-1] is the top
+	tree   *cct.Tree // the thread's own, or the shared tree
 	// runSlot is the slot of the run of frames the last exit popped, 0
 	// after an entry: with uretprobes, every function of a tail-call
 	// chain returns there, one event each.
@@ -198,9 +211,18 @@ type Simulator struct {
 	threads map[uint32]*thread
 	lastTid uint32
 	last    *thread
-	stats   SimStats
-	rec     Reconciler   // nil: stacks are not compared
-	burst   *burstCounts // nil: no bursts of sampled instrumentation
+	// sweepAt is the number of thread states at which the next new one
+	// first forgets those outside every root (see sweep).
+	sweepAt int
+	// shared is the one tree of every thread (SetSharedTree); nil when
+	// each has its own, in trees by thread id.
+	shared *cct.Tree
+	trees  map[uint32]*cct.Tree
+	// maxNodes bounds the contexts of all trees together; 0: no bound.
+	maxNodes uint64
+	stats    SimStats
+	rec      Reconciler   // nil: stacks are not compared
+	burst    *burstCounts // nil: no bursts of sampled instrumentation
 	// gone holds the functions hybrid mode is demoting (see Demote).
 	goneMu sync.Mutex // serializes writers
 	gone   atomic.Pointer[map[uint32]demotedAt]
@@ -236,6 +258,8 @@ func NewSimulator(funcs []FuncInfo) *Simulator {
 	s := &Simulator{
 		funcs:   make([]funcInfo, len(funcs)),
 		threads: make(map[uint32]*thread),
+		trees:   make(map[uint32]*cct.Tree),
+		sweepAt: minSweep,
 	}
 	for i, f := range funcs {
 		tc := slices.Clone(f.TailCalls)
@@ -303,6 +327,9 @@ func (s *Simulator) isOrphan(f uint32) bool {
 	return s.roots != nil && (int(f) >= len(s.roots) || !s.roots[f])
 }
 
+// minSweep is the fewest thread states that make a new one sweep.
+const minSweep = 4096
+
 // thread returns the state of thread tid, creating it if needed.
 func (s *Simulator) thread(tid uint32) *thread {
 	if s.last != nil && s.lastTid == tid {
@@ -310,11 +337,92 @@ func (s *Simulator) thread(tid uint32) *thread {
 	}
 	th := s.threads[tid]
 	if th == nil {
-		th = &thread{frames: make([]frame, 0, 64), tree: cct.NewTree()}
+		if len(s.threads) >= s.sweepAt {
+			s.sweep()
+		}
+		th = &thread{frames: make([]frame, 0, 16), tree: s.shared}
+		if th.tree == nil {
+			th.tree = s.trees[tid]
+			if th.tree == nil {
+				th.tree = cct.NewTree()
+				s.trees[tid] = th.tree
+			}
+		}
 		s.threads[tid] = th
 	}
 	s.last, s.lastTid = th, tid
 	return th
+}
+
+// sweep forgets the state of the threads outside every root (no frames,
+// no verdict awaited), keeping their trees: a server that runs each
+// request on a new goroutine would otherwise keep one state per request.
+// A thread that comes back starts afresh, as if it had just been created.
+func (s *Simulator) sweep() {
+	for tid, th := range s.threads {
+		if len(th.frames) == 0 && !th.checked {
+			delete(s.threads, tid)
+		}
+	}
+	s.last = nil
+	s.sweepAt = max(minSweep, 2*len(s.threads))
+}
+
+// SetSharedTree makes every thread count into one tree, so that a profile
+// of many short-lived threads (goroutines) holds each calling context
+// once. Call it before the first event; Threads then returns nil.
+func (s *Simulator) SetSharedTree() { s.shared = cct.NewTree() }
+
+// SetNodeBudget bounds the calling contexts of all trees together to max
+// (Whaley's bounded partial calling-context tree); 0 removes the bound.
+// A call that would need a new context past the budget, and every call
+// below it, folds into its nearest counted caller (cct.Node.Folded).
+func (s *Simulator) SetNodeBudget(max uint64) { s.maxNodes = max }
+
+// child returns the context of a call of f made from the frame top (nil:
+// the thread's outermost call) and the flags of its frame: the child of
+// top's node for f, made if new and the node budget allows, else top's
+// own node, flagged frameFolded.
+func (s *Simulator) child(th *thread, top *frame, f cct.FuncID) (*cct.Node, uint8) {
+	parent := th.tree.Root
+	if top != nil {
+		parent = top.node
+		if top.flags&frameFolded != 0 {
+			return s.fold(parent)
+		}
+	}
+	if ch := s.node(parent, f); ch != nil {
+		return ch, 0
+	}
+	return s.fold(parent)
+}
+
+// node returns the child of parent for f, made if new and the node budget
+// allows; nil past the budget.
+func (s *Simulator) node(parent *cct.Node, f cct.FuncID) *cct.Node {
+	if ch := parent.Lookup(f); ch != nil {
+		return ch
+	}
+	if s.maxNodes > 0 && s.stats.Nodes >= s.maxNodes {
+		return nil
+	}
+	s.stats.Nodes++
+	return parent.Child(f)
+}
+
+// fold counts a call folded into node n.
+func (s *Simulator) fold(n *cct.Node) (*cct.Node, uint8) {
+	n.Folded++
+	s.stats.Folded++
+	return n, frameFolded
+}
+
+// topFrame returns the thread's top frame, nil when it has none.
+func (th *thread) topFrame() *frame {
+	if n := len(th.frames); n > 0 {
+		return &th.frames[n-1]
+	}
+	return nil
 }
 
 // Handle applies one event.
@@ -415,10 +523,10 @@ func (s *Simulator) end(fr []frame, i int, t uint64) {
 	if i > 0 {
 		fr[i-1].adj += f.adj
 	}
-	if f.flags&frameCont == 0 && t > f.start+f.adj {
+	if f.flags&noTime == 0 && t > f.start+f.adj {
 		f.node.Wall += t - f.start - f.adj
 	}
-	if s.burst != nil && f.flags&(frameCont|frameSignal|frameEntered) == 0 {
+	if s.burst != nil && f.flags&(noTime|frameSignal|frameEntered) == 0 {
 		s.burst.frameEnd(f.node, f.start, t, f.tally)
 	}
 }
@@ -430,7 +538,6 @@ func (s *Simulator) entry(th *thread, ev *bpf.Event) {
 	th.runSlot = 0
 	s.popDeeper(th, slot, t)
 
-	var parent *cct.Node
 	tail := false
 	if n := len(th.frames); n > 0 && th.frames[n-1].slot == slot {
 		top := &th.frames[n-1]
@@ -451,40 +558,33 @@ func (s *Simulator) entry(th *thread, ev *bpf.Event) {
 	}
 
 	fr := th.frames
-	n := len(fr)
 	if s.isRoot(ev.Func) {
 		s.stats.RootEntries++
 	}
-	if n == 0 {
-		parent = th.tree.Root
+	top := th.topFrame()
+	if top == nil {
 		if s.isOrphan(ev.Func) {
 			s.stats.Orphans++
 		}
-	} else {
-		top := &fr[n-1]
-		parent = top.node
+	} else if lf != f && top.fn == lf && (top.slot > slot || tail) {
 		// A .part clone entered from its own logical function (by a
 		// call from deeper, or by a tail call) continues it.
-		if lf != f && top.fn == lf && (top.slot > slot || tail) {
-			th.frames = append(fr, frame{slot: slot, start: t, node: parent, phys: ev.Func, fn: lf, flags: frameCont})
-			return
-		}
+		th.frames = append(fr, frame{slot: slot, start: t, node: top.node, phys: ev.Func, fn: lf, flags: frameCont | top.flags&frameFolded})
+		return
 	}
-	node := parent.Child(lf)
-	var flags uint8
-	if ev.Flags&bpf.FlagBurst != 0 && s.burst != nil {
+	node, flags := s.child(th, top, lf)
+	switch {
+	case flags != 0:
+		// Folded: its caller's node holds it.
+	case ev.Flags&bpf.FlagBurst != 0 && s.burst != nil:
 		// A demoted function's call, seen by a burst: estimated.
-		var top *frame
-		if n > 0 {
-			top = &fr[n-1]
-		}
 		if s.burst.count(node, ev.Func, t, anchorFrame(fr), top) {
 			s.stats.BurstCalls++
 		} else {
 			s.stats.BurstOutside++
 		}
 		flags = frameBurst
-	} else {
+	default:
 		node.Calls++
 	}
 	th.frames = append(fr, frame{slot: slot, start: t, node: node, phys: ev.Func, fn: lf, flags: flags})
@@ -560,9 +660,12 @@ func (s *Simulator) baseDemoted(ids []uint32, t uint64) {
 	for _, id := range ids {
 		fns[s.logical(id)] = id
 	}
-	roots := make([]*cct.Node, 0, len(s.threads))
-	for _, th := range s.threads {
-		roots = append(roots, th.tree.Root)
+	var roots []*cct.Node
+	if s.shared != nil {
+		roots = append(roots, s.shared.Root)
+	}
+	for _, t := range s.trees {
+		roots = append(roots, t.Root)
 	}
 	s.burst.demoted(fns, roots, t)
 }
@@ -599,11 +702,8 @@ func (s *Simulator) pushReal(th *thread, real []RealFrame, below, t uint64) int 
 		if f.Func == cct.NoFunc || f.Slot >= top || f.Slot <= below {
 			continue
 		}
-		parent := th.tree.Root
-		if n := len(th.frames); n > 0 {
-			parent = th.frames[n-1].node
-		}
-		th.frames = append(th.frames, frame{slot: f.Slot, start: t, node: parent.Child(f.Func), phys: uint32(f.Func), fn: f.Func, flags: frameEntered})
+		node, flags := s.child(th, th.topFrame(), f.Func)
+		th.frames = append(th.frames, frame{slot: f.Slot, start: t, node: node, phys: uint32(f.Func), fn: f.Func, flags: frameEntered | flags})
 		top = f.Slot
 		pushed++
 	}
@@ -628,13 +728,11 @@ func (s *Simulator) SignalFunc() cct.FuncID { return cct.FuncID(len(s.funcs)) }
 // signal starts a signal handler: a marker frame under the interrupted
 // context holds the handler's calls.
 func (s *Simulator) signal(th *thread, ev *bpf.Event) {
-	parent := th.tree.Root
-	if n := len(th.frames); n > 0 {
-		parent = th.frames[n-1].node
+	node, flags := s.child(th, th.topFrame(), s.SignalFunc())
+	if flags == 0 {
+		node.Calls++
 	}
-	node := parent.Child(s.SignalFunc())
-	node.Calls++
-	th.frames = append(th.frames, frame{slot: ^uint64(0), start: ev.Time, node: node, fn: s.SignalFunc(), flags: frameSignal})
+	th.frames = append(th.frames, frame{slot: ^uint64(0), start: ev.Time, node: node, fn: s.SignalFunc(), flags: frameSignal | flags})
 	th.runSlot = 0
 }
 
@@ -793,22 +891,24 @@ func (s *Simulator) closeAll(th *thread, t uint64) {
 // order so that the result is deterministic. Call it after Finish: open
 // frames have no time yet.
 func (s *Simulator) Merged() *cct.Tree {
-	tids := slices.Sorted(maps.Keys(s.threads))
 	t := cct.NewTree()
-	for _, tid := range tids {
-		t.Merge(s.threads[tid].tree)
+	if s.shared != nil {
+		t.Merge(s.shared)
+	}
+	for _, tid := range slices.Sorted(maps.Keys(s.trees)) {
+		t.Merge(s.trees[tid])
 	}
 	return t
 }
 
-// Threads returns the tree of every thread by thread id. The trees are
-// the simulator's own: they change with later events.
+// Threads returns the tree of every thread by thread id, nil with a
+// shared tree. The trees are the simulator's own: they change with later
+// events.
 func (s *Simulator) Threads() map[uint32]*cct.Tree {
-	m := make(map[uint32]*cct.Tree, len(s.threads))
-	for tid, th := range s.threads {
-		m[tid] = th.tree
+	if s.shared != nil {
+		return nil
 	}
-	return m
+	return maps.Clone(s.trees)
 }
 
 // Stats returns the counters so far.
@@ -824,6 +924,18 @@ func (s *Simulator) Active() int {
 		if len(th.frames) > 0 {
 			n++
 		}
+	}
+	return n
+}
+
+// outermostFolded returns the calls folded into the trees' synthetic roots.
+func (s *Simulator) outermostFolded() uint64 {
+	var n uint64
+	if s.shared != nil {
+		n += s.shared.Root.Folded
+	}
+	for _, t := range s.trees {
+		n += t.Root.Folded
 	}
 	return n
 }

@@ -81,7 +81,11 @@ func treeString(t *cct.Tree) string {
 		for _, f := range n.Path() {
 			p = append(p, testName(f))
 		}
-		ss = append(ss, fmt.Sprintf("%s %d %d", strings.Join(p, "/"), n.Calls, n.Wall))
+		e := fmt.Sprintf("%s %d %d", strings.Join(p, "/"), n.Calls, n.Wall)
+		if n.Folded > 0 {
+			e += fmt.Sprintf(" folded=%d", n.Folded)
+		}
+		ss = append(ss, e)
 	})
 	slices.Sort(ss)
 	return strings.Join(ss, ";")
@@ -104,6 +108,8 @@ func TestSimulator(t *testing.T) {
 		tids   map[uint32]string // per-thread trees, when given
 		stats  SimStats          // Events, Entries, Exits, Catches, LostMarks are counted from events
 		go_    bool              // SetRestarts, as for a Go target
+		budget uint64            // SetNodeBudget; stats.Nodes is then given
+		shared bool              // SetSharedTree
 	}{{
 		name: "nesting",
 		events: []bpf.Event{
@@ -130,6 +136,49 @@ func TestSimulator(t *testing.T) {
 			out(200, s0, A),
 		},
 		want: "A 1 200;A/walk 2 100;A/walk/walk 2 55;A/walk/walk/walk 1 25;A/walk/walk/walk/walk 1 5",
+	}, {
+		name: "node budget folds deeper calls into the deepest context",
+		events: []bpf.Event{
+			in(0, s0, A),
+			in(10, s1, W), in(20, s2, W), in(30, s3, W), in(40, s4, W),
+			out(45, s4, W), out(55, s3, W), out(70, s2, W), out(90, s1, W),
+			in(100, s1, W), in(110, s2, W), out(115, s2, W), out(120, s1, W),
+			out(200, s0, A),
+		},
+		budget: 3,
+		want:   "A 1 200;A/walk 2 100;A/walk/walk 2 55 folded=2",
+		stats:  SimStats{Nodes: 3, Folded: 2},
+	}, {
+		name: "node budget folds a new sibling and its callees into the caller",
+		events: []bpf.Event{
+			in(0, s0, A),
+			in(10, s1, B), out(30, s1, B),
+			in(40, s1, C), in(45, s2, D), out(50, s2, D), out(60, s1, C),
+			in(70, s1, B), out(80, s1, B),
+			out(100, s0, A),
+		},
+		budget: 2,
+		want:   "A 1 100 folded=2;A/B 2 30",
+		stats:  SimStats{Nodes: 2, Folded: 2},
+	}, {
+		name: "node budget past a thread's first call",
+		events: []bpf.Event{
+			in(0, s0, A), in(10, s1, B), out(20, s1, B), out(30, s0, A),
+			on(2, in(40, s0, C)), on(2, in(45, s1, D)), on(2, out(50, s1, D)), on(2, out(60, s0, C)),
+		},
+		budget: 2,
+		want:   "A 1 30;A/B 1 10",
+		tids:   map[uint32]string{2: ""},
+		stats:  SimStats{Nodes: 2, Folded: 2},
+	}, {
+		name: "shared tree holds each context once",
+		events: []bpf.Event{
+			in(0, s0, A), on(2, in(5, s0, A)), in(10, s1, B), on(2, in(12, s1, B)),
+			out(20, s1, B), on(2, out(22, s1, B)), out(30, s0, A), on(2, out(35, s0, A)),
+		},
+		shared: true,
+		want:   "A 2 60;A/B 2 20",
+		stats:  SimStats{Nodes: 2},
 	}, {
 		name: "tail call",
 		events: []bpf.Event{
@@ -363,6 +412,10 @@ func TestSimulator(t *testing.T) {
 			}
 			s := NewSimulator(funcs)
 			s.SetRestarts(tt.go_)
+			s.SetNodeBudget(tt.budget)
+			if tt.shared {
+				s.SetSharedTree()
+			}
 			want := tt.stats
 			for i := range tt.events {
 				e := &tt.events[i]
@@ -385,6 +438,11 @@ func TestSimulator(t *testing.T) {
 			if tt.finish != 0 {
 				s.Finish(tt.finish)
 			}
+			if tt.budget == 0 && !tt.shared {
+				for _, tr := range s.Threads() {
+					want.Nodes += uint64(tr.NumNodes())
+				}
+			}
 			if got := treeString(s.Merged()); got != tt.want {
 				t.Errorf("tree:\n got %s\nwant %s", got, tt.want)
 			}
@@ -402,6 +460,44 @@ func TestSimulator(t *testing.T) {
 
 // TestSimulatorThreadsSeparate checks that per-event work stays in the
 // thread's own tree.
+// TestSimulatorForgetsIdleThreads checks that a stream of short-lived
+// threads (goroutines, one per request) leaves no state behind but their
+// calls, in a shared tree and in per-thread trees, and that a thread
+// inside the root all along keeps its frames through the sweeps.
+func TestSimulatorForgetsIdleThreads(t *testing.T) {
+	const s0, s1 = 0x7ffd_0000_1000, 0x7ffd_0000_0fe0
+	const n = 5 * minSweep
+	for _, shared := range []bool{true, false} {
+		t.Run(fmt.Sprint("shared=", shared), func(t *testing.T) {
+			s := NewSimulator(testFuncs())
+			if shared {
+				s.SetSharedTree()
+			}
+			s.Handle(ptr(on(1, in(0, s0, A))))
+			for i := range uint32(n) {
+				tid, t0 := 2+i, uint64(10+10*i)
+				for _, e := range []bpf.Event{in(t0, s0, A), in(t0+1, s1, B), out(t0+2, s1, B), out(t0+4, s0, A)} {
+					s.Handle(ptr(on(tid, e)))
+				}
+			}
+			s.Handle(ptr(on(1, out(20*n, s0, A))))
+			if len(s.threads) >= 2*minSweep {
+				t.Errorf("%d thread states kept after %d threads came and went", len(s.threads), n)
+			}
+			want := fmt.Sprintf("A %d %d;A/B %d %d", n+1, 4*n+20*n, n, n)
+			if got := treeString(s.Merged()); got != want {
+				t.Errorf("tree:\n got %s\nwant %s", got, want)
+			}
+			if got, want := len(s.Threads()), map[bool]int{true: 0, false: n + 1}[shared]; got != want {
+				t.Errorf("%d per-thread trees, want %d", got, want)
+			}
+		})
+	}
+}
+
+// ptr returns a pointer to a copy of e.
+func ptr(e bpf.Event) *bpf.Event { return &e }
+
 func TestSimulatorThreadsSeparate(t *testing.T) {
 	s := NewSimulator(testFuncs())
 	for _, e := range []bpf.Event{

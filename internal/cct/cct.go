@@ -79,6 +79,11 @@ type Node struct {
 	// is then the estimate's relative standard error.
 	CallsEstimated bool
 	CallsError     float64
+	// Folded counts the calls made below this context in contexts the
+	// session's node budget had no room for (Whaley's bounded partial
+	// calling-context tree): they are in no node's Calls, and their time
+	// is in this node's self time.
+	Folded uint64
 
 	last int // index into Children of the last Child hit
 }
@@ -123,8 +128,12 @@ func (n *Node) Child(f FuncID) *Node {
 
 // Lookup returns the child of n for function f, or nil.
 func (n *Node) Lookup(f FuncID) *Node {
-	for _, ch := range n.Children {
+	if n.last < len(n.Children) && n.Children[n.last].Func == f {
+		return n.Children[n.last]
+	}
+	for i, ch := range n.Children {
 		if ch.Func == f {
+			n.last = i
 			return ch
 		}
 	}
@@ -186,6 +195,7 @@ func mergeNode(dst, src *Node) {
 	dst.Wall += src.Wall
 	dst.Raw += src.Raw
 	dst.Samples += src.Samples
+	dst.Folded += src.Folded
 	dst.Estimated = dst.Estimated || src.Estimated
 	for _, ch := range src.Children {
 		mergeNode(dst.Child(ch.Func), ch)
