@@ -30,8 +30,15 @@ type Config struct {
 	Exits plan.ExitMode
 	// RingBytes sizes the ring buffer; 0 means the default.
 	RingBytes int
-	// PerThread keeps one tree per thread in the profile.
+	// PerThread keeps one tree per thread in the profile; without it
+	// every thread (goroutine) counts into one tree as it runs.
 	PerThread bool
+	// MaxNodes bounds the calling contexts the session keeps, all trees
+	// together (Whaley's bounded partial calling-context tree): calls
+	// that would need more fold into their nearest counted caller, and
+	// the profile says how many. 0 means DefaultMaxNodes, negative no
+	// bound.
+	MaxNodes int
 	// NoDiscovery leaves indirect calls unprobed: their targets are
 	// traced only when the call graph finds their addresses taken.
 	NoDiscovery bool
@@ -71,6 +78,8 @@ type Config struct {
 const (
 	DefaultBudget   = 0.10
 	DefaultSampleHz = 999
+	// DefaultMaxNodes holds a session's trees to about 120 MB.
+	DefaultMaxNodes = 1_000_000
 )
 
 func (c *Config) warnf(format string, args ...any) {

@@ -221,6 +221,14 @@ func (s *Session) comments(st bpf.Stats) []string {
 	if ss.Restarts > 0 {
 		c = append(c, fmt.Sprintf("%d calls started over in their own frame after growing their goroutine's stack (counted once)", ss.Restarts))
 	}
+	if ss.Folded > 0 {
+		outermost := ""
+		if n := s.sim.outermostFolded(); n > 0 {
+			outermost = fmt.Sprintf("; %d of them outermost calls, in no context", n)
+		}
+		c = append(c, fmt.Sprintf("WARNING: node budget of %d calling contexts reached: %d calls needing new ones folded into their nearest counted caller (pprof label folded_calls; their time, probes' included, is that caller's self time)%s",
+			nodeBudget(s.cfg.MaxNodes), ss.Folded, outermost))
+	}
 	if ss.InferredExits > 0 {
 		c = append(c, fmt.Sprintf("%d exits inferred from stack pointers (their time is an upper bound)", ss.InferredExits))
 	}

@@ -69,6 +69,9 @@ type Session struct {
 	// dropped: events of threads found outside the roots, sent before
 	// their verdict (Progress.OutsideHits).
 	dropped atomic.Uint64
+	// nodes and folded: the trees' contexts and the calls folded past
+	// the node budget (Progress.Nodes, Progress.Folded).
+	nodes, folded atomic.Uint64
 	// final holds the probe program's counters at Stop.
 	final atomic.Pointer[bpf.Stats]
 	// seeds: the verdicts on threads found running at the attach
@@ -108,6 +111,22 @@ type Progress struct {
 	// PredictedOverhead is hybrid mode's predicted probe overhead now,
 	// as a fraction of the target's own CPU time (0 in other modes).
 	PredictedOverhead float64 `json:"predicted_overhead"`
+	// Nodes counts the calling contexts the session keeps, Folded the
+	// calls folded into their callers past the node budget
+	// (Config.MaxNodes).
+	Nodes  uint64 `json:"nodes"`
+	Folded uint64 `json:"folded"`
+}
+
+// nodeBudget returns the simulator's node budget for Config.MaxNodes.
+func nodeBudget(max int) uint64 {
+	switch {
+	case max == 0:
+		return DefaultMaxNodes
+	case max < 0:
+		return 0
+	}
+	return uint64(max)
 }
 
 // Start prepares and attaches a session.
@@ -172,6 +191,13 @@ func StartPrepared(pr *Prepared, cfg Config) (_ *Session, err error) {
 	}
 	s.sim = NewSimulator(funcInfos(pr))
 	s.sim.SetRestarts(pr.Go != nil)
+	if !cfg.PerThread {
+		// Threads and goroutines may come and go by the thousand: a
+		// tree each would spend the node budget on copies of the same
+		// contexts, and a new one would find no room for its first.
+		s.sim.SetSharedTree()
+	}
+	s.sim.SetNodeBudget(nodeBudget(cfg.MaxNodes))
 	s.outside = newOutsidePlan(s.sim.SignalFunc() + 1)
 	rec := newReconciler(pr)
 	s.rec = rec
@@ -363,6 +389,8 @@ func (s *Session) run() {
 func (s *Session) publish() {
 	st := &s.sim.stats
 	s.dropped.Store(st.Dropped)
+	s.nodes.Store(st.Nodes)
+	s.folded.Store(st.Folded)
 	if st.RootEntries+st.SeededThreads > 0 {
 		s.entered.Store(true)
 	}
@@ -379,6 +407,8 @@ func (s *Session) Progress() Progress {
 		ThreadsInRoot: int(s.active.Load()),
 		Elapsed:       time.Since(s.start),
 		RootEntered:   s.entered.Load(),
+		Nodes:         s.nodes.Load(),
+		Folded:        s.folded.Load(),
 	}
 	if s.monitor != nil {
 		p.PredictedOverhead = s.monitor.predicted()

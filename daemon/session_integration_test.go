@@ -9,6 +9,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -313,4 +314,64 @@ func reverse(m map[string]string) map[string]string {
 		r[v] = k
 	}
 	return r
+}
+
+// TestNodeBudget checks Whaley's bounded tree on a real session: ctree's
+// two threads make 14 contexts each, the budget allows 6 for both. Every
+// call is either counted in its context or folded into its nearest
+// counted caller, none lost; a thread that got a context counts all its
+// calls there (it made it at its first call, and never loses it), so a
+// merged context holds one thread's calls or both's.
+func TestNodeBudget(t *testing.T) {
+	requireRoot(t)
+	const budget = 6
+	build := testtarget.BuildCTree(t)
+	target := testtarget.Start(t, build.Exe)
+	s, err := daemon.Start(daemon.Config{PID: target.Pid(), Roots: []string{"handle_request"}, MaxNodes: budget, Warnf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	target.Run(t, requests)
+	p := stopAndCheckGone(t, s, target.Pid())
+
+	want := testtarget.CTreeCounts(requests, 2)
+	var total uint64
+	for _, c := range want {
+		total += c
+	}
+	prog := s.Progress()
+	if prog.Nodes != budget {
+		t.Errorf("progress says %d nodes, want the budget, %d", prog.Nodes, budget)
+	}
+	if n := p.Tree.NumNodes(); n > budget {
+		t.Errorf("merged tree has %d nodes, over the budget of %d", n, budget)
+	}
+	pp := roundTrip(t, p)
+	got := testtarget.PprofCounts(pp, nil)
+	var counted, folded uint64
+	for path, c := range got {
+		counted += c
+		if w := want[path]; c != w && 2*c != w {
+			t.Errorf("%s: %d calls, want %d (both threads) or %d (one)", path, c, w, w/2)
+		}
+	}
+	for _, smp := range pp.Sample {
+		for _, v := range smp.NumLabel["folded_calls"] {
+			folded += uint64(v)
+		}
+	}
+	outermost := p.Tree.Root.Folded
+	if counted+folded+outermost != total || folded+outermost != prog.Folded {
+		t.Errorf("%d calls counted, %d folded into contexts, %d outermost (progress: %d folded); want %d in all",
+			counted, folded, outermost, prog.Folded, total)
+	}
+	if folded == 0 {
+		t.Error("no call folded")
+	}
+	if !slices.ContainsFunc(pp.Comments, func(c string) bool {
+		return strings.Contains(c, fmt.Sprintf("node budget of %d calling contexts reached: %d calls", budget, prog.Folded))
+	}) {
+		t.Errorf("no comment on the node budget: %q", pp.Comments)
+	}
 }

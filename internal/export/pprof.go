@@ -136,34 +136,28 @@ func Pprof(p *cct.Profile) (*profile.Profile, error) {
 			if n.CallsEstimated {
 				// Its calls are an estimate: pprof -tagfocus shows the
 				// relative error.
-				label = maps.Clone(label)
-				if label == nil {
-					label = map[string][]string{}
-				}
-				label["timing"] = []string{"estimated"}
+				label = with(label, "timing", "estimated")
 				label["count_error"] = []string{CountError(n.CallsError)}
 			}
 			if n.Incomplete {
 				// Its calls are a lower bound: pprof -tagfocus calls=incomplete.
-				label = maps.Clone(label)
-				if label == nil {
-					label = map[string][]string{}
-				}
-				label["calls"] = []string{"incomplete"}
+				label = with(label, "calls", "incomplete")
 			}
 			if n.Running {
 				// A call was running at the attach: pprof -tagfocus attach=running.
-				label = maps.Clone(label)
-				if label == nil {
-					label = map[string][]string{}
-				}
-				label["attach"] = []string{"running"}
+				label = with(label, "attach", "running")
+			}
+			nums := numLabel
+			if n.Folded > 0 {
+				// Calls past the node budget, in this context's self
+				// time: pprof -tagfocus folded_calls=1: finds them.
+				nums = with(nums, "folded_calls", int64(n.Folded))
 			}
 			out.Sample = append(out.Sample, &profile.Sample{
 				Location: locs,
 				Value:    values,
 				Label:    label,
-				NumLabel: numLabel,
+				NumLabel: nums,
 			})
 		})
 	}
@@ -172,6 +166,17 @@ func Pprof(p *cct.Profile) (*profile.Profile, error) {
 		return nil, fmt.Errorf("building pprof profile: %w", err)
 	}
 	return out, nil
+}
+
+// with returns a copy of labels (which samples may share) with key set to
+// v alone.
+func with[V any](labels map[string][]V, key string, v V) map[string][]V {
+	labels = maps.Clone(labels)
+	if labels == nil {
+		labels = map[string][]V{}
+	}
+	labels[key] = []V{v}
+	return labels
 }
 
 // CountError formats an estimated count's relative standard error, as

@@ -31,7 +31,8 @@ type TreeOptions struct {
 //
 // Times estimated from samples and estimated calls (Node.CallsEstimated)
 // are marked with a leading ~, calls that are a lower bound
-// (Node.Incomplete) with ≥.
+// (Node.Incomplete) with ≥, and a context that holds calls folded past the
+// node budget (Node.Folded) says how many after its name.
 func WriteTree(w io.Writer, p *cct.Profile, opt TreeOptions) error {
 	t := treeOf(p)
 	_, total := t.Total()
@@ -64,7 +65,7 @@ func WriteTree(w io.Writer, p *cct.Profile, opt TreeOptions) error {
 				atLeast(ch.Incomplete) + estimated(ch.CallsEstimated) + strconv.FormatUint(ch.Calls, 10),
 				estimated(ch.Estimated) + Duration(ch.Wall),
 				estimated(ch.Estimated) + Duration(ch.Self()),
-				prefix + branch + name(p, ch.Func),
+				prefix + branch + name(p, ch.Func) + folded(ch.Folded),
 			})
 			walk(ch, depth+1, prefix+indent)
 		}
@@ -347,4 +348,12 @@ func estimated(e bool) string {
 		return "~"
 	}
 	return ""
+}
+
+// folded notes the calls folded into a context past the node budget.
+func folded(calls uint64) string {
+	if calls == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" [+%d folded calls]", calls)
 }
