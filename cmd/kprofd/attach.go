@@ -43,6 +43,10 @@ type attachOptions struct {
 	budget       string
 	sampleHz     int
 	socket       string
+	// maxNodes is --max-nodes when given (0: no bound), else 0 too but
+	// with maxNodesSet false: the default (the daemon's, through it).
+	maxNodes    int
+	maxNodesSet bool
 }
 
 func newAttachCmd() *cobra.Command {
@@ -92,6 +96,7 @@ Exits (--exits): ` + plan.ExitRule + `.`,
   sudo kprofd attach -p 1234 --root handle_request --dry-run`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.maxNodesSet = cmd.Flags().Changed("max-nodes")
 			return runAttach(cmd.Context(), o, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
@@ -113,6 +118,7 @@ Exits (--exits): ` + plan.ExitRule + `.`,
 	f.BoolVar(&o.discover, "discover", true, "probe indirect calls in the traced code to trace their targets as they are found\n(each hit of such a probe costs a single-stepped trap; --discover=false for none)")
 	f.BoolVar(&o.pause, "pause", true, "with --discover, hold a thread that calls a function found at run time at its first instruction until its\nprobes are in (ptrace; a few ms per function found), so that no call is missed; --pause=false to count them instead")
 	f.IntVar(&o.ringMiB, "ring-mib", 8, "ring buffer size in MiB (a power of two)")
+	f.IntVar(&o.maxNodes, "max-nodes", daemon.DefaultMaxNodes, "calling contexts to keep, at most (about 120 bytes each); calls past them fold into their callers\nand the profile says how many (0: no bound; through the daemon, at most its own --max-nodes)")
 	f.BoolVarP(&o.verbose, "verbose", "v", false, "print warnings about every function and the kernel ids of what is attached")
 	f.BoolVar(&o.recalibrate, "recalibrate", false, "measure the probes' costs again (quick mode) even when a calibration is cached")
 	f.StringVar(&o.socket, "socket", "", "run the session in the kprofd serve daemon listening on this unix socket\n(default for a user other than root: "+service.DefaultSocket+" when it exists)")
@@ -127,8 +133,19 @@ func (o *attachOptions) request() *service.Request {
 		PID: o.pid, Roots: o.roots, Mode: o.mode, Budget: o.budget, SampleHz: o.sampleHz,
 		Exclude: o.exclude, MaxFunctions: o.maxFunctions, Exits: o.exits, PerThread: o.perThread,
 		NoDiscovery: !o.discover, NoPause: !o.pause, RingMiB: o.ringMiB, Format: o.format,
-		Folded: o.folded != "", Duration: durationString(o.duration),
+		Folded: o.folded != "", Duration: durationString(o.duration), MaxNodes: o.maxNodesRequest(),
 	}
+}
+
+// maxNodesRequest returns --max-nodes as a Request takes it.
+func (o *attachOptions) maxNodesRequest() int {
+	switch {
+	case !o.maxNodesSet:
+		return 0
+	case o.maxNodes == 0:
+		return -1
+	}
+	return o.maxNodes
 }
 
 func durationString(d time.Duration) string {
@@ -167,6 +184,8 @@ func runAttach(ctx context.Context, o *attachOptions, stdout, stderr io.Writer) 
 		return fmt.Errorf("--ring-mib must be a power of two, not %d", o.ringMiB)
 	case o.maxFunctions < 1:
 		return fmt.Errorf("--max-functions must be positive, not %d", o.maxFunctions)
+	case o.maxNodes < 0:
+		return fmt.Errorf("--max-nodes must be 0 (no bound) or positive, not %d", o.maxNodes)
 	}
 	req := o.request()
 	cfg, _, err := req.Config()

@@ -16,6 +16,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/kprofd/kprofd/daemon"
 	"github.com/kprofd/kprofd/internal/service"
 )
 
@@ -24,6 +25,7 @@ type serveOptions struct {
 	metricsAddr string
 	maxSessions int
 	maxDuration time.Duration
+	maxNodes    int
 	recalibrate bool
 }
 
@@ -63,6 +65,7 @@ GET /v1/sessions, GET /v1/sessions/ID/profile, GET /metrics (Prometheus).`,
 	f.StringVar(&o.metricsAddr, "metrics-addr", "", "also serve /metrics (only) on this TCP address, e.g. 127.0.0.1:9465")
 	f.IntVar(&o.maxSessions, "max-sessions", service.DefaultMaxSessions, "sessions running at once, at most")
 	f.DurationVar(&o.maxDuration, "max-duration", service.DefaultMaxDuration, "longest session; one asked for without --duration stops there")
+	f.IntVar(&o.maxNodes, "max-nodes", daemon.DefaultMaxNodes, "calling contexts one session may keep (about 120 bytes each); calls past them fold into their callers")
 	f.BoolVar(&o.recalibrate, "recalibrate", false, "measure the probes' costs again (quick mode) even when a calibration is cached")
 	return cmd
 }
@@ -71,8 +74,8 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 	if os.Geteuid() != 0 {
 		return errors.New("kprofd serve needs root to attach uprobes (run it with sudo, or as the systemd service)")
 	}
-	if o.maxSessions < 1 || o.maxDuration <= 0 {
-		return errors.New("--max-sessions and --max-duration must be positive")
+	if o.maxSessions < 1 || o.maxDuration <= 0 || o.maxNodes < 1 {
+		return errors.New("--max-sessions, --max-duration and --max-nodes must be positive")
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
 	if ctx == nil {
@@ -88,6 +91,7 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 	defer os.Remove(o.socket)
 	cal := calibration(o.recalibrate, stderr)
 	srv := service.NewServer(o.maxSessions, o.maxDuration, cal, log)
+	srv.MaxNodes = o.maxNodes
 	api := &http.Server{Handler: srv.Handler(), ConnContext: service.ConnContext, ReadHeaderTimeout: 10 * time.Second}
 	errs := make(chan error, 2)
 	go func() { errs <- api.Serve(ln) }()

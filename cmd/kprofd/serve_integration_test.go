@@ -66,6 +66,26 @@ func (sv *serveRun) metrics(t *testing.T) map[string]float64 {
 	return testtarget.ParseMetrics(t, resp.Body)
 }
 
+// waitSessionNodes waits until the daemon's metrics say the running
+// session on pid keeps between lo and hi calling contexts.
+func (sv *serveRun) waitSessionNodes(t *testing.T, pid int, lo, hi float64) {
+	t.Helper()
+	var got float64
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		for k, v := range sv.metrics(t) {
+			if strings.HasPrefix(k, service.MetricSessionNodes+"{") && strings.Contains(k, fmt.Sprintf(`pid="%d"`, pid)) {
+				got = v
+			}
+		}
+		if lo <= got && got <= hi {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Errorf("%s for pid %d = %v, want %v to %v", service.MetricSessionNodes, pid, got, lo, hi)
+}
+
 // sessions lists the daemon's sessions, as root.
 func (sv *serveRun) sessions(t *testing.T) []service.SessionInfo {
 	t.Helper()
@@ -156,6 +176,13 @@ func TestServeUnprivileged(t *testing.T) {
 	for i, tg := range targets {
 		tg.Send(t, fmt.Sprintf("run %d", requests[i]))
 		expectDone(t, tg, fmt.Sprintf("done %d", requests[i]))
+	}
+	// Each session's tree: serve (running at the attach), and
+	// handle_request, compute and leaf below it; serve;read_line too
+	// once the entry of the read_line call now blocked leaves the
+	// thread's event batch. The gauge follows each second.
+	for _, tg := range targets {
+		sv.waitSessionNodes(t, tg.Pid(), 4, 5)
 	}
 	var events float64
 	for i, c := range clients {

@@ -34,6 +34,7 @@ const (
 	MetricProbes            = "kprofd_probes_attached"
 	MetricDemotions         = "kprofd_demotions_total"
 	MetricPredictedOverhead = "kprofd_session_predicted_overhead_ratio"
+	MetricSessionNodes      = "kprofd_session_tree_nodes"
 	MetricCalibrationAge    = "kprofd_calibration_age_seconds"
 )
 
@@ -73,7 +74,7 @@ func newMetrics(s *Server) *metrics {
 			counted(&m.demotions, func(p daemon.Progress) float64 { return float64(p.Demotions) })),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: MetricProbes, Help: "Uprobes attached now, all sessions."},
 			func() float64 { return live(func(p daemon.Progress) float64 { return float64(p.Probes) }) }),
-		overheadCollector{s},
+		sessionCollector{s},
 	)
 	if cal := s.Calibration; cal != nil {
 		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: MetricCalibrationAge, Help: "Age of the probe cost calibration the sessions use."},
@@ -113,18 +114,30 @@ func (s *Server) eachRunningLocked(f func(*session, daemon.Progress)) {
 	}
 }
 
-// overheadCollector reports each running session's predicted overhead.
-type overheadCollector struct{ s *Server }
+// sessionCollector reports each running session's predicted overhead and
+// the size of its calling-context tree (its memory, which --max-nodes
+// bounds).
+type sessionCollector struct{ s *Server }
 
-var overheadDesc = prometheus.NewDesc(MetricPredictedOverhead,
-	"Hybrid mode's predicted probe overhead per running session, as a fraction of the target's own CPU time.",
-	[]string{"session", "pid"}, nil)
+var (
+	overheadDesc = prometheus.NewDesc(MetricPredictedOverhead,
+		"Hybrid mode's predicted probe overhead per running session, as a fraction of the target's own CPU time.",
+		[]string{"session", "pid"}, nil)
+	nodesDesc = prometheus.NewDesc(MetricSessionNodes,
+		"Calling contexts each running session keeps (at most kprofd serve --max-nodes).",
+		[]string{"session", "pid"}, nil)
+)
 
-func (c overheadCollector) Describe(ch chan<- *prometheus.Desc) { ch <- overheadDesc }
+func (c sessionCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- overheadDesc
+	ch <- nodesDesc
+}
 
-func (c overheadCollector) Collect(ch chan<- prometheus.Metric) {
+func (c sessionCollector) Collect(ch chan<- prometheus.Metric) {
 	c.s.eachRunning(func(x *session, p daemon.Progress) {
-		ch <- prometheus.MustNewConstMetric(overheadDesc, prometheus.GaugeValue, p.PredictedOverhead, x.id, strconv.Itoa(x.req.PID))
+		pid := strconv.Itoa(x.req.PID)
+		ch <- prometheus.MustNewConstMetric(overheadDesc, prometheus.GaugeValue, p.PredictedOverhead, x.id, pid)
+		ch <- prometheus.MustNewConstMetric(nodesDesc, prometheus.GaugeValue, float64(p.Nodes), x.id, pid)
 	})
 }
 

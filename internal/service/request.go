@@ -39,6 +39,9 @@ type Request struct {
 	NoDiscovery bool   `json:"no_discovery,omitempty"`
 	NoPause     bool   `json:"no_pause,omitempty"`
 	RingMiB     int    `json:"ring_mib,omitempty"`
+	// MaxNodes bounds the calling contexts kept (daemon.Config.MaxNodes):
+	// 0 means the default, negative no bound.
+	MaxNodes int `json:"max_nodes,omitempty"`
 	// Format is the text view the session ends with: tree (default), top
 	// or none. Folded asks for folded stacks (flame graphs) too.
 	Format string `json:"format,omitempty"`
@@ -64,6 +67,7 @@ func (r *Request) Config() (daemon.Config, time.Duration, error) {
 		NoPause:      r.NoPause,
 		RingBytes:    r.RingMiB << 20,
 		SampleHz:     r.SampleHz,
+		MaxNodes:     r.MaxNodes,
 	}
 	if r.PID <= 0 {
 		return cfg, 0, fmt.Errorf("invalid pid %d", r.PID)
@@ -131,4 +135,12 @@ func or(s, def string) string {
 		return def
 	}
 	return s
+}
+
+// nodes writes a node budget as --max-nodes takes it: 0 for no bound.
+func nodes(max int) string {
+	if max < 0 {
+		return "0 (no bound)"
+	}
+	return fmt.Sprint(max)
 }

@@ -37,6 +37,9 @@ type Server struct {
 	// length of each (one asked for without a duration stops there).
 	MaxSessions int
 	MaxDuration time.Duration
+	// MaxNodes bounds each session's calling contexts: the default of a
+	// request without max_nodes, and the most one may ask for.
+	MaxNodes int
 	// Calibration is the probes' measured cost, for every session.
 	Calibration *calibrate.Result
 	Log         *slog.Logger
@@ -77,6 +80,7 @@ func NewServer(maxSessions int, maxDuration time.Duration, cal *calibrate.Result
 	if s.MaxDuration <= 0 {
 		s.MaxDuration = DefaultMaxDuration
 	}
+	s.MaxNodes = daemon.DefaultMaxNodes
 	if s.Log == nil {
 		s.Log = slog.Default()
 	}
@@ -169,6 +173,12 @@ func (s *Server) admit(r *http.Request, who Peer) (*Request, int, error) {
 	}
 	if d == 0 {
 		req.Duration = s.MaxDuration.String()
+	}
+	switch {
+	case req.MaxNodes == 0:
+		req.MaxNodes = s.MaxNodes
+	case req.MaxNodes < 0 || req.MaxNodes > s.MaxNodes:
+		return nil, http.StatusBadRequest, fmt.Errorf("--max-nodes %s is over the daemon's limit of %d (kprofd serve --max-nodes)", nodes(req.MaxNodes), s.MaxNodes)
 	}
 	t, err := ReadTarget(req.PID)
 	if err != nil {

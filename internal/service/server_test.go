@@ -56,6 +56,8 @@ func TestBadRequests(t *testing.T) {
 		{"bad budget", fmt.Sprintf(`{"pid":%d,"roots":["main"],"overhead_budget":"0%%"}`, self), http.StatusBadRequest, "--overhead-budget"},
 		{"bad duration", fmt.Sprintf(`{"pid":%d,"roots":["main"],"duration":"soon"}`, self), http.StatusBadRequest, "--duration"},
 		{"over the limit", fmt.Sprintf(`{"pid":%d,"roots":["main"],"duration":"2h"}`, self), http.StatusBadRequest, "over the daemon's limit of 1m0s"},
+		{"too many nodes", fmt.Sprintf(`{"pid":%d,"roots":["main"],"max_nodes":2000000}`, self), http.StatusBadRequest, "--max-nodes 2000000 is over the daemon's limit of 1000000"},
+		{"unbounded nodes", fmt.Sprintf(`{"pid":%d,"roots":["main"],"max_nodes":-1}`, self), http.StatusBadRequest, "--max-nodes 0 (no bound) is over"},
 		{"bad exclude", fmt.Sprintf(`{"pid":%d,"roots":["main"],"exclude":["("]}`, self), http.StatusBadRequest, "--exclude"},
 		{"oversize body", `{"pid":1,"roots":["` + strings.Repeat("x", maxBody) + `"]}`, http.StatusRequestEntityTooLarge, "over 65536 bytes"},
 		{"no such root", fmt.Sprintf(`{"pid":%d,"roots":["no_function_is_called_this"]}`, self), http.StatusBadRequest, "no_function_is_called_this"},
@@ -91,8 +93,8 @@ func TestBadRequests(t *testing.T) {
 		t.Errorf("%d sessions running", n)
 	}
 	m := scrape(t, c)
-	if got := m[MetricSessionsRefused]; got != 11 {
-		t.Errorf("%s = %v, want 11", MetricSessionsRefused, got)
+	if got := m[MetricSessionsRefused]; got != 13 {
+		t.Errorf("%s = %v, want 13", MetricSessionsRefused, got)
 	}
 	if got := m[MetricSessionsActive]; got != 0 {
 		t.Errorf("%s = %v, want 0", MetricSessionsActive, got)

@@ -1,7 +1,10 @@
 package testtarget
 
 import (
+	"fmt"
 	"io"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/prometheus/common/expfmt"
@@ -9,7 +12,9 @@ import (
 )
 
 // ParseMetrics parses Prometheus' text format with its own parser and
-// returns the value of every metric without labels, by name (for tests).
+// returns the value of every series by name, a labelled one's name
+// followed by its labels as in the text format: name{a="1",b="2"} (for
+// tests).
 func ParseMetrics(t testing.TB, r io.Reader) map[string]float64 {
 	t.Helper()
 	parser := expfmt.NewTextParser(model.UTF8Validation)
@@ -20,14 +25,20 @@ func ParseMetrics(t testing.TB, r io.Reader) map[string]float64 {
 	m := map[string]float64{}
 	for name, f := range fams {
 		for _, mt := range f.Metric {
+			key := name
 			if len(mt.Label) > 0 {
-				continue
+				var ls []string
+				for _, l := range mt.Label {
+					ls = append(ls, fmt.Sprintf("%s=%q", l.GetName(), l.GetValue()))
+				}
+				slices.Sort(ls)
+				key += "{" + strings.Join(ls, ",") + "}"
 			}
 			switch {
 			case mt.Counter != nil:
-				m[name] = mt.Counter.GetValue()
+				m[key] = mt.Counter.GetValue()
 			case mt.Gauge != nil:
-				m[name] = mt.Gauge.GetValue()
+				m[key] = mt.Gauge.GetValue()
 			}
 		}
 	}
