@@ -24,8 +24,11 @@ const (
 	// unwound (a stack switch): a thread running at the attach is
 	// checked at its next probe hit instead (see Config.SeedThreads).
 	CookieNoCheck uint64 = 1 << 41
+	// CookieAlloc marks the entry and exit probes of an allocator (see
+	// Program.SetAllocs): KindAlloc events follow their events.
+	CookieAlloc uint64 = 1 << 42
 
-	cookieFlags = CookieRoot | CookieRootTail | CookieSlotRBP | CookieCapture | CookieBurst | CookieNoCheck
+	cookieFlags = CookieRoot | CookieRootTail | CookieSlotRBP | CookieCapture | CookieBurst | CookieNoCheck | CookieAlloc
 )
 
 // Cookie packs what the probe program needs to know about one probe into

@@ -35,6 +35,10 @@ const (
 	// address, Func the site's index in the plan.
 	KindSite   Kind = 10
 	KindTarget Kind = 11
+	// KindAlloc follows an allocator's entry or exit event (probes with
+	// CookieAlloc) with one value of the allocation in Slot; Func says
+	// which (AllocSize, AllocFree, AllocResult).
+	KindAlloc Kind = 12
 )
 
 func (k Kind) String() string {
@@ -63,6 +67,8 @@ func (k Kind) String() string {
 		return "site"
 	case KindTarget:
 		return "target"
+	case KindAlloc:
+		return "alloc"
 	}
 	return "kind?"
 }

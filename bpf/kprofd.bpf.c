@@ -36,6 +36,7 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #define KIND_SAMPLE 9
 #define KIND_SITE 10
 #define KIND_TARGET 11
+#define KIND_ALLOC 12
 
 // Just the fields kprofd reads; CO-RE finds them in the kernel's BTF.
 struct thread_struct {
@@ -90,6 +91,7 @@ struct bpf_perf_event_data {
 #define COOKIE_CAPTURE (1ULL << 39)
 #define COOKIE_BURST (1ULL << 40)
 #define COOKIE_NO_CHECK (1ULL << 41)
+#define COOKIE_ALLOC (1ULL << 42)
 
 // Bytes of stack a capture copies at most, from the stack pointer up to
 // the root's frame. A power of two.
@@ -169,6 +171,7 @@ struct kprofd_thread {
 	// PENDING_SLOT and every event goes out; entered is the outermost
 	// root frame entered meanwhile.
 	__u64 entered;
+	__u64 alloc_out; // posix_memalign's memptr, from its entry to its exit
 	__u64 shadow[SHADOW]; // slots of the innermost frames, shadow[(depth-1) % SHADOW] on top
 	struct kprofd_event buf[BATCH];
 };
@@ -597,6 +600,34 @@ static __always_inline int shadow(struct kprofd_thread *th, __u8 kind, __u64 slo
 static __always_inline void handle_thread(struct pt_regs *ctx, struct kprofd_thread *th, __u64 now, __u32 tid,
 					  __u64 cookie, __u8 kind, __u64 slot, __u64 delta, struct kprofd_site *d);
 
+// What a KIND_ALLOC event's slot holds (its func says which): the size an
+// allocator was asked for, the pointer it was given to free (free,
+// operator delete, realloc's old block), and the block it returned.
+#define ALLOC_SIZE 0
+#define ALLOC_FREE 1
+#define ALLOC_RESULT 2
+
+// Where an allocator's arguments are (COOKIE_ALLOC probes), as hardware
+// register numbers or NO_REG: the size is the product of size[0] and
+// size[1]; ptr holds the pointer freed; out the address the new block's
+// is stored at (posix_memalign), else the allocator returns it.
+struct kprofd_alloc_spec {
+	__u8 size[2];
+	__u8 ptr;
+	__u8 out;
+};
+
+// Keeps struct kprofd_alloc_spec in BTF for bpf2go.
+const struct kprofd_alloc_spec *unused_alloc_spec __attribute__((unused));
+
+// The allocators' specs, by function id.
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 256);
+	__type(key, __u32);
+	__type(value, struct kprofd_alloc_spec);
+} allocs SEC(".maps");
+
 // reg returns general register n (hardware numbering) of ctx. Each load
 // stays a load of its own field: the verifier refuses a context pointer
 // the compiler would otherwise offset by a computed amount.
@@ -627,6 +658,49 @@ static __always_inline __u64 reg(struct pt_regs *ctx, __u8 n)
 	case 15: return REG(r15);
 	}
 	return 0;
+}
+
+// alloc_event appends a KIND_ALLOC event carrying v.
+static __always_inline void alloc_event(struct kprofd_thread *th, __u64 now, __u32 tid, __u32 what, __u64 v)
+{
+	struct kprofd_event *e = append(th, now);
+	e->slot = v;
+	e->tid = tid;
+	e->func = what;
+	e->kind = KIND_ALLOC;
+}
+
+// alloc_args follows an allocator's entry or exit event with what the
+// allocation is: at the entry its size and the block it frees, at the
+// exit the block it returned (0 for none, or for free).
+static __always_inline void alloc_args(struct pt_regs *ctx, struct kprofd_thread *th, __u64 now, __u32 tid, __u32 fn,
+				       __u8 kind)
+{
+	struct kprofd_alloc_spec *a = bpf_map_lookup_elem(&allocs, &fn);
+	if (!a)
+		return;
+	if (kind == KIND_ENTRY) {
+		if (a->ptr != NO_REG)
+			alloc_event(th, now, tid, ALLOC_FREE, reg(ctx, a->ptr));
+		if (a->size[0] != NO_REG) {
+			__u64 n = reg(ctx, a->size[0]);
+			if (a->size[1] != NO_REG)
+				n *= reg(ctx, a->size[1]);
+			alloc_event(th, now, tid, ALLOC_SIZE, n);
+		}
+		if (a->out != NO_REG)
+			th->alloc_out = reg(ctx, a->out);
+		return;
+	}
+	__u64 p = PT_REGS_RC(ctx);
+	if (a->out != NO_REG) {
+		// posix_memalign returns 0 and stores the block.
+		__u64 rc = p;
+		p = 0;
+		if (rc == 0 && bpf_probe_read_user(&p, sizeof(p), (void *)th->alloc_out))
+			p = 0;
+	}
+	alloc_event(th, now, tid, ALLOC_RESULT, p);
 }
 
 // site reads the target of the indirect call a KIND_SITE probe sits on
@@ -900,6 +974,8 @@ static __always_inline void handle_thread(struct pt_regs *ctx, struct kprofd_thr
 	e->func = (__u32)cookie;
 	e->kind = kind;
 	e->flags |= flags;
+	if ((cookie & COOKIE_ALLOC) && kind != KIND_CATCH)
+		alloc_args(ctx, th, now, tid, (__u32)cookie, kind);
 
 	// The outermost root frame returned: the thread leaves the root, and
 	// the time its batch takes to flush is no frame's.

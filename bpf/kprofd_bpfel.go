@@ -13,6 +13,13 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type kprofdKprofdAllocSpec struct {
+	_    structs.HostLayout
+	Size [2]uint8
+	Ptr  uint8
+	Out  uint8
+}
+
 type kprofdKprofdEvent struct {
 	_      structs.HostLayout
 	Time   uint64
@@ -70,6 +77,7 @@ type kprofdKprofdThread struct {
 	_         [4]byte
 	Popped    uint64
 	Entered   uint64
+	AllocOut  uint64
 	Shadow    [32]uint64
 	Buf       [64]kprofdKprofdEvent
 }
@@ -78,6 +86,7 @@ type kprofdKprofdThread struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	kprofdMapAllocs            = "allocs"
 	kprofdMapCalls             = "calls"
 	kprofdMapCheckedGoroutines = "checked_goroutines"
 	kprofdMapEvents            = "events"
@@ -111,6 +120,7 @@ const (
 	kprofdVarSeedGoidBefore    = "seed_goid_before"
 	kprofdVarSeedThreads       = "seed_threads"
 	kprofdVarTargetTgid        = "target_tgid"
+	kprofdVarUnusedAllocSpec   = "unused_alloc_spec"
 	kprofdVarUnusedEvent       = "unused_event"
 	kprofdVarUnusedPause       = "unused_pause"
 	kprofdVarUnusedSite        = "unused_site"
@@ -175,6 +185,7 @@ type kprofdProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type kprofdMapSpecs struct {
+	Allocs            *ebpf.MapSpec `ebpf:"allocs"`
 	Calls             *ebpf.MapSpec `ebpf:"calls"`
 	CheckedGoroutines *ebpf.MapSpec `ebpf:"checked_goroutines"`
 	Events            *ebpf.MapSpec `ebpf:"events"`
@@ -206,6 +217,7 @@ type kprofdVariableSpecs struct {
 	SeedGoidBefore  *ebpf.VariableSpec `ebpf:"seed_goid_before"`
 	SeedThreads     *ebpf.VariableSpec `ebpf:"seed_threads"`
 	TargetTgid      *ebpf.VariableSpec `ebpf:"target_tgid"`
+	UnusedAllocSpec *ebpf.VariableSpec `ebpf:"unused_alloc_spec"`
 	UnusedEvent     *ebpf.VariableSpec `ebpf:"unused_event"`
 	UnusedPause     *ebpf.VariableSpec `ebpf:"unused_pause"`
 	UnusedSite      *ebpf.VariableSpec `ebpf:"unused_site"`
@@ -234,6 +246,7 @@ func (o *kprofdObjects) Close() error {
 //
 // It can be passed to loadKprofdObjects or ebpf.CollectionSpec.LoadAndAssign.
 type kprofdMaps struct {
+	Allocs            *ebpf.Map `ebpf:"allocs"`
 	Calls             *ebpf.Map `ebpf:"calls"`
 	CheckedGoroutines *ebpf.Map `ebpf:"checked_goroutines"`
 	Events            *ebpf.Map `ebpf:"events"`
@@ -249,6 +262,7 @@ type kprofdMaps struct {
 
 func (m *kprofdMaps) Close() error {
 	return _KprofdClose(
+		m.Allocs,
 		m.Calls,
 		m.CheckedGoroutines,
 		m.Events,
@@ -281,6 +295,7 @@ type kprofdVariables struct {
 	SeedGoidBefore  *ebpf.Variable `ebpf:"seed_goid_before"`
 	SeedThreads     *ebpf.Variable `ebpf:"seed_threads"`
 	TargetTgid      *ebpf.Variable `ebpf:"target_tgid"`
+	UnusedAllocSpec *ebpf.Variable `ebpf:"unused_alloc_spec"`
 	UnusedEvent     *ebpf.Variable `ebpf:"unused_event"`
 	UnusedPause     *ebpf.Variable `ebpf:"unused_pause"`
 	UnusedSite      *ebpf.Variable `ebpf:"unused_site"`

@@ -578,6 +578,39 @@ func (p *Program) SetSites(first int, sites []Site) error {
 	return nil
 }
 
+// What a KindAlloc event's Slot holds; its Func says which.
+const (
+	// AllocSize is the size the allocator was asked for.
+	AllocSize = 0
+	// AllocFree is the pointer it was given to free (free, operator
+	// delete, realloc's old block).
+	AllocFree = 1
+	// AllocResult is the block it returned: 0 for none (or for free).
+	AllocResult = 2
+)
+
+// AllocSpec says where an allocator's arguments are, as general register
+// numbers (x86 hardware numbering) or NoReg: the size asked for is the
+// product of Size[0] and Size[1], Ptr holds the pointer freed, and Out the
+// address the new block's address is stored at (posix_memalign); without
+// Out the allocator returns it.
+type AllocSpec struct {
+	Size     [2]uint8
+	Ptr, Out uint8
+}
+
+// SetAllocs stores the specs of the allocators, by function id, which
+// their probes (with CookieAlloc) follow.
+func (p *Program) SetAllocs(specs map[uint32]AllocSpec) error {
+	for fn, a := range specs {
+		v := kprofdKprofdAllocSpec{Size: a.Size, Ptr: a.Ptr, Out: a.Out}
+		if err := p.objs.Allocs.Put(fn, &v); err != nil {
+			return fmt.Errorf("storing allocator %d: %w", fn, err)
+		}
+	}
+	return nil
+}
+
 // MarkTargets tells the site probes that the functions at these run-time
 // addresses need no report: they are traced, or never will be. It returns
 // how many calls the sites made to each before (those reported and not
