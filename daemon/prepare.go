@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/kprofd/kprofd/calibrate"
+	"github.com/kprofd/kprofd/internal/alloc"
 	"github.com/kprofd/kprofd/internal/callgraph"
 	"github.com/kprofd/kprofd/internal/plan"
 	"github.com/kprofd/kprofd/internal/proc"
@@ -72,6 +73,10 @@ type Config struct {
 	SampleHz int
 	// Demoted, when set, hears of each demotion as it happens.
 	Demoted func(Demotion)
+	// Alloc profiles allocations: the allocators (package alloc) the
+	// roots reach are traced as leaves, whatever Exclude says, and
+	// report the blocks they allocate and free.
+	Alloc bool
 }
 
 // Defaults for Config's zero values.
@@ -141,6 +146,12 @@ func prepare(cfg Config, p *symbolizer.Process) (*Prepared, error) {
 		roots = append(roots, callgraph.Root{Obj: m, Func: fn})
 	}
 	opt := callgraph.Options{Exclude: cfg.Exclude, MaxFunctions: cfg.MaxFunctions}
+	if cfg.Alloc {
+		opt.Leaf = func(fn *symbolizer.Func) bool {
+			_, ok := alloc.Lookup(fn.Name)
+			return ok
+		}
+	}
 	if mem, err := os.Open(fmt.Sprintf("/proc/%d/mem", cfg.PID)); err == nil {
 		defer mem.Close()
 		opt.Mem = mem
@@ -155,6 +166,18 @@ func prepare(cfg Config, p *symbolizer.Process) (*Prepared, error) {
 	}
 	for _, u := range pl.Untraced {
 		cfg.warnf("not tracing %s; its callees appear under its caller", u)
+	}
+	if cfg.Alloc {
+		found := 0
+		for _, f := range pl.Funcs {
+			if a, ok := alloc.Lookup(f.Node.Func.Name); ok && f.Untraced == "" {
+				f.Alloc = &a
+				found++
+			}
+		}
+		if found == 0 {
+			cfg.warnf("--alloc: the roots call no allocator kprofd knows (malloc, free, operator new, ...): no allocation will be seen")
+		}
 	}
 	pr := &Prepared{Proc: p, Plan: pl}
 	if exe := p.Objects[0]; exe.IsGo() {

@@ -251,6 +251,9 @@ func groupProbes(pl *plan.Plan, opt attachOptions, only map[*plan.Func]bool) [nu
 		if f != nil && f.ForeignStack {
 			flags |= bpf.CookieNoCheck
 		}
+		if f != nil && f.Alloc != nil && p.Kind != bpf.KindSite {
+			flags |= bpf.CookieAlloc
+		}
 		if p.FromRBP {
 			flags |= bpf.CookieSlotRBP
 		}

@@ -63,6 +63,7 @@ func (s *Session) buildProfile(end uint64, st bpf.Stats) *cct.Profile {
 	// The simulator's node for signal handlers' calls.
 	p.Functions = append(p.Functions, cct.Function{Name: SignalHandlerName, SystemName: SignalHandlerName, Mapping: -1})
 	p.Comments = s.comments(st)
+	p.Alloc = s.cfg.Alloc
 	// Every function outside the plan that a sample or a discovery found.
 	for _, e := range s.outside.list() {
 		p.Functions = append(p.Functions, e.function(addMapping(e.obj)))
@@ -221,6 +222,9 @@ func (s *Session) comments(st bpf.Stats) []string {
 	if ss.Restarts > 0 {
 		c = append(c, fmt.Sprintf("%d calls started over in their own frame after growing their goroutine's stack (counted once)", ss.Restarts))
 	}
+	if s.cfg.Alloc {
+		c = append(c, allocComment(s.prep.Plan, ss, s.stageOf))
+	}
 	if ss.Folded > 0 {
 		outermost := ""
 		if n := s.sim.outermostFolded(); n > 0 {
@@ -313,6 +317,35 @@ func (s *Session) comments(st bpf.Stats) []string {
 	}
 	if n := len(pl.Graph.Skipped) + len(pl.Graph.Excluded); n > 0 {
 		c = append(c, fmt.Sprintf("%d callees excluded or not traceable (see --dry-run)", n))
+	}
+	return c
+}
+
+// allocComment says what --alloc traced and how far to trust in-use
+// numbers.
+func allocComment(pl *plan.Plan, ss SimStats, stage func(int) Stage) string {
+	var names, demoted []string
+	for _, f := range pl.Funcs {
+		if f.Alloc != nil {
+			names = append(names, f.Node.Func.Display)
+			if stage(int(f.ID)) != StageFull {
+				demoted = append(demoted, f.Node.Func.Display)
+			}
+		}
+	}
+	slices.Sort(names)
+	c := fmt.Sprintf("allocations inside the root (sample types alloc_objects, alloc_space, inuse_objects, inuse_space), from %s: %d blocks allocated, %d of them freed there; %d frees of blocks allocated before the session or outside the root ignored; %d allocator calls made by another counted once",
+		strings.Join(slices.Compact(names), ", "), ss.Allocs, ss.Frees, ss.FreesUnknown, ss.Nested)
+	if ss.UnseenFrees > 0 {
+		c += fmt.Sprintf("; %d blocks freed unseen (outside the root) and allocated again", ss.UnseenFrees)
+	}
+	if len(demoted) > 0 {
+		// Sampling allocations by bytes (issue 15) is not built yet.
+		slices.Sort(demoted)
+		c += fmt.Sprintf("; WARNING: hybrid mode demoted %s: allocations after that are not counted", strings.Join(slices.Compact(demoted), ", "))
+	}
+	if ss.Untracked > 0 {
+		c += fmt.Sprintf("; WARNING: %d blocks allocated while the table of live blocks was full: in-use numbers are a lower bound", ss.Untracked)
 	}
 	return c
 }

@@ -78,7 +78,9 @@ func (s *Simulator) HandleSeed(ev *bpf.Event, st *bpf.Stack) uint64 {
 // outermost root frame's slot) waits for the verdict, so it is made here.
 func (s *Simulator) dropOutside(ev *bpf.Event) bool {
 	th := s.thread(ev.Tid)
-	if !th.checked {
+	if !th.checked || ev.Kind == bpf.KindAlloc {
+		// An allocator's result follows its exit, which may have left
+		// the root (a root that tail-calls free).
 		return false
 	}
 	isRoot := ev.Kind == bpf.KindEntry && s.isRoot(ev.Func)

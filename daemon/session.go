@@ -189,6 +189,9 @@ func StartPrepared(pr *Prepared, cfg Config) (_ *Session, err error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := s.prog.SetAllocs(allocSpecs(pr)); err != nil {
+		return nil, err
+	}
 	s.sim = NewSimulator(funcInfos(pr))
 	s.sim.SetRestarts(pr.Go != nil)
 	if !cfg.PerThread {
@@ -308,10 +311,24 @@ func (s *Session) stageOf(id int) Stage {
 	return s.stages[id]
 }
 
+// allocSpecs returns the specs of the plan's allocators by function id.
+func allocSpecs(pr *Prepared) map[uint32]bpf.AllocSpec {
+	m := map[uint32]bpf.AllocSpec{}
+	for _, f := range pr.Plan.Funcs {
+		if f.Alloc != nil {
+			m[f.ID] = f.Alloc.Spec
+		}
+	}
+	return m
+}
+
 func funcInfos(pr *Prepared) []FuncInfo {
 	infos := make([]FuncInfo, len(pr.Plan.Funcs))
 	for i, f := range pr.Plan.Funcs {
 		infos[i] = FuncInfo{Logical: cct.FuncID(f.Logical), Root: f.Root}
+		if f.Alloc != nil {
+			infos[i].Alloc = f.Alloc.Role
+		}
 		for _, t := range f.TailCalls {
 			infos[i].TailCalls = append(infos[i].TailCalls, cct.FuncID(t))
 		}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/kprofd/kprofd/bpf"
+	"github.com/kprofd/kprofd/internal/alloc"
 	"github.com/kprofd/kprofd/internal/cct"
 )
 
@@ -20,6 +21,9 @@ type FuncInfo struct {
 	// TailCalls are the functions this one can tail-call (jmp), from
 	// static analysis.
 	TailCalls []cct.FuncID
+	// Alloc is the function's role as an allocator (Config.Alloc), 0
+	// for none.
+	Alloc alloc.Role
 	// Root marks a function that may be entered on an empty stack (the
 	// profiled root). Entries of other functions on an empty stack are
 	// counted as SimStats.Orphans. When no function is marked, no entry
@@ -102,6 +106,16 @@ type SimStats struct {
 	// calls made where the node budget (SetNodeBudget) had no room for a
 	// new one: each counts in its nearest counted caller's Folded.
 	Nodes, Folded uint64
+	// Allocs counts the blocks allocated inside the roots, Frees those
+	// of them freed there; FreesUnknown counts the blocks freed there
+	// that were allocated before the session or outside the roots.
+	// Nested counts allocator calls made by another allocator (operator
+	// new calling malloc), which the outer one reports. UnseenFrees
+	// counts blocks whose address an allocator returned again without a
+	// free seen: freed outside the roots, or by a call whose events were
+	// lost. Untracked counts blocks allocated while the table of live
+	// blocks was full (SetMaxBlocks): their frees cannot be matched.
+	Allocs, Frees, FreesUnknown, Nested, UnseenFrees, Untracked uint64
 	// Samples is the number of cpu-clock samples handled, ProbeSamples
 	// those that caught the thread in kprofd's probes (not counted as the
 	// target's time), UnplacedSamples those no frame of the simulated
@@ -165,6 +179,9 @@ type thread struct {
 	// after an entry: with uretprobes, every function of a tail-call
 	// chain returns there, one event each.
 	runSlot uint64
+	// alloc is the allocator call under way, from its entry's KindAlloc
+	// events to its exit's.
+	alloc pendingAlloc
 	// checked: the thread was running at the attach and checked at its
 	// first probe hit (HandleSeed). Until the probe program has the
 	// verdict it sends everything, so whenever its simulated stack is
@@ -177,6 +194,7 @@ type thread struct {
 type funcInfo struct {
 	logical   cct.FuncID
 	tailCalls []cct.FuncID // sorted
+	alloc     alloc.Role
 }
 
 // Simulator replays the probe events of a process into one simulated call
@@ -220,9 +238,13 @@ type Simulator struct {
 	trees  map[uint32]*cct.Tree
 	// maxNodes bounds the contexts of all trees together; 0: no bound.
 	maxNodes uint64
-	stats    SimStats
-	rec      Reconciler   // nil: stacks are not compared
-	burst    *burstCounts // nil: no bursts of sampled instrumentation
+	// blocks holds the live blocks allocated inside the roots by address,
+	// up to maxBlocks of them.
+	blocks    map[uint64]block
+	maxBlocks int
+	stats     SimStats
+	rec       Reconciler   // nil: stacks are not compared
+	burst     *burstCounts // nil: no bursts of sampled instrumentation
 	// gone holds the functions hybrid mode is demoting (see Demote).
 	goneMu sync.Mutex // serializes writers
 	gone   atomic.Pointer[map[uint32]demotedAt]
@@ -256,15 +278,17 @@ type Simulator struct {
 // functions that are their own logical function and make no tail calls.
 func NewSimulator(funcs []FuncInfo) *Simulator {
 	s := &Simulator{
-		funcs:   make([]funcInfo, len(funcs)),
-		threads: make(map[uint32]*thread),
-		trees:   make(map[uint32]*cct.Tree),
-		sweepAt: minSweep,
+		funcs:     make([]funcInfo, len(funcs)),
+		threads:   make(map[uint32]*thread),
+		trees:     make(map[uint32]*cct.Tree),
+		sweepAt:   minSweep,
+		blocks:    make(map[uint64]block),
+		maxBlocks: DefaultMaxBlocks,
 	}
 	for i, f := range funcs {
 		tc := slices.Clone(f.TailCalls)
 		slices.Sort(tc)
-		s.funcs[i] = funcInfo{logical: f.Logical, tailCalls: tc}
+		s.funcs[i] = funcInfo{logical: f.Logical, tailCalls: tc, alloc: f.Alloc}
 		if f.Root {
 			if s.roots == nil {
 				s.roots = make([]bool, len(funcs))
@@ -464,6 +488,8 @@ func (s *Simulator) Handle(ev *bpf.Event) {
 		s.signal(s.thread(ev.Tid), ev)
 	case bpf.KindSigreturn:
 		s.sigreturn(s.thread(ev.Tid), ev)
+	case bpf.KindAlloc:
+		s.allocEvent(s.thread(ev.Tid), ev)
 	case bpf.KindThreadExit:
 		th := s.thread(ev.Tid)
 		s.stats.ThreadExits++

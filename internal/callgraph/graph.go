@@ -111,6 +111,10 @@ type Options struct {
 	// entry address) without calling them excluded: functions already
 	// traced, when a graph is grown from a function found later.
 	Known func(addr uint64) bool
+	// Leaf, when set, names functions traced without their callees and
+	// whatever Exclude says (the allocators of --alloc): their calls
+	// count, what they do inside is not the profile's business.
+	Leaf func(*symbolizer.Func) bool
 	// Mem reads the target's memory at run-time addresses (typically
 	// /proc/PID/mem). When set, calls through the PLT follow the GOT slot
 	// as the dynamic linker bound it, which resolves IFUNCs and symbol
@@ -157,11 +161,13 @@ type builder struct {
 	g     *Graph
 	queue []*Node
 	skip  map[string]bool
+	// leaves are analyzed for their own probes, not followed.
+	leaves map[*Node]bool
 }
 
 // Build computes the transitive closure of calls and tail calls from roots.
 func Build(p *symbolizer.Process, roots []Root, opt Options) (*Graph, error) {
-	b := &builder{proc: p, opt: opt, nodes: map[key]*Node{}, g: &Graph{}, skip: map[string]bool{}}
+	b := &builder{proc: p, opt: opt, nodes: map[key]*Node{}, g: &Graph{}, skip: map[string]bool{}, leaves: map[*Node]bool{}}
 	for _, r := range roots {
 		n := b.node(r.Obj, r.Func)
 		if n == nil {
@@ -204,7 +210,11 @@ func (b *builder) node(obj *symbolizer.Mapped, fn *symbolizer.Func) *Node {
 		return nil
 	}
 	name := obj.Base() + ":" + fn.Display
+	leaf := b.opt.Leaf != nil && b.opt.Leaf(fn)
 	for _, re := range b.opt.Exclude {
+		if leaf {
+			break
+		}
 		if re.MatchString(name) || re.MatchString(fn.Display) {
 			b.nodes[k] = nil
 			b.g.Excluded = append(b.g.Excluded, name)
@@ -214,6 +224,9 @@ func (b *builder) node(obj *symbolizer.Mapped, fn *symbolizer.Func) *Node {
 	n := &Node{Obj: obj, Func: fn}
 	b.nodes[k] = n
 	b.g.Nodes = append(b.g.Nodes, n)
+	if leaf {
+		b.leaves[n] = true
+	}
 	b.queue = append(b.queue, n)
 	return n
 }
@@ -240,6 +253,10 @@ func (b *builder) analyze(n *Node) error {
 	n.Notes = append(n.Notes, body.problems...)
 	if body.desynced > 0 {
 		n.Notes = append(n.Notes, fmt.Sprintf("%d ret instructions after undecodable bytes not probed (their exits are inferred)", body.desynced))
+	}
+	if b.leaves[n] {
+		n.TailCalls, n.Indirect, n.IndirectJumps, n.IndirectSites = nil, 0, 0, nil
+		return nil
 	}
 	for _, ref := range body.refs {
 		for _, t := range b.addressTaken(n, ref) {

@@ -84,6 +84,11 @@ type Node struct {
 	// calling-context tree): they are in no node's Calls, and their time
 	// is in this node's self time.
 	Folded uint64
+	// AllocObjects and AllocBytes count the blocks allocated in this
+	// context (an allocator's, with --alloc) and their bytes;
+	// InuseObjects and InuseBytes those of them not freed (inside the
+	// root) when the profile was taken.
+	AllocObjects, AllocBytes, InuseObjects, InuseBytes uint64
 
 	last int // index into Children of the last Child hit
 }
@@ -196,6 +201,10 @@ func mergeNode(dst, src *Node) {
 	dst.Raw += src.Raw
 	dst.Samples += src.Samples
 	dst.Folded += src.Folded
+	dst.AllocObjects += src.AllocObjects
+	dst.AllocBytes += src.AllocBytes
+	dst.InuseObjects += src.InuseObjects
+	dst.InuseBytes += src.InuseBytes
 	dst.Estimated = dst.Estimated || src.Estimated
 	for _, ch := range src.Children {
 		mergeNode(dst.Child(ch.Func), ch)
@@ -288,6 +297,9 @@ type Profile struct {
 	// SamplePeriod is the CPU time one sample stands for; zero when the
 	// profile was not sampled.
 	SamplePeriod time.Duration
+	// Alloc says the profile counts allocations (Node.AllocObjects and
+	// the rest).
+	Alloc bool
 }
 
 // EstimateTimes sets the Wall of every Estimated node of t from its

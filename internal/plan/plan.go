@@ -15,6 +15,7 @@ import (
 	"golang.org/x/arch/x86/x86asm"
 
 	"github.com/kprofd/kprofd/bpf"
+	"github.com/kprofd/kprofd/internal/alloc"
 	"github.com/kprofd/kprofd/internal/callgraph"
 	"github.com/kprofd/kprofd/internal/x86"
 	"github.com/kprofd/kprofd/symbolizer"
@@ -125,6 +126,9 @@ type Func struct {
 	// to the goroutine it resumes): no real stack is captured there to
 	// check a thread running at the attach.
 	ForeignStack bool
+	// Alloc, set by a session that profiles allocations, says the
+	// function is an allocator: its probes report sizes and blocks.
+	Alloc *alloc.Allocator
 	// Notes explains choices worth knowing (an expensive entry, ...).
 	Notes []string
 

@@ -1,0 +1,128 @@
+package daemon
+
+import (
+	"github.com/kprofd/kprofd/bpf"
+	"github.com/kprofd/kprofd/internal/alloc"
+	"github.com/kprofd/kprofd/internal/cct"
+)
+
+// DefaultMaxBlocks bounds the live blocks a session keeps to match frees
+// with their allocations (about 60 bytes each).
+const DefaultMaxBlocks = 1 << 20
+
+// pendingAlloc is what an allocator call under way reported at its entry:
+// the size asked for and the block to free.
+type pendingAlloc struct {
+	// depth is the thread's stack depth with the allocator's frame on
+	// top, 0 when no call is pending; start that frame's start, which
+	// tells a new call at the same depth from the pending one.
+	depth int
+	start uint64
+	node  *cct.Node // the allocator's context
+	role  alloc.Role
+	size  uint64
+	old   uint64 // the block to free
+}
+
+// block is a live block allocated inside the roots.
+type block struct {
+	node *cct.Node
+	size uint64
+}
+
+// SetMaxBlocks bounds the live blocks kept to match frees (n > 0).
+func (s *Simulator) SetMaxBlocks(n int) { s.maxBlocks = n }
+
+// allocEvent applies a KindAlloc event: at an allocator's entry its size
+// or the block it frees, at its exit the block it returned, which settles
+// the call.
+func (s *Simulator) allocEvent(th *thread, ev *bpf.Event) {
+	n := len(th.frames)
+	if ev.Func == bpf.AllocResult {
+		p := th.alloc
+		if p.depth == 0 || p.depth <= n {
+			// A nested allocator's result (the outer one reports),
+			// or a call whose entry came before the session.
+			return
+		}
+		// Its exit popped it, and with it the callers that had
+		// tail-called it (free_early: jmp free).
+		th.alloc = pendingAlloc{}
+		s.settle(p, ev.Slot)
+		return
+	}
+	top := th.topFrame()
+	if top == nil || int(top.phys) >= len(s.funcs) || s.funcs[top.phys].alloc == 0 {
+		return
+	}
+	p := &th.alloc
+	switch {
+	case p.depth != 0 && p.depth < n:
+		s.stats.Nested++
+		return
+	case p.depth != n || p.start != top.start:
+		// A new call; one pending deeper or before it lost its exit.
+		*p = pendingAlloc{depth: n, start: top.start, node: top.node, role: s.funcs[top.phys].alloc}
+	}
+	if ev.Func == bpf.AllocSize {
+		p.size = ev.Slot
+	} else {
+		p.old = ev.Slot
+	}
+}
+
+// settle applies an allocator call that returned result.
+func (s *Simulator) settle(p pendingAlloc, result uint64) {
+	switch p.role {
+	case alloc.Frees:
+		s.free(p.old)
+	case alloc.Allocates:
+		s.allocated(p.node, result, p.size)
+	case alloc.Reallocates:
+		// A failed realloc leaves the old block; realloc(p, 0) frees.
+		if result != 0 || p.size == 0 {
+			s.free(p.old)
+		}
+		s.allocated(p.node, result, p.size)
+	}
+}
+
+// allocated counts a block of size bytes at addr (0: none) in node.
+func (s *Simulator) allocated(node *cct.Node, addr, size uint64) {
+	if addr == 0 {
+		return
+	}
+	s.stats.Allocs++
+	node.AllocObjects++
+	node.AllocBytes += size
+	if old, ok := s.blocks[addr]; ok {
+		// Freed where kprofd did not see it.
+		s.stats.UnseenFrees++
+		old.node.InuseObjects--
+		old.node.InuseBytes -= old.size
+		delete(s.blocks, addr)
+	}
+	if len(s.blocks) >= s.maxBlocks {
+		s.stats.Untracked++
+		return
+	}
+	node.InuseObjects++
+	node.InuseBytes += size
+	s.blocks[addr] = block{node, size}
+}
+
+// free counts the block at addr freed (0: none).
+func (s *Simulator) free(addr uint64) {
+	if addr == 0 {
+		return
+	}
+	b, ok := s.blocks[addr]
+	if !ok {
+		s.stats.FreesUnknown++
+		return
+	}
+	s.stats.Frees++
+	delete(s.blocks, addr)
+	b.node.InuseObjects--
+	b.node.InuseBytes -= b.size
+}

@@ -1,0 +1,171 @@
+package daemon
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/kprofd/kprofd/bpf"
+	"github.com/kprofd/kprofd/internal/alloc"
+	"github.com/kprofd/kprofd/internal/cct"
+)
+
+// Allocator ids of the allocation tests, after the test functions.
+const (
+	Malloc cct.FuncID = Fp + 1 + iota
+	Free
+	Realloc
+)
+
+// allocFuncs returns testFuncs with malloc, free and realloc; B can
+// tail-call free.
+func allocFuncs() []FuncInfo {
+	fs := testFuncs()
+	for _, a := range []struct {
+		id   cct.FuncID
+		role alloc.Role
+	}{{Malloc, alloc.Allocates}, {Free, alloc.Frees}, {Realloc, alloc.Reallocates}} {
+		fs = append(fs, FuncInfo{Logical: a.id, Alloc: a.role})
+	}
+	fs[B].TailCalls = append(fs[B].TailCalls, Free)
+	return fs
+}
+
+// size, freeing and result build the KindAlloc events of thread 1.
+func size(t, n uint64) bpf.Event {
+	return bpf.Event{Time: t, Slot: n, Tid: 1, Func: bpf.AllocSize, Kind: bpf.KindAlloc}
+}
+func freeing(t, p uint64) bpf.Event {
+	return bpf.Event{Time: t, Slot: p, Tid: 1, Func: bpf.AllocFree, Kind: bpf.KindAlloc}
+}
+func result(t, p uint64) bpf.Event {
+	return bpf.Event{Time: t, Slot: p, Tid: 1, Func: bpf.AllocResult, Kind: bpf.KindAlloc}
+}
+
+// allocString renders the allocation numbers of a tree as "path
+// objects/bytes inuse objects/bytes" entries sorted by path.
+func allocString(t *cct.Tree) string {
+	var ss []string
+	t.Root.Walk(func(n *cct.Node) {
+		if n.AllocObjects == 0 {
+			return
+		}
+		var p []string
+		for _, f := range n.Path() {
+			name, ok := map[cct.FuncID]string{Malloc: "malloc", Free: "free", Realloc: "realloc"}[f]
+			if !ok {
+				name = testName(f)
+			}
+			p = append(p, name)
+		}
+		ss = append(ss, fmt.Sprintf("%s %d/%d inuse %d/%d", strings.Join(p, "/"), n.AllocObjects, n.AllocBytes, n.InuseObjects, n.InuseBytes))
+	})
+	slices.Sort(ss)
+	return strings.Join(ss, ";")
+}
+
+func TestSimulatorAllocations(t *testing.T) {
+	const s0, s1, s2 = 0x7ffd_0000_1000, 0x7ffd_0000_0fe0, 0x7ffd_0000_0fc0
+	// call returns the events of an allocator call at slot s.
+	call := func(t0, s uint64, f cct.FuncID, args []bpf.Event, res uint64) []bpf.Event {
+		evs := []bpf.Event{in(t0, s, f)}
+		evs = append(evs, args...)
+		return append(evs, ret(t0+5, s, f), result(t0+5, res))
+	}
+	tests := []struct {
+		name   string
+		events [][]bpf.Event
+		want   string
+		stats  SimStats
+		blocks int // SetMaxBlocks, when non-zero
+	}{{
+		name: "malloc, free, a kept block, a free of an unknown block, free(NULL)",
+		events: [][]bpf.Event{
+			{in(0, s0, A), in(1, s1, B)},
+			call(10, s2, Malloc, []bpf.Event{size(10, 100)}, 0x1000),
+			call(20, s2, Malloc, []bpf.Event{size(20, 200)}, 0x2000),
+			call(30, s2, Free, []bpf.Event{freeing(30, 0x1000)}, 0),
+			call(40, s2, Free, []bpf.Event{freeing(40, 0x9000)}, 0),
+			call(50, s2, Free, []bpf.Event{freeing(50, 0)}, 0),
+			{out(60, s1, B), out(70, s0, A)},
+		},
+		want:  "A/B/malloc 2/300 inuse 1/200",
+		stats: SimStats{Allocs: 2, Frees: 1, FreesUnknown: 1},
+	}, {
+		name: "a realloc chain, and a failed realloc keeps the block",
+		events: [][]bpf.Event{
+			{in(0, s0, A)},
+			call(10, s1, Malloc, []bpf.Event{size(10, 16)}, 0x1000),
+			call(20, s1, Realloc, []bpf.Event{freeing(20, 0x1000), size(20, 32)}, 0x1000), // in place
+			call(30, s1, Realloc, []bpf.Event{freeing(30, 0x1000), size(30, 64)}, 0x3000),
+			call(40, s1, Realloc, []bpf.Event{freeing(40, 0x3000), size(40, 1<<50)}, 0),
+			{out(60, s0, A)},
+		},
+		want:  "A/malloc 1/16 inuse 0/0;A/realloc 2/96 inuse 1/64",
+		stats: SimStats{Allocs: 3, Frees: 2},
+	}, {
+		name: "a free tail-called, its result after both frames popped",
+		events: [][]bpf.Event{
+			{in(0, s0, A)},
+			call(10, s1, Malloc, []bpf.Event{size(10, 8)}, 0x1000),
+			{in(20, s1, B), in(21, s1, Free), freeing(21, 0x1000), ret(25, s1, Free), result(25, 0), ret(25, s1, B)},
+			{out(60, s0, A)},
+		},
+		want:  "A/malloc 1/8 inuse 0/0",
+		stats: SimStats{Allocs: 1, Frees: 1, TailCalls: 1, ChainedReturns: 1},
+	}, {
+		name: "an allocator called by another counts once",
+		events: [][]bpf.Event{
+			{in(0, s0, A), in(10, s1, Malloc), size(10, 24)},
+			call(11, s2, Malloc, []bpf.Event{size(11, 24)}, 0x1000),
+			{ret(20, s1, Malloc), result(20, 0x1000), out(60, s0, A)},
+		},
+		want:  "A/malloc 1/24 inuse 1/24",
+		stats: SimStats{Allocs: 1, Nested: 1},
+	}, {
+		name: "an address allocated again without a free seen",
+		events: [][]bpf.Event{
+			{in(0, s0, A)},
+			call(10, s1, Malloc, []bpf.Event{size(10, 8)}, 0x1000),
+			call(20, s1, Malloc, []bpf.Event{size(20, 16)}, 0x1000),
+			{out(60, s0, A)},
+		},
+		want:  "A/malloc 2/24 inuse 1/16",
+		stats: SimStats{Allocs: 2, UnseenFrees: 1},
+	}, {
+		name: "a full table of live blocks",
+		events: [][]bpf.Event{
+			{in(0, s0, A)},
+			call(10, s1, Malloc, []bpf.Event{size(10, 8)}, 0x1000),
+			call(20, s1, Malloc, []bpf.Event{size(20, 16)}, 0x2000),
+			call(30, s1, Free, []bpf.Event{freeing(30, 0x2000)}, 0),
+			{out(60, s0, A)},
+		},
+		blocks: 1,
+		want:   "A/malloc 2/24 inuse 1/8",
+		stats:  SimStats{Allocs: 2, Untracked: 1, FreesUnknown: 1},
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := NewSimulator(allocFuncs())
+			s.SetSharedTree()
+			if tt.blocks > 0 {
+				s.SetMaxBlocks(tt.blocks)
+			}
+			for _, evs := range tt.events {
+				for i := range evs {
+					s.Handle(&evs[i])
+				}
+			}
+			if got := allocString(s.Merged()); got != tt.want {
+				t.Errorf("allocations:\n got %s\nwant %s", got, tt.want)
+			}
+			got := s.Stats()
+			if g := (SimStats{Allocs: got.Allocs, Frees: got.Frees, FreesUnknown: got.FreesUnknown, Nested: got.Nested, UnseenFrees: got.UnseenFrees,
+				Untracked: got.Untracked, TailCalls: got.TailCalls, ChainedReturns: got.ChainedReturns}); g != tt.stats {
+				t.Errorf("stats:\n got %+v\nwant %+v", g, tt.stats)
+			}
+		})
+	}
+}

@@ -1,0 +1,86 @@
+// Package alloc knows the allocators kprofd attach --alloc traces: the C
+// library's and the C++ runtime's entry points, by symbol name, and where
+// each takes its size and the pointer it frees (System V x86-64 ABI).
+// Whichever object defines them counts (glibc, jemalloc, tcmalloc): the
+// call graph follows the calls as the dynamic linker bound them.
+package alloc
+
+import "github.com/kprofd/kprofd/bpf"
+
+// Registers of the System V calling convention (hardware numbering).
+const (
+	rdi = 7
+	rsi = 6
+	rdx = 2
+	no  = bpf.NoReg
+)
+
+// Role says what an allocator does with memory.
+type Role uint8
+
+const (
+	// Allocates returns a new block.
+	Allocates Role = iota + 1
+	// Frees frees the block it is given.
+	Frees
+	// Reallocates frees the block it is given and returns a new one
+	// (realloc): unless it fails, when the old block stays.
+	Reallocates
+)
+
+// Allocator is one allocator entry point.
+type Allocator struct {
+	Role Role
+	// Spec is where its arguments are, for the probe program.
+	Spec bpf.AllocSpec
+}
+
+func allocates(size0, size1 uint8) Allocator {
+	return Allocator{Allocates, bpf.AllocSpec{Size: [2]uint8{size0, size1}, Ptr: no, Out: no}}
+}
+
+func frees() Allocator {
+	return Allocator{Frees, bpf.AllocSpec{Size: [2]uint8{no, no}, Ptr: rdi, Out: no}}
+}
+
+// byName holds the allocators by symbol name. C++ operators come in every
+// overload: with std::nothrow_t, std::align_val_t and, for delete, the
+// size; all take the size (new) or the pointer (delete) first.
+var byName = map[string]Allocator{
+	"malloc":         allocates(rdi, no),
+	"calloc":         allocates(rdi, rsi),
+	"aligned_alloc":  allocates(rsi, no),
+	"memalign":       allocates(rsi, no),
+	"valloc":         allocates(rdi, no),
+	"pvalloc":        allocates(rdi, no),
+	"posix_memalign": {Allocates, bpf.AllocSpec{Size: [2]uint8{rdx, no}, Ptr: no, Out: rdi}},
+	"realloc":        {Reallocates, bpf.AllocSpec{Size: [2]uint8{rsi, no}, Ptr: rdi, Out: no}},
+	"reallocarray":   {Reallocates, bpf.AllocSpec{Size: [2]uint8{rsi, rdx}, Ptr: rdi, Out: no}},
+	"free":           frees(),
+	"cfree":          frees(),
+}
+
+func init() {
+	// glibc's own names, at the same addresses.
+	for _, n := range []string{"malloc", "calloc", "realloc", "reallocarray", "free", "memalign", "valloc", "pvalloc"} {
+		byName["__libc_"+n] = byName[n]
+	}
+	// operator new and new[]: _Znwm, _Znam, and their overloads.
+	for _, op := range []string{"_Znwm", "_Znam"} {
+		for _, suffix := range []string{"", "RKSt9nothrow_t", "St11align_val_t", "St11align_val_tRKSt9nothrow_t"} {
+			byName[op+suffix] = allocates(rdi, no)
+		}
+	}
+	// operator delete and delete[]: _ZdlPv, _ZdaPv, and their overloads.
+	for _, op := range []string{"_ZdlPv", "_ZdaPv"} {
+		for _, suffix := range []string{"", "m", "RKSt9nothrow_t", "St11align_val_t", "St11align_val_tRKSt9nothrow_t", "mSt11align_val_t"} {
+			byName[op+suffix] = frees()
+		}
+	}
+}
+
+// Lookup returns the allocator a C or C++ symbol name (mangled) is.
+func Lookup(name string) (Allocator, bool) {
+	a, ok := byName[name]
+	return a, ok
+}
