@@ -47,6 +47,7 @@ type attachOptions struct {
 	// with maxNodesSet false: the default (the daemon's, through it).
 	maxNodes    int
 	maxNodesSet bool
+	alloc       bool
 }
 
 func newAttachCmd() *cobra.Command {
@@ -119,6 +120,7 @@ Exits (--exits): ` + plan.ExitRule + `.`,
 	f.BoolVar(&o.pause, "pause", true, "with --discover, hold a thread that calls a function found at run time at its first instruction until its\nprobes are in (ptrace; a few ms per function found), so that no call is missed; --pause=false to count them instead")
 	f.IntVar(&o.ringMiB, "ring-mib", 8, "ring buffer size in MiB (a power of two)")
 	f.IntVar(&o.maxNodes, "max-nodes", daemon.DefaultMaxNodes, "calling contexts to keep, at most (about 120 bytes each); calls past them fold into their callers\nand the profile says how many (0: no bound; through the daemon, at most its own --max-nodes)")
+	f.BoolVar(&o.alloc, "alloc", false, "also profile allocations: objects and bytes allocated, and still in use, per calling context\n(malloc, calloc, realloc, free, operator new and delete, ... called inside the root)")
 	f.BoolVarP(&o.verbose, "verbose", "v", false, "print warnings about every function and the kernel ids of what is attached")
 	f.BoolVar(&o.recalibrate, "recalibrate", false, "measure the probes' costs again (quick mode) even when a calibration is cached")
 	f.StringVar(&o.socket, "socket", "", "run the session in the kprofd serve daemon listening on this unix socket\n(default for a user other than root: "+service.DefaultSocket+" when it exists)")
@@ -133,7 +135,7 @@ func (o *attachOptions) request() *service.Request {
 		PID: o.pid, Roots: o.roots, Mode: o.mode, Budget: o.budget, SampleHz: o.sampleHz,
 		Exclude: o.exclude, MaxFunctions: o.maxFunctions, Exits: o.exits, PerThread: o.perThread,
 		NoDiscovery: !o.discover, NoPause: !o.pause, RingMiB: o.ringMiB, Format: o.format,
-		Folded: o.folded != "", Duration: durationString(o.duration), MaxNodes: o.maxNodesRequest(),
+		Folded: o.folded != "", Duration: durationString(o.duration), MaxNodes: o.maxNodesRequest(), Alloc: o.alloc,
 	}
 }
 

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -376,4 +378,89 @@ func TestIncomplete(t *testing.T) {
 	if want := fmt.Sprintf("≥%d ", compute.Calls); !strings.Contains(b.String(), want) {
 		t.Errorf("the tree does not show %q:\n%s", want, b.String())
 	}
+}
+
+// TestAlloc checks an allocation profile: Go's heap sample types on the
+// allocators' contexts in pprof, inclusive columns in the tree, flat ones
+// in the top list, and a folded context's note.
+func TestAlloc(t *testing.T) {
+	p := testProfile(false)
+	p.Alloc = true
+	var memcpys []*cct.Node
+	p.Tree.Root.Walk(func(n *cct.Node) {
+		if n.Func == fMemcpy {
+			memcpys = append(memcpys, n)
+		}
+		if n.Func == fCompute {
+			n.Folded = 7
+		}
+	})
+	// memcpy stands for an allocator here: under walk 3 blocks of 100
+	// bytes, one in use; under compute 2 blocks of 2 MiB, both in use.
+	memcpys[0].AllocObjects, memcpys[0].AllocBytes, memcpys[0].InuseObjects, memcpys[0].InuseBytes = 3, 300, 1, 100
+	memcpys[1].AllocObjects, memcpys[1].AllocBytes, memcpys[1].InuseObjects, memcpys[1].InuseBytes = 2, 4<<20, 2, 4<<20
+
+	pp := roundTrip(t, p)
+	idx := map[string]int{}
+	for i, st := range pp.SampleType {
+		idx[st.Type+"/"+st.Unit] = i
+	}
+	got := map[string][4]int64{}
+	for _, s := range pp.Sample {
+		var v [4]int64
+		for i, ty := range []string{"alloc_objects/count", "alloc_space/bytes", "inuse_objects/count", "inuse_space/bytes"} {
+			j, ok := idx[ty]
+			if !ok {
+				t.Fatalf("no sample type %s: %v", ty, pp.SampleType)
+			}
+			v[i] = s.Value[j]
+		}
+		if v != ([4]int64{}) {
+			got[s.Location[1].Line[0].Function.Name] = v
+		}
+		if n := s.NumLabel["folded_calls"]; s.Location[0].Line[0].Function.Name == "compute" && (len(n) != 1 || n[0] != 7) {
+			t.Errorf("compute's folded_calls label %v, want [7]", n)
+		}
+	}
+	if want := map[string][4]int64{"walk(Node*)": {3, 300, 1, 100}, "compute": {2, 4 << 20, 2, 4 << 20}}; !maps.Equal(got, want) {
+		t.Errorf("allocations by caller %v, want %v", got, want)
+	}
+
+	var tree, top bytes.Buffer
+	if err := WriteTree(&tree, p, TreeOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteTop(&top, p, 0); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []*regexp.Regexp{
+		regexp.MustCompile(`(?m)^calls +total +self +allocs +alloc bytes +inuse bytes +function$`),
+		regexp.MustCompile(`(?m)^ +2 +\S+ +\S+ +5 +4\.0MiB +4\.0MiB +main$`), // thread 1's and 2's main merged
+		regexp.MustCompile(`(?m) 3 +300B +100B +│ +└─ memcpy$`),
+		regexp.MustCompile(`(?m) compute \[\+7 folded calls\]$`),
+	} {
+		if !want.MatchString(tree.String()) {
+			t.Errorf("the tree does not match %s:\n%s", want, tree.String())
+		}
+	}
+	if want := regexp.MustCompile(`(?m) 5 +4\.0MiB +4\.0MiB +memcpy$`); !want.MatchString(top.String()) {
+		t.Errorf("the top list does not match %s:\n%s", want, top.String())
+	}
+}
+
+// roundTrip writes p as pprof and parses it back.
+func roundTrip(t *testing.T, p *cct.Profile) *profile.Profile {
+	t.Helper()
+	var buf bytes.Buffer
+	if err := WritePprof(&buf, p); err != nil {
+		t.Fatal(err)
+	}
+	pp, err := profile.Parse(&buf)
+	if err != nil {
+		t.Fatalf("parsing written profile: %v", err)
+	}
+	if err := pp.CheckValid(); err != nil {
+		t.Fatalf("parsed profile: %v", err)
+	}
+	return pp
 }

@@ -26,6 +26,9 @@ import (
 // or "estimated" (time from samples: pprof -tagfocus timing=estimated).
 // A context whose calls are a lower bound is labelled calls=incomplete,
 // one with a call already running when kprofd attached attach=running.
+// An allocation profile (p.Alloc) adds the sample types of Go's heap
+// profiles, alloc_objects/count, alloc_space/bytes, inuse_objects/count
+// and inuse_space/bytes, on the allocators' contexts.
 func Pprof(p *cct.Profile) (*profile.Profile, error) {
 	out := &profile.Profile{
 		SampleType: []*profile.ValueType{
@@ -44,6 +47,11 @@ func Pprof(p *cct.Profile) (*profile.Profile, error) {
 	sampled := p.SamplePeriod > 0
 	if sampled {
 		out.SampleType = append(out.SampleType, &profile.ValueType{Type: "samples", Unit: "count"})
+	}
+	if p.Alloc {
+		out.SampleType = append(out.SampleType,
+			&profile.ValueType{Type: "alloc_objects", Unit: "count"}, &profile.ValueType{Type: "alloc_space", Unit: "bytes"},
+			&profile.ValueType{Type: "inuse_objects", Unit: "count"}, &profile.ValueType{Type: "inuse_space", Unit: "bytes"})
 	}
 	if !p.Start.IsZero() {
 		out.TimeNanos = p.Start.UnixNano()
@@ -132,6 +140,9 @@ func Pprof(p *cct.Profile) (*profile.Profile, error) {
 			if sampled {
 				values = append(values, int64(n.Samples))
 				label = timingLabels[n.Estimated]
+			}
+			if p.Alloc {
+				values = append(values, int64(n.AllocObjects), int64(n.AllocBytes), int64(n.InuseObjects), int64(n.InuseBytes))
 			}
 			if n.CallsEstimated {
 				// Its calls are an estimate: pprof -tagfocus shows the

@@ -32,11 +32,17 @@ type TreeOptions struct {
 // Times estimated from samples and estimated calls (Node.CallsEstimated)
 // are marked with a leading ~, calls that are a lower bound
 // (Node.Incomplete) with ≥, and a context that holds calls folded past the
-// node budget (Node.Folded) says how many after its name.
+// node budget (Node.Folded) says how many after its name. An allocation
+// profile (p.Alloc) adds the blocks and bytes allocated in each context
+// and below it, and the bytes of them still in use.
 func WriteTree(w io.Writer, p *cct.Profile, opt TreeOptions) error {
 	t := treeOf(p)
 	_, total := t.Total()
-	rows := [][]string{{"calls", "total", "self", "function"}}
+	header := []string{"calls", "total", "self"}
+	if p.Alloc {
+		header = append(header, allocHeader...)
+	}
+	rows := [][]string{append(header, "function")}
 	var hiddenSmall, hiddenSmallNodes, hiddenDeep int
 	var walk func(n *cct.Node, depth int, prefix string)
 	walk = func(n *cct.Node, depth int, prefix string) {
@@ -61,12 +67,17 @@ func WriteTree(w io.Writer, p *cct.Profile, opt TreeOptions) error {
 			if depth == 1 {
 				branch, indent = "", ""
 			}
-			rows = append(rows, []string{
+			row := []string{
 				atLeast(ch.Incomplete) + estimated(ch.CallsEstimated) + strconv.FormatUint(ch.Calls, 10),
 				estimated(ch.Estimated) + Duration(ch.Wall),
 				estimated(ch.Estimated) + Duration(ch.Self()),
-				prefix + branch + name(p, ch.Func) + folded(ch.Folded),
-			})
+			}
+			if p.Alloc {
+				var a allocs
+				ch.Walk(a.add)
+				row = append(row, a.columns()...)
+			}
+			rows = append(rows, append(row, prefix+branch+name(p, ch.Func)+folded(ch.Folded)))
 			walk(ch, depth+1, prefix+indent)
 		}
 	}
@@ -75,7 +86,7 @@ func WriteTree(w io.Writer, p *cct.Profile, opt TreeOptions) error {
 	bw := bufio.NewWriter(w)
 	writeComments(bw, p)
 	fmt.Fprintf(bw, "total wall %s, %d nodes\n", Duration(total), t.NumNodes())
-	writeTable(bw, rows, 3)
+	writeTable(bw, rows, len(header))
 	var hid []string
 	if hiddenSmall > 0 {
 		hid = append(hid, fmt.Sprintf("%d subtrees (%d nodes) below %g%%", hiddenSmall, hiddenSmallNodes, opt.MinPercent))
@@ -105,6 +116,7 @@ func WriteTop(w io.Writer, p *cct.Profile, n int) error {
 		calls, self, cum uint64
 		estimated        bool // some of its time comes from samples
 		callsEstimated   bool // some of its calls are estimates
+		allocs           allocs
 	}
 	stats := make(map[cct.FuncID]*stat)
 	onPath := make(map[cct.FuncID]int)
@@ -119,6 +131,7 @@ func WriteTop(w io.Writer, p *cct.Profile, n int) error {
 		st.self += n.Self()
 		st.estimated = st.estimated || n.Estimated
 		st.callsEstimated = st.callsEstimated || n.CallsEstimated
+		st.allocs.add(n)
 		if onPath[n.Func] == 0 {
 			st.cum += n.Wall
 		}
@@ -143,16 +156,23 @@ func WriteTop(w io.Writer, p *cct.Profile, n int) error {
 	if n > 0 && n < len(list) {
 		list = list[:n]
 	}
-	rows := [][]string{{"calls", "self", "self%", "cum", "cum%", "function"}}
+	header := []string{"calls", "self", "self%", "cum", "cum%"}
+	if p.Alloc {
+		header = append(header, allocHeader...)
+	}
+	rows := [][]string{append(header, "function")}
 	for _, st := range list {
-		rows = append(rows, []string{
+		row := []string{
 			estimated(st.callsEstimated) + strconv.FormatUint(st.calls, 10),
 			estimated(st.estimated) + Duration(st.self),
 			percent(st.self, total),
 			estimated(st.estimated) + Duration(st.cum),
 			percent(st.cum, total),
-			name(p, st.id),
-		})
+		}
+		if p.Alloc {
+			row = append(row, st.allocs.columns()...)
+		}
+		rows = append(rows, append(row, name(p, st.id)))
 	}
 
 	bw := bufio.NewWriter(w)
@@ -162,7 +182,7 @@ func WriteTop(w io.Writer, p *cct.Profile, n int) error {
 		fmt.Fprintf(bw, ", top %d shown", len(list))
 	}
 	fmt.Fprintln(bw)
-	writeTable(bw, rows, 5)
+	writeTable(bw, rows, len(header))
 	if err := bw.Flush(); err != nil {
 		return fmt.Errorf("writing top list: %w", err)
 	}
@@ -356,4 +376,34 @@ func folded(calls uint64) string {
 		return ""
 	}
 	return fmt.Sprintf(" [+%d folded calls]", calls)
+}
+
+// allocHeader names the allocation columns of the text views.
+var allocHeader = []string{"allocs", "alloc bytes", "inuse bytes"}
+
+// allocs sums the allocations of contexts.
+type allocs struct{ objects, bytes, inuse uint64 }
+
+func (a *allocs) add(n *cct.Node) {
+	a.objects += n.AllocObjects
+	a.bytes += n.AllocBytes
+	a.inuse += n.InuseBytes
+}
+
+func (a allocs) columns() []string {
+	return []string{strconv.FormatUint(a.objects, 10), Bytes(a.bytes), Bytes(a.inuse)}
+}
+
+// Bytes formats a byte count in binary units: 512B, 1.5KiB, 3.0MiB.
+func Bytes(n uint64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%dB", n)
+	}
+	v, i := float64(n)/unit, 0
+	for v >= unit && i < 3 {
+		v /= unit
+		i++
+	}
+	return fmt.Sprintf("%.1f%s", v, []string{"KiB", "MiB", "GiB", "TiB"}[i])
 }

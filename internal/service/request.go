@@ -42,6 +42,8 @@ type Request struct {
 	// MaxNodes bounds the calling contexts kept (daemon.Config.MaxNodes):
 	// 0 means the default, negative no bound.
 	MaxNodes int `json:"max_nodes,omitempty"`
+	// Alloc profiles allocations too (daemon.Config.Alloc).
+	Alloc bool `json:"alloc,omitempty"`
 	// Format is the text view the session ends with: tree (default), top
 	// or none. Folded asks for folded stacks (flame graphs) too.
 	Format string `json:"format,omitempty"`
@@ -68,6 +70,7 @@ func (r *Request) Config() (daemon.Config, time.Duration, error) {
 		RingBytes:    r.RingMiB << 20,
 		SampleHz:     r.SampleHz,
 		MaxNodes:     r.MaxNodes,
+		Alloc:        r.Alloc,
 	}
 	if r.PID <= 0 {
 		return cfg, 0, fmt.Errorf("invalid pid %d", r.PID)
