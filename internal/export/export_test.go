@@ -113,17 +113,7 @@ func TestPprof(t *testing.T) {
 	}{{"pprof.golden", false}, {"pprof_threads.golden", true}} {
 		t.Run(tt.name, func(t *testing.T) {
 			p := testProfile(tt.perThread)
-			var buf bytes.Buffer
-			if err := WritePprof(&buf, p); err != nil {
-				t.Fatal(err)
-			}
-			pp, err := profile.Parse(&buf)
-			if err != nil {
-				t.Fatalf("parsing written profile: %v", err)
-			}
-			if err := pp.CheckValid(); err != nil {
-				t.Fatalf("parsed profile: %v", err)
-			}
+			pp := roundTrip(t, p)
 			golden(t, tt.name, []byte(pp.String()))
 
 			// Every call and every nanosecond is in the samples once.
