@@ -99,6 +99,22 @@ func TestSimulator(t *testing.T) {
 		s3
 		s4
 	)
+	// Two calls of B and one of C calling D, all from A; and W recursing
+	// four deep, then two.
+	nesting := []bpf.Event{
+		in(0, s0, A),
+		in(10, s1, B), out(30, s1, B),
+		in(40, s1, C), in(45, s2, D), out(50, s2, D), out(60, s1, C),
+		in(70, s1, B), out(80, s1, B),
+		out(100, s0, A),
+	}
+	recursion := []bpf.Event{
+		in(0, s0, A),
+		in(10, s1, W), in(20, s2, W), in(30, s3, W), in(40, s4, W),
+		out(45, s4, W), out(55, s3, W), out(70, s2, W), out(90, s1, W),
+		in(100, s1, W), in(110, s2, W), out(115, s2, W), out(120, s1, W),
+		out(200, s0, A),
+	}
 	tests := []struct {
 		name   string
 		funcs  []FuncInfo // testFuncs() if nil
@@ -111,15 +127,9 @@ func TestSimulator(t *testing.T) {
 		budget uint64            // SetNodeBudget; stats.Nodes is then given
 		shared bool              // SetSharedTree
 	}{{
-		name: "nesting",
-		events: []bpf.Event{
-			in(0, s0, A),
-			in(10, s1, B), out(30, s1, B),
-			in(40, s1, C), in(45, s2, D), out(50, s2, D), out(60, s1, C),
-			in(70, s1, B), out(80, s1, B),
-			out(100, s0, A),
-		},
-		want: "A 1 100;A/B 2 30;A/C 1 20;A/C/D 1 5",
+		name:   "nesting",
+		events: nesting,
+		want:   "A 1 100;A/B 2 30;A/C 1 20;A/C/D 1 5",
 	}, {
 		name: "return events",
 		events: []bpf.Event{
@@ -127,36 +137,18 @@ func TestSimulator(t *testing.T) {
 		},
 		want: "A 1 100;A/B 1 20",
 	}, {
-		name: "recursion",
-		events: []bpf.Event{
-			in(0, s0, A),
-			in(10, s1, W), in(20, s2, W), in(30, s3, W), in(40, s4, W),
-			out(45, s4, W), out(55, s3, W), out(70, s2, W), out(90, s1, W),
-			in(100, s1, W), in(110, s2, W), out(115, s2, W), out(120, s1, W),
-			out(200, s0, A),
-		},
-		want: "A 1 200;A/walk 2 100;A/walk/walk 2 55;A/walk/walk/walk 1 25;A/walk/walk/walk/walk 1 5",
+		name:   "recursion",
+		events: recursion,
+		want:   "A 1 200;A/walk 2 100;A/walk/walk 2 55;A/walk/walk/walk 1 25;A/walk/walk/walk/walk 1 5",
 	}, {
-		name: "node budget folds deeper calls into the deepest context",
-		events: []bpf.Event{
-			in(0, s0, A),
-			in(10, s1, W), in(20, s2, W), in(30, s3, W), in(40, s4, W),
-			out(45, s4, W), out(55, s3, W), out(70, s2, W), out(90, s1, W),
-			in(100, s1, W), in(110, s2, W), out(115, s2, W), out(120, s1, W),
-			out(200, s0, A),
-		},
+		name:   "node budget folds deeper calls into the deepest context",
+		events: recursion,
 		budget: 3,
 		want:   "A 1 200;A/walk 2 100;A/walk/walk 2 55 folded=2",
 		stats:  SimStats{Nodes: 3, Folded: 2},
 	}, {
-		name: "node budget folds a new sibling and its callees into the caller",
-		events: []bpf.Event{
-			in(0, s0, A),
-			in(10, s1, B), out(30, s1, B),
-			in(40, s1, C), in(45, s2, D), out(50, s2, D), out(60, s1, C),
-			in(70, s1, B), out(80, s1, B),
-			out(100, s0, A),
-		},
+		name:   "node budget folds a new sibling and its callees into the caller",
+		events: nesting,
 		budget: 2,
 		want:   "A 1 100 folded=2;A/B 2 30",
 		stats:  SimStats{Nodes: 2, Folded: 2},
