@@ -39,8 +39,10 @@ func WriteTree(w io.Writer, p *cct.Profile, opt TreeOptions) error {
 	t := treeOf(p)
 	_, total := t.Total()
 	header := []string{"calls", "total", "self"}
+	var incl map[*cct.Node]allocs
 	if p.Alloc {
 		header = append(header, allocHeader...)
+		incl = inclusiveAllocs(t.Root)
 	}
 	rows := [][]string{append(header, "function")}
 	var hiddenSmall, hiddenSmallNodes, hiddenDeep int
@@ -73,9 +75,7 @@ func WriteTree(w io.Writer, p *cct.Profile, opt TreeOptions) error {
 				estimated(ch.Estimated) + Duration(ch.Self()),
 			}
 			if p.Alloc {
-				var a allocs
-				ch.Walk(a.add)
-				row = append(row, a.columns()...)
+				row = append(row, incl[ch].columns()...)
 			}
 			rows = append(rows, append(row, prefix+branch+name(p, ch.Func)+folded(ch.Folded)))
 			walk(ch, depth+1, prefix+indent)
@@ -391,11 +391,32 @@ func (a *allocs) add(n *cct.Node) {
 }
 
 func (a allocs) columns() []string {
-	return []string{strconv.FormatUint(a.objects, 10), Bytes(a.bytes), Bytes(a.inuse)}
+	return []string{strconv.FormatUint(a.objects, 10), byteSize(a.bytes), byteSize(a.inuse)}
 }
 
-// Bytes formats a byte count in binary units: 512B, 1.5KiB, 3.0MiB.
-func Bytes(n uint64) string {
+// inclusiveAllocs returns the allocations of every context of the tree
+// below root, its own and its descendants', in one pass.
+func inclusiveAllocs(root *cct.Node) map[*cct.Node]allocs {
+	m := map[*cct.Node]allocs{}
+	var walk func(n *cct.Node) allocs
+	walk = func(n *cct.Node) allocs {
+		var a allocs
+		a.add(n)
+		for _, ch := range n.Children {
+			c := walk(ch)
+			a.objects += c.objects
+			a.bytes += c.bytes
+			a.inuse += c.inuse
+		}
+		m[n] = a
+		return a
+	}
+	walk(root)
+	return m
+}
+
+// byteSize formats a byte count in binary units: 512B, 1.5KiB, 3.0MiB.
+func byteSize(n uint64) string {
 	const unit = 1024
 	if n < unit {
 		return fmt.Sprintf("%dB", n)
