@@ -40,9 +40,12 @@ func (s *Simulator) allocEvent(th *thread, ev *bpf.Event) {
 	n := len(th.frames)
 	if ev.Func == bpf.AllocResult {
 		p := th.alloc
-		if p.depth == 0 || p.depth <= n {
-			// A nested allocator's result (the outer one reports),
-			// or a call whose entry came before the session.
+		if p.depth == 0 {
+			return // a call whose entry came before the session
+		}
+		if p.depth <= n {
+			// A nested allocator's result: the outer one reports.
+			s.stats.Nested++
 			return
 		}
 		// Its exit popped it, and with it the callers that had
@@ -58,8 +61,7 @@ func (s *Simulator) allocEvent(th *thread, ev *bpf.Event) {
 	p := &th.alloc
 	switch {
 	case p.depth != 0 && p.depth < n:
-		s.stats.Nested++
-		return
+		return // a nested allocator's (counted at its result)
 	case p.depth != n || p.start != top.start:
 		// A new call; one pending deeper or before it lost its exit.
 		*p = pendingAlloc{depth: n, start: top.start, node: top.node, role: s.funcs[top.phys].alloc}

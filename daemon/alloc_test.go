@@ -124,6 +124,15 @@ func TestSimulatorAllocations(t *testing.T) {
 		want:  "A/malloc 1/24 inuse 1/24",
 		stats: SimStats{Allocs: 1, Nested: 1},
 	}, {
+		name: "a nested realloc, two arguments, counts once as nested",
+		events: [][]bpf.Event{
+			{in(0, s0, A), in(10, s1, Malloc), size(10, 24)},
+			call(11, s2, Realloc, []bpf.Event{freeing(11, 0x5000), size(11, 24)}, 0x1000),
+			{ret(20, s1, Malloc), result(20, 0x1000), out(60, s0, A)},
+		},
+		want:  "A/malloc 1/24 inuse 1/24",
+		stats: SimStats{Allocs: 1, Nested: 1},
+	}, {
 		name: "an address allocated again without a free seen",
 		events: [][]bpf.Event{
 			{in(0, s0, A)},
