@@ -80,6 +80,14 @@ func (s *Simulator) settle(p pendingAlloc, result uint64) {
 		s.free(p.old)
 	case alloc.Allocates:
 		s.allocated(p.node, result, p.size)
+	case alloc.Collects:
+		// The garbage collector frees it, unseen: never in use.
+		if result != 0 {
+			s.stats.Allocs++
+			s.stats.Collected++
+			p.node.AllocObjects++
+			p.node.AllocBytes += p.size
+		}
 	case alloc.Reallocates:
 		// A failed realloc leaves the old block; realloc(p, 0) frees.
 		if result != 0 || p.size == 0 {

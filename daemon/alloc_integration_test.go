@@ -86,3 +86,66 @@ func TestAllocExact(t *testing.T) {
 		t.Errorf("no comment saying %q: %q", wantComment, pp.Comments)
 	}
 }
+
+// TestAllocGo profiles gotarget's "alloc": per call of the root
+// main.allocWork(i), a newPoint (24 bytes, runtime.newobject), a makeBuf
+// (1,000 bytes, runtime.makeslice) and, for even i, a pair of newPoints;
+// a newPoint outside the root after each call. Allocations per context
+// of the program's own frames, with mallocgc as the leaf, are exact, none
+// is in use (the garbage collector frees them), and the profile says so.
+func TestAllocGo(t *testing.T) {
+	requireRoot(t)
+	const n = 400
+	target := testtarget.Start(t, testtarget.BuildGo(t, false))
+	s, err := daemon.Start(daemon.Config{PID: target.Pid(), Roots: []string{"main.allocWork"}, Mode: daemon.ModeExact, Alloc: true, Warnf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	target.Send(t, fmt.Sprintf("alloc %d", n))
+	if line := target.Line(t); !strings.HasPrefix(line, "done ") {
+		t.Fatalf("target answered %q to alloc", line)
+	}
+	p := stopAndCheckGone(t, s, target.Pid())
+	pp := roundTrip(t, p)
+	// The program's own frames and the allocator: runtime.newobject and
+	// runtime.makeslice between them are the runtime's business.
+	got := map[string][4]int64{}
+	for ctx, v := range allocValues(t, pp) {
+		var own []string
+		frames := strings.Split(ctx, ";")
+		for _, f := range frames {
+			if strings.HasPrefix(f, "main.") {
+				own = append(own, f)
+			}
+		}
+		own = append(own, frames[len(frames)-1])
+		key := strings.Join(own, ";")
+		w := got[key]
+		for i := range v {
+			w[i] += v[i]
+		}
+		got[key] = w
+	}
+	want := map[string][4]int64{
+		"main.allocWork;main.newPoint;runtime.mallocgc":           {n, 24 * n, 0, 0},
+		"main.allocWork;main.makeBuf;runtime.mallocgc":            {n, 1000 * n, 0, 0},
+		"main.allocWork;main.pair;main.newPoint;runtime.mallocgc": {n, 24 * n, 0, 0},
+	}
+	if len(got) != len(want) {
+		t.Errorf("allocations in %d contexts, want %d: %v", len(got), len(want), got)
+	}
+	for ctx, w := range want {
+		if got[ctx] != w {
+			t.Errorf("%s: objects, bytes, in-use objects, in-use bytes = %v, want %v", ctx, got[ctx], w)
+		}
+	}
+	wantComment := fmt.Sprintf("%d of the blocks allocated by Go's runtime.mallocgc, which the garbage collector frees unseen", 3*n)
+	found := false
+	for _, c := range pp.Comments {
+		found = found || strings.Contains(c, wantComment)
+	}
+	if !found {
+		t.Errorf("no comment saying %q: %q", wantComment, pp.Comments)
+	}
+}

@@ -336,6 +336,9 @@ func allocComment(pl *plan.Plan, ss SimStats, stage func(int) Stage) string {
 	slices.Sort(names)
 	c := fmt.Sprintf("allocations inside the root (sample types alloc_objects, alloc_space, inuse_objects, inuse_space), from %s: %d blocks allocated, %d of them freed there; %d frees of blocks allocated before the session or outside the root ignored; %d allocator calls made by another counted once",
 		strings.Join(slices.Compact(names), ", "), ss.Allocs, ss.Frees, ss.FreesUnknown, ss.Nested)
+	if ss.Collected > 0 {
+		c += fmt.Sprintf("; %d of the blocks allocated by Go's runtime.mallocgc, which the garbage collector frees unseen: they count as allocated, never as in use", ss.Collected)
+	}
 	if ss.UnseenFrees > 0 {
 		c += fmt.Sprintf("; %d blocks freed unseen (outside the root) and allocated again", ss.UnseenFrees)
 	}

@@ -115,7 +115,9 @@ type SimStats struct {
 	// free seen: freed outside the roots, or by a call whose events were
 	// lost. Untracked counts blocks allocated while the table of live
 	// blocks was full (SetMaxBlocks): their frees cannot be matched.
-	Allocs, Frees, FreesUnknown, Nested, UnseenFrees, Untracked uint64
+	// Collected counts the blocks of Allocs that a garbage collector
+	// frees (Go's mallocgc), never in use.
+	Allocs, Frees, FreesUnknown, Nested, UnseenFrees, Untracked, Collected uint64
 	// Samples is the number of cpu-clock samples handled, ProbeSamples
 	// those that caught the thread in kprofd's probes (not counted as the
 	// target's time), UnplacedSamples those no frame of the simulated

@@ -1,14 +1,22 @@
 // Package alloc knows the allocators kprofd attach --alloc traces: the C
-// library's and the C++ runtime's entry points, by symbol name, and where
-// each takes its size and the pointer it frees (System V x86-64 ABI).
+// library's and the C++ runtime's entry points and the Go runtime's
+// mallocgc, by symbol name, and where each takes its size and the pointer
+// it frees (System V x86-64 ABI; Go's register ABI for mallocgc).
 // Whichever object defines them counts (glibc, jemalloc, tcmalloc): the
 // call graph follows the calls as the dynamic linker bound them.
 package alloc
 
-import "github.com/kprofd/kprofd/bpf"
+import (
+	"strconv"
+	"strings"
 
-// Registers of the System V calling convention (hardware numbering).
+	"github.com/kprofd/kprofd/bpf"
+)
+
+// Registers of the System V calling convention, and rax, where Go's
+// register ABI passes the first argument (hardware numbering).
 const (
+	rax = 0
 	rdi = 7
 	rsi = 6
 	rdx = 2
@@ -26,6 +34,9 @@ const (
 	// Reallocates frees the block it is given and returns a new one
 	// (realloc): unless it fails, when the old block stays.
 	Reallocates
+	// Collects returns a new block that a garbage collector frees (Go's
+	// mallocgc): it counts as allocated, never as in use.
+	Collects
 )
 
 // Allocator is one allocator entry point.
@@ -79,8 +90,30 @@ func init() {
 	}
 }
 
-// Lookup returns the allocator a C or C++ symbol name (mangled) is.
+// goMalloc is the Go runtime's allocator: mallocgc(size uintptr, typ
+// *_type, needzero bool) unsafe.Pointer, the size and the result in rax.
+var goMalloc = Allocator{Collects, bpf.AllocSpec{Size: [2]uint8{rax, no}, Ptr: no, Out: no}}
+
+// goSizeClassMallocs are the prefixes of the size-class copies of mallocgc
+// that the compiler calls directly under GOEXPERIMENT=sizespecializedmalloc
+// (Go 1.26): runtime.mallocgcTinySize8, ..., same arguments.
+var goSizeClassMallocs = []string{"runtime.mallocgcTinySize", "runtime.mallocgcSmallNoScanSC", "runtime.mallocgcSmallScanNoHeaderSC"}
+
+// Lookup returns the allocator a C or C++ symbol name (mangled) or a Go
+// function name is.
 func Lookup(name string) (Allocator, bool) {
-	a, ok := byName[name]
-	return a, ok
+	if a, ok := byName[name]; ok {
+		return a, true
+	}
+	if name == "runtime.mallocgc" {
+		return goMalloc, true
+	}
+	for _, prefix := range goSizeClassMallocs {
+		if n, ok := strings.CutPrefix(name, prefix); ok {
+			if _, err := strconv.Atoi(n); err == nil {
+				return goMalloc, true
+			}
+		}
+	}
+	return Allocator{}, false
 }

@@ -15,6 +15,8 @@
 //	        prints "done SUM"
 //	hot N   one goroutine calls hotLoop(N) HotLoops times: N calls of the
 //	        tiny hotLeaf each (the hybrid-mode target); prints "done SUM"
+//	alloc N one goroutine calls allocWork N times (i in [0, N)), and
+//	        newPoint outside the root after each; prints "done SUM"
 //	park N  N goroutines call parked, which calls leaf and then blocks
 //	        inside the root until "unpark"; prints "parked" once all
 //	        are blocked
@@ -205,6 +207,66 @@ func hot(n int) int64 {
 	return <-done
 }
 
+// point is 24 bytes without pointers: one mallocgc of 24 bytes per new.
+type point struct{ x, y, z int64 }
+
+// BufSize is the size of makeBuf's slices; a variable, so that make calls
+// runtime.makeslice.
+var BufSize = 1000
+
+// The allocations escape here (one goroutine stores them).
+var (
+	keptPoint *point
+	keptBuf   []byte
+)
+
+//go:noinline
+func newPoint(i int) *point { return &point{int64(i), 1, 2} }
+
+//go:noinline
+func makeBuf(i int) []byte {
+	b := make([]byte, BufSize)
+	b[0] = byte(i)
+	return b
+}
+
+//go:noinline
+func pair(i int) int64 {
+	p, q := newPoint(i), newPoint(i+1)
+	keptPoint = q
+	return p.x + q.x
+}
+
+// allocWork is the root of "alloc": per call one newPoint, one makeBuf
+// and, for even i, a pair (two newPoints).
+//
+//go:noinline
+func allocWork(i int) int64 {
+	p := newPoint(i)
+	keptPoint = p
+	keptBuf = makeBuf(i)
+	s := p.x + int64(keptBuf[0])
+	if i%2 == 0 {
+		s += pair(i)
+	}
+	return s
+}
+
+// allocs calls allocWork(i) for i in [0, n) on one goroutine, and a
+// newPoint outside the root after each.
+func allocs(n int) int64 {
+	done := make(chan int64)
+	go func() {
+		var s int64
+		for i := 0; i < n; i++ {
+			s += allocWork(i)
+			keptPoint = newPoint(-i)
+		}
+		done <- s
+	}()
+	return <-done
+}
+
 var (
 	release  chan struct{}  // closed by "unpark"
 	parkedWG sync.WaitGroup // the goroutines still inside parked
@@ -310,6 +372,10 @@ func main() {
 		}
 		if _, err := fmt.Sscanf(line, "hot %d", &n); err == nil {
 			fmt.Printf("done %d\n", hot(n))
+			continue
+		}
+		if _, err := fmt.Sscanf(line, "alloc %d", &n); err == nil {
+			fmt.Printf("done %d\n", allocs(n))
 			continue
 		}
 		if _, err := fmt.Sscanf(line, "park %d", &n); err == nil {
