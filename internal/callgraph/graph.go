@@ -201,6 +201,12 @@ func Build(p *symbolizer.Process, roots []Root, opt Options) (*Graph, error) {
 
 // node returns the graph node of fn, queueing new ones; nil if excluded.
 func (b *builder) node(obj *symbolizer.Mapped, fn *symbolizer.Func) *Node {
+	return b.nodeOf(obj, fn, false)
+}
+
+// nodeOf is node; asLeaf makes a new node a leaf whatever Options.Leaf
+// says.
+func (b *builder) nodeOf(obj *symbolizer.Mapped, fn *symbolizer.Func, asLeaf bool) *Node {
 	k := key{obj, fn.Addr}
 	if n, ok := b.nodes[k]; ok {
 		return n
@@ -210,7 +216,7 @@ func (b *builder) node(obj *symbolizer.Mapped, fn *symbolizer.Func) *Node {
 		return nil
 	}
 	name := obj.Base() + ":" + fn.Display
-	leaf := b.opt.Leaf != nil && b.opt.Leaf(fn)
+	leaf := asLeaf || b.opt.Leaf != nil && b.opt.Leaf(fn)
 	for _, re := range b.opt.Exclude {
 		if leaf {
 			break
@@ -254,9 +260,13 @@ func (b *builder) analyze(n *Node) error {
 	if body.desynced > 0 {
 		n.Notes = append(n.Notes, fmt.Sprintf("%d ret instructions after undecodable bytes not probed (their exits are inferred)", body.desynced))
 	}
-	if b.leaves[n] {
-		n.TailCalls, n.Indirect, n.IndirectJumps, n.IndirectSites = nil, 0, 0, nil
-		return nil
+	leaf := b.leaves[n]
+	if leaf {
+		// Its callees are not followed, but its tail calls run in its
+		// frame, as part of it (operator new[] jumps to operator new):
+		// they are leaves too, so that its end is seen.
+		n.Indirect, n.IndirectJumps, n.IndirectSites = 0, 0, nil
+		body.refs = nil
 	}
 	for _, ref := range body.refs {
 		for _, t := range b.addressTaken(n, ref) {
@@ -266,6 +276,9 @@ func (b *builder) analyze(n *Node) error {
 		}
 	}
 	for _, s := range body.sites {
+		if leaf && s.kind != siteJump && s.kind != siteJumpSlot {
+			continue
+		}
 		var (
 			obj *symbolizer.Mapped
 			fn  *symbolizer.Func
@@ -289,7 +302,7 @@ func (b *builder) analyze(n *Node) error {
 			}
 			continue
 		}
-		callee := b.node(obj, fn)
+		callee := b.nodeOf(obj, fn, leaf)
 		if callee == nil {
 			continue
 		}

@@ -328,13 +328,19 @@ func New(g *callgraph.Graph, p *symbolizer.Process, mode ExitMode) (*Plan, error
 		pl.Funcs[ids[r]].Root = true
 	}
 	// Functions a root reaches by tail calls alone may run in the root's
-	// own stack slot.
-	work := slices.Clone(g.Roots)
+	// own stack slot; through a jump through a pointer, any function
+	// whose address is taken (__cxa_end_catch jumps to
+	// _Unwind_DeleteException, which jumps to the exception's cleanup,
+	// which jumps to __cxa_free_exception).
+	var work []uint32
+	for _, r := range g.Roots {
+		work = append(work, ids[r])
+	}
 	for len(work) > 0 {
-		n := work[len(work)-1]
+		id := work[len(work)-1]
 		work = work[:len(work)-1]
-		for _, t := range n.TailCalls {
-			if f := pl.Funcs[ids[t]]; !f.RootTail && !f.Root {
+		for _, t := range pl.Funcs[id].TailCalls {
+			if f := pl.Funcs[t]; !f.RootTail && !f.Root {
 				f.RootTail = true
 				work = append(work, t)
 			}
