@@ -70,9 +70,10 @@ func (f *Func) Contains(addr uint64) bool {
 // modify it.
 //
 // When several symbols share an address, Name is chosen by binding
-// (GLOBAL, then WEAK, then LOCAL), then by fewest leading underscores,
-// then shortest, then in byte order; the others become Aliases. So
-// "malloc" wins over "__libc_malloc" and the C1 constructor over C2.
+// (GLOBAL or WEAK before LOCAL), then by fewest leading underscores, then
+// GLOBAL before WEAK, then shortest, then in byte order; the others become
+// Aliases. So "calloc" wins over "__libc_calloc" and the C1 constructor
+// over C2.
 func (o *Object) Funcs() []*Func { return o.funcs }
 
 // FuncAt returns the function whose body or one of whose Parts contains

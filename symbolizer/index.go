@@ -107,22 +107,28 @@ func (o *Object) index() error {
 // rank orders the symbols that share an address: the first one names the
 // Func, the others become its Aliases.
 func rank(a, b symbol) int {
-	bindRank := func(b elf.SymBind) int {
-		switch b {
-		case elf.STB_GLOBAL:
-			return 0
-		case elf.STB_WEAK:
-			return 1
-		}
-		return 2
-	}
+	local := func(b elf.SymBind) bool { return b != elf.STB_GLOBAL && b != elf.STB_WEAK }
 	underscores := func(s string) int { return len(s) - len(strings.TrimLeft(s, "_")) }
 	return cmp.Or(
-		cmp.Compare(bindRank(a.bind), bindRank(b.bind)),
+		// An exported name, and of those the public one: glibc's weak
+		// calloc over its global __libc_calloc.
+		compareBool(local(a.bind), local(b.bind)),
 		cmp.Compare(underscores(a.name), underscores(b.name)),
+		compareBool(a.bind != elf.STB_GLOBAL, b.bind != elf.STB_GLOBAL),
 		cmp.Compare(len(a.name), len(b.name)),
 		strings.Compare(a.name, b.name),
 	)
+}
+
+// compareBool orders false before true.
+func compareBool(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case a:
+		return 1
+	}
+	return -1
 }
 
 // symbolFuncs makes one Func per address of syms, sorted by Addr.

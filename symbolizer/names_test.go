@@ -1,6 +1,9 @@
 package symbolizer
 
-import "testing"
+import (
+	"debug/elf"
+	"testing"
+)
 
 func TestDisplayNames(t *testing.T) {
 	tests := []struct {
@@ -129,6 +132,30 @@ func TestNameHelpers(t *testing.T) {
 	for _, tt := range hexes {
 		if v, ok := parseHex(tt.s); v != tt.v || ok != tt.ok {
 			t.Errorf("parseHex(%q) = %#x, %v", tt.s, v, ok)
+		}
+	}
+}
+
+// TestRank checks which of the symbols at one address names the function.
+func TestRank(t *testing.T) {
+	for _, tc := range []struct {
+		a, b symbol
+		want string
+	}{
+		{symbol{name: "__libc_calloc", bind: elf.STB_GLOBAL}, symbol{name: "calloc", bind: elf.STB_WEAK}, "calloc"},
+		{symbol{name: "__libc_malloc", bind: elf.STB_GLOBAL}, symbol{name: "malloc", bind: elf.STB_GLOBAL}, "malloc"},
+		{symbol{name: "helper", bind: elf.STB_LOCAL}, symbol{name: "__helper", bind: elf.STB_WEAK}, "__helper"},
+		{symbol{name: "read", bind: elf.STB_WEAK}, symbol{name: "read2", bind: elf.STB_GLOBAL}, "read2"},
+		{symbol{name: "_ZN1AC2Ev", bind: elf.STB_GLOBAL}, symbol{name: "_ZN1AC1Ev", bind: elf.STB_GLOBAL}, "_ZN1AC1Ev"},
+	} {
+		for _, pair := range [][2]symbol{{tc.a, tc.b}, {tc.b, tc.a}} {
+			got := pair[0].name
+			if rank(pair[0], pair[1]) > 0 {
+				got = pair[1].name
+			}
+			if got != tc.want {
+				t.Errorf("rank(%q, %q) picks %q, want %q", pair[0].name, pair[1].name, got, tc.want)
+			}
 		}
 	}
 }
