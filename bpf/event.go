@@ -96,6 +96,10 @@ const (
 	// opens the innermost frame.
 	FlagSeed    uint8 = 1 << 3
 	FlagAtEntry uint8 = 1 << 4
+	// FlagAlloc marks the KindSample stack of an allocation sampled by
+	// bytes (see Program.SampleAllocs): the KindAlloc AllocSample event
+	// before it has the size.
+	FlagAlloc uint8 = 1 << 5
 )
 
 // Event is one record from the ring buffer. Its layout matches struct

@@ -71,6 +71,9 @@ struct bpf_perf_event_data {
 // whose function's frame the entry event opens.
 #define FLAG_SEED 8
 #define FLAG_AT_ENTRY 16
+// An allocation sample: the stack of an allocator's entry in byte
+// sampling (a KIND_ALLOC ALLOC_SAMPLE event before it has the size).
+#define FLAG_ALLOC 32
 
 // Cookie layout (bpf/cookie.go builds it):
 //   bits  0..31  function id
@@ -172,6 +175,7 @@ struct kprofd_thread {
 	// root frame entered meanwhile.
 	__u64 entered;
 	__u64 alloc_out; // posix_memalign's memptr, from its entry to its exit
+	__u64 alloc_left; // bytes to allocate before the next allocation sample (0: none drawn)
 	__u64 shadow[SHADOW]; // slots of the innermost frames, shadow[(depth-1) % SHADOW] on top
 	struct kprofd_event buf[BATCH];
 };
@@ -606,15 +610,19 @@ static __always_inline void handle_thread(struct pt_regs *ctx, struct kprofd_thr
 #define ALLOC_SIZE 0
 #define ALLOC_FREE 1
 #define ALLOC_RESULT 2
+#define ALLOC_SAMPLE 3 // the size of an allocation sampled by bytes
 
 // Where an allocator's arguments are (COOKIE_ALLOC probes), as hardware
 // register numbers or NO_REG: the size is the product of size[0] and
 // size[1]; ptr holds the pointer freed; out the address the new block's
-// is stored at (posix_memalign), else the allocator returns it.
+// is stored at (posix_memalign), else the allocator returns it. sampled
+// says hybrid mode demoted the allocator to sampling by bytes: its entry
+// sends no events, only, now and then, an allocation sample.
 struct kprofd_alloc_spec {
 	__u8 size[2];
 	__u8 ptr;
 	__u8 out;
+	__u8 sampled;
 };
 
 // Keeps struct kprofd_alloc_spec in BTF for bpf2go.
@@ -627,6 +635,17 @@ struct {
 	__type(key, __u32);
 	__type(value, struct kprofd_alloc_spec);
 } allocs SEC(".maps");
+
+// Bytes between allocation samples: draws from an exponential
+// distribution whose mean is the sampling rate (a table of its quantiles,
+// which the daemon fills), as Go's MemProfileRate samples.
+#define ALLOC_INTERVALS 256
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, ALLOC_INTERVALS);
+	__type(key, __u32);
+	__type(value, __u64);
+} alloc_intervals SEC(".maps");
 
 // reg returns general register n (hardware numbering) of ctx. Each load
 // stays a load of its own field: the verifier refuses a context pointer
@@ -701,6 +720,57 @@ static __always_inline void alloc_args(struct pt_regs *ctx, struct kprofd_thread
 			p = 0;
 	}
 	alloc_event(th, now, tid, ALLOC_RESULT, p);
+}
+
+// Return addresses of calls from one allocator to another (operator new
+// calling malloc): in byte sampling the inner call is the outer one's
+// allocation, counted there.
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, __u64);
+	__type(value, __u8);
+} alloc_nested SEC(".maps");
+
+static __always_inline __u64 alloc_interval(void)
+{
+	__u32 k = bpf_get_prandom_u32() & (ALLOC_INTERVALS - 1);
+	__u64 *v = bpf_map_lookup_elem(&alloc_intervals, &k);
+	return v && *v ? *v : 1;
+}
+
+// alloc_sampled handles the entry of an allocator in byte sampling, and
+// returns 0 for any other: it counts the bytes asked for and, once the
+// thread's interval is used up, sends the size (with the allocator's id
+// above the low 8 bits of func) and the stack (a KIND_SAMPLE with
+// FLAG_ALLOC; in Go, where no real stack is unwound, the simulated stack
+// places it). A free in byte sampling sends nothing, nor does a call made
+// by another allocator (ret_at holds its return address).
+static __always_inline int alloc_sampled(struct pt_regs *ctx, struct kprofd_thread *th, __u64 now, __u32 tid, __u32 fn,
+					 __u64 ret_at)
+{
+	struct kprofd_alloc_spec *a = bpf_map_lookup_elem(&allocs, &fn);
+	if (!a || !a->sampled)
+		return 0;
+	if (a->size[0] == NO_REG)
+		return 1;
+	__u64 ret = 0;
+	if (!bpf_probe_read_user(&ret, sizeof(ret), (void *)ret_at) && bpf_map_lookup_elem(&alloc_nested, &ret))
+		return 1;
+	__u64 n = reg(ctx, a->size[0]);
+	if (a->size[1] != NO_REG)
+		n *= reg(ctx, a->size[1]);
+	if (!th->alloc_left)
+		th->alloc_left = alloc_interval();
+	if (n < th->alloc_left) {
+		th->alloc_left -= n;
+		return 1;
+	}
+	th->alloc_left = alloc_interval();
+	alloc_event(th, now, tid, ALLOC_SAMPLE | fn << 8, n);
+	if (!go_mode)
+		capture(PT_REGS_IP(ctx), PT_REGS_SP(ctx), PT_REGS_FP(ctx), 0, th, tid, KIND_SAMPLE, FLAG_ALLOC);
+	return 1;
 }
 
 // site reads the target of the indirect call a KIND_SITE probe sits on
@@ -955,6 +1025,8 @@ static __always_inline void handle_thread(struct pt_regs *ctx, struct kprofd_thr
 		site(ctx, th, now, tid, (__u32)cookie, d);
 		return;
 	}
+	if ((cookie & COOKIE_ALLOC) && kind == KIND_ENTRY && alloc_sampled(ctx, th, now, tid, (__u32)cookie, slot - delta))
+		return;
 
 	__u8 flags = 0;
 	if (cookie & COOKIE_BURST) {

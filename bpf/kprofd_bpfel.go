@@ -14,10 +14,11 @@ import (
 )
 
 type kprofdKprofdAllocSpec struct {
-	_    structs.HostLayout
-	Size [2]uint8
-	Ptr  uint8
-	Out  uint8
+	_       structs.HostLayout
+	Size    [2]uint8
+	Ptr     uint8
+	Out     uint8
+	Sampled uint8
 }
 
 type kprofdKprofdEvent struct {
@@ -78,6 +79,7 @@ type kprofdKprofdThread struct {
 	Popped    uint64
 	Entered   uint64
 	AllocOut  uint64
+	AllocLeft uint64
 	Shadow    [32]uint64
 	Buf       [64]kprofdKprofdEvent
 }
@@ -86,6 +88,8 @@ type kprofdKprofdThread struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	kprofdMapAllocIntervals    = "alloc_intervals"
+	kprofdMapAllocNested       = "alloc_nested"
 	kprofdMapAllocs            = "allocs"
 	kprofdMapCalls             = "calls"
 	kprofdMapCheckedGoroutines = "checked_goroutines"
@@ -185,6 +189,8 @@ type kprofdProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type kprofdMapSpecs struct {
+	AllocIntervals    *ebpf.MapSpec `ebpf:"alloc_intervals"`
+	AllocNested       *ebpf.MapSpec `ebpf:"alloc_nested"`
 	Allocs            *ebpf.MapSpec `ebpf:"allocs"`
 	Calls             *ebpf.MapSpec `ebpf:"calls"`
 	CheckedGoroutines *ebpf.MapSpec `ebpf:"checked_goroutines"`
@@ -246,6 +252,8 @@ func (o *kprofdObjects) Close() error {
 //
 // It can be passed to loadKprofdObjects or ebpf.CollectionSpec.LoadAndAssign.
 type kprofdMaps struct {
+	AllocIntervals    *ebpf.Map `ebpf:"alloc_intervals"`
+	AllocNested       *ebpf.Map `ebpf:"alloc_nested"`
 	Allocs            *ebpf.Map `ebpf:"allocs"`
 	Calls             *ebpf.Map `ebpf:"calls"`
 	CheckedGoroutines *ebpf.Map `ebpf:"checked_goroutines"`
@@ -262,6 +270,8 @@ type kprofdMaps struct {
 
 func (m *kprofdMaps) Close() error {
 	return _KprofdClose(
+		m.AllocIntervals,
+		m.AllocNested,
 		m.Allocs,
 		m.Calls,
 		m.CheckedGoroutines,

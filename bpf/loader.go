@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"syscall"
 	"time"
@@ -587,7 +588,15 @@ const (
 	AllocFree = 1
 	// AllocResult is the block it returned: 0 for none (or for free).
 	AllocResult = 2
+	// AllocSample is the size of an allocation sampled by bytes, whose
+	// stack (FlagAlloc) follows, except in Go mode. The allocator's id is
+	// in the bits of Func above the low 8 (AllocWhat).
+	AllocSample = 3
 )
+
+// AllocWhat splits a KindAlloc event's Func into what its Slot holds
+// (AllocSize, ...) and, for AllocSample, the allocator's function id.
+func AllocWhat(ev *Event) (what, fn uint32) { return ev.Func & 0xff, ev.Func >> 8 }
 
 // AllocSpec says where an allocator's arguments are, as general register
 // numbers (x86 hardware numbering) or NoReg: the size asked for is the
@@ -607,6 +616,52 @@ func (p *Program) SetAllocs(specs map[uint32]AllocSpec) error {
 		if err := p.objs.Allocs.Put(fn, &v); err != nil {
 			return fmt.Errorf("storing allocator %d: %w", fn, err)
 		}
+	}
+	return nil
+}
+
+// allocIntervals is the number of entries of the BPF table of intervals
+// between allocation samples (ALLOC_INTERVALS).
+const allocIntervals = 256
+
+// SetAllocRate makes allocators in byte sampling (SampleAlloc) sample one
+// allocation per rate bytes on average, per thread: the bytes between two
+// samples follow an exponential distribution of mean rate (a Poisson
+// process over the bytes allocated, as Go's MemProfileRate), so that an
+// allocation of size s is sampled with probability 1 - exp(-s/rate).
+func (p *Program) SetAllocRate(rate uint64) error {
+	for k := range allocIntervals {
+		// The distribution's quantiles at the middles of 256 equal
+		// slices of probability.
+		u := (float64(k) + 0.5) / allocIntervals
+		v := max(uint64(math.Round(-math.Log1p(-u)*float64(rate))), 1)
+		if err := p.objs.AllocIntervals.Put(uint32(k), v); err != nil {
+			return fmt.Errorf("storing allocation sampling intervals: %w", err)
+		}
+	}
+	return nil
+}
+
+// SetAllocNested stores the return addresses (run-time) of calls that
+// allocators make of other allocators: in byte sampling such a call is
+// part of its caller's allocation, and not counted again.
+func (p *Program) SetAllocNested(returns []uint64) error {
+	for _, r := range returns {
+		if err := p.objs.AllocNested.Put(r, uint8(1)); err != nil {
+			return fmt.Errorf("storing the return address %#x of a nested allocator call: %w", r, err)
+		}
+	}
+	return nil
+}
+
+// SampleAlloc turns allocator fn (stored with SetAllocs) to sampling by
+// bytes: its entry probe sends no events from now on, only, once per
+// SetAllocRate bytes on average, an allocation sample; a freeing
+// allocator sends nothing.
+func (p *Program) SampleAlloc(fn uint32, a AllocSpec) error {
+	v := kprofdKprofdAllocSpec{Size: a.Size, Ptr: a.Ptr, Out: a.Out, Sampled: 1}
+	if err := p.objs.Allocs.Put(fn, &v); err != nil {
+		return fmt.Errorf("sampling allocator %d: %w", fn, err)
 	}
 	return nil
 }

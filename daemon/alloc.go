@@ -1,6 +1,8 @@
 package daemon
 
 import (
+	"math"
+
 	"github.com/kprofd/kprofd/bpf"
 	"github.com/kprofd/kprofd/internal/alloc"
 	"github.com/kprofd/kprofd/internal/cct"
@@ -9,6 +11,20 @@ import (
 // DefaultMaxBlocks bounds the live blocks a session keeps to match frees
 // with their allocations (about 60 bytes each).
 const DefaultMaxBlocks = 1 << 20
+
+// DefaultAllocRate is the mean bytes between two allocation samples of a
+// thread once hybrid mode samples allocations by bytes: Go's
+// MemProfileRate.
+const DefaultAllocRate = 512 << 10
+
+// allocEstimate is what a context's allocation samples stand for.
+type allocEstimate struct{ objects, bytes float64 }
+
+// sampledAlloc is an allocation sampled by bytes whose stack is to come.
+type sampledAlloc struct {
+	fn   uint32 // the allocator
+	size uint64
+}
 
 // pendingAlloc is what an allocator call under way reported at its entry:
 // the size asked for and the block to free.
@@ -38,7 +54,22 @@ func (s *Simulator) SetMaxBlocks(n int) { s.maxBlocks = n }
 // the call.
 func (s *Simulator) allocEvent(th *thread, ev *bpf.Event) {
 	n := len(th.frames)
-	if ev.Func == bpf.AllocResult {
+	what, fn := bpf.AllocWhat(ev)
+	if what == bpf.AllocSample {
+		a := sampledAlloc{fn, ev.Slot}
+		if !s.allocNoStacks {
+			th.sampled = a // its stack follows
+			return
+		}
+		// Go: no real stack to unwind; the simulated one places it.
+		var node *cct.Node
+		if top := th.topFrame(); top != nil {
+			node = s.node(top.node, s.logical(a.fn))
+		}
+		s.allocSampled(node, a)
+		return
+	}
+	if what == bpf.AllocResult {
 		p := th.alloc
 		if p.depth == 0 {
 			return // a call whose entry came before the session
@@ -66,7 +97,7 @@ func (s *Simulator) allocEvent(th *thread, ev *bpf.Event) {
 		// A new call; one pending deeper or before it lost its exit.
 		*p = pendingAlloc{depth: n, start: top.start, node: top.node, role: s.funcs[top.phys].alloc}
 	}
-	if ev.Func == bpf.AllocSize {
+	if what == bpf.AllocSize {
 		p.size = ev.Slot
 	} else {
 		p.old = ev.Slot
@@ -135,4 +166,69 @@ func (s *Simulator) free(addr uint64) {
 	delete(s.blocks, addr)
 	b.node.InuseObjects--
 	b.node.InuseBytes -= b.size
+}
+
+// SetAllocRate tells the simulator the mean bytes between allocation
+// samples (bpf.Program.SetAllocRate), and whether a stack follows each
+// (not in Go, where the simulated stack places them).
+func (s *Simulator) SetAllocRate(rate uint64, stacks bool) {
+	s.allocRate, s.allocNoStacks = float64(rate), !stacks
+}
+
+// allocSample places an allocation sample's stack: like a cpu-clock
+// sample's, in the deepest simulated context the real stack confirms and
+// the real frames below, down to the allocator.
+func (s *Simulator) allocSample(th *thread, st *bpf.Stack) {
+	a := th.sampled
+	th.sampled = sampledAlloc{}
+	if a.size == 0 && a.fn == 0 {
+		return // its size event was lost
+	}
+	var node *cct.Node
+	if s.samp != nil && st != nil {
+		real, covered := s.samp.StackFrames(st)
+		node = s.placeSample(th, real, covered, st.SP+st.Delta)
+	}
+	if node != nil && node.Func != s.logical(a.fn) {
+		// The unwind missed the allocator's own frame (at its entry,
+		// before its prologue).
+		node = s.node(node, s.logical(a.fn))
+	}
+	s.allocSampled(node, a)
+}
+
+// allocSampled counts an allocation sample in node (nil: no context), as
+// the allocations it stands for: one of size s is sampled with
+// probability 1 - exp(-s/rate), Go's scaling of heap profile samples.
+func (s *Simulator) allocSampled(node *cct.Node, a sampledAlloc) {
+	s.stats.AllocSamples++
+	if node == nil || s.allocRate == 0 {
+		s.stats.UnplacedSamples++
+		return
+	}
+	scale := 1 / -math.Expm1(-float64(a.size)/s.allocRate)
+	if a.size == 0 {
+		scale = 1
+	}
+	if s.allocEst == nil {
+		s.allocEst = map[*cct.Node]*allocEstimate{}
+	}
+	e := s.allocEst[node]
+	if e == nil {
+		e = &allocEstimate{}
+		s.allocEst[node] = e
+	}
+	e.objects += scale
+	e.bytes += scale * float64(a.size)
+}
+
+// foldAllocEstimates adds the allocation samples' estimates into their
+// contexts' allocation counts, marked estimated.
+func (s *Simulator) foldAllocEstimates() {
+	for node, e := range s.allocEst {
+		node.AllocObjects += uint64(math.Round(e.objects))
+		node.AllocBytes += uint64(math.Round(e.bytes))
+		node.AllocEstimated = true
+	}
+	s.allocEst = nil
 }

@@ -4,6 +4,8 @@ package daemon_test
 
 import (
 	"fmt"
+	"math"
+	"slices"
 	"strings"
 	"testing"
 
@@ -196,5 +198,119 @@ func TestAllocCxx(t *testing.T) {
 	}
 	if !found {
 		t.Errorf("no comment saying %q: %q", wantComment, pp.Comments)
+	}
+}
+
+// TestAllocHybrid runs testdata/alloc's churn, an allocation-heavy loop
+// whose exact probes (malloc's and free's exits are single-stepped) cost
+// more than its work, in hybrid mode at the default budget: the
+// allocators turn to sampling by bytes together (malloc keeps its entry
+// probe, free loses all), and the allocations churn's context shows,
+// exact before and estimated after, are within 10% of the program's.
+func TestAllocHybrid(t *testing.T) {
+	requireRoot(t)
+	const (
+		rate  = 64 << 10
+		calls = 100
+	)
+	exe := testtarget.BuildOne(t, "gcc", "alloc", "alloc/alloc.c", "-fno-builtin")
+	target := testtarget.Start(t, exe)
+	s, err := daemon.Start(daemon.Config{PID: target.Pid(), Roots: []string{"churn"}, Mode: daemon.ModeHybrid,
+		Alloc: true, AllocRate: rate, NoDiscovery: true, Warnf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	target.Send(t, fmt.Sprintf("churn %d", calls))
+	var bytes, ns int64
+	if line := target.Line(t); func() bool { _, err := fmt.Sscanf(line, "done %d %d", &bytes, &ns); return err != nil }() {
+		t.Fatalf("target answered %q to churn", line)
+	}
+	ds := s.Demotions()
+	p := stopAndCheckGone(t, s, target.Pid())
+	stage := map[string]daemon.Stage{}
+	for _, d := range ds {
+		stage[d.Func[strings.LastIndex(d.Func, ":")+1:]] = d.Stage
+	}
+	if stage["malloc"] != daemon.StageEntry || stage["free"] != daemon.StageSampled {
+		t.Fatalf("demotions %v: want malloc sampling by bytes (entry probe only) and free without probes", ds)
+	}
+	pp := roundTrip(t, p)
+	got := allocValues(t, pp)["churn;malloc"]
+	objects := int64(calls * 1000)
+	if math.Abs(float64(got[1])/float64(bytes)-1) > 0.10 || math.Abs(float64(got[0])/float64(objects)-1) > 0.10 {
+		t.Errorf("churn;malloc: %d blocks of %d bytes, want within 10%% of %d blocks of %d bytes", got[0], got[1], objects, bytes)
+	}
+	t.Logf("churn;malloc: %d blocks (%+.1f%%), %d bytes (%+.1f%%)", got[0], 100*(float64(got[0])/float64(objects)-1), got[1], 100*(float64(got[1])/float64(bytes)-1))
+	labelled := false
+	for _, smp := range pp.Sample {
+		if testtarget.SampleContext(smp) == "churn;malloc" {
+			labelled = slices.Equal(smp.Label["alloc"], []string{"estimated"})
+		}
+	}
+	if !labelled {
+		t.Error("churn;malloc is not labelled alloc=estimated")
+	}
+	want := "hybrid mode turned free, malloc to sampling allocations by bytes (one sample per 65536 bytes allocated on average, per thread)"
+	found := false
+	for _, c := range pp.Comments {
+		found = found || strings.Contains(c, want)
+	}
+	if !found {
+		t.Errorf("no comment saying %q: %q", want, pp.Comments)
+	}
+}
+
+// BenchmarkAlloc measures what --alloc costs on testdata/alloc's churn
+// (1,000 malloc and free pairs of 1 to 17 KiB per call, each block
+// filled and hashed, about 8 µs a block un-probed): churn's own time in
+// exact and hybrid mode (10% budget, default sampling rate) against an
+// un-probed run right before each, as a slowdown (-x) and as nanoseconds
+// added per allocation (-ns/alloc, a malloc and its free). Each probed
+// run first warms up with churn calls (until hybrid mode has demoted),
+// then times the measured calls. The probes' own costs per call, from this
+// machine's calibration, are in BenchmarkProbeCost.
+func BenchmarkAlloc(b *testing.B) {
+	requireRoot(b)
+	const calls = 100
+	exe := testtarget.BuildOne(b, "gcc", "alloc", "alloc/alloc.c", "-fno-builtin")
+	cal := machineCalibration(b)
+	churn := func(mode *daemon.Mode) (ns float64) {
+		target := testtarget.Start(b, exe)
+		defer target.Exit(b)
+		if mode != nil {
+			s, err := daemon.Start(daemon.Config{PID: target.Pid(), Roots: []string{"churn"}, Mode: *mode, Alloc: true, NoDiscovery: true, Calibration: cal})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			// Until hybrid mode has demoted what it demotes.
+			for k := 0; k < 5 || *mode == daemon.ModeHybrid && len(s.Demotions()) == 0; k++ {
+				target.Send(b, "churn 10")
+				target.Line(b)
+			}
+		}
+		target.Send(b, fmt.Sprintf("churn %d", calls))
+		var bytes int64
+		line := target.Line(b)
+		if _, err := fmt.Sscanf(line, "done %d %g", &bytes, &ns); err != nil {
+			b.Fatalf("target answered %q to churn", line)
+		}
+		return ns
+	}
+	modes := []daemon.Mode{daemon.ModeExact, daemon.ModeHybrid}
+	slowdown := make([]float64, len(modes))
+	added := make([]float64, len(modes))
+	for range b.N {
+		for i, m := range modes {
+			base := churn(nil)
+			probed := churn(&m)
+			slowdown[i] += probed / base
+			added[i] += (probed - base) / (calls * 1000)
+		}
+	}
+	for i, m := range modes {
+		b.ReportMetric(slowdown[i]/float64(b.N), m.String()+"-x")
+		b.ReportMetric(added[i]/float64(b.N), m.String()+"-ns/alloc")
 	}
 }

@@ -59,7 +59,11 @@ func allocString(t *cct.Tree) string {
 			}
 			p = append(p, name)
 		}
-		ss = append(ss, fmt.Sprintf("%s %d/%d inuse %d/%d", strings.Join(p, "/"), n.AllocObjects, n.AllocBytes, n.InuseObjects, n.InuseBytes))
+		est := ""
+		if n.AllocEstimated {
+			est = "~"
+		}
+		ss = append(ss, fmt.Sprintf("%s %s%d/%d inuse %d/%d", strings.Join(p, "/"), est, n.AllocObjects, n.AllocBytes, n.InuseObjects, n.InuseBytes))
 	})
 	slices.Sort(ss)
 	return strings.Join(ss, ";")
@@ -176,5 +180,32 @@ func TestSimulatorAllocations(t *testing.T) {
 				t.Errorf("stats:\n got %+v\nwant %+v", g, tt.stats)
 			}
 		})
+	}
+}
+
+// TestAllocSamples checks the scaling of allocations sampled by bytes (Go
+// mode: the simulated stack places them): at rate R an allocation of
+// size s stands for 1/(1-exp(-s/R)) of them, and the estimates go into
+// the allocator's context, marked, when the session finishes.
+func TestAllocSamples(t *testing.T) {
+	const rate, s0 = 1000, 0x7ffd_0000_1000
+	s := NewSimulator(allocFuncs())
+	s.SetSharedTree()
+	s.SetAllocRate(rate, false)
+	sample := func(tm, size uint64) bpf.Event {
+		return bpf.Event{Time: tm, Slot: size, Tid: 1, Func: bpf.AllocSample | uint32(Malloc)<<8, Kind: bpf.KindAlloc}
+	}
+	evs := []bpf.Event{in(10, s0, A), sample(20, 1000), sample(30, 1000), sample(40, 4000), sample(50, 0), out(60, s0, A)}
+	for i := range evs {
+		s.Handle(&evs[i])
+	}
+	s.Finish(100)
+	// 2 × 1/(1-e^-1) + 1/(1-e^-4) + 1 = 3.164 + 1.019 + 1 objects;
+	// 2 × 1000/(1-e^-1) + 4000/(1-e^-4) = 3163.95 + 4074.63 bytes.
+	if got, want := allocString(s.Merged()), "A/malloc ~5/7239 inuse 0/0"; got != want {
+		t.Errorf("allocations: got %s, want %s", got, want)
+	}
+	if got := s.Stats().AllocSamples; got != 4 {
+		t.Errorf("%d allocation samples counted, want 4", got)
 	}
 }

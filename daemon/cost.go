@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/kprofd/kprofd/calibrate"
+	"github.com/kprofd/kprofd/internal/alloc"
 	"github.com/kprofd/kprofd/internal/callgraph"
 	"github.com/kprofd/kprofd/internal/plan"
 	"github.com/kprofd/kprofd/internal/x86"
@@ -144,6 +145,20 @@ type modelFunc struct {
 	callees []int // plan ids of the functions it calls or jumps to
 	pinned  bool  // a root: its probes keep the in-kernel context
 	noSites bool  // the probes on its indirect calls are gone
+	// alloc is its role as an allocator (--alloc), 0 for none: see
+	// allocStage.
+	alloc alloc.Role
+}
+
+// allocStage is as far as an allocator is demoted: one that allocates
+// keeps its entry probe, which samples allocations by bytes
+// (bpf.Program.SampleAlloc); one that only frees loses all its probes
+// (in-use numbers need every free, which byte sampling cannot give).
+func allocStage(r alloc.Role) Stage {
+	if r == alloc.Frees {
+		return StageSampled
+	}
+	return StageEntry
 }
 
 func newCostModel(pl *plan.Plan, costs []callCost, budget float64) *costModel {
@@ -154,6 +169,9 @@ func newCostModel(pl *plan.Plan, costs []callCost, budget float64) *costModel {
 	}
 	for i, f := range pl.Funcs {
 		mf := modelFunc{name: f.Node.Name(), cost: costs[i], exits: len(f.Exits) > 0, pinned: f.Root}
+		if f.Alloc != nil {
+			mf.alloc = f.Alloc.Role
+		}
 		for _, c := range slices.Concat(f.Node.Calls, f.Node.TailCalls) {
 			if j, ok := byNode[c]; ok && j != i {
 				mf.callees = append(mf.callees, j)
@@ -196,6 +214,10 @@ func (m *costModel) next(i int) (next, reach Stage, ok bool) {
 	f := &m.funcs[i]
 	if f.pinned || f.stage == StageSampled {
 		return 0, 0, false
+	}
+	if f.alloc != 0 {
+		st := allocStage(f.alloc)
+		return st, st, f.stage < st
 	}
 	if f.stage == StageFull && f.exits {
 		return StageEntry, StageSampled, true
@@ -437,16 +459,23 @@ func (m *costModel) decideRound(rates []float64, cpu float64, samples uint64, me
 			continue
 		}
 		for _, j := range m.subtree(best) {
-			probe -= scale * m.load(rates, j, m.funcs[j].stage)
+			st := StageSampled
+			if r := m.funcs[j].alloc; r != 0 {
+				if st = allocStage(r); m.funcs[j].stage >= st {
+					continue
+				}
+			}
+			probe -= scale * (m.load(rates, j, m.funcs[j].stage) - m.load(rates, j, st))
 			m.clearFloor(j)
-			m.funcs[j].stage = StageSampled
+			m.funcs[j].stage = st
 			why := reason
 			if j != best {
 				why = fmt.Sprintf("below %s, demoted to sampling", m.name(best))
 			}
-			out = append(out, demotion{id: j, stage: StageSampled, reason: why})
+			out = append(out, demotion{id: j, stage: st, reason: why})
 		}
 	}
+	out = m.allocatorsTogether(out)
 	// One demotion per function, to the last stage it reached, with the
 	// first reason (what its full probes cost).
 	merged := out[:0]
@@ -462,6 +491,27 @@ func (m *costModel) decideRound(rates []float64, cpu float64, samples uint64, me
 	// callee's entries without its caller's.
 	slices.SortStableFunc(merged, func(a, b demotion) int { return cmp.Compare(a.stage, b.stage) })
 	return merged, before, probe / own
+}
+
+// allocatorsTogether adds to out, when it demotes an allocator, the
+// demotion of every other one: an allocator in byte sampling and another
+// traced exactly would count the same block twice (operator new calling
+// malloc), and in-use numbers need the frees of every block allocated.
+func (m *costModel) allocatorsTogether(out []demotion) []demotion {
+	first := slices.IndexFunc(out, func(d demotion) bool { return !d.sites && m.funcs[d.id].alloc != 0 })
+	if first < 0 {
+		return out
+	}
+	for i := range m.funcs {
+		f := &m.funcs[i]
+		if f.alloc == 0 || f.stage >= allocStage(f.alloc) {
+			continue
+		}
+		m.clearFloor(i)
+		f.stage = allocStage(f.alloc)
+		out = append(out, demotion{id: i, stage: f.stage, reason: fmt.Sprintf("with %s: allocators sample allocations by bytes together", m.name(out[first].id))})
+	}
+	return out
 }
 
 // rate formats a call rate.

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kprofd/kprofd/bpf"
 	"github.com/kprofd/kprofd/internal/plan"
 )
 
@@ -148,6 +149,15 @@ func (m *monitor) step(now time.Time) error {
 	m.latest = after
 	m.mu.Unlock()
 
+	// Allocators sample by bytes before the cut: a call after it is
+	// then counted by a sample, never lost between the two.
+	for _, d := range ds {
+		if f := m.funcOf(d.id); !d.sites && f.Alloc != nil {
+			if err := m.s.prog.SampleAlloc(f.ID, sampledAllocSpec(f, m.s.prep.Plan)); err != nil {
+				return err
+			}
+		}
+	}
 	// The simulator drops the demoted probes' events from now on, so
 	// that the round's detaches can all run side by side (each waits
 	// for a grace period of tens of ms): no callee's entry can land
@@ -320,4 +330,17 @@ func (m *monitor) predicted() float64 {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.latest
+}
+
+// sampledAllocSpec is what allocator f's entry probe reads in byte
+// sampling: its spec, without the size when it tail-calls another
+// allocator (operator new[] jumps to operator new), which counts it.
+func sampledAllocSpec(f *plan.Func, pl *plan.Plan) bpf.AllocSpec {
+	spec := f.Alloc.Spec
+	for _, t := range f.TailCalls {
+		if int(t) < len(pl.Funcs) && pl.Funcs[t].Alloc != nil {
+			spec.Size = [2]uint8{bpf.NoReg, bpf.NoReg}
+		}
+	}
+	return spec
 }

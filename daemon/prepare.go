@@ -77,6 +77,10 @@ type Config struct {
 	// roots reach are traced as leaves, whatever Exclude says, and
 	// report the blocks they allocate and free.
 	Alloc bool
+	// AllocRate is the mean bytes between two allocation samples of a
+	// thread once hybrid mode samples allocations by bytes; 0 means
+	// DefaultAllocRate.
+	AllocRate uint64
 }
 
 // Defaults for Config's zero values.

@@ -111,14 +111,18 @@ func (s *Session) estimate(t *cct.Tree) {
 // demoted to sampling that the bursts' estimates did not take: their
 // calls after the demotion are missing (a lower bound).
 func (s *Session) markSampledCounts(t *cct.Tree) {
-	if s.burster == nil {
-		return
-	}
+	funcs := s.prep.Plan.Funcs
 	t.Root.Walk(func(n *cct.Node) {
-		if n.Func == cct.NoFunc || n.CallsEstimated || n.Incomplete || n.Calls == 0 || s.stageOf(int(n.Func)) != StageSampled {
+		if n.Func == cct.NoFunc || n.CallsEstimated || n.Incomplete || n.Calls == 0 {
 			return
 		}
-		n.Incomplete = true
+		switch st := s.stageOf(int(n.Func)); {
+		case st == StageSampled && s.burster != nil:
+			n.Incomplete = true
+		case st != StageFull && int(n.Func) < len(funcs) && funcs[n.Func].Alloc != nil:
+			// Its entries went silent when it turned to byte sampling.
+			n.Incomplete = true
+		}
 	})
 }
 
@@ -223,7 +227,7 @@ func (s *Session) comments(st bpf.Stats) []string {
 		c = append(c, fmt.Sprintf("%d calls started over in their own frame after growing their goroutine's stack (counted once)", ss.Restarts))
 	}
 	if s.cfg.Alloc {
-		c = append(c, allocComment(s.prep.Plan, ss, s.stageOf))
+		c = append(c, allocComment(s.prep.Plan, ss, s.stageOf, allocRate(s.cfg.AllocRate)))
 	}
 	if ss.Folded > 0 {
 		outermost := ""
@@ -323,7 +327,7 @@ func (s *Session) comments(st bpf.Stats) []string {
 
 // allocComment says what --alloc traced and how far to trust in-use
 // numbers.
-func allocComment(pl *plan.Plan, ss SimStats, stage func(int) Stage) string {
+func allocComment(pl *plan.Plan, ss SimStats, stage func(int) Stage, rate uint64) string {
 	var names, demoted []string
 	for _, f := range pl.Funcs {
 		if f.Alloc != nil {
@@ -343,9 +347,11 @@ func allocComment(pl *plan.Plan, ss SimStats, stage func(int) Stage) string {
 		c += fmt.Sprintf("; %d blocks freed unseen (outside the root) and allocated again", ss.UnseenFrees)
 	}
 	if len(demoted) > 0 {
-		// Sampling allocations by bytes (issue 15) is not built yet.
 		slices.Sort(demoted)
-		c += fmt.Sprintf("; WARNING: hybrid mode demoted %s: allocations after that are not counted", strings.Join(slices.Compact(demoted), ", "))
+		c += fmt.Sprintf("; hybrid mode turned %s to sampling allocations by bytes (one sample per %d bytes allocated on average, per thread): "+
+			"%d samples, whose estimates are in their contexts' allocations (pprof label alloc=estimated, ~ in text views); "+
+			"from then on no free is seen and in-use numbers count only the blocks allocated before",
+			strings.Join(slices.Compact(demoted), ", "), rate, ss.AllocSamples)
 	}
 	if ss.Untracked > 0 {
 		c += fmt.Sprintf("; WARNING: %d blocks allocated while the table of live blocks was full: in-use numbers are a lower bound", ss.Untracked)

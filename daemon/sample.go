@@ -23,6 +23,9 @@ import (
 // can.
 type SampleUnwinder interface {
 	SampleFrames(st *bpf.Stack) (frames []RealFrame, covered uint64, inProbe bool)
+	// StackFrames is SampleFrames for a stack captured by a probe on
+	// purpose (an allocation sample's): never kprofd's time.
+	StackFrames(st *bpf.Stack) (frames []RealFrame, covered uint64)
 	ProbeFunc(pc, t uint64) (fn uint32, ok bool)
 }
 
@@ -59,15 +62,20 @@ func (s *Simulator) SetSampleUnwinder(u SampleUnwinder) { s.samp = u }
 // that no probe reported (functions demoted or never traced) and counts
 // one sample in the context it reaches. Frames the real stack refutes are
 // left alone: unlike captured stacks, samples do not repair the
-// simulation.
+// simulation. An allocation sample's stack (bpf.FlagAlloc) is placed the
+// same way (see allocSample).
 func (s *Simulator) HandleSample(ev *bpf.Event, st *bpf.Stack) {
 	s.stats.Events++
-	s.stats.Samples++
 	defer func() {
 		if ev.Adjust != 0 {
 			s.adjust(ev.Tid, ev.Adjust)
 		}
 	}()
+	if ev.Flags&bpf.FlagAlloc != 0 {
+		s.allocSample(s.thread(ev.Tid), st)
+		return
+	}
+	s.stats.Samples++
 	if s.samp == nil || st == nil {
 		s.stats.UnplacedSamples++
 		return
@@ -77,11 +85,23 @@ func (s *Simulator) HandleSample(ev *bpf.Event, st *bpf.Stack) {
 		s.probeSample(ev, st)
 		return
 	}
-	th := s.thread(ev.Tid)
-	i, k := s.confirmed(th, real, covered, st.SP+st.Delta)
-	if i < 0 {
+	node := s.placeSample(s.thread(ev.Tid), real, covered, st.SP+st.Delta)
+	if node == nil {
 		s.stats.UnplacedSamples++
 		return
+	}
+	node.Samples++
+}
+
+// placeSample returns the context of a sample whose real frames are real
+// (see SampleUnwinder) and stack pointer sp: below the deepest frame of
+// the simulated stack that the real stack confirms, it follows the real
+// frames that no probe reported. It returns nil when no simulated frame
+// is confirmed.
+func (s *Simulator) placeSample(th *thread, real []RealFrame, covered, sp uint64) *cct.Node {
+	i, k := s.confirmed(th, real, covered, sp)
+	if i < 0 {
+		return nil
 	}
 	node := th.frames[i].node
 	if th.frames[i].flags&frameFolded == 0 {
@@ -95,7 +115,7 @@ func (s *Simulator) HandleSample(ev *bpf.Event, st *bpf.Stack) {
 			node = ch
 		}
 	}
-	node.Samples++
+	return node
 }
 
 // confirmed returns the deepest simulated frame that the real frames do
@@ -178,6 +198,10 @@ func (u *sampleUnwinder) addProbes(pl *plan.Plan) {
 	for _, st := range pl.Sites {
 		u.add(st.Addr+st.Obj.Bias, st.Caller.ID, partSites)
 	}
+}
+
+func (u *sampleUnwinder) StackFrames(st *bpf.Stack) ([]RealFrame, uint64) {
+	return u.realFrames(st, u.funcID)
 }
 
 func (u *sampleUnwinder) SampleFrames(st *bpf.Stack) ([]RealFrame, uint64, bool) {

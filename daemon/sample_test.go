@@ -21,6 +21,8 @@ func (f fakeUnwinder) SampleFrames(*bpf.Stack) ([]RealFrame, uint64, bool) {
 	return f.frames, f.covered, f.inProbe
 }
 
+func (f fakeUnwinder) StackFrames(*bpf.Stack) ([]RealFrame, uint64) { return f.frames, f.covered }
+
 func (fakeUnwinder) ProbeFunc(uint64, uint64) (uint32, bool) { return 0, false }
 
 // samplesString renders where a tree's samples are, as "path samples"

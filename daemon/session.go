@@ -192,7 +192,14 @@ func StartPrepared(pr *Prepared, cfg Config) (_ *Session, err error) {
 	if err := s.prog.SetAllocs(allocSpecs(pr)); err != nil {
 		return nil, err
 	}
+	if err := s.prog.SetAllocRate(allocRate(cfg.AllocRate)); err != nil {
+		return nil, err
+	}
+	if err := s.prog.SetAllocNested(nestedAllocReturns(pr)); err != nil {
+		return nil, err
+	}
 	s.sim = NewSimulator(funcInfos(pr))
+	s.sim.SetAllocRate(allocRate(cfg.AllocRate), pr.Go == nil)
 	s.sim.SetRestarts(pr.Go != nil)
 	if !cfg.PerThread {
 		// Threads and goroutines may come and go by the thousand: a
@@ -320,6 +327,28 @@ func allocSpecs(pr *Prepared) map[uint32]bpf.AllocSpec {
 		}
 	}
 	return m
+}
+
+// nestedAllocReturns returns the run-time return addresses of the calls
+// the plan's allocators make of other allocators.
+func nestedAllocReturns(pr *Prepared) []uint64 {
+	var rs []uint64
+	for _, f := range pr.Plan.Funcs {
+		if f.Alloc != nil {
+			for _, r := range f.Node.LeafReturns {
+				rs = append(rs, r+f.Node.Obj.Bias)
+			}
+		}
+	}
+	return rs
+}
+
+// allocRate returns the allocation sampling rate a session uses.
+func allocRate(rate uint64) uint64 {
+	if rate == 0 {
+		return DefaultAllocRate
+	}
+	return rate
 }
 
 func funcInfos(pr *Prepared) []FuncInfo {

@@ -117,7 +117,8 @@ type SimStats struct {
 	// blocks was full (SetMaxBlocks): their frees cannot be matched.
 	// Collected counts the blocks of Allocs that a garbage collector
 	// frees (Go's mallocgc), never in use.
-	Allocs, Frees, FreesUnknown, Nested, UnseenFrees, Untracked, Collected uint64
+	// AllocSamples counts allocations sampled by bytes.
+	Allocs, Frees, FreesUnknown, Nested, UnseenFrees, Untracked, Collected, AllocSamples uint64
 	// Samples is the number of cpu-clock samples handled, ProbeSamples
 	// those that caught the thread in kprofd's probes (not counted as the
 	// target's time), UnplacedSamples those no frame of the simulated
@@ -184,6 +185,8 @@ type thread struct {
 	// alloc is the allocator call under way, from its entry's KindAlloc
 	// events to its exit's.
 	alloc pendingAlloc
+	// sampled is the allocation sample whose stack is to come.
+	sampled sampledAlloc
 	// checked: the thread was running at the attach and checked at its
 	// first probe hit (HandleSeed). Until the probe program has the
 	// verdict it sends everything, so whenever its simulated stack is
@@ -273,6 +276,11 @@ type Simulator struct {
 	// prologue calls runtime.morestack when the stack must grow and then
 	// jumps back to the function's entry on the new stack).
 	restarts bool
+	// allocRate is the mean bytes between allocation samples, allocEst
+	// what the samples stand for, by context (see allocSampled).
+	allocRate     float64
+	allocNoStacks bool
+	allocEst      map[*cct.Node]*allocEstimate
 }
 
 // NewSimulator returns a simulator for the functions in funcs, indexed by
@@ -897,12 +905,14 @@ func (s *Simulator) exit(th *thread, ev *bpf.Event) {
 }
 
 // Finish closes every open frame of every thread at endTime, counting
-// them as Unfinished.
+// them as Unfinished, and adds the allocation samples' estimates to their
+// contexts.
 func (s *Simulator) Finish(endTime uint64) {
 	for _, th := range s.threads {
 		s.stats.Unfinished += uint64(len(th.frames))
 		s.closeAll(th, endTime)
 	}
+	s.foldAllocEstimates()
 }
 
 // closeAll ends every frame of a thread at t.

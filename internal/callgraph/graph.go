@@ -27,6 +27,10 @@ type Node struct {
 	Calls []*Node
 	// TailCalls are the functions it jumps to (tail calls), each once.
 	TailCalls []*Node
+	// LeafReturns, of a leaf (Options.Leaf), are the link-time return
+	// addresses of its direct calls of other leaves (operator new calling
+	// malloc), which are not followed.
+	LeafReturns []uint64
 	// Rets are the link-time addresses of its ret instructions, in its
 	// body and in its parts.
 	Rets []uint64
@@ -276,9 +280,6 @@ func (b *builder) analyze(n *Node) error {
 		}
 	}
 	for _, s := range body.sites {
-		if leaf && s.kind != siteJump && s.kind != siteJumpSlot {
-			continue
-		}
 		var (
 			obj *symbolizer.Mapped
 			fn  *symbolizer.Func
@@ -287,11 +288,17 @@ func (b *builder) analyze(n *Node) error {
 		case siteCall, siteJump:
 			obj, fn = b.resolveCode(n, s.target)
 		case siteCallSlot, siteJumpSlot:
-			if obj, fn = b.resolveSlot(n, s.target); fn == nil && s.kind == siteCallSlot && s.synced && !isImport(n, s.target) {
+			if obj, fn = b.resolveSlot(n, s.target); fn == nil && s.kind == siteCallSlot && s.synced && !isImport(n, s.target) && !leaf {
 				n.IndirectSites = append(n.IndirectSites, s.from) // a function pointer in memory
 			}
 		}
 		if fn == nil {
+			continue
+		}
+		if leaf && (s.kind == siteCall || s.kind == siteCallSlot) {
+			if b.opt.Leaf != nil && b.opt.Leaf(fn) {
+				n.LeafReturns = append(n.LeafReturns, s.next)
+			}
 			continue
 		}
 		if isSetjmp(fn) {

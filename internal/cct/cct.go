@@ -89,6 +89,9 @@ type Node struct {
 	// InuseObjects and InuseBytes those of them not freed (inside the
 	// root) when the profile was taken.
 	AllocObjects, AllocBytes, InuseObjects, InuseBytes uint64
+	// AllocEstimated says part of AllocObjects and AllocBytes is an
+	// estimate from allocations sampled by bytes.
+	AllocEstimated bool
 
 	last int // index into Children of the last Child hit
 }
@@ -205,6 +208,7 @@ func mergeNode(dst, src *Node) {
 	dst.AllocBytes += src.AllocBytes
 	dst.InuseObjects += src.InuseObjects
 	dst.InuseBytes += src.InuseBytes
+	dst.AllocEstimated = dst.AllocEstimated || src.AllocEstimated
 	dst.Estimated = dst.Estimated || src.Estimated
 	for _, ch := range src.Children {
 		mergeNode(dst.Child(ch.Func), ch)

@@ -28,7 +28,8 @@ import (
 // one with a call already running when kprofd attached attach=running.
 // An allocation profile (p.Alloc) adds the sample types of Go's heap
 // profiles, alloc_objects/count, alloc_space/bytes, inuse_objects/count
-// and inuse_space/bytes, on the allocators' contexts.
+// and inuse_space/bytes, on the allocators' contexts; those with
+// allocations sampled by bytes are labelled "alloc" "estimated".
 func Pprof(p *cct.Profile) (*profile.Profile, error) {
 	out := &profile.Profile{
 		SampleType: []*profile.ValueType{
@@ -143,6 +144,10 @@ func Pprof(p *cct.Profile) (*profile.Profile, error) {
 			}
 			if p.Alloc {
 				values = append(values, int64(n.AllocObjects), int64(n.AllocBytes), int64(n.InuseObjects), int64(n.InuseBytes))
+			}
+			if n.AllocEstimated {
+				// Allocations sampled by bytes: pprof -tagfocus alloc=estimated.
+				label = with(label, "alloc", "estimated")
 			}
 			if n.CallsEstimated {
 				// Its calls are an estimate: pprof -tagfocus shows the

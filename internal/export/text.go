@@ -381,17 +381,22 @@ func folded(calls uint64) string {
 // allocHeader names the allocation columns of the text views.
 var allocHeader = []string{"allocs", "alloc bytes", "inuse bytes"}
 
-// allocs sums the allocations of contexts.
-type allocs struct{ objects, bytes, inuse uint64 }
+// allocs sums the allocations of contexts; estimated says part of them
+// are estimates from allocations sampled by bytes (shown with ~).
+type allocs struct {
+	objects, bytes, inuse uint64
+	estimated             bool
+}
 
 func (a *allocs) add(n *cct.Node) {
 	a.objects += n.AllocObjects
 	a.bytes += n.AllocBytes
 	a.inuse += n.InuseBytes
+	a.estimated = a.estimated || n.AllocEstimated
 }
 
 func (a allocs) columns() []string {
-	return []string{strconv.FormatUint(a.objects, 10), byteSize(a.bytes), byteSize(a.inuse)}
+	return []string{estimated(a.estimated) + strconv.FormatUint(a.objects, 10), estimated(a.estimated) + byteSize(a.bytes), byteSize(a.inuse)}
 }
 
 // inclusiveAllocs returns the allocations of every context of the tree
@@ -407,6 +412,7 @@ func inclusiveAllocs(root *cct.Node) map[*cct.Node]allocs {
 			a.objects += c.objects
 			a.bytes += c.bytes
 			a.inuse += c.inuse
+			a.estimated = a.estimated || c.estimated
 		}
 		m[n] = a
 		return a

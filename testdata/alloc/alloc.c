@@ -5,11 +5,15 @@
 //
 // It prints "ready"; then for each line "run N" it makes N calls of
 // handle_request, each preceded (outside the root) by a malloc(1000) and
-// its free, and prints "done N"; "exit" exits with status 3.
+// its free, and prints "done N"; for "churn N" it makes N calls of churn,
+// the allocation-heavy root of hybrid mode's tests and benchmarks, and
+// prints "done BYTES NS": the bytes churn allocated and the nanoseconds
+// the calls took; "exit" exits with status 3.
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define NOINLINE __attribute__((noinline, noipa))
 #define KEPT 100000
@@ -78,6 +82,31 @@ NOINLINE void handle_request(void)
 	free_early();
 }
 
+// ChurnBlocks is how many blocks one call of churn allocates.
+#define CHURN_BLOCKS 1000
+
+// churn: CHURN_BLOCKS blocks of 1,024 to 17,152 bytes (1,024 + 256 *
+// (j % 64)), each filled, hashed byte by byte (about as long as a request
+// that allocates that much spends on its data) and freed. It returns the
+// bytes allocated.
+NOINLINE size_t churn(unsigned seed)
+{
+	static volatile unsigned sink __attribute__((unused));
+	size_t total = 0;
+	for (int j = 0; j < CHURN_BLOCKS; j++) {
+		size_t n = 1024 + 256 * (size_t)(j % 64);
+		unsigned char *p = malloc(n);
+		memset(p, (int)(seed + j), n);
+		unsigned h = seed;
+		for (size_t k = 0; k < n; k++)
+			h = h * 31 + p[k];
+		sink = h;
+		free(p);
+		total += n;
+	}
+	return total;
+}
+
 int main(void)
 {
 	char line[64];
@@ -97,6 +126,15 @@ int main(void)
 				handle_request();
 			}
 			printf("done %d\n", n);
+		}
+		if (sscanf(line, "churn %d", &n) == 1) {
+			struct timespec t0, t1;
+			size_t bytes = 0;
+			clock_gettime(CLOCK_MONOTONIC, &t0);
+			for (int i = 0; i < n; i++)
+				bytes += churn((unsigned)i);
+			clock_gettime(CLOCK_MONOTONIC, &t1);
+			printf("done %zu %lld\n", bytes, (long long)(t1.tv_sec - t0.tv_sec) * 1000000000LL + (t1.tv_nsec - t0.tv_nsec));
 		}
 	}
 	return 4;
