@@ -43,6 +43,31 @@ func allocValues(t *testing.T, p *profile.Profile) map[string][4]int64 {
 	return got
 }
 
+// checkAllocs compares allocations per context with what the program's
+// structure fixes.
+func checkAllocs(t *testing.T, got, want map[string][4]int64) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Errorf("allocations in %d contexts, want %d: %v", len(got), len(want), got)
+	}
+	for ctx, w := range want {
+		if got[ctx] != w {
+			t.Errorf("%s: objects, bytes, in-use objects, in-use bytes = %v, want %v", ctx, got[ctx], w)
+		}
+	}
+}
+
+// checkComment fails the test unless a comment of pp contains want.
+func checkComment(t *testing.T, pp *profile.Profile, want string) {
+	t.Helper()
+	for _, c := range pp.Comments {
+		if strings.Contains(c, want) {
+			return
+		}
+	}
+	t.Errorf("no comment saying %q: %q", want, pp.Comments)
+}
+
 // TestAllocExact profiles testdata/alloc's allocations: per request, two
 // mallocs (100 freed, 200 kept), a malloc of 16 and a realloc chain to 32
 // and 64 (freed; the last free is a tail call from a tail call of the
@@ -70,23 +95,10 @@ func TestAllocExact(t *testing.T) {
 		"handle_request;grow;realloc":        {2 * n, 96 * n, 0, 0},
 		"handle_request;zeroed;calloc":       {n, 80 * n, n, 80 * n},
 	}
-	if len(got) != len(want) {
-		t.Errorf("allocations in %d contexts, want %d: %v", len(got), len(want), got)
-	}
-	for ctx, w := range want {
-		if got[ctx] != w {
-			t.Errorf("%s: objects, bytes, in-use objects, in-use bytes = %v, want %v", ctx, got[ctx], w)
-		}
-	}
+	checkAllocs(t, got, want)
 	wantComment := fmt.Sprintf("%d blocks allocated, %d of them freed there; %d frees of blocks allocated before the session or outside the root ignored; 0 allocator calls made by another counted once",
 		6*n, 4*n, n)
-	found := false
-	for _, c := range pp.Comments {
-		found = found || strings.Contains(c, wantComment)
-	}
-	if !found {
-		t.Errorf("no comment saying %q: %q", wantComment, pp.Comments)
-	}
+	checkComment(t, pp, wantComment)
 }
 
 // TestAllocGo profiles gotarget's "alloc": per call of the root
@@ -134,22 +146,9 @@ func TestAllocGo(t *testing.T) {
 		"main.allocWork;main.makeBuf;runtime.mallocgc":            {n, 1000 * n, 0, 0},
 		"main.allocWork;main.pair;main.newPoint;runtime.mallocgc": {n, 24 * n, 0, 0},
 	}
-	if len(got) != len(want) {
-		t.Errorf("allocations in %d contexts, want %d: %v", len(got), len(want), got)
-	}
-	for ctx, w := range want {
-		if got[ctx] != w {
-			t.Errorf("%s: objects, bytes, in-use objects, in-use bytes = %v, want %v", ctx, got[ctx], w)
-		}
-	}
+	checkAllocs(t, got, want)
 	wantComment := fmt.Sprintf("%d of the blocks allocated by Go's runtime.mallocgc, which the garbage collector frees unseen", 3*n)
-	found := false
-	for _, c := range pp.Comments {
-		found = found || strings.Contains(c, wantComment)
-	}
-	if !found {
-		t.Errorf("no comment saying %q: %q", wantComment, pp.Comments)
-	}
+	checkComment(t, pp, wantComment)
 }
 
 // TestAllocCxx profiles testdata/allocxx's new and delete: per call of
@@ -183,22 +182,9 @@ func TestAllocCxx(t *testing.T) {
 		"handle_request(int);thrower(int);operator new(unsigned long)":                    {n, 32 * n, 0, 0},
 		"handle_request(int);thrower(int);may_throw(int);__cxa_allocate_exception;malloc": {n / 2, exc * n / 2, 0, 0},
 	}
-	if len(got) != len(want) {
-		t.Errorf("allocations in %d contexts, want %d: %v", len(got), len(want), got)
-	}
-	for ctx, w := range want {
-		if got[ctx] != w {
-			t.Errorf("%s: objects, bytes, in-use objects, in-use bytes = %v, want %v", ctx, got[ctx], w)
-		}
-	}
+	checkAllocs(t, got, want)
 	wantComment := fmt.Sprintf("%d blocks allocated, %d of them freed there; 0 frees of blocks allocated before the session or outside the root ignored;", 6*n+n/2, 5*n+n/2)
-	found := false
-	for _, c := range pp.Comments {
-		found = found || strings.Contains(c, wantComment)
-	}
-	if !found {
-		t.Errorf("no comment saying %q: %q", wantComment, pp.Comments)
-	}
+	checkComment(t, pp, wantComment)
 }
 
 // TestAllocHybrid runs testdata/alloc's churn, an allocation-heavy loop
@@ -252,13 +238,7 @@ func TestAllocHybrid(t *testing.T) {
 		t.Error("churn;malloc is not labelled alloc=estimated")
 	}
 	want := "hybrid mode turned free, malloc to sampling allocations by bytes (one sample per 65536 bytes allocated on average, per thread)"
-	found := false
-	for _, c := range pp.Comments {
-		found = found || strings.Contains(c, want)
-	}
-	if !found {
-		t.Errorf("no comment saying %q: %q", want, pp.Comments)
-	}
+	checkComment(t, pp, want)
 }
 
 // BenchmarkAlloc measures what --alloc costs on testdata/alloc's churn
