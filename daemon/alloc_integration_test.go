@@ -43,6 +43,21 @@ func allocValues(t *testing.T, p *profile.Profile) map[string][4]int64 {
 	return got
 }
 
+// profileAllocs profiles the allocations of n requests of exe (the
+// ready/run/exit protocol, root handle_request) in exact mode and returns
+// the pprof profile parsed back.
+func profileAllocs(t *testing.T, exe string, n int) *profile.Profile {
+	t.Helper()
+	target := testtarget.Start(t, exe)
+	s, err := daemon.Start(daemon.Config{PID: target.Pid(), Roots: []string{"handle_request"}, Alloc: true, Warnf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	target.Run(t, n)
+	return roundTrip(t, stopAndCheckGone(t, s, target.Pid()))
+}
+
 // checkAllocs compares allocations per context with what the program's
 // structure fixes.
 func checkAllocs(t *testing.T, got, want map[string][4]int64) {
@@ -78,16 +93,7 @@ func checkComment(t *testing.T, pp *profile.Profile, want string) {
 func TestAllocExact(t *testing.T) {
 	requireRoot(t)
 	const n = 500
-	exe := testtarget.BuildOne(t, "gcc", "alloc", "alloc/alloc.c", "-fno-builtin")
-	target := testtarget.Start(t, exe)
-	s, err := daemon.Start(daemon.Config{PID: target.Pid(), Roots: []string{"handle_request"}, Alloc: true, Warnf: t.Logf})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	target.Run(t, n)
-	p := stopAndCheckGone(t, s, target.Pid())
-	pp := roundTrip(t, p)
+	pp := profileAllocs(t, testtarget.BuildOne(t, "gcc", "alloc", "alloc/alloc.c", "-fno-builtin"), n)
 	got := allocValues(t, pp)
 	want := map[string][4]int64{
 		"handle_request;make_buffers;malloc": {2 * n, 300 * n, n, 200 * n},
@@ -161,16 +167,7 @@ func TestAllocGo(t *testing.T) {
 func TestAllocCxx(t *testing.T) {
 	requireRoot(t)
 	const n = 400
-	exe := testtarget.BuildOne(t, "g++", "allocxx", "allocxx/alloc.cc")
-	target := testtarget.Start(t, exe)
-	s, err := daemon.Start(daemon.Config{PID: target.Pid(), Roots: []string{"handle_request"}, Alloc: true, Warnf: t.Logf})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	target.Run(t, n)
-	p := stopAndCheckGone(t, s, target.Pid())
-	pp := roundTrip(t, p)
+	pp := profileAllocs(t, testtarget.BuildOne(t, "g++", "allocxx", "allocxx/alloc.cc"), n)
 	got := allocValues(t, pp)
 	// The exception: an int after libstdc++'s 128-byte header.
 	const exc = 4 + 128
