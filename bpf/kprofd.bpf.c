@@ -692,12 +692,9 @@ static __always_inline void alloc_event(struct kprofd_thread *th, __u64 now, __u
 // alloc_args follows an allocator's entry or exit event with what the
 // allocation is: at the entry its size and the block it frees, at the
 // exit the block it returned (0 for none, or for free).
-static __always_inline void alloc_args(struct pt_regs *ctx, struct kprofd_thread *th, __u64 now, __u32 tid, __u32 fn,
-				       __u8 kind)
+static __always_inline void alloc_args(struct pt_regs *ctx, struct kprofd_thread *th, __u64 now, __u32 tid,
+				       struct kprofd_alloc_spec *a, __u8 kind)
 {
-	struct kprofd_alloc_spec *a = bpf_map_lookup_elem(&allocs, &fn);
-	if (!a)
-		return;
 	if (kind == KIND_ENTRY) {
 		if (a->ptr != NO_REG)
 			alloc_event(th, now, tid, ALLOC_FREE, reg(ctx, a->ptr));
@@ -747,10 +744,9 @@ static __always_inline __u64 alloc_interval(void)
 // places it). A free in byte sampling sends nothing, nor does a call made
 // by another allocator (ret_at holds its return address).
 static __always_inline int alloc_sampled(struct pt_regs *ctx, struct kprofd_thread *th, __u64 now, __u32 tid, __u32 fn,
-					 __u64 ret_at)
+					 struct kprofd_alloc_spec *a, __u64 ret_at)
 {
-	struct kprofd_alloc_spec *a = bpf_map_lookup_elem(&allocs, &fn);
-	if (!a || !a->sampled)
+	if (!a->sampled)
 		return 0;
 	if (a->size[0] == NO_REG)
 		return 1;
@@ -1025,7 +1021,13 @@ static __always_inline void handle_thread(struct pt_regs *ctx, struct kprofd_thr
 		site(ctx, th, now, tid, (__u32)cookie, d);
 		return;
 	}
-	if ((cookie & COOKIE_ALLOC) && kind == KIND_ENTRY && alloc_sampled(ctx, th, now, tid, (__u32)cookie, slot - delta))
+	// An allocator's spec (COOKIE_ALLOC probes), looked up once.
+	struct kprofd_alloc_spec *a = NULL;
+	if (cookie & COOKIE_ALLOC) {
+		__u32 fn = (__u32)cookie;
+		a = bpf_map_lookup_elem(&allocs, &fn);
+	}
+	if (a && kind == KIND_ENTRY && alloc_sampled(ctx, th, now, tid, (__u32)cookie, a, slot - delta))
 		return;
 
 	__u8 flags = 0;
@@ -1046,8 +1048,8 @@ static __always_inline void handle_thread(struct pt_regs *ctx, struct kprofd_thr
 	e->func = (__u32)cookie;
 	e->kind = kind;
 	e->flags |= flags;
-	if ((cookie & COOKIE_ALLOC) && kind != KIND_CATCH)
-		alloc_args(ctx, th, now, tid, (__u32)cookie, kind);
+	if (a && kind != KIND_CATCH)
+		alloc_args(ctx, th, now, tid, a, kind);
 
 	// The outermost root frame returned: the thread leaves the root, and
 	// the time its batch takes to flush is no frame's.

@@ -206,9 +206,9 @@ func (s *Simulator) allocSampled(node *cct.Node, a sampledAlloc) {
 		s.stats.UnplacedSamples++
 		return
 	}
-	scale := 1 / -math.Expm1(-float64(a.size)/s.allocRate)
-	if a.size == 0 {
-		scale = 1
+	scale := 1.0 // a zero-byte allocation was sampled for its neighbours' bytes
+	if a.size > 0 {
+		scale = 1 / -math.Expm1(-float64(a.size)/s.allocRate)
 	}
 	if s.allocEst == nil {
 		s.allocEst = map[*cct.Node]*allocEstimate{}
