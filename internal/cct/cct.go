@@ -79,6 +79,9 @@ type Node struct {
 	// is then the estimate's relative standard error.
 	CallsEstimated bool
 	CallsError     float64
+	// Unprobed is the part of Calls estimated for calls no probe hit:
+	// they cost no probe time, and Compensate takes none out for them.
+	Unprobed uint64
 	// Folded counts the calls made below this context in contexts the
 	// session's node budget had no room for (Whaley's bounded partial
 	// calling-context tree): they are in no node's Calls, and their time
@@ -200,6 +203,7 @@ func mergeNode(dst, src *Node) {
 	dst.Incomplete = dst.Incomplete || src.Incomplete
 	dst.Running = dst.Running || src.Running
 	dst.Calls += src.Calls
+	dst.Unprobed += src.Unprobed
 	dst.Wall += src.Wall
 	dst.Raw += src.Raw
 	dst.Samples += src.Samples
@@ -222,9 +226,10 @@ func mergeNode(dst, src *Node) {
 type Costs struct{ Inner, Outer float64 }
 
 // Compensate takes the instrumentation's time out of every node (seed
-// patent: t_exact = t_rough - t_I - m*t_O): its self time loses Calls times
-// its function's inner time, and for each child the child's Calls times the
-// child's outer time. Estimated nodes keep their self time, which samples
+// patent: t_exact = t_rough - t_I - m*t_O): its self time loses its calls
+// times its function's inner time, and for each child the child's calls
+// times the child's outer time, counting only calls a probe hit (Calls
+// less Unprobed). Estimated nodes keep their self time, which samples
 // in the probes never reached. It keeps the measured times in Raw, rewrites Wall,
 // and returns how many nodes it clamped at zero self time.
 func (t *Tree) Compensate(cost func(FuncID) Costs) (clamped int) {
@@ -241,7 +246,7 @@ func compensate(n *Node, cost func(FuncID) Costs) (clamped int) {
 		clamped += compensate(ch, cost)
 		childRaw += ch.Raw
 		childWall += ch.Wall
-		outer += float64(ch.Calls) * cost(ch.Func).Outer
+		outer += float64(ch.Calls-ch.Unprobed) * cost(ch.Func).Outer
 	}
 	n.Raw = n.Wall
 	self := 0.0
@@ -253,7 +258,7 @@ func compensate(n *Node, cost func(FuncID) Costs) (clamped int) {
 		n.Wall = uint64(math.Round(self)) + childWall
 		return clamped
 	}
-	self -= float64(n.Calls)*cost(n.Func).Inner + outer
+	self -= float64(n.Calls-n.Unprobed)*cost(n.Func).Inner + outer
 	if self < 0 {
 		self = 0
 		clamped++

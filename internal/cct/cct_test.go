@@ -166,4 +166,17 @@ func TestCompensate(t *testing.T) {
 	if b.Wall != 150 || a.Wall != 150 || a.Self() != 0 {
 		t.Errorf("b wall %d, a wall %d self %d; want 150 150 0", b.Wall, a.Wall, a.Self())
 	}
+
+	// Estimated calls that no probe hit cost nothing: a demoted leaf of
+	// 1,000 calls, 10 of them seen by bursts (sampled, so its own self
+	// time stays).
+	tr = NewTree()
+	a = tr.Root.Child(0)
+	a.Calls, a.Wall = 1, 5000
+	b = a.Child(1)
+	b.Calls, b.Unprobed, b.Wall, b.Estimated = 1000, 990, 1000, true
+	// a: self 4000 - 1*100 - 10*40 = 3500.
+	if clamped := tr.Compensate(func(f FuncID) Costs { return Costs{Inner: 100, Outer: 40} }); clamped != 0 || a.Self() != 3500 || b.Wall != 1000 {
+		t.Errorf("clamped %d, a self %d, b wall %d; want 0 3500 1000", clamped, a.Self(), b.Wall)
+	}
 }
