@@ -1027,7 +1027,10 @@ static __always_inline void handle_thread(struct pt_regs *ctx, struct kprofd_thr
 		__u32 fn = (__u32)cookie;
 		a = bpf_map_lookup_elem(&allocs, &fn);
 	}
-	if (a && kind == KIND_ENTRY && alloc_sampled(ctx, th, now, tid, (__u32)cookie, a, slot - delta))
+	// A burst's probe reports every call exactly, byte sampling or not:
+	// the bursts' calls are what an allocator demoted to sampling is
+	// estimated from.
+	if (a && kind == KIND_ENTRY && !(cookie & COOKIE_BURST) && alloc_sampled(ctx, th, now, tid, (__u32)cookie, a, slot - delta))
 		return;
 
 	__u8 flags = 0;

@@ -89,6 +89,12 @@ func (s *Simulator) allocEvent(th *thread, ev *bpf.Event) {
 	if top == nil || int(top.phys) >= len(s.funcs) || s.funcs[top.phys].alloc == 0 {
 		return
 	}
+	if top.flags&frameBurst != 0 {
+		if what == bpf.AllocSize {
+			s.burstAlloc(th, top, ev.Slot)
+		}
+		return
+	}
 	p := &th.alloc
 	switch {
 	case p.depth != 0 && p.depth < n:
@@ -102,6 +108,44 @@ func (s *Simulator) allocEvent(th *thread, ev *bpf.Event) {
 	} else {
 		p.old = ev.Slot
 	}
+}
+
+// burstSizes is what bursts saw of the calls of an allocator in one
+// context that allocated (a nested allocator's call is its caller's):
+// how many, and their bytes.
+type burstSizes struct {
+	calls uint64
+	bytes uint64
+}
+
+// burstAlloc takes the size of an allocator's call, the thread's top
+// frame, that a burst's probe saw (bursts have no exit probes: no result
+// follows). Once an allocator is demoted to sampling, its contexts'
+// allocations are estimated from these (see foldAllocEstimates).
+func (s *Simulator) burstAlloc(th *thread, top *frame, size uint64) {
+	if s.burst == nil || !s.burst.inWindow(top.start) {
+		return // a call the bursts do not count
+	}
+	if n := len(th.frames); n >= 2 {
+		// Called by another allocator (operator new calling malloc):
+		// part of that one's allocation. One that tail-called it
+		// (operator new[]) reports no size and has it counted here.
+		if below := &th.frames[n-2]; below.flags&frameReplaced == 0 && int(below.phys) < len(s.funcs) && s.funcs[below.phys].alloc != 0 {
+			s.stats.Nested++
+			return
+		}
+	}
+	if s.allocBursts == nil {
+		s.allocBursts = map[*cct.Node]*burstSizes{}
+	}
+	b := s.allocBursts[top.node]
+	if b == nil {
+		b = &burstSizes{}
+		s.allocBursts[top.node] = b
+	}
+	b.calls++
+	b.bytes += size
+	s.stats.BurstAllocs++
 }
 
 // settle applies an allocator call that returned result.
@@ -222,13 +266,31 @@ func (s *Simulator) allocSampled(node *cct.Node, a sampledAlloc) {
 	e.bytes += scale * float64(a.size)
 }
 
-// foldAllocEstimates adds the allocation samples' estimates into their
-// contexts' allocation counts, marked estimated.
+// foldAllocEstimates adds the estimated allocations into their contexts'
+// allocation counts, marked estimated. Where an allocator was demoted to
+// sampling and its context's calls since it turned to byte sampling are
+// estimated from the bursts (burstCounts.estimate, which must run first),
+// its allocations are those calls times the allocations and bytes per
+// call the bursts saw, and its allocation samples, which cover part of
+// the same time, are set aside. Otherwise the samples' estimates count,
+// and the bursts' allocations as they were seen: a lower bound.
 func (s *Simulator) foldAllocEstimates() {
+	for node, b := range s.allocBursts {
+		calls, seen, ok := s.burst.estimated(node)
+		if ok && seen > 0 {
+			node.AllocObjects += uint64(math.Round(calls * float64(b.calls) / float64(seen)))
+			node.AllocBytes += uint64(math.Round(calls * float64(b.bytes) / float64(seen)))
+			delete(s.allocEst, node)
+		} else {
+			node.AllocObjects += b.calls
+			node.AllocBytes += b.bytes
+		}
+		node.AllocEstimated = true
+	}
 	for node, e := range s.allocEst {
 		node.AllocObjects += uint64(math.Round(e.objects))
 		node.AllocBytes += uint64(math.Round(e.bytes))
 		node.AllocEstimated = true
 	}
-	s.allocEst = nil
+	s.allocEst, s.allocBursts = nil, nil
 }

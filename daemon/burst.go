@@ -590,6 +590,10 @@ func burstProbes(funcs []*plan.Func, set map[uint32]bool) map[*symbolizer.Mapped
 	byObj := map[*symbolizer.Mapped][]bpf.Probe{}
 	add := func(f *plan.Func, obj *symbolizer.Mapped, p plan.Probe) {
 		flags := bpf.CookieBurst
+		if f.Alloc != nil {
+			// Its calls' sizes: what its allocations are estimated by.
+			flags |= bpf.CookieAlloc
+		}
 		if p.FromRBP {
 			flags |= bpf.CookieSlotRBP
 		}

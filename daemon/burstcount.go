@@ -66,6 +66,8 @@ type burstAcc struct {
 	// the parent, times the parent's estimated calls.
 	based         bool
 	exact, parent anchorRef
+	// estimate is its estimated calls after the demotion, once made.
+	estimate uint64
 }
 
 // anchorRef is a caller whose calls a context's calls are counted per.
@@ -510,6 +512,17 @@ func (b *burstCounts) estimate() {
 	}
 }
 
+// estimated returns context n's estimated calls after its function's
+// demotion and the calls bursts saw of it; ok is false when estimate
+// made no estimate of it.
+func (b *burstCounts) estimated(n *cct.Node) (calls float64, seen uint64, ok bool) {
+	a := b.accs[n]
+	if a == nil || !n.CallsEstimated {
+		return 0, 0, false
+	}
+	return float64(a.estimate), a.seen, true
+}
+
 // estimatePerCall estimates context n's calls per call of a caller, the
 // exact one if enough of its frames fitted in windows, else the parent,
 // whose own estimate (made before, callers first) it scales, and reports
@@ -535,7 +548,10 @@ func (b *burstCounts) estimatePerCall(n *cct.Node, a *burstAcc) bool {
 			after *= float64(b.last-min(r.at, b.last)) / float64(b.last-r.since)
 		}
 		calls := uint64(math.Round(mean * after))
-		n.Calls += max(calls, a.seen)
+		a.estimate = max(calls, a.seen)
+		n.Calls += a.estimate
+		// Only the calls the bursts saw paid for a probe.
+		n.Unprobed += a.estimate - a.seen
 		n.CallsEstimated = true
 		n.CallsError = math.Hypot(relErr, r.node.CallsError)
 		n.Incomplete = n.Incomplete || r.late || r.node.Incomplete

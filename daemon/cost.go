@@ -150,10 +150,14 @@ type modelFunc struct {
 	alloc alloc.Role
 }
 
-// allocStage is as far as an allocator is demoted: one that allocates
-// keeps its entry probe, which samples allocations by bytes
+// allocStage is the stage an allocator is first demoted to: one that
+// allocates keeps its entry probe, which samples allocations by bytes
 // (bpf.Program.SampleAlloc); one that only frees loses all its probes
 // (in-use numbers need every free, which byte sampling cannot give).
+// When byte sampling still costs too much (the entry probe traps at every
+// call), an allocator that allocates is demoted to sampling too: its
+// allocations are then estimated from the calls bursts of sampled
+// instrumentation see.
 func allocStage(r alloc.Role) Stage {
 	if r == alloc.Frees {
 		return StageSampled
@@ -216,8 +220,10 @@ func (m *costModel) next(i int) (next, reach Stage, ok bool) {
 		return 0, 0, false
 	}
 	if f.alloc != 0 {
-		st := allocStage(f.alloc)
-		return st, st, f.stage < st
+		if first := allocStage(f.alloc); f.stage < first {
+			return first, StageSampled, true
+		}
+		return StageSampled, StageSampled, true
 	}
 	if f.stage == StageFull && f.exits {
 		return StageEntry, StageSampled, true
@@ -460,7 +466,9 @@ func (m *costModel) decideRound(rates []float64, cpu float64, samples uint64, me
 		}
 		for _, j := range m.subtree(best) {
 			st := StageSampled
-			if r := m.funcs[j].alloc; r != 0 {
+			if r := m.funcs[j].alloc; r != 0 && j != best {
+				// An allocator below: to byte sampling, whose
+				// samples the real stacks place.
 				if st = allocStage(r); m.funcs[j].stage >= st {
 					continue
 				}
@@ -494,22 +502,41 @@ func (m *costModel) decideRound(rates []float64, cpu float64, samples uint64, me
 }
 
 // allocatorsTogether adds to out, when it demotes an allocator, the
-// demotion of every other one: an allocator in byte sampling and another
-// traced exactly would count the same block twice (operator new calling
-// malloc), and in-use numbers need the frees of every block allocated.
+// demotion of every other one as far: an allocator in byte sampling and
+// another traced exactly, or one sampled by bytes and another by bursts,
+// would count the same block twice (operator new calling malloc), and
+// in-use numbers need the frees of every block allocated.
 func (m *costModel) allocatorsTogether(out []demotion) []demotion {
-	first := slices.IndexFunc(out, func(d demotion) bool { return !d.sites && m.funcs[d.id].alloc != 0 })
+	// st is as far as those that allocate go.
+	first, st := -1, StageEntry
+	for k, d := range out {
+		r := m.funcs[d.id].alloc
+		if d.sites || r == 0 {
+			continue
+		}
+		if first < 0 {
+			first = k
+		}
+		if r != alloc.Frees {
+			st = max(st, d.stage)
+		}
+	}
 	if first < 0 {
 		return out
 	}
+	how := "sample allocations by bytes"
+	if st == StageSampled {
+		how = "go to bursts of sampled instrumentation"
+	}
 	for i := range m.funcs {
 		f := &m.funcs[i]
-		if f.alloc == 0 || f.stage >= allocStage(f.alloc) {
+		want := max(st, allocStage(f.alloc))
+		if f.alloc == 0 || f.stage >= want {
 			continue
 		}
 		m.clearFloor(i)
-		f.stage = allocStage(f.alloc)
-		out = append(out, demotion{id: i, stage: f.stage, reason: fmt.Sprintf("with %s: allocators sample allocations by bytes together", m.name(out[first].id))})
+		f.stage = want
+		out = append(out, demotion{id: i, stage: f.stage, reason: fmt.Sprintf("with %s: allocators %s together", m.name(out[first].id), how)})
 	}
 	return out
 }

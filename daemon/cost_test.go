@@ -1,9 +1,11 @@
 package daemon
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/kprofd/kprofd/internal/alloc"
 	"github.com/kprofd/kprofd/internal/plan"
 )
 
@@ -182,3 +184,56 @@ func TestParseBudget(t *testing.T) {
 }
 
 func first(ds []demotion, _ float64) []demotion { return ds }
+
+// TestCostModelAllocators checks how --alloc's allocators are demoted:
+// together, one that allocates first to byte sampling (its entry probe
+// stays) and, when that still costs too much, to sampling (bursts); one
+// that frees straight to sampling.
+func TestCostModelAllocators(t *testing.T) {
+	model := func() *costModel {
+		return &costModel{budget: 0.10, funcs: []modelFunc{
+			{name: "malloc", cost: callCost{full: 2000, entry: 1000}, exits: true, alloc: alloc.Allocates},
+			{name: "free", cost: callCost{full: 2000, entry: 1000}, exits: true, alloc: alloc.Frees},
+			{name: "new", cost: callCost{full: 2000, entry: 1000}, exits: true, alloc: alloc.Allocates, callees: []int{0}},
+			{name: "root", cost: callCost{full: 2000, entry: 1000}, exits: true, pinned: true, callees: []int{0, 1, 2}},
+		}}
+	}
+	decisions := func(m *costModel, ds []demotion) string {
+		var s []string
+		for _, d := range ds {
+			s = append(s, m.name(d.id)+":"+d.stage.String()[:3])
+		}
+		slices.Sort(s)
+		return strings.Join(s, " ")
+	}
+	const cpu = 1e9
+	const many = 100000
+	for _, tc := range []struct {
+		name   string
+		malloc float64 // calls/s
+		want   string
+	}{
+		// 5e4 calls/s: 10% of the CPU fully probed (11% of the target's
+		// own time), 5.5% with the entry probe alone.
+		{"byte sampling fits", 5e4, "free:all malloc:exi new:exi"},
+		// 1e5 calls/s: the entry probe alone costs 12.5%.
+		{"byte sampling too dear", 1e5, "free:all malloc:all new:all"},
+	} {
+		m := model()
+		rates := []float64{tc.malloc, 0, 0, 0, 0, 0, 10, 0}
+		ds, _ := m.decide(rates, cpu, many)
+		if got := decisions(m, ds); got != tc.want {
+			t.Errorf("%s: %s, want %s", tc.name, got, tc.want)
+		}
+	}
+	// Byte sampling first, then too dear at a higher rate: on to
+	// sampling, the others along.
+	m := model()
+	m.decide([]float64{5e4, 0, 0, 0, 0, 0, 10, 0}, cpu, many)
+	if got, want := decisions(m, first(m.decide([]float64{2e5, 0, 0, 0, 0, 0, 10, 0}, cpu, many))), "malloc:all new:all"; got != want {
+		t.Errorf("byte sampling, then hotter: %s, want %s", got, want)
+	}
+	if ds, _ := m.decide([]float64{1e6, 0, 0, 0, 0, 0, 10, 0}, cpu, many); len(ds) != 0 {
+		t.Errorf("every allocator demoted, then %s", decisions(m, ds))
+	}
+}

@@ -167,12 +167,16 @@ func (m *monitor) step(now time.Time) error {
 		if !d.sites {
 			m.s.sim.Demote(uint32(d.id), d.stage, from)
 		}
-		if d.stage == StageSampled && !d.sites && m.bursts != nil {
+		if !d.sites && m.bursts != nil && (d.stage == StageSampled || m.funcOf(d.id).Alloc != nil) {
 			// Its calls count exactly up to from, the event loop's
 			// cut, and are estimated after: the event loop, behind
 			// real time, must know before its events reach from,
 			// not after the detach (tens of ms, seconds under
 			// load), or the calls between would be counted nowhere.
+			// An allocator's calls stop counting when it turns to
+			// byte sampling (its entry goes silent): if it is
+			// demoted to sampling later, the bursts' estimate
+			// starts there (the burst log keeps the first time).
 			m.bursts.demote(uint32(d.id), from)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/kprofd/kprofd/bpf"
 	"github.com/kprofd/kprofd/calibrate"
+	"github.com/kprofd/kprofd/internal/alloc"
 	"github.com/kprofd/kprofd/internal/cct"
 	"github.com/kprofd/kprofd/internal/plan"
 	"github.com/kprofd/kprofd/symbolizer"
@@ -328,12 +329,15 @@ func (s *Session) comments(st bpf.Stats) []string {
 // allocComment says what --alloc traced and how far to trust in-use
 // numbers.
 func allocComment(pl *plan.Plan, ss SimStats, stage func(int) Stage, rate uint64) string {
-	var names, demoted []string
+	var names, demoted, bursted []string
 	for _, f := range pl.Funcs {
 		if f.Alloc != nil {
 			names = append(names, f.Node.Func.Display)
 			if stage(int(f.ID)) != StageFull {
 				demoted = append(demoted, f.Node.Func.Display)
+			}
+			if stage(int(f.ID)) == StageSampled && f.Alloc.Role != alloc.Frees {
+				bursted = append(bursted, f.Node.Func.Display)
 			}
 		}
 	}
@@ -352,6 +356,13 @@ func allocComment(pl *plan.Plan, ss SimStats, stage func(int) Stage, rate uint64
 			"%d samples, whose estimates are in their contexts' allocations (pprof label alloc=estimated, ~ in text views); "+
 			"from then on no free is seen and in-use numbers count only the blocks allocated before",
 			strings.Join(slices.Compact(demoted), ", "), rate, ss.AllocSamples)
+	}
+	if len(bursted) > 0 {
+		slices.Sort(bursted)
+		c += fmt.Sprintf("; byte sampling still costing more than the budget (a trap at every call), hybrid mode then demoted %s to sampling: "+
+			"bursts of sampled instrumentation saw %d of their allocations, and a context's allocations since byte sampling began are its estimated calls "+
+			"(see the bursts' comment) times the blocks and bytes per call the bursts saw, in place of its samples' (where its calls could only be bounded: the samples' and the bursts' as seen, a lower bound)",
+			strings.Join(slices.Compact(bursted), ", "), ss.BurstAllocs)
 	}
 	if ss.Untracked > 0 {
 		c += fmt.Sprintf("; WARNING: %d blocks allocated while the table of live blocks was full: in-use numbers are a lower bound", ss.Untracked)

@@ -523,9 +523,6 @@ func (s *Session) stop() (*cct.Profile, error) {
 		s.final.Store(&stats)
 	}
 	s.sim.Finish(end)
-	if s.burstCounts != nil {
-		s.burstCounts.estimate()
-	}
 	p := s.buildProfile(end, stats)
 	return p, errors.Join(monitorErr, pauseErr, detachErr, drainErr, s.runErr, statsErr)
 }

@@ -117,8 +117,9 @@ type SimStats struct {
 	// blocks was full (SetMaxBlocks): their frees cannot be matched.
 	// Collected counts the blocks of Allocs that a garbage collector
 	// frees (Go's mallocgc), never in use.
-	// AllocSamples counts allocations sampled by bytes.
-	Allocs, Frees, FreesUnknown, Nested, UnseenFrees, Untracked, Collected, AllocSamples uint64
+	// AllocSamples counts allocations sampled by bytes, BurstAllocs the
+	// allocations bursts saw of allocators demoted to sampling.
+	Allocs, Frees, FreesUnknown, Nested, UnseenFrees, Untracked, Collected, AllocSamples, BurstAllocs uint64
 	// Samples is the number of cpu-clock samples handled, ProbeSamples
 	// those that caught the thread in kprofd's probes (not counted as the
 	// target's time), UnplacedSamples those no frame of the simulated
@@ -281,6 +282,8 @@ type Simulator struct {
 	allocRate     float64
 	allocNoStacks bool
 	allocEst      map[*cct.Node]*allocEstimate
+	// allocBursts holds, by context, the allocations bursts saw.
+	allocBursts map[*cct.Node]*burstSizes
 }
 
 // NewSimulator returns a simulator for the functions in funcs, indexed by
@@ -905,12 +908,16 @@ func (s *Simulator) exit(th *thread, ev *bpf.Event) {
 }
 
 // Finish closes every open frame of every thread at endTime, counting
-// them as Unfinished, and adds the allocation samples' estimates to their
+// them as Unfinished, makes the bursts' estimates of demoted functions'
+// calls (SetBurstCounts), and adds the estimated allocations to their
 // contexts.
 func (s *Simulator) Finish(endTime uint64) {
 	for _, th := range s.threads {
 		s.stats.Unfinished += uint64(len(th.frames))
 		s.closeAll(th, endTime)
+	}
+	if s.burst != nil {
+		s.burst.estimate()
 	}
 	s.foldAllocEstimates()
 }

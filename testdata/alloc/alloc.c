@@ -5,10 +5,11 @@
 //
 // It prints "ready"; then for each line "run N" it makes N calls of
 // handle_request, each preceded (outside the root) by a malloc(1000) and
-// its free, and prints "done N"; for "churn N" it makes N calls of churn,
-// the allocation-heavy root of hybrid mode's tests and benchmarks, and
-// prints "done BYTES NS": the bytes churn allocated and the nanoseconds
-// the calls took; "exit" exits with status 3.
+// its free, and prints "done N"; for "churn N [B]" it makes N calls of
+// churn of B blocks each (default 1,000), the allocation-heavy root of
+// hybrid mode's tests and benchmarks, and prints "done BYTES NS": the
+// bytes churn allocated and the nanoseconds the calls took; "exit" exits
+// with status 3.
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -82,18 +83,15 @@ NOINLINE void handle_request(void)
 	free_early();
 }
 
-// ChurnBlocks is how many blocks one call of churn allocates.
-#define CHURN_BLOCKS 1000
-
-// churn: CHURN_BLOCKS blocks of 1,024 to 17,152 bytes (1,024 + 256 *
-// (j % 64)), each filled, hashed byte by byte (about as long as a request
-// that allocates that much spends on its data) and freed. It returns the
-// bytes allocated.
-NOINLINE size_t churn(unsigned seed)
+// churn: blocks of 1,024 to 17,152 bytes (1,024 + 256 * (j % 64)), each
+// filled, hashed byte by byte (about as long as a request that allocates
+// that much spends on its data) and freed. It returns the bytes
+// allocated.
+NOINLINE size_t churn(unsigned seed, int blocks)
 {
 	static volatile unsigned sink __attribute__((unused));
 	size_t total = 0;
-	for (int j = 0; j < CHURN_BLOCKS; j++) {
+	for (int j = 0; j < blocks; j++) {
 		size_t n = 1024 + 256 * (size_t)(j % 64);
 		unsigned char *p = malloc(n);
 		memset(p, (int)(seed + j), n);
@@ -110,7 +108,7 @@ NOINLINE size_t churn(unsigned seed)
 int main(void)
 {
 	char line[64];
-	int n;
+	int n, blocks;
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	for (nearly = 0; nearly < KEPT; nearly++)
 		early[nearly] = malloc(48);
@@ -127,12 +125,12 @@ int main(void)
 			}
 			printf("done %d\n", n);
 		}
-		if (sscanf(line, "churn %d", &n) == 1) {
+		if ((blocks = 1000, sscanf(line, "churn %d %d", &n, &blocks)) >= 1) {
 			struct timespec t0, t1;
 			size_t bytes = 0;
 			clock_gettime(CLOCK_MONOTONIC, &t0);
 			for (int i = 0; i < n; i++)
-				bytes += churn((unsigned)i);
+				bytes += churn((unsigned)i, blocks);
 			clock_gettime(CLOCK_MONOTONIC, &t1);
 			printf("done %zu %lld\n", bytes, (long long)(t1.tv_sec - t0.tv_sec) * 1000000000LL + (t1.tv_nsec - t0.tv_nsec));
 		}
