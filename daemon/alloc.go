@@ -284,6 +284,7 @@ func (s *Simulator) foldAllocEstimates() {
 		} else {
 			node.AllocObjects += b.calls
 			node.AllocBytes += b.bytes
+			node.AllocIncomplete = true
 		}
 		node.AllocEstimated = true
 	}

@@ -60,7 +60,10 @@ func allocString(t *cct.Tree) string {
 			p = append(p, name)
 		}
 		est := ""
-		if n.AllocEstimated {
+		switch {
+		case n.AllocIncomplete:
+			est = "≥"
+		case n.AllocEstimated:
 			est = "~"
 		}
 		ss = append(ss, fmt.Sprintf("%s %s%d/%d inuse %d/%d", strings.Join(p, "/"), est, n.AllocObjects, n.AllocBytes, n.InuseObjects, n.InuseBytes))
@@ -215,59 +218,75 @@ func TestAllocSamples(t *testing.T) {
 // calls per call of A, estimated from A's frames the bursts saw whole,
 // times the blocks and bytes per call they saw, and its allocation sample
 // from the same time is set aside. Its exact allocations before stay.
+// When no frame of A fitted in a window, the sample's estimate and the
+// bursts' allocations as seen are a lower bound.
 func TestAllocBursts(t *testing.T) {
-	l := newBurstLog()
-	s := NewSimulator(allocFuncs())
-	s.SetBurstCounts(newBurstCounts(l, nil))
-	s.SetAllocRate(1000, false)
-	handle := func(evs ...bpf.Event) {
-		for i := range evs {
-			s.Handle(&evs[i])
+	for _, tc := range []struct {
+		name      string
+		windowEnd uint64
+		want      string
+		seen      uint64
+	}{
+		// 6 exact; 9 calls of A after, 2 blocks of 200 bytes on
+		// average each.
+		{"estimated", 3000, "walk/A/malloc ~24/4800 inuse 6/1200", 6},
+		// 6 exact, 1.16 for the sample of 2000 bytes (2313 bytes),
+		// 2 seen.
+		{"lower bound", 2125, "walk/A/malloc ≥9/3913 inuse 6/1200", 2},
+	} {
+		l := newBurstLog()
+		s := NewSimulator(allocFuncs())
+		s.SetBurstCounts(newBurstCounts(l, nil))
+		s.SetAllocRate(1000, false)
+		handle := func(evs ...bpf.Event) {
+			for i := range evs {
+				s.Handle(&evs[i])
+			}
 		}
-	}
-	burst := func(tm, n uint64) {
-		e := in(tm, 800, Malloc)
-		e.Flags |= bpf.FlagBurst
-		handle(e, size(tm, n))
-	}
-	handle(in(0, 1000, W))
-	// Exact: three calls of A, each of malloc(100) and malloc(300).
-	addr := uint64(0x1000)
-	for k := range 3 {
-		t0 := 100 + uint64(k)*200
-		handle(in(t0, 900, A))
-		for i, n := range []uint64{100, 300} {
-			tm := t0 + 10 + uint64(i)*10
-			handle(in(tm, 800, Malloc), size(tm, n), ret(tm+5, 800, Malloc), result(tm+5, addr))
-			addr += 0x1000
+		burst := func(tm, n uint64) {
+			e := in(tm, 800, Malloc)
+			e.Flags |= bpf.FlagBurst
+			handle(e, size(tm, n))
 		}
-		handle(out(t0+100, 900, A))
-	}
-	// Byte sampling from 1000: one call of A, with a sample.
-	l.demote(uint32(Malloc), 1000)
-	handle(in(1500, 900, A), bpf.Event{Time: 1510, Slot: 2000, Tid: 1, Func: bpf.AllocSample | uint32(Malloc)<<8, Kind: bpf.KindAlloc}, out(1600, 900, A))
-	// Sampling: a window sees three calls of A whole; five more go
-	// unseen after it.
-	l.open(2000, 1000, map[uint32]bool{uint32(Malloc): true})
-	for k := range 3 {
-		t0 := 2100 + uint64(k)*200
-		handle(in(t0, 900, A))
-		burst(t0+10, 100)
-		burst(t0+20, 300)
-		handle(out(t0+100, 900, A))
-	}
-	l.close(3000)
-	for k := range 5 {
-		t0 := 3100 + uint64(k)*100
-		handle(in(t0, 900, A), out(t0+50, 900, A))
-	}
-	handle(out(4000, 1000, W))
-	s.Finish(5000)
-	// 6 exact; 9 calls of A after, 2 blocks of 200 bytes on average each.
-	if got, want := allocString(s.Merged()), "walk/A/malloc ~24/4800 inuse 6/1200"; got != want {
-		t.Errorf("allocations: got %s, want %s", got, want)
-	}
-	if got := s.Stats().BurstAllocs; got != 6 {
-		t.Errorf("bursts saw %d allocations, want 6", got)
+		handle(in(0, 1000, W))
+		// Exact: three calls of A, each of malloc(100) and
+		// malloc(300).
+		addr := uint64(0x1000)
+		for k := range 3 {
+			t0 := 100 + uint64(k)*200
+			handle(in(t0, 900, A))
+			for i, n := range []uint64{100, 300} {
+				tm := t0 + 10 + uint64(i)*10
+				handle(in(tm, 800, Malloc), size(tm, n), ret(tm+5, 800, Malloc), result(tm+5, addr))
+				addr += 0x1000
+			}
+			handle(out(t0+100, 900, A))
+		}
+		// Byte sampling from 1000: one call of A, with a sample.
+		l.demote(uint32(Malloc), 1000)
+		handle(in(1500, 900, A), bpf.Event{Time: 1510, Slot: 2000, Tid: 1, Func: bpf.AllocSample | uint32(Malloc)<<8, Kind: bpf.KindAlloc}, out(1600, 900, A))
+		// Sampling: a window sees three calls of A (whole, if it
+		// lasts); five more go unseen after it.
+		l.open(2000, 1000, map[uint32]bool{uint32(Malloc): true})
+		l.close(tc.windowEnd)
+		for k := range 3 {
+			t0 := 2100 + uint64(k)*200
+			handle(in(t0, 900, A))
+			burst(t0+10, 100)
+			burst(t0+20, 300)
+			handle(out(t0+100, 900, A))
+		}
+		for k := range 5 {
+			t0 := 3100 + uint64(k)*100
+			handle(in(t0, 900, A), out(t0+50, 900, A))
+		}
+		handle(out(4000, 1000, W))
+		s.Finish(5000)
+		if got := allocString(s.Merged()); got != tc.want {
+			t.Errorf("%s: allocations %s, want %s", tc.name, got, tc.want)
+		}
+		if got := s.Stats().BurstAllocs; got != tc.seen {
+			t.Errorf("%s: bursts saw %d allocations, want %d", tc.name, got, tc.seen)
+		}
 	}
 }

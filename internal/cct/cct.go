@@ -95,6 +95,9 @@ type Node struct {
 	// AllocEstimated says part of AllocObjects and AllocBytes is an
 	// estimate from allocations sampled by bytes.
 	AllocEstimated bool
+	// AllocIncomplete says AllocObjects and AllocBytes are a lower
+	// bound: part of the allocations could only be counted as seen.
+	AllocIncomplete bool
 
 	last int // index into Children of the last Child hit
 }
@@ -213,6 +216,7 @@ func mergeNode(dst, src *Node) {
 	dst.InuseObjects += src.InuseObjects
 	dst.InuseBytes += src.InuseBytes
 	dst.AllocEstimated = dst.AllocEstimated || src.AllocEstimated
+	dst.AllocIncomplete = dst.AllocIncomplete || src.AllocIncomplete
 	dst.Estimated = dst.Estimated || src.Estimated
 	for _, ch := range src.Children {
 		mergeNode(dst.Child(ch.Func), ch)

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -389,6 +390,10 @@ func TestAlloc(t *testing.T) {
 	// bytes, one in use; under compute 2 blocks of 2 MiB, both in use.
 	memcpys[0].AllocObjects, memcpys[0].AllocBytes, memcpys[0].InuseObjects, memcpys[0].InuseBytes = 3, 300, 1, 100
 	memcpys[1].AllocObjects, memcpys[1].AllocBytes, memcpys[1].InuseObjects, memcpys[1].InuseBytes = 2, 4<<20, 2, 4<<20
+	// The first is a lower bound (≥, alloc=incomplete), the second an
+	// estimate (~, alloc=estimated); a lower bound in a sum makes it one.
+	memcpys[0].AllocIncomplete = true
+	memcpys[1].AllocEstimated = true
 
 	pp := roundTrip(t, p)
 	idx := map[string]int{}
@@ -396,6 +401,7 @@ func TestAlloc(t *testing.T) {
 		idx[st.Type+"/"+st.Unit] = i
 	}
 	got := map[string][4]int64{}
+	labels := map[string][]string{}
 	for _, s := range pp.Sample {
 		var v [4]int64
 		for i, ty := range []string{"alloc_objects/count", "alloc_space/bytes", "inuse_objects/count", "inuse_space/bytes"} {
@@ -407,6 +413,7 @@ func TestAlloc(t *testing.T) {
 		}
 		if v != ([4]int64{}) {
 			got[s.Location[1].Line[0].Function.Name] = v
+			labels[s.Location[1].Line[0].Function.Name] = s.Label["alloc"]
 		}
 		if n := s.NumLabel["folded_calls"]; s.Location[0].Line[0].Function.Name == "compute" && (len(n) != 1 || n[0] != 7) {
 			t.Errorf("compute's folded_calls label %v, want [7]", n)
@@ -414,6 +421,9 @@ func TestAlloc(t *testing.T) {
 	}
 	if want := map[string][4]int64{"walk(Node*)": {3, 300, 1, 100}, "compute": {2, 4 << 20, 2, 4 << 20}}; !maps.Equal(got, want) {
 		t.Errorf("allocations by caller %v, want %v", got, want)
+	}
+	if want := map[string][]string{"walk(Node*)": {"incomplete"}, "compute": {"estimated"}}; !maps.EqualFunc(labels, want, slices.Equal) {
+		t.Errorf("alloc labels by caller %v, want %v", labels, want)
 	}
 
 	var tree, top bytes.Buffer
@@ -425,15 +435,16 @@ func TestAlloc(t *testing.T) {
 	}
 	for _, want := range []*regexp.Regexp{
 		regexp.MustCompile(`(?m)^calls +total +self +allocs +alloc bytes +inuse bytes +function$`),
-		regexp.MustCompile(`(?m)^ +2 +\S+ +\S+ +5 +4\.0MiB +4\.0MiB +main$`), // thread 1's and 2's main merged
-		regexp.MustCompile(`(?m) 3 +300B +100B +│ +└─ memcpy$`),
+		regexp.MustCompile(`(?m)^ +2 +\S+ +\S+ +≥5 +≥4\.0MiB +4\.0MiB +main$`), // thread 1's and 2's main merged
+		regexp.MustCompile(`(?m) ≥3 +≥300B +100B +│ +└─ memcpy$`),
+		regexp.MustCompile(`(?m) ~2 +~4\.0MiB +4\.0MiB +.*└─ memcpy$`),
 		regexp.MustCompile(`(?m) compute \[\+7 folded calls\]$`),
 	} {
 		if !want.MatchString(tree.String()) {
 			t.Errorf("the tree does not match %s:\n%s", want, tree.String())
 		}
 	}
-	if want := regexp.MustCompile(`(?m) 5 +4\.0MiB +4\.0MiB +memcpy$`); !want.MatchString(top.String()) {
+	if want := regexp.MustCompile(`(?m) ≥5 +≥4\.0MiB +4\.0MiB +memcpy$`); !want.MatchString(top.String()) {
 		t.Errorf("the top list does not match %s:\n%s", want, top.String())
 	}
 }

@@ -145,8 +145,12 @@ func Pprof(p *cct.Profile) (*profile.Profile, error) {
 			if p.Alloc {
 				values = append(values, int64(n.AllocObjects), int64(n.AllocBytes), int64(n.InuseObjects), int64(n.InuseBytes))
 			}
-			if n.AllocEstimated {
-				// Allocations sampled by bytes: pprof -tagfocus alloc=estimated.
+			switch {
+			case n.AllocIncomplete:
+				// A lower bound: pprof -tagfocus alloc=incomplete.
+				label = with(label, "alloc", "incomplete")
+			case n.AllocEstimated:
+				// Allocations sampled: pprof -tagfocus alloc=estimated.
 				label = with(label, "alloc", "estimated")
 			}
 			if n.CallsEstimated {

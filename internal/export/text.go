@@ -382,10 +382,11 @@ func folded(calls uint64) string {
 var allocHeader = []string{"allocs", "alloc bytes", "inuse bytes"}
 
 // allocs sums the allocations of contexts; estimated says part of them
-// are estimates from allocations sampled by bytes (shown with ~).
+// are estimates from sampled allocations (shown with ~), incomplete that
+// they are a lower bound (≥, which wins).
 type allocs struct {
 	objects, bytes, inuse uint64
-	estimated             bool
+	estimated, incomplete bool
 }
 
 func (a *allocs) add(n *cct.Node) {
@@ -393,10 +394,24 @@ func (a *allocs) add(n *cct.Node) {
 	a.bytes += n.AllocBytes
 	a.inuse += n.InuseBytes
 	a.estimated = a.estimated || n.AllocEstimated
+	a.incomplete = a.incomplete || n.AllocIncomplete
+}
+
+// merge adds the sums of b.
+func (a *allocs) merge(b allocs) {
+	a.objects += b.objects
+	a.bytes += b.bytes
+	a.inuse += b.inuse
+	a.estimated = a.estimated || b.estimated
+	a.incomplete = a.incomplete || b.incomplete
 }
 
 func (a allocs) columns() []string {
-	return []string{estimated(a.estimated) + strconv.FormatUint(a.objects, 10), estimated(a.estimated) + byteSize(a.bytes), byteSize(a.inuse)}
+	mark := estimated(a.estimated)
+	if a.incomplete {
+		mark = atLeast(true)
+	}
+	return []string{mark + strconv.FormatUint(a.objects, 10), mark + byteSize(a.bytes), byteSize(a.inuse)}
 }
 
 // inclusiveAllocs returns the allocations of every context of the tree
@@ -408,11 +423,7 @@ func inclusiveAllocs(root *cct.Node) map[*cct.Node]allocs {
 		var a allocs
 		a.add(n)
 		for _, ch := range n.Children {
-			c := walk(ch)
-			a.objects += c.objects
-			a.bytes += c.bytes
-			a.inuse += c.inuse
-			a.estimated = a.estimated || c.estimated
+			a.merge(walk(ch))
 		}
 		m[n] = a
 		return a
