@@ -123,7 +123,7 @@ type burstSizes struct {
 // follows). Once an allocator is demoted to sampling, its contexts'
 // allocations are estimated from these (see foldAllocEstimates).
 func (s *Simulator) burstAlloc(th *thread, top *frame, size uint64) {
-	if s.burst == nil || !s.burst.inWindow(top.start) {
+	if top.flags&frameCounted == 0 {
 		return // a call the bursts do not count
 	}
 	if n := len(th.frames); n >= 2 {
@@ -276,10 +276,10 @@ func (s *Simulator) allocSampled(node *cct.Node, a sampledAlloc) {
 // and the bursts' allocations as they were seen: a lower bound.
 func (s *Simulator) foldAllocEstimates() {
 	for node, b := range s.allocBursts {
-		calls, seen, ok := s.burst.estimated(node)
-		if ok && seen > 0 {
-			node.AllocObjects += uint64(math.Round(calls * float64(b.calls) / float64(seen)))
-			node.AllocBytes += uint64(math.Round(calls * float64(b.bytes) / float64(seen)))
+		if calls, seen, ok := s.burst.estimated(node); ok && seen > 0 {
+			perCall := float64(calls) / float64(seen)
+			node.AllocObjects += uint64(math.Round(perCall * float64(b.calls)))
+			node.AllocBytes += uint64(math.Round(perCall * float64(b.bytes)))
 			delete(s.allocEst, node)
 		} else {
 			node.AllocObjects += b.calls

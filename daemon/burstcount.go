@@ -515,12 +515,12 @@ func (b *burstCounts) estimate() {
 // estimated returns context n's estimated calls after its function's
 // demotion and the calls bursts saw of it; ok is false when estimate
 // made no estimate of it.
-func (b *burstCounts) estimated(n *cct.Node) (calls float64, seen uint64, ok bool) {
+func (b *burstCounts) estimated(n *cct.Node) (calls, seen uint64, ok bool) {
 	a := b.accs[n]
 	if a == nil || !n.CallsEstimated {
 		return 0, 0, false
 	}
-	return float64(a.estimate), a.seen, true
+	return a.estimate, a.seen, true
 }
 
 // estimatePerCall estimates context n's calls per call of a caller, the

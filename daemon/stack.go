@@ -152,6 +152,9 @@ const (
 	// its nearest counted caller, which holds its time as self time and
 	// its call in Folded.
 	frameFolded
+	// frameCounted marks a burst's frame whose call fell in a window
+	// and counts in the bursts' estimates (burstCounts.count).
+	frameCounted
 )
 
 // notAnchor are the flags of frames the bursts' estimates cannot count
@@ -617,12 +620,13 @@ func (s *Simulator) entry(th *thread, ev *bpf.Event) {
 		// Folded: its caller's node holds it.
 	case ev.Flags&bpf.FlagBurst != 0 && s.burst != nil:
 		// A demoted function's call, seen by a burst: estimated.
+		flags = frameBurst
 		if s.burst.count(node, ev.Func, t, anchorFrame(fr), top) {
 			s.stats.BurstCalls++
+			flags |= frameCounted
 		} else {
 			s.stats.BurstOutside++
 		}
-		flags = frameBurst
 	default:
 		node.Calls++
 	}
