@@ -14,6 +14,7 @@ import (
 	"github.com/cilium/ebpf/link"
 
 	"github.com/kprofd/kprofd/bpf"
+	"github.com/kprofd/kprofd/internal/cct"
 	"github.com/kprofd/kprofd/internal/plan"
 	"github.com/kprofd/kprofd/symbolizer"
 )
@@ -39,16 +40,29 @@ const (
 	// maxPeriod bounds the period a long window stretches.
 	maxPeriod = 2 * time.Second
 	maxDuty   = 0.5
-	// burstShare is the part of the overhead budget the bursts may use;
-	// the cost model steers the steady probes to the rest.
+	// maxSettle bounds how long a window waits for the frames it took
+	// to end, settlePoll how often it looks.
+	maxSettle  = maxBurst
+	settlePoll = time.Millisecond
+	// burstShare is the part of the overhead budget kept for the bursts
+	// and for what no model prices (attach stalls, kprofd's own work):
+	// the cost model steers the steady probes to the rest, and the
+	// bursts may use this much, or what the steady probes leave of the
+	// rest if more (monitor.burstBudget).
 	burstShare = 0.2
 )
 
 // burstWindow is when a burst's probes were all in: from the end of the
-// attach to the start of the detach, in monotonic ns (events' clock).
+// attach to the start of the detach, in monotonic ns (events' clock). A
+// window takes frames of its functions' anchors (see burstCounts) that
+// begin from its start to catchEnd, and stays open until they have ended
+// (up to maxSettle): each is seen whole, whatever its length, so the
+// frames that fit are a sample of them by start time, not biased towards
+// short ones.
 type burstWindow struct {
 	start, end uint64
-	length     time.Duration // as planned
+	catchEnd   uint64        // math.MaxUint64 while it takes new frames
+	length     time.Duration // the longest it may take new frames for
 	// funcs holds the function ids whose entries it had back: true for
 	// those it was for, false for companions (see burstLog.burstSet).
 	funcs map[uint32]bool
@@ -69,10 +83,24 @@ type burstLog struct {
 	// with holds the functions a function's bursts must have too: its
 	// callers demoted with it, whose calls its own are counted per.
 	with map[uint32][]uint32
+	// via holds, by function, the anchors (logical functions) its
+	// contexts are counted per by their shortest route: the frames a
+	// window for it waits for.
+	via map[uint32]map[cct.FuncID]bool
+
+	// The open window, for the event loop to read without the lock:
+	// its index, start and catchEnd (openStart is 0 with none open),
+	// and the frames it waits for (begun while it took new ones, not
+	// ended yet) and has caught. reached is the latest event time the
+	// event loop has taken.
+	openIndex           atomic.Int64
+	openStart, openStop atomic.Uint64
+	awaited, caught     atomic.Int64
+	reached             atomic.Uint64
 }
 
 func newBurstLog() *burstLog {
-	return &burstLog{demoted: map[uint32]uint64{}, want: map[uint32]*asked{}, with: map[uint32][]uint32{}}
+	return &burstLog{demoted: map[uint32]uint64{}, want: map[uint32]*asked{}, with: map[uint32][]uint32{}, via: map[uint32]map[cct.FuncID]bool{}}
 }
 
 // demote records that function id lost its probes at t.
@@ -92,30 +120,79 @@ func (l *burstLog) demotions() map[uint32]uint64 {
 	return maps.Clone(l.demoted)
 }
 
-// open records the start of a burst's window, planned to last length:
-// the event loop counts its calls as they come, before it ends.
+// open records the start of a burst's window, to take new frames for up
+// to length: the event loop counts its calls as they come, before it
+// ends.
 func (l *burstLog) open(start uint64, length time.Duration, funcs map[uint32]bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.windows = append(l.windows, burstWindow{start: start, end: math.MaxUint64, length: length, funcs: funcs})
+	l.windows = append(l.windows, burstWindow{start: start, end: math.MaxUint64, catchEnd: math.MaxUint64, length: length, funcs: funcs})
+	l.openIndex.Store(int64(len(l.windows) - 1))
+	l.awaited.Store(0)
+	l.caught.Store(0)
+	l.openStop.Store(math.MaxUint64)
+	l.openStart.Store(start)
 }
 
-// fits returns the window that holds all of [start, end], and its
-// planned length. The window still open holds only up to its planned
-// end: the events may come in before its end is known.
-func (l *burstLog) fits(start, end uint64) (k int, length time.Duration, ok bool) {
+// stopCatching records that the open window takes no new frames after t.
+func (l *burstLog) stopCatching(t uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	k = sort.Search(len(l.windows), func(i int) bool { return l.windows[i].end >= end })
-	if k == len(l.windows) {
-		return 0, 0, false
+	l.windows[len(l.windows)-1].catchEnd = t
+	l.openStop.Store(t)
+}
+
+// catching returns the index of the open window if it takes frames that
+// begin at t.
+func (l *burstLog) catching(t uint64) (int, bool) {
+	start := l.openStart.Load()
+	if start == 0 || t < start || t > l.openStop.Load() {
+		return 0, false
+	}
+	return int(l.openIndex.Load()), true
+}
+
+// openFor reports whether window k is for function id (not only has it
+// as a companion).
+func (l *burstLog) openFor(k int, id uint32) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return k < len(l.windows) && l.windows[k].funcs[id]
+}
+
+// await counts a frame window k waits for: it began while k took new
+// frames.
+func (l *burstLog) await() {
+	l.awaited.Add(1)
+	l.caught.Add(1)
+}
+
+// ended counts the end of a frame window k waited for.
+func (l *burstLog) ended(k int) {
+	if int64(k) == l.openIndex.Load() {
+		l.awaited.Add(-1)
+	}
+}
+
+// settled reports whether the event loop has taken the open window's
+// events up to when it stopped taking new frames, and every frame it
+// waits for has ended.
+func (l *burstLog) settled() bool {
+	return l.reached.Load() >= l.openStop.Load() && l.awaited.Load() <= 0
+}
+
+// fits returns the window that took the frame from start to end, and
+// whether the frame ended before the window closed: one that did was
+// seen whole.
+func (l *burstLog) fits(start, end uint64) (k int, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	k = sort.Search(len(l.windows), func(i int) bool { return l.windows[i].start > start }) - 1
+	if k < 0 {
+		return 0, false
 	}
 	w := l.windows[k]
-	last := w.end
-	if last == math.MaxUint64 {
-		last = w.start + uint64(w.length)
-	}
-	return k, w.length, w.start <= start && end <= last
+	return k, start <= w.catchEnd && end <= w.end
 }
 
 // had reports whether window k had function id's entries back.
@@ -189,6 +266,19 @@ func (l *burstLog) burstWith(id, caller uint32) {
 	}
 }
 
+// countedVia records that a context of function id is counted per calls
+// of anchor (its shortest route).
+func (l *burstLog) countedVia(id uint32, anchor cct.FuncID) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	v := l.via[id]
+	if v == nil {
+		v = map[cct.FuncID]bool{}
+		l.via[id] = v
+	}
+	v[anchor] = true
+}
+
 // burstSet returns the functions of the next burst and the place in all
 // the one after starts from. It is for up to n of the demoted functions
 // all, taken in turn from next (true in funcs), and takes along every
@@ -201,7 +291,11 @@ func (l *burstLog) burstWith(id, caller uint32) {
 // companion of another: a caller's own calls are counted per call of its
 // anchor, and with its callees' probes in too those calls would be too
 // long for a window to hold (a caller of a hot leaf: 25 ms instead of 1).
-// Such a function waits for the next burst.
+// Nor does a burst take functions counted per calls of different
+// anchors: its window waits for the anchors' frames that began in it to
+// end, and a hot leaf's probes would be in all the while a long anchor
+// frame of another function ran (a request, instead of its caller's
+// call). Such a function waits for the next burst.
 func (l *burstLog) burstSet(all []*plan.Func, next, n int, callers map[uint32][]uint32) (funcs map[uint32]bool, after int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -221,6 +315,7 @@ func (l *burstLog) burstSet(all []*plan.Func, next, n int, callers map[uint32][]
 		return seen
 	}
 	funcs = map[uint32]bool{}
+	var via map[cct.FuncID]bool // the anchors the window waits for
 	taken := 0
 	for ; taken < min(n, len(all)); taken++ {
 		id := all[(next+taken)%len(all)].ID
@@ -230,8 +325,12 @@ func (l *burstLog) burstSet(all []*plan.Func, next, n int, callers map[uint32][]
 			// A companion already, or below one the burst is for.
 			related = related || p == id || isFor && up[p]
 		}
-		if related {
+		v := l.via[id]
+		if related || via != nil && !subset(v, via) {
 			break
+		}
+		if via == nil && len(v) > 0 {
+			via = v
 		}
 		funcs[id] = true
 		for c := range up {
@@ -239,6 +338,16 @@ func (l *burstLog) burstSet(all []*plan.Func, next, n int, callers map[uint32][]
 		}
 	}
 	return funcs, next + taken
+}
+
+// subset reports whether every key of a is in b.
+func subset[K comparable](a, b map[K]bool) bool {
+	for k := range a {
+		if !b[k] {
+			return false
+		}
+	}
+	return true
 }
 
 // wanted returns the longest window the functions a burst is for need.
@@ -254,11 +363,15 @@ func (l *burstLog) wanted(funcs map[uint32]bool) time.Duration {
 	return d
 }
 
-// close records the end of the open window.
+// close records the end of the open window (and the end of its taking
+// new frames, if not recorded before).
 func (l *burstLog) close(end uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.windows[len(l.windows)-1].end = end
+	w := &l.windows[len(l.windows)-1]
+	w.end = end
+	w.catchEnd = min(w.catchEnd, end)
+	l.openStart.Store(0)
 }
 
 // locate returns where t falls: in window k (in), or in the gap before
@@ -350,7 +463,8 @@ func newBurster(s *Session, m *monitor, l *burstLog) *burster {
 
 // run starts a burst once per period, at a random point of it (so that
 // the bursts do not lock onto a periodic phase of the target), while any
-// function is demoted to sampling. A burst takes some of the demoted
+// function is demoted to sampling; a window that waited long for its
+// frames to end stretches its period (burstPeriodAfter). A burst takes some of the demoted
 // functions, in turn: putting a probe in and taking it out again stalls
 // the target (the kernel rewrites the page under the process's memory
 // lock), so each burst takes as many as the bursts' share of the budget
@@ -376,17 +490,18 @@ func (b *burster) run() {
 			}
 		}
 		duty := setDuty(duties, set)
-		length, period := burstTiming(duty, b.log.wanted(set))
-		offset := time.Duration(rand.Int64N(int64(max(period-length, 1))))
+		length := burstLength(duty, b.log.wanted(set))
+		offset := time.Duration(rand.Int64N(int64(max(burstPeriod-length, 1))))
 		select {
 		case <-b.stop:
 			return
 		case <-time.After(offset):
 		}
+		took := time.Duration(0)
 		if len(funcs) > 0 {
 			var err error
 			var attach time.Duration
-			if duty, attach, err = b.burst(gen, funcs, set, length); err != nil {
+			if duty, attach, took, err = b.burst(gen, funcs, set, length); err != nil {
 				b.mu.Lock()
 				b.err = err
 				b.mu.Unlock()
@@ -400,10 +515,11 @@ func (b *burster) run() {
 			// Detaching costs about what attaching did.
 			perFunc = 2 * attach / time.Duration(len(funcs))
 		}
+		period := burstPeriodAfter(took, duty)
 		select {
 		case <-b.stop:
 			return
-		case <-time.After(period - offset - length):
+		case <-time.After(period - offset - took):
 		}
 	}
 }
@@ -429,25 +545,34 @@ func setDuty(duties map[uint32]float64, set map[uint32]bool) float64 {
 	return duty
 }
 
-// burstTiming returns the length of the next burst and the period it
-// belongs to: duty of burstPeriod, at least minBurst, and as long as the
-// functions' anchor frames want (up to maxBurst, and up to what the duty
-// pays for in maxPeriod), with the period stretched to keep the duty
-// cycle (initialDuty after a burst that saw nothing).
-func burstTiming(duty float64, want time.Duration) (length, period time.Duration) {
+// burstLength returns how long the next window may take new frames for
+// (see burster.window): duty of burstPeriod, at least minBurst, and as
+// long as the functions' anchor frames want, up to maxBurst and up to
+// what the duty pays for in maxPeriod (initialDuty after a burst that
+// saw nothing).
+func burstLength(duty float64, want time.Duration) time.Duration {
 	if duty == 0 {
 		// The last burst saw no calls: nothing to go by.
 		duty = initialDuty
 	}
-	length = max(time.Duration(duty*float64(burstPeriod)), minBurst)
-	period = burstPeriod
+	length := max(time.Duration(duty*float64(burstPeriod)), minBurst)
 	if want > length {
 		// No longer than the duty allows in maxPeriod: a long
 		// period would hold up every other function's bursts.
 		length = max(min(want, maxBurst, time.Duration(duty*float64(maxPeriod))), length)
-		period = max(period, time.Duration(float64(length)/duty))
 	}
-	return length, period
+	return length
+}
+
+// burstPeriodAfter returns the period a window that took so long
+// belongs to: burstPeriod, or as long as keeps the duty cycle
+// (initialDuty after a burst that saw nothing). A window lasts until
+// its frames end, so it is known only after.
+func burstPeriodAfter(took time.Duration, duty float64) time.Duration {
+	if duty == 0 {
+		duty = initialDuty
+	}
+	return max(burstPeriod, time.Duration(float64(took)/duty))
 }
 
 // burstFuncs returns how many of n demoted functions the next burst may
@@ -462,15 +587,16 @@ func burstFuncs(n int, perFunc time.Duration, budget float64) int {
 	return min(max(k, 1), n)
 }
 
-// burst attaches the probes of funcs (see burstProbes) for length,
-// records the window (for the functions set marks true, see burstSet)
-// and returns the duty cycle the next burst may have (what keeps the
-// bursts' cost within their share of the budget, at the call rates this
-// one measured) and how long attaching took.
-func (b *burster) burst(gen uint32, funcs []*plan.Func, set map[uint32]bool, length time.Duration) (float64, time.Duration, error) {
+// burst attaches the probes of funcs (see burstProbes) for a window
+// that takes new frames for up to length (see window), records the
+// window (for the functions set marks true, see burstSet) and returns the
+// duty cycle the next burst may have (what keeps the bursts' cost within
+// their share of the budget, at the call rates this one measured), how
+// long attaching took and how long the window was.
+func (b *burster) burst(gen uint32, funcs []*plan.Func, set map[uint32]bool, length time.Duration) (duty float64, attach, took time.Duration, err error) {
 	s := b.s
 	if err := s.prog.SetBurst(gen); err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	nids := 0
 	for _, f := range funcs {
@@ -478,7 +604,7 @@ func (b *burster) burst(gen uint32, funcs []*plan.Func, set map[uint32]bool, len
 	}
 	before, err := b.counters(nids)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	var links []link.Link
 	attachStart := time.Now()
@@ -492,13 +618,10 @@ func (b *burster) burst(gen uint32, funcs []*plan.Func, set map[uint32]bool, len
 		}
 		links = append(links, ls...)
 	}
-	attach := time.Since(attachStart)
+	attach = time.Since(attachStart)
 	start := monotonicNow()
 	b.log.open(start, length, set)
-	select {
-	case <-b.stop:
-	case <-time.After(length):
-	}
+	b.window(start, length)
 	end := monotonicNow()
 	b.log.close(end)
 	// Closing removes the breakpoints at once; the rest of the close
@@ -506,7 +629,7 @@ func (b *burster) burst(gen uint32, funcs []*plan.Func, set map[uint32]bool, len
 	go closeAll(links)
 	after, err := b.counters(nids)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	// What the burst cost as measured: its samples in the probe program
 	// and in the traps (those the event loop has placed by now).
@@ -525,7 +648,44 @@ func (b *burster) burst(gen uint32, funcs []*plan.Func, set map[uint32]bool, len
 		}
 	}
 	load = math.Max(load, measured/secs)
-	return burstDuty(load, s.cfg.Budget, b.m.ownCPU()), attach, nil
+	return burstDuty(load, b.m.burstBudget(s.cfg.Budget), b.m.ownCPU()), attach, time.Duration(end - start), nil
+}
+
+// window holds the open window, from start, while it takes new frames
+// (up to length, or minBurst once one has begun: the first frames to
+// begin after a random time are as long as any) and then until the
+// frames it took have ended (up to maxSettle): those frames are seen
+// whole, and their calls are what the estimates are made of.
+func (b *burster) window(start uint64, length time.Duration) {
+	tick := time.NewTicker(settlePoll)
+	defer tick.Stop()
+	catch := time.NewTimer(length)
+	defer catch.Stop()
+catching:
+	for {
+		select {
+		case <-b.stop:
+			return
+		case <-catch.C:
+			break catching
+		case <-tick.C:
+			if b.log.caught.Load() > 0 && time.Duration(monotonicNow()-start) >= minBurst {
+				break catching
+			}
+		}
+	}
+	b.log.stopCatching(monotonicNow())
+	settle := time.NewTimer(maxSettle)
+	defer settle.Stop()
+	for !b.log.settled() {
+		select {
+		case <-b.stop:
+			return
+		case <-settle.C:
+			return
+		case <-tick.C:
+		}
+	}
 }
 
 // burstReading is what a burst's cost is measured by: the probe hits of
@@ -552,14 +712,14 @@ func (b *burster) counters(n int) (burstReading, error) {
 
 // burstDuty returns the share of each period the next burst may take:
 // what keeps its probes' cost, load ns per second of burst at the rates
-// the last one measured, within burstShare of the budget, a fraction of
-// the target's own CPU time (own, ns/s). Bursts that saw nothing get the
-// shortest length.
-func burstDuty(load, budget, own float64) float64 {
+// the last one measured, within share, the bursts' part of the overhead
+// budget (a fraction of the target's own CPU time, own ns/s). Bursts
+// that saw nothing get the shortest length.
+func burstDuty(load, share, own float64) float64 {
 	if load <= 0 || own <= 0 {
 		return 0
 	}
-	return math.Min(maxDuty, burstShare*budget*own/load)
+	return math.Min(maxDuty, share*own/load)
 }
 
 // Stop ends the bursts, the one running included, and waits.

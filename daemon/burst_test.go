@@ -32,17 +32,17 @@ func TestBurstFuncs(t *testing.T) {
 
 func TestBurstDuty(t *testing.T) {
 	for _, tc := range []struct {
-		load, budget, own, want float64
+		load, share, own, want float64
 	}{
-		{0, 0.1, 1e9, 0},         // bursts saw nothing: shortest
-		{1e8, 0.1, 0, 0},         // no measure of the target's own work
-		{1e9, 0.1, 1e9, 0.02},    // full probes would cost 100%: 2% of it fits 20% of a 10% budget
-		{1e7, 0.1, 1e9, 0.5},     // cheap: capped at maxDuty
-		{4e8, 0.2, 5e8, 0.05},    // 0.2*0.2*5e8 / 4e8
-		{5e10, 0.1, 1e9, 0.0004}, // very hot: the burst length has a floor elsewhere
+		{0, 0.02, 1e9, 0},         // bursts saw nothing: shortest
+		{1e8, 0.02, 0, 0},         // no measure of the target's own work
+		{1e9, 0.02, 1e9, 0.02},    // full probes would cost 100%: 2% of it fits a 2% share
+		{1e7, 0.02, 1e9, 0.5},     // cheap: capped at maxDuty
+		{4e8, 0.04, 5e8, 0.05},    // 0.04*5e8 / 4e8
+		{5e10, 0.02, 1e9, 0.0004}, // very hot: the burst length has a floor elsewhere
 	} {
-		if got := burstDuty(tc.load, tc.budget, tc.own); math.Abs(got-tc.want) > 1e-12 {
-			t.Errorf("burstDuty(%g, %g, %g) = %g, want %g", tc.load, tc.budget, tc.own, got, tc.want)
+		if got := burstDuty(tc.load, tc.share, tc.own); math.Abs(got-tc.want) > 1e-12 {
+			t.Errorf("burstDuty(%g, %g, %g) = %g, want %g", tc.load, tc.share, tc.own, got, tc.want)
 		}
 	}
 }
@@ -188,8 +188,13 @@ func TestBurstPerAnchor(t *testing.T) {
 	call(2100, 10, 0, seen)
 	call(2300, 10, 2, seen)
 	call(2500, 10, 4, seen)
-	call(2950, 5, 0, seen) // ends after the window: does not fit
+	// Ends after the window closed: not seen whole.
+	handle(in(2950, 900, A))
+	for i := range 5 {
+		burst(2951+uint64(i), 800, C)
+	}
 	l.close(3000)
+	handle(out(3050, 900, A))
 	for k := range 5 {
 		call(3200+uint64(k)*100, 10, 2, unseen)
 	}
@@ -222,22 +227,35 @@ func TestBurstPerAnchor(t *testing.T) {
 
 func TestBurstTiming(t *testing.T) {
 	for _, tc := range []struct {
-		duty           float64
-		want           time.Duration
-		length, period time.Duration
+		duty   float64
+		want   time.Duration
+		length time.Duration
 	}{
-		{0.02, 0, minBurst, burstPeriod},
-		{0.1, 0, 10 * time.Millisecond, burstPeriod},
-		{0.05, 40 * time.Millisecond, 40 * time.Millisecond, 800 * time.Millisecond},
-		{0.5, 40 * time.Millisecond, 50 * time.Millisecond, burstPeriod}, // already long enough
-		{0.25, time.Second, maxBurst, 800 * time.Millisecond},
-		{0.05, time.Second, 100 * time.Millisecond, 2 * time.Second},       // what 5% pays for in maxPeriod
-		{0, 80 * time.Millisecond, 40 * time.Millisecond, 2 * time.Second}, // the last burst saw nothing: initialDuty
-		{0.0005, 40 * time.Millisecond, minBurst, 4 * time.Second},         // minBurst, whatever the period
+		{0.02, 0, minBurst},
+		{0.1, 0, 10 * time.Millisecond},
+		{0.05, 40 * time.Millisecond, 40 * time.Millisecond},
+		{0.5, 40 * time.Millisecond, 50 * time.Millisecond}, // already long enough
+		{0.25, time.Second, maxBurst},
+		{0.05, time.Second, 100 * time.Millisecond},       // what 5% pays for in maxPeriod
+		{0, 80 * time.Millisecond, 40 * time.Millisecond}, // the last burst saw nothing: initialDuty
+		{0.0005, 40 * time.Millisecond, minBurst},         // minBurst, whatever the period
 	} {
-		l, p := burstTiming(tc.duty, tc.want)
-		if l != tc.length || p != tc.period {
-			t.Errorf("burstTiming(%g, %v) = %v, %v; want %v, %v", tc.duty, tc.want, l, p, tc.length, tc.period)
+		if l := burstLength(tc.duty, tc.want); l != tc.length {
+			t.Errorf("burstLength(%g, %v) = %v, want %v", tc.duty, tc.want, l, tc.length)
+		}
+	}
+	for _, tc := range []struct {
+		took   time.Duration
+		duty   float64
+		period time.Duration
+	}{
+		{2 * time.Millisecond, 0.05, burstPeriod},
+		{40 * time.Millisecond, 0.05, 800 * time.Millisecond},
+		{30 * time.Millisecond, 0, 1500 * time.Millisecond}, // saw nothing: initialDuty
+		{120 * time.Millisecond, 0.5, burstPeriod * 12 / 5},
+	} {
+		if p := burstPeriodAfter(tc.took, tc.duty); p != tc.period {
+			t.Errorf("burstPeriodAfter(%v, %g) = %v, want %v", tc.took, tc.duty, p, tc.period)
 		}
 	}
 }
@@ -348,6 +366,32 @@ func TestBurstSet(t *testing.T) {
 	}
 }
 
+// TestBurstSetVia checks that a burst takes only functions counted per
+// calls of the same anchors: its window waits for their frames.
+func TestBurstSetVia(t *testing.T) {
+	l := newBurstLog()
+	const a, b, c, d = 1, 2, 3, 4
+	const x, y cct.FuncID = 10, 11
+	l.countedVia(a, x)
+	l.countedVia(b, x)
+	l.countedVia(c, y)
+	all := []*plan.Func{{ID: a}, {ID: b}, {ID: c}, {ID: d}}
+	for _, tc := range []struct {
+		next  int
+		want  map[uint32]bool
+		after int
+	}{
+		{0, map[uint32]bool{a: true, b: true}, 2}, // stops at c, counted per y
+		{2, map[uint32]bool{c: true, d: true}, 4}, // d, not counted yet, joins; a does not
+		{3, map[uint32]bool{d: true, a: true, b: true}, 6},
+	} {
+		got, after := l.burstSet(all, tc.next, 16, nil)
+		if !maps.Equal(got, tc.want) || after != tc.after {
+			t.Errorf("burstSet(next %d) = %v, %d; want %v, %d", tc.next, got, after, tc.want, tc.after)
+		}
+	}
+}
+
 // TestSetDuty checks that a burst takes the least duty cycle its
 // functions' last bursts allowed, and initialDuty for one not measured.
 func TestSetDuty(t *testing.T) {
@@ -453,6 +497,77 @@ func openParentWindow(l *burstLog, handle func(bpf.Event), burst func(t, slot ui
 		burst(tm, 800, A)
 		for j := range 10 {
 			burst(tm+1+uint64(j), 700, C)
+		}
+	}
+}
+
+// TestBurstWindowWaits checks that a window waits for the anchor frames
+// that began while it took new frames, and that only those count: in
+// each of three windows a long call of A (10 calls of C) begins while
+// the window takes frames and ends long after, and a short one (2 calls)
+// begins after and ends before the window closes. Counting every frame
+// that fitted between the window's start and end, as before, would give
+// 6 calls of C per call of A; the frames taken by start give 10.
+func TestBurstWindowWaits(t *testing.T) {
+	l, b, s, handle, burst := burstSimulator()
+	handle(in(0, 1000, W))
+	for k := range 2 { // before the demotion: 10 C a call of A
+		tm := 100 + uint64(k)*100
+		handle(in(tm, 900, A))
+		for i := range 10 {
+			handle(in(tm+1+uint64(i), 800, C))
+		}
+		handle(out(tm+50, 900, A))
+	}
+	l.demote(uint32(C), 1000)
+	for k := range 3 {
+		start := 2000 + uint64(k)*1000
+		l.open(start, 100, map[uint32]bool{uint32(C): true})
+		handle(in(start+10, 900, A))
+		if l.awaited.Load() != 1 || l.settled() {
+			t.Fatalf("window %d: awaits %d frames, settled %v; want 1, false", k, l.awaited.Load(), l.settled())
+		}
+		l.stopCatching(start + 20)
+		for i := range 10 {
+			burst(start+100+uint64(i)*30, 800, C)
+		}
+		handle(out(start+500, 900, A))
+		if !l.settled() {
+			t.Fatalf("window %d: not settled after its frame ended", k)
+		}
+		handle(in(start+510, 900, A)) // after it stopped taking frames
+		burst(start+520, 800, C)
+		burst(start+530, 800, C)
+		handle(out(start+600, 900, A))
+		if l.awaited.Load() != 0 {
+			t.Fatalf("window %d: awaits %d frames after the short one, want 0", k, l.awaited.Load())
+		}
+		l.close(start + 700)
+	}
+	handle(out(9000, 1000, W))
+	b.estimate()
+
+	a := s.Merged().Root.Lookup(W).Lookup(A)
+	if a.Calls != 8 {
+		t.Fatalf("A: %d calls, want 8", a.Calls)
+	}
+	// 20 calls of C before the demotion, 6 calls of A after it.
+	if c := a.Lookup(C); c.Calls != 20+10*6 || !c.CallsEstimated || c.CallsError != 0 {
+		t.Errorf("C: %d calls, estimated %v, error %g; want 80 estimated, no error", c.Calls, c.CallsEstimated, c.CallsError)
+	}
+}
+
+// TestBurstBudget checks the bursts' part of the overhead budget: what
+// the steady probes leave of the cost model's part, at least burstShare.
+func TestBurstBudget(t *testing.T) {
+	for _, tc := range []struct{ steady, want float64 }{
+		{0.03, 0.05}, // 80% of 10%, less 3%
+		{0.07, 0.02}, // burstShare of 10%
+		{0, 0.08},
+	} {
+		m := &monitor{latest: tc.steady}
+		if got := m.burstBudget(0.1); math.Abs(got-tc.want) > 1e-12 {
+			t.Errorf("steady probes at %g: bursts get %g, want %g", tc.steady, got, tc.want)
 		}
 	}
 }

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"cmp"
+	"iter"
 	"math"
 	"slices"
 	"time"
@@ -20,12 +21,12 @@ import (
 //     The mean calls of the context per such frame, times the anchor's
 //     calls since the demotion, is the estimate: Arnold and Ryder's
 //     counter-based sampling with one call of the anchor as the unit,
-//     so the probes' slowdown inside the windows does not matter. A long
-//     frame fits in a window less often than a short one: each is
-//     weighted by the inverse of its chance to fit, W/(W-d) for a frame
-//     of d in a window of W (Horvitz and Thompson), so contexts called
-//     more in longer calls are not underestimated. The error is the
-//     weighted mean's standard error over the frames.
+//     so the probes' slowdown inside the windows does not matter. A
+//     window waits for the frames that began while it took new ones to
+//     end (see burstWindow), so a long frame is seen as often as a
+//     short one and contexts called more in longer calls are not
+//     underestimated. The error is the mean's standard error over the
+//     frames.
 //
 // A context with too few anchor frames in the windows gets the calls seen
 // as a lower bound. (Scaling the calls seen by the context's cpu-clock
@@ -139,10 +140,6 @@ type tallied struct {
 // make an estimate per anchor call.
 const minAnchorFrames = 3
 
-// maxFitWeight bounds an anchor frame's weight W/(W-d): a frame about as
-// long as its window says little about how many such frames fit.
-const maxFitWeight = 8
-
 func newBurstCounts(l *burstLog, cost func(id uint32) float64) *burstCounts {
 	return &burstCounts{log: l, cost: cost, accs: map[*cct.Node]*burstAcc{},
 		anchors: map[*cct.Node]*anchorAcc{}, known: map[uint32]bool{}, sampled: map[cct.FuncID]map[*cct.Node]bool{},
@@ -162,7 +159,10 @@ func (b *burstCounts) acc(n *cct.Node) *burstAcc {
 // event loop has not based yet (see demoted), and when the first of them
 // was.
 func (b *burstCounts) due(t uint64) ([]uint32, uint64) {
-	b.last = max(b.last, t)
+	if t > b.last {
+		b.last = t
+		b.log.reached.Store(t)
+	}
 	if v := b.log.version.Load(); v != b.version {
 		b.version = v
 		for id, at := range b.log.demotions() {
@@ -218,14 +218,7 @@ func (b *burstCounts) demoted(fns map[cct.FuncID]uint32, roots []*cct.Node, t ui
 						}
 						b.log.burstWith(fns[ch.Func], b.physOf[n.Func])
 					}
-					// Windows that hold the caller's calls;
-					// a demoted parent's are the shorter
-					// ones (the anchor's hold them).
-					r := &a.exact
-					if a.parent.node != nil {
-						r = &a.parent
-					}
-					b.sizeWindows(fns[ch.Func], ch, r)
+					b.sizeWindows(fns[ch.Func], ch, b.route(fns[ch.Func], a))
 				}
 			}
 			next := anchor
@@ -255,8 +248,23 @@ func (b *burstCounts) anchorsDemoted(set map[cct.FuncID]bool, fns map[cct.FuncID
 		}
 		a.parent, a.exact = a.exact, anchorRef{}
 		b.log.burstWith(b.physOf[n.Func], fns[r.Func])
-		b.sizeWindows(b.physOf[n.Func], n, &a.parent)
+		b.sizeWindows(b.physOf[n.Func], n, b.route(b.physOf[n.Func], a))
 	}
+}
+
+// route returns the caller the calls of a context (of function id) are
+// counted per by the shortest route, whose frames its windows wait for:
+// its demoted parent's (the anchor's hold them), else the anchor's; and
+// tells the burst log.
+func (b *burstCounts) route(id uint32, a *burstAcc) *anchorRef {
+	r := &a.exact
+	if a.parent.node != nil {
+		r = &a.parent
+	}
+	if r.node != nil {
+		b.log.countedVia(id, r.node.Func)
+	}
+	return r
 }
 
 // sizeWindows asks for windows for function id, of context ctx, that
@@ -334,6 +342,7 @@ func (b *burstCounts) count(n *cct.Node, phys uint32, t uint64, anchor, top *fra
 			// estimated; those before it are in its Calls.
 			a.parent.set(b, n, top.node, base(top.node.Calls), late, k+1)
 		}
+		b.route(phys, a)
 	}
 	a.exact.tally(anchor, n, phys)
 	a.parent.tally(top, n, phys)
@@ -381,7 +390,7 @@ func (b *burstCounts) frameEnd(node *cct.Node, start, end uint64, tally *burstTa
 		return
 	}
 	d := end - start
-	k, length, ok := b.log.fits(start, end)
+	k, ok := b.log.fits(start, end)
 	// A frame that outlived its window ended when the next event at its
 	// slot or above came, which may be long after: it asks by what the
 	// window saw of it, and the windows grow until such frames fit.
@@ -395,10 +404,8 @@ func (b *burstCounts) frameEnd(node *cct.Node, start, end uint64, tally *burstTa
 	if !ok || k < an.from {
 		return
 	}
-	w := 1.0
-	if length > 0 {
-		w = 1 / math.Max(1-float64(d)/float64(length), 1.0/maxFitWeight)
-	}
+	// Every frame a window took is seen whole: all weigh the same.
+	const w = 1.0
 	aw := an.wins[k]
 	if aw == nil {
 		aw = &anchorWin{}
@@ -439,14 +446,52 @@ func (b *burstCounts) askWindows(an *anchorAcc, node *cct.Node, start, end uint6
 	if fitted {
 		ask = 2 * d
 	}
-	for ctx := range an.counted {
-		if a := b.accs[ctx]; a != nil && a.parent.node != nil && a.parent.node != node {
-			continue
-		}
-		if id, ok := b.physOf[ctx.Func]; ok && b.log.wasFor(start, end, id) {
+	for id := range b.routedBy(an, node) {
+		if b.log.wasFor(start, end, id) {
 			b.log.needs(id, ask, fitted)
 		}
 	}
+}
+
+// routedBy yields the function ids of the contexts counted per calls of
+// anchor an (node) by their shortest route: a context counted per call
+// of a demoted parent needs the parent's frames, not the anchor's (which
+// hold them).
+func (b *burstCounts) routedBy(an *anchorAcc, node *cct.Node) iter.Seq[uint32] {
+	return func(yield func(uint32) bool) {
+		for ctx := range an.counted {
+			if a := b.accs[ctx]; a != nil && a.parent.node != nil && a.parent.node != node {
+				continue
+			}
+			if id, ok := b.physOf[ctx.Func]; ok && !yield(id) {
+				return
+			}
+		}
+	}
+}
+
+// started takes the start at t of a frame of node and reports whether
+// the open window waits for it (see burstWindow): it is the frame of an
+// anchor that the contexts of a function the window is for are counted
+// per, by their shortest route (as askWindows), and began while the
+// window took new frames. The frame must then tell the log its end
+// (burstLog.ended).
+func (b *burstCounts) started(node *cct.Node, t uint64) (window int, ok bool) {
+	k, in := b.log.catching(t)
+	if !in {
+		return 0, false
+	}
+	an := b.anchors[node]
+	if an == nil {
+		return 0, false
+	}
+	for id := range b.routedBy(an, node) {
+		if b.log.openFor(k, id) {
+			b.log.await()
+			return k, true
+		}
+	}
+	return 0, false
 }
 
 // inWindow reports whether t is in a burst's window.

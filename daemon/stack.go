@@ -155,6 +155,9 @@ const (
 	// frameCounted marks a burst's frame whose call fell in a window
 	// and counts in the bursts' estimates (burstCounts.count).
 	frameCounted
+	// frameAwaited marks a frame the window it began in waits for
+	// (burstCounts.started).
+	frameAwaited
 )
 
 // notAnchor are the flags of frames the bursts' estimates cannot count
@@ -174,6 +177,8 @@ type frame struct {
 	phys  uint32    // function id from the entry event
 	fn    cct.FuncID
 	flags uint8
+	// win is the window that waits for it, with frameAwaited.
+	win int32
 	// tally holds the calls bursts saw below an exact frame.
 	tally *burstTally
 }
@@ -571,6 +576,9 @@ func (s *Simulator) end(fr []frame, i int, t uint64) {
 	if s.burst != nil && f.flags&(noTime|frameSignal|frameEntered) == 0 {
 		s.burst.frameEnd(f.node, f.start, t, f.tally)
 	}
+	if f.flags&frameAwaited != 0 {
+		s.burst.log.ended(int(f.win))
+	}
 }
 
 func (s *Simulator) entry(th *thread, ev *bpf.Event) {
@@ -630,7 +638,14 @@ func (s *Simulator) entry(th *thread, ev *bpf.Event) {
 	default:
 		node.Calls++
 	}
-	th.frames = append(fr, frame{slot: slot, start: t, node: node, phys: ev.Func, fn: lf, flags: flags})
+	var win int
+	if s.burst != nil && flags&frameFolded == 0 {
+		if k, ok := s.burst.started(node, t); ok {
+			flags |= frameAwaited
+			win = k
+		}
+	}
+	th.frames = append(fr, frame{slot: slot, start: t, node: node, phys: ev.Func, fn: lf, flags: flags, win: int32(win)})
 }
 
 // anchorFrame returns the innermost frame of fr whose call was counted
