@@ -95,6 +95,7 @@ type burstLog struct {
 	// event loop has taken.
 	openIndex           atomic.Int64
 	openStart, openStop atomic.Uint64
+	openFuncs           atomic.Pointer[map[uint32]bool] // read only
 	awaited, caught     atomic.Int64
 	reached             atomic.Uint64
 }
@@ -128,6 +129,7 @@ func (l *burstLog) open(start uint64, length time.Duration, funcs map[uint32]boo
 	defer l.mu.Unlock()
 	l.windows = append(l.windows, burstWindow{start: start, end: math.MaxUint64, catchEnd: math.MaxUint64, length: length, funcs: funcs})
 	l.openIndex.Store(int64(len(l.windows) - 1))
+	l.openFuncs.Store(&funcs)
 	l.awaited.Store(0)
 	l.caught.Store(0)
 	l.openStop.Store(math.MaxUint64)
@@ -143,21 +145,13 @@ func (l *burstLog) stopCatching(t uint64) {
 }
 
 // catching returns the index of the open window if it takes frames that
-// begin at t.
-func (l *burstLog) catching(t uint64) (int, bool) {
+// begin at t, and the functions it has back (true: those it is for).
+func (l *burstLog) catching(t uint64) (k int, funcs map[uint32]bool, ok bool) {
 	start := l.openStart.Load()
 	if start == 0 || t < start || t > l.openStop.Load() {
-		return 0, false
+		return 0, nil, false
 	}
-	return int(l.openIndex.Load()), true
-}
-
-// openFor reports whether window k is for function id (not only has it
-// as a companion).
-func (l *burstLog) openFor(k int, id uint32) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return k < len(l.windows) && l.windows[k].funcs[id]
+	return int(l.openIndex.Load()), *l.openFuncs.Load(), true
 }
 
 // await counts a frame window k waits for: it began while k took new

@@ -477,7 +477,7 @@ func (b *burstCounts) routedBy(an *anchorAcc, node *cct.Node) iter.Seq[uint32] {
 // window took new frames. The frame must then tell the log its end
 // (burstLog.ended).
 func (b *burstCounts) started(node *cct.Node, t uint64) (window int, ok bool) {
-	k, in := b.log.catching(t)
+	k, funcs, in := b.log.catching(t)
 	if !in {
 		return 0, false
 	}
@@ -486,7 +486,7 @@ func (b *burstCounts) started(node *cct.Node, t uint64) (window int, ok bool) {
 		return 0, false
 	}
 	for id := range b.routedBy(an, node) {
-		if b.log.openFor(k, id) {
+		if funcs[id] {
 			b.log.await()
 			return k, true
 		}
