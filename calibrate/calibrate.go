@@ -78,6 +78,10 @@ type Stat struct {
 	Min, P10, Median, P90, Mean float64
 }
 
+// Spread is how far a batch's time per call strays from the middle:
+// half the distance between the 10th and 90th percentiles.
+func (s Stat) Spread() float64 { return (s.P90 - s.P10) / 2 }
+
 // Measurement is the inner and outer time of one pair of probe classes.
 type Measurement struct {
 	Pair
@@ -99,15 +103,16 @@ type Result struct {
 // of the batches nothing disturbed; but a profile reports mean times, which
 // include the disturbed calls, and BenchmarkCompensation measured the mean
 // coming closest to the truth (the minimum left 3-10 times the error of
-// the mean in a function whose time is mostly its callees' probes). ok is
-// false when p was not measured; ExitNone costs nothing.
+// the mean in a function whose time is mostly its callees' probes). The
+// errors are half the spread of the middle 80% of the batches (Spread).
+// ok is false when p was not measured; ExitNone costs nothing.
 func (r *Result) Costs(p Pair) (c cct.Costs, ok bool) {
 	if p.Exit == ExitNone {
 		return cct.Costs{}, true
 	}
 	for _, m := range r.Measurements {
 		if m.Pair == p {
-			return cct.Costs{Inner: m.Inner.Mean, Outer: m.Outer.Mean}, true
+			return cct.Costs{Inner: m.Inner.Mean, Outer: m.Outer.Mean, InnerErr: m.Inner.Spread(), OuterErr: m.Outer.Spread()}, true
 		}
 	}
 	return cct.Costs{}, false

@@ -3,6 +3,7 @@ package calibrate
 import (
 	"bytes"
 	"encoding/json"
+	"math"
 	"reflect"
 	"testing"
 	"time"
@@ -69,7 +70,7 @@ func TestResultJSON(t *testing.T) {
 	r := &Result{
 		Key:  Key{Kernel: "6.18", CPU: "AMD EPYC", Binary: "0123456789abcdef"},
 		Time: time.Date(2026, 11, 21, 0, 0, 0, 0, time.UTC), Batches: 2, BatchSize: 100,
-		Measurements: []Measurement{{Pair: Pair{x86.ClassStepped, ExitRet}, Inner: Stat{Min: 0.5, Mean: 1}, Outer: Stat{Min: 1.5, Mean: 2}}},
+		Measurements: []Measurement{{Pair: Pair{x86.ClassStepped, ExitRet}, Inner: Stat{Min: 0.5, P10: 0.6, P90: 1.4, Mean: 1}, Outer: Stat{Min: 1.5, P10: 1.5, P90: 3.5, Mean: 2}}},
 	}
 	var buf bytes.Buffer
 	if err := r.WriteJSON(&buf); err != nil {
@@ -86,7 +87,7 @@ func TestResultJSON(t *testing.T) {
 		t.Errorf("round trip: got %+v, want %+v", back, *r)
 	}
 	c, ok := back.Costs(Pair{x86.ClassStepped, ExitRet})
-	if !ok || c.Inner != 1 || c.Outer != 2 {
+	if !ok || c.Inner != 1 || c.Outer != 2 || math.Abs(c.InnerErr-0.4) > 1e-12 || c.OuterErr != 1 {
 		t.Errorf("Costs = %+v, %v", c, ok)
 	}
 	if _, ok := back.Costs(Pair{x86.ClassEmulated, ExitRet}); ok {

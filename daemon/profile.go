@@ -143,10 +143,10 @@ func compensate(p *cct.Profile, pl *plan.Plan, c *calibrate.Result, stage func(i
 		switch stage(i) {
 		case StageEntry:
 			// Most of its calls came after its exits went.
-			costs[i] = cct.Costs{Outer: perCall[i].entry}
+			costs[i] = cct.Costs{Outer: perCall[i].entry, OuterErr: costs[i].InnerErr + costs[i].OuterErr}
 		case StageSampled:
 			// Its calls were counted before its entry went.
-			costs[i] = cct.Costs{Outer: costs[i].Inner + costs[i].Outer}
+			costs[i] = cct.Costs{Outer: costs[i].Inner + costs[i].Outer, OuterErr: costs[i].InnerErr + costs[i].OuterErr}
 		}
 	}
 	cost := func(id cct.FuncID) cct.Costs {
@@ -168,6 +168,9 @@ func compensate(p *cct.Profile, pl *plan.Plan, c *calibrate.Result, stage func(i
 		kind, c.Time.Format(time.RFC3339))}
 	if clamped > 0 {
 		comments = append(comments, fmt.Sprintf("%d contexts had less time than their probes cost and were clamped at zero self time", clamped))
+	}
+	if n := uncertain(p.Tree); n > 0 {
+		comments = append(comments, fmt.Sprintf("%d contexts have a compensated self time smaller than its error bound (the calibration's spread times the probes taken out): shown as < bound, pprof label self_error", n))
 	}
 	if len(missing) > 0 {
 		slices.Sort(missing)
@@ -368,4 +371,16 @@ func allocComment(pl *plan.Plan, ss SimStats, stage func(int) Stage, rate uint64
 		c += fmt.Sprintf("; WARNING: %d blocks allocated while the table of live blocks was full: in-use numbers are a lower bound", ss.Untracked)
 	}
 	return c
+}
+
+// uncertain returns how many contexts of t have a compensated self time
+// smaller than its error bound.
+func uncertain(t *cct.Tree) int {
+	n := 0
+	t.Root.Walk(func(m *cct.Node) {
+		if m.Uncertain() {
+			n++
+		}
+	})
+	return n
 }

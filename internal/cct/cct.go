@@ -98,6 +98,11 @@ type Node struct {
 	// AllocIncomplete says AllocObjects and AllocBytes are a lower
 	// bound: part of the allocations could only be counted as seen.
 	AllocIncomplete bool
+	// SelfError bounds how far the self time may be off after
+	// Compensate, in ns: each probe cost it took out may be off by the
+	// calibration's spread, so a context that subtracted 40 callees'
+	// probes is 40 times less sure than one that subtracted none.
+	SelfError uint64
 
 	last int // index into Children of the last Child hit
 }
@@ -106,6 +111,11 @@ type Node struct {
 // Wall, clamped at 0 (a child can exceed its parent when exit times were
 // inferred).
 func (n *Node) Self() uint64 { return n.exclusive(func(m *Node) uint64 { return m.Wall }) }
+
+// Uncertain reports whether the node's compensated self time is smaller
+// than its error bound: the true time is then only known to be below
+// Self() + SelfError.
+func (n *Node) Uncertain() bool { return n.SelfError > n.Self() }
 
 // RawSelf returns the node's exclusive wall time as measured, before
 // Compensate; 0 until a tree is compensated.
@@ -209,6 +219,7 @@ func mergeNode(dst, src *Node) {
 	dst.Unprobed += src.Unprobed
 	dst.Wall += src.Wall
 	dst.Raw += src.Raw
+	dst.SelfError += src.SelfError
 	dst.Samples += src.Samples
 	dst.Folded += src.Folded
 	dst.AllocObjects += src.AllocObjects
@@ -227,13 +238,19 @@ func mergeNode(dst, src *Node) {
 // times, per call, in nanoseconds: the seed patent's inner time (the part
 // of its own entry and exit probes that falls between their timestamps)
 // and outer time (the rest, which its caller pays).
-type Costs struct{ Inner, Outer float64 }
+type Costs struct {
+	Inner, Outer float64
+	// InnerErr and OuterErr are how far the inner and outer times per
+	// call may be off: the calibration's spread.
+	InnerErr, OuterErr float64
+}
 
 // Compensate takes the instrumentation's time out of every node (seed
 // patent: t_exact = t_rough - t_I - m*t_O): its self time loses its calls
 // times its function's inner time, and for each child the child's calls
 // times the child's outer time, counting only calls a probe hit (Calls
-// less Unprobed). Estimated nodes keep their self time, which samples
+// less Unprobed). Each node's SelfError is the same sum over the costs'
+// errors. Estimated nodes keep their self time, which samples
 // in the probes never reached. It keeps the measured times in Raw, rewrites Wall,
 // and returns how many nodes it clamped at zero self time.
 func (t *Tree) Compensate(cost func(FuncID) Costs) (clamped int) {
@@ -245,12 +262,14 @@ func (t *Tree) Compensate(cost func(FuncID) Costs) (clamped int) {
 
 func compensate(n *Node, cost func(FuncID) Costs) (clamped int) {
 	var childRaw, childWall uint64
-	outer := 0.0
+	outer, outerErr := 0.0, 0.0
 	for _, ch := range n.Children {
 		clamped += compensate(ch, cost)
 		childRaw += ch.Raw
 		childWall += ch.Wall
-		outer += float64(ch.Calls-ch.Unprobed) * cost(ch.Func).Outer
+		c := cost(ch.Func)
+		outer += float64(ch.Calls-ch.Unprobed) * c.Outer
+		outerErr += float64(ch.Calls-ch.Unprobed) * c.OuterErr
 	}
 	n.Raw = n.Wall
 	self := 0.0
@@ -262,7 +281,11 @@ func compensate(n *Node, cost func(FuncID) Costs) (clamped int) {
 		n.Wall = uint64(math.Round(self)) + childWall
 		return clamped
 	}
-	self -= float64(n.Calls-n.Unprobed)*cost(n.Func).Inner + outer
+	c := cost(n.Func)
+	self -= float64(n.Calls-n.Unprobed)*c.Inner + outer
+	// The costs' errors are not independent (they move together with
+	// the machine's state): they add up.
+	n.SelfError = uint64(math.Round(float64(n.Calls-n.Unprobed)*c.InnerErr + outerErr))
 	if self < 0 {
 		self = 0
 		clamped++

@@ -180,3 +180,48 @@ func TestCompensate(t *testing.T) {
 		t.Errorf("clamped %d, a self %d, b wall %d; want 0 3500 1000", clamped, a.Self(), b.Wall)
 	}
 }
+
+// TestCompensateError checks each context's error bound: its probed calls
+// times its inner time's error plus its callees' probed calls times their
+// outer times' errors, and when a self time is below its bound.
+func TestCompensateError(t *testing.T) {
+	// fanout (10 calls, 50,000 ns) calls tiny 400 times (20,000 ns), of
+	// which bursts estimated 100 (no probe hit them).
+	tr := NewTree()
+	fanout := tr.Root.Child(0)
+	fanout.Calls, fanout.Wall = 10, 50000
+	tiny := fanout.Child(1)
+	tiny.Calls, tiny.Unprobed, tiny.Wall = 400, 100, 20000
+	costs := map[FuncID]Costs{
+		0: {Inner: 40, Outer: 30, InnerErr: 2, OuterErr: 3},
+		1: {Inner: 40, Outer: 90, InnerErr: 2, OuterErr: 3},
+	}
+	tr.Compensate(func(f FuncID) Costs { return costs[f] })
+	// tiny: 20000 - 300*40 = 8000, ± 300*2.
+	// fanout: 30000 - 10*40 - 300*90 = 2600, ± 10*2 + 300*3 = 920.
+	for _, tc := range []struct {
+		n         *Node
+		self, err uint64
+		uncertain bool
+	}{
+		{tiny, 8000, 600, false},
+		{fanout, 2600, 920, false},
+	} {
+		if tc.n.Self() != tc.self || tc.n.SelfError != tc.err || tc.n.Uncertain() != tc.uncertain {
+			t.Errorf("%v: self %d ± %d, uncertain %v; want %d ± %d, %v", tc.n.Path(), tc.n.Self(), tc.n.SelfError, tc.n.Uncertain(), tc.self, tc.err, tc.uncertain)
+		}
+	}
+
+	// Three times the callees' outer error: fanout's 2600 is below its
+	// bound of 10*2 + 300*9 = 2720.
+	tr = NewTree()
+	fanout = tr.Root.Child(0)
+	fanout.Calls, fanout.Wall = 10, 50000
+	tiny = fanout.Child(1)
+	tiny.Calls, tiny.Unprobed, tiny.Wall = 400, 100, 20000
+	costs[1] = Costs{Inner: 40, Outer: 90, InnerErr: 2, OuterErr: 9}
+	tr.Compensate(func(f FuncID) Costs { return costs[f] })
+	if fanout.Self() != 2600 || fanout.SelfError != 2720 || !fanout.Uncertain() {
+		t.Errorf("fanout: self %d ± %d, uncertain %v; want 2600 ± 2720, uncertain", fanout.Self(), fanout.SelfError, fanout.Uncertain())
+	}
+}
