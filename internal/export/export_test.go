@@ -465,3 +465,63 @@ func roundTrip(t *testing.T, p *cct.Profile) *profile.Profile {
 	}
 	return pp
 }
+
+// TestSelfError: a compensated self time carries its error bound as the
+// pprof label self_error (nanoseconds); one smaller than its bound shows
+// as "< self+bound" in the tree and the top list, one larger as itself.
+func TestSelfError(t *testing.T) {
+	p := testProfile(false)
+	p.Compensated = true
+	var compute, sure *cct.Node
+	p.Tree.Root.Walk(func(n *cct.Node) {
+		switch {
+		case n.Func == fCompute && compute == nil:
+			compute = n
+			n.SelfError = n.Self() + 1000
+		case n.Func != cct.NoFunc && n.Func != fCompute && sure == nil && n.Self() > 10:
+			sure = n
+			n.SelfError = n.Self() / 10
+		}
+	})
+	if compute == nil || sure == nil {
+		t.Fatal("test profile lacks the contexts")
+	}
+	pp, err := Pprof(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := pp.Write(&buf); err != nil {
+		t.Fatal(err)
+	}
+	back, err := profile.Parse(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	labelled := map[int64]string{}
+	for _, s := range back.Sample {
+		if v := s.NumLabel["self_error"]; len(v) == 1 {
+			labelled[v[0]] = s.NumUnit["self_error"][0]
+		}
+	}
+	want := map[int64]string{int64(compute.SelfError): "nanoseconds", int64(sure.SelfError): "nanoseconds"}
+	if !maps.Equal(labelled, want) {
+		t.Errorf("self_error labels %v, want %v", labelled, want)
+	}
+	var tree, top bytes.Buffer
+	if err := WriteTree(&tree, p, TreeOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteTop(&top, p, 0); err != nil {
+		t.Fatal(err)
+	}
+	bound := "< " + Duration(compute.Self()+compute.SelfError)
+	for what, out := range map[string]string{"tree": tree.String(), "top": top.String()} {
+		if !strings.Contains(out, bound) {
+			t.Errorf("the %s does not show %q:\n%s", what, bound, out)
+		}
+		if strings.Count(out, "< ") != 1 {
+			t.Errorf("the %s shows more than one bound:\n%s", what, out)
+		}
+	}
+}

@@ -173,11 +173,19 @@ func Pprof(p *cct.Profile) (*profile.Profile, error) {
 				// time: pprof -tagfocus folded_calls=1: finds them.
 				nums = with(nums, "folded_calls", int64(n.Folded))
 			}
+			var units map[string][]string
+			if n.SelfError > 0 {
+				// How far the compensated self time may be off:
+				// pprof -tagfocus self_error=1ms: finds the unsure.
+				nums = with(nums, "self_error", int64(n.SelfError))
+				units = selfErrorUnit
+			}
 			out.Sample = append(out.Sample, &profile.Sample{
 				Location: locs,
 				Value:    values,
 				Label:    label,
 				NumLabel: nums,
+				NumUnit:  units,
 			})
 		})
 	}
@@ -204,6 +212,10 @@ func with[V any](labels map[string][]V, key string, v V) map[string][]V {
 func CountError(rel float64) string {
 	return fmt.Sprintf("±%.1f%%", 100*rel)
 }
+
+// selfErrorUnit is the unit of the self_error label (the other numeric
+// labels are counts, which need none).
+var selfErrorUnit = map[string][]string{"self_error": {"nanoseconds"}}
 
 // timingLabels label a sampled profile's samples by where their time
 // comes from.

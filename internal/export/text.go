@@ -72,7 +72,7 @@ func WriteTree(w io.Writer, p *cct.Profile, opt TreeOptions) error {
 			row := []string{
 				atLeast(ch.Incomplete) + estimated(ch.CallsEstimated) + strconv.FormatUint(ch.Calls, 10),
 				estimated(ch.Estimated) + Duration(ch.Wall),
-				estimated(ch.Estimated) + Duration(ch.Self()),
+				selfTime(ch.Self(), ch.SelfError, ch.Estimated),
 			}
 			if p.Alloc {
 				row = append(row, incl[ch].columns()...)
@@ -114,8 +114,9 @@ func WriteTop(w io.Writer, p *cct.Profile, n int) error {
 	type stat struct {
 		id               cct.FuncID
 		calls, self, cum uint64
-		estimated        bool // some of its time comes from samples
-		callsEstimated   bool // some of its calls are estimates
+		selfErr          uint64 // the compensated self time's error bound
+		estimated        bool   // some of its time comes from samples
+		callsEstimated   bool   // some of its calls are estimates
 		allocs           allocs
 	}
 	stats := make(map[cct.FuncID]*stat)
@@ -129,6 +130,7 @@ func WriteTop(w io.Writer, p *cct.Profile, n int) error {
 		}
 		st.calls += n.Calls
 		st.self += n.Self()
+		st.selfErr += n.SelfError
 		st.estimated = st.estimated || n.Estimated
 		st.callsEstimated = st.callsEstimated || n.CallsEstimated
 		st.allocs.add(n)
@@ -164,7 +166,7 @@ func WriteTop(w io.Writer, p *cct.Profile, n int) error {
 	for _, st := range list {
 		row := []string{
 			estimated(st.callsEstimated) + strconv.FormatUint(st.calls, 10),
-			estimated(st.estimated) + Duration(st.self),
+			selfTime(st.self, st.selfErr, st.estimated),
 			percent(st.self, total),
 			estimated(st.estimated) + Duration(st.cum),
 			percent(st.cum, total),
@@ -361,6 +363,16 @@ func atLeast(incomplete bool) string {
 		return "≥"
 	}
 	return ""
+}
+
+// selfTime formats a self time: "< bound" when it is smaller than its
+// error bound err (it may be anything from 0 to self + err), marked ~
+// when estimated.
+func selfTime(self, err uint64, est bool) string {
+	if err > self {
+		return "< " + Duration(self+err)
+	}
+	return estimated(est) + Duration(self)
 }
 
 func estimated(e bool) string {
