@@ -426,13 +426,7 @@ func TestAlloc(t *testing.T) {
 		t.Errorf("alloc labels by caller %v, want %v", labels, want)
 	}
 
-	var tree, top bytes.Buffer
-	if err := WriteTree(&tree, p, TreeOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if err := WriteTop(&top, p, 0); err != nil {
-		t.Fatal(err)
-	}
+	tree, top := treeAndTop(t, p)
 	for _, want := range []*regexp.Regexp{
 		regexp.MustCompile(`(?m)^calls +total +self +allocs +alloc bytes +inuse bytes +function$`),
 		regexp.MustCompile(`(?m)^ +2 +\S+ +\S+ +≥5 +≥4\.0MiB +4\.0MiB +main$`), // thread 1's and 2's main merged
@@ -440,12 +434,12 @@ func TestAlloc(t *testing.T) {
 		regexp.MustCompile(`(?m) ~2 +~4\.0MiB +4\.0MiB +.*└─ memcpy$`),
 		regexp.MustCompile(`(?m) compute \[\+7 folded calls\]$`),
 	} {
-		if !want.MatchString(tree.String()) {
-			t.Errorf("the tree does not match %s:\n%s", want, tree.String())
+		if !want.MatchString(tree) {
+			t.Errorf("the tree does not match %s:\n%s", want, tree)
 		}
 	}
-	if want := regexp.MustCompile(`(?m) ≥5 +≥4\.0MiB +4\.0MiB +memcpy$`); !want.MatchString(top.String()) {
-		t.Errorf("the top list does not match %s:\n%s", want, top.String())
+	if want := regexp.MustCompile(`(?m) ≥5 +≥4\.0MiB +4\.0MiB +memcpy$`); !want.MatchString(top) {
+		t.Errorf("the top list does not match %s:\n%s", want, top)
 	}
 }
 
@@ -508,15 +502,9 @@ func TestSelfError(t *testing.T) {
 	if !maps.Equal(labelled, want) {
 		t.Errorf("self_error labels %v, want %v", labelled, want)
 	}
-	var tree, top bytes.Buffer
-	if err := WriteTree(&tree, p, TreeOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if err := WriteTop(&top, p, 0); err != nil {
-		t.Fatal(err)
-	}
+	tree, top := treeAndTop(t, p)
 	bound := "< " + Duration(compute.Self()+compute.SelfError)
-	for what, out := range map[string]string{"tree": tree.String(), "top": top.String()} {
+	for what, out := range map[string]string{"tree": tree, "top": top} {
 		if !strings.Contains(out, bound) {
 			t.Errorf("the %s does not show %q:\n%s", what, bound, out)
 		}
@@ -524,4 +512,17 @@ func TestSelfError(t *testing.T) {
 			t.Errorf("the %s shows more than one bound:\n%s", what, out)
 		}
 	}
+}
+
+// treeAndTop returns p's tree view and top list.
+func treeAndTop(t *testing.T, p *cct.Profile) (tree, top string) {
+	t.Helper()
+	var tb, pb bytes.Buffer
+	if err := WriteTree(&tb, p, TreeOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteTop(&pb, p, 0); err != nil {
+		t.Fatal(err)
+	}
+	return tb.String(), pb.String()
 }
