@@ -297,17 +297,7 @@ func TestSampled(t *testing.T) {
 	if mc.Wall != 30_000 || mc.Self() != 20_000 {
 		t.Errorf("estimated memcpy: wall %d self %d; want 30µs and 20µs", mc.Wall, mc.Self())
 	}
-	pp, err := Pprof(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var buf bytes.Buffer
-	if err := pp.Write(&buf); err != nil {
-		t.Fatal(err)
-	}
-	if pp, err = profile.Parse(&buf); err != nil {
-		t.Fatal(err)
-	}
+	pp := roundTrip(t, p)
 	golden(t, "pprof_sampled.golden", []byte(pp.String()))
 	if n := len(pp.SampleType); n != 3 || pp.SampleType[2].Type != "samples" {
 		t.Fatalf("sample types %v", pp.SampleType)
@@ -480,18 +470,7 @@ func TestSelfError(t *testing.T) {
 	if compute == nil || sure == nil {
 		t.Fatal("test profile lacks the contexts")
 	}
-	pp, err := Pprof(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var buf bytes.Buffer
-	if err := pp.Write(&buf); err != nil {
-		t.Fatal(err)
-	}
-	back, err := profile.Parse(&buf)
-	if err != nil {
-		t.Fatal(err)
-	}
+	back := roundTrip(t, p)
 	labelled := map[int64]string{}
 	for _, s := range back.Sample {
 		if v := s.NumLabel["self_error"]; len(v) == 1 {
@@ -526,3 +505,4 @@ func treeAndTop(t *testing.T, p *cct.Profile) (tree, top string) {
 	}
 	return tb.String(), pb.String()
 }
+
