@@ -505,4 +505,3 @@ func treeAndTop(t *testing.T, p *cct.Profile) (tree, top string) {
 	}
 	return tb.String(), pb.String()
 }
-
