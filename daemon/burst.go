@@ -154,8 +154,8 @@ func (l *burstLog) catching(t uint64) (k int, funcs map[uint32]bool, ok bool) {
 	return int(l.openIndex.Load()), *l.openFuncs.Load(), true
 }
 
-// await counts a frame window k waits for: it began while k took new
-// frames.
+// await counts a frame the open window waits for: it began while the
+// window took new frames.
 func (l *burstLog) await() {
 	l.awaited.Add(1)
 	l.caught.Add(1)
@@ -458,11 +458,11 @@ func newBurster(s *Session, m *monitor, l *burstLog) *burster {
 // run starts a burst once per period, at a random point of it (so that
 // the bursts do not lock onto a periodic phase of the target), while any
 // function is demoted to sampling; a window that waited long for its
-// frames to end stretches its period (burstPeriodAfter). A burst takes some of the demoted
-// functions, in turn: putting a probe in and taking it out again stalls
-// the target (the kernel rewrites the page under the process's memory
-// lock), so each burst takes as many as the bursts' share of the budget
-// pays for, at the attach time the last one measured.
+// frames to end stretches its period (burstPeriodAfter). A burst takes
+// some of the demoted functions, in turn: putting a probe in and taking
+// it out again stalls the target (the kernel rewrites the page under the
+// process's memory lock), so each burst takes as many as the bursts'
+// share of the budget pays for, at the attach time the last one measured.
 func (b *burster) run() {
 	defer close(b.done)
 	// duties holds what each function's last burst measured: sets cost

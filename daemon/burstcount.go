@@ -83,10 +83,10 @@ type anchorRef struct {
 	// at the time at (0: not before): its calls between the two were
 	// estimated, not counted, and are taken out in proportion to time.
 	since, at uint64
-	// Sums over its frames that fitted in a window: weights w and the
-	// context's calls c in each (frames without calls add only to the
-	// caller's own sums, see anchorAcc).
-	swc, sw2c, sw2c2 float64
+	// Sums over its frames that fitted in a window of the context's
+	// calls c in each, and of c² (frames without calls add only to the
+	// caller's count of frames, see anchorAcc).
+	sc, sc2 float64
 }
 
 // set makes node the caller context ctx counts per, from window from on,
@@ -96,27 +96,20 @@ func (r *anchorRef) set(b *burstCounts, ctx, node *cct.Node, base uint64, late b
 	b.watch(node, from, ctx)
 }
 
-// add takes one of its frames that fitted, of weight w, with c calls of
-// the context.
-func (r *anchorRef) add(w, c float64) {
-	r.swc += w * c
-	r.sw2c += w * w * c
-	r.sw2c2 += w * w * c * c
+// add takes one of its frames that fitted, with c calls of the context.
+func (r *anchorRef) add(c float64) {
+	r.sc += c
+	r.sc2 += c * c
 }
 
-// anchorAcc holds, by window, the frames of an anchor that fitted in one.
-// Frames that ended in windows before from were not watched (the anchor
-// was not known as one yet) and do not count.
+// anchorAcc counts, by window, the frames of an anchor that fitted in
+// one. Frames that ended in windows before from were not watched (the
+// anchor was not known as one yet) and do not count.
 type anchorAcc struct {
 	from int
-	wins map[int]*anchorWin
+	wins map[int]int
 	// counted holds the contexts counted per its calls.
 	counted map[*cct.Node]bool
-}
-
-type anchorWin struct {
-	frames  int
-	sw, sw2 float64
 }
 
 type pendingDemotion struct {
@@ -299,7 +292,7 @@ func (b *burstCounts) nextWindow(t uint64) int {
 func (b *burstCounts) watch(node *cct.Node, from int, ctx *cct.Node) {
 	an := b.anchors[node]
 	if an == nil {
-		an = &anchorAcc{from: from, wins: map[int]*anchorWin{}, counted: map[*cct.Node]bool{}}
+		an = &anchorAcc{from: from, wins: map[int]int{}, counted: map[*cct.Node]bool{}}
 		b.anchors[node] = an
 	}
 	an.counted[ctx] = true
@@ -405,24 +398,16 @@ func (b *burstCounts) frameEnd(node *cct.Node, start, end uint64, tally *burstTa
 		return
 	}
 	// Every frame a window took is seen whole: all weigh the same.
-	const w = 1.0
-	aw := an.wins[k]
-	if aw == nil {
-		aw = &anchorWin{}
-		an.wins[k] = aw
-	}
-	aw.frames++
-	aw.sw += w
-	aw.sw2 += w * w
+	an.wins[k]++
 	if tally != nil {
 		for _, e := range tally.calls {
 			a := b.accs[e.node]
 			switch {
 			case a == nil:
 			case a.exact.node == node:
-				a.exact.add(w, float64(e.calls))
+				a.exact.add(float64(e.calls))
 			case a.parent.node == node:
-				a.parent.add(w, float64(e.calls))
+				a.parent.add(float64(e.calls))
 			}
 		}
 	}
@@ -509,23 +494,21 @@ func (b *burstCounts) perCall(r *anchorRef, phys uint32) (mean, relErr float64, 
 	if an == nil {
 		return 0, 0, 0
 	}
-	var sw, sw2 float64
-	for k, aw := range an.wins {
+	for k, n := range an.wins {
 		if k >= an.from && b.log.had(k, phys) {
-			frames += aw.frames
-			sw += aw.sw
-			sw2 += aw.sw2
+			frames += n
 		}
 	}
-	if sw == 0 {
+	if frames == 0 {
 		return 0, 0, 0
 	}
-	mean = r.swc / sw
+	n := float64(frames)
+	mean = r.sc / n
 	if mean == 0 {
 		return 0, 0, frames // called in none of them
 	}
-	// Σ w²(c-mean)² over the frames, those without calls included.
-	v := math.Max(r.sw2c2-2*mean*r.sw2c+mean*mean*sw2, 0) / (sw * sw)
+	// Σ (c-mean)² over the frames, those without calls included.
+	v := math.Max(r.sc2-2*mean*r.sc+mean*mean*n, 0) / (n * n)
 	return mean, math.Sqrt(v) / mean, frames
 }
 
