@@ -482,12 +482,12 @@ func TestSelfError(t *testing.T) {
 		t.Errorf("self_error labels %v, want %v", labelled, want)
 	}
 	tree, top := treeAndTop(t, p)
-	bound := "< " + Duration(compute.Self()+compute.SelfError)
+	bound := "<" + Duration(compute.Self()+compute.SelfError)
 	for what, out := range map[string]string{"tree": tree, "top": top} {
 		if !strings.Contains(out, bound) {
 			t.Errorf("the %s does not show %q:\n%s", what, bound, out)
 		}
-		if strings.Count(out, "< ") != 1 {
+		if strings.Count(out, "<") != 1 {
 			t.Errorf("the %s shows more than one bound:\n%s", what, out)
 		}
 	}

@@ -365,12 +365,12 @@ func atLeast(incomplete bool) string {
 	return ""
 }
 
-// selfTime formats a self time: "< bound" when it is smaller than its
+// selfTime formats a self time: "<bound" when it is smaller than its
 // error bound err (it may be anything from 0 to self + err), marked ~
 // when estimated.
 func selfTime(self, err uint64, est bool) string {
 	if err > self {
-		return "< " + Duration(self+err)
+		return "<" + Duration(self+err)
 	}
 	return estimated(est) + Duration(self)
 }
