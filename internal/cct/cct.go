@@ -103,8 +103,62 @@ type Node struct {
 	// calibration's spread, so a context that subtracted 40 callees'
 	// probes is 40 times less sure than one that subtracted none.
 	SelfError uint64
+	// WallSq is the sum of the squares of the calls' wall times, in ns²,
+	// for calls whose exit a probe saw: with Calls and Wall, the spread
+	// of one call's time.
+	WallSq float64
+	// Gaps are the times between one call in this context returning and
+	// the next beginning, with nothing else called in between: the
+	// caller's code between two calls plus one exit's and one entry's
+	// probe time outside the calls (the seed patent's outer time).
+	Gaps Moments
 
 	last int // index into Children of the last Child hit
+}
+
+// Moments sums a time over N observations: its sum and its sum of
+// squares, in ns and ns².
+type Moments struct {
+	N     uint64
+	Sum   uint64
+	SumSq float64
+}
+
+// Add counts one observation of d ns.
+func (m *Moments) Add(d uint64) {
+	m.N++
+	m.Sum += d
+	m.SumSq += float64(d) * float64(d)
+}
+
+// Merge adds o's observations to m.
+func (m *Moments) Merge(o Moments) {
+	m.N += o.N
+	m.Sum += o.Sum
+	m.SumSq += o.SumSq
+}
+
+// Mean returns the mean observation, 0 when there is none.
+func (m Moments) Mean() float64 {
+	if m.N == 0 {
+		return 0
+	}
+	return float64(m.Sum) / float64(m.N)
+}
+
+// StdErr returns the standard error of the mean: the sample standard
+// deviation over the square root of N; 0 below two observations.
+func (m Moments) StdErr() float64 {
+	if m.N < 2 {
+		return 0
+	}
+	n := float64(m.N)
+	mean := float64(m.Sum) / n
+	v := (m.SumSq - n*mean*mean) / (n - 1)
+	if v < 0 {
+		v = 0
+	}
+	return math.Sqrt(v / n)
 }
 
 // Self returns the node's exclusive wall time: Wall minus the children's
@@ -220,6 +274,8 @@ func mergeNode(dst, src *Node) {
 	dst.Wall += src.Wall
 	dst.Raw += src.Raw
 	dst.SelfError += src.SelfError
+	dst.WallSq += src.WallSq
+	dst.Gaps.Merge(src.Gaps)
 	dst.Samples += src.Samples
 	dst.Folded += src.Folded
 	dst.AllocObjects += src.AllocObjects
@@ -241,8 +297,14 @@ func mergeNode(dst, src *Node) {
 type Costs struct {
 	Inner, Outer float64
 	// InnerErr and OuterErr are how far the inner and outer times per
-	// call may be off: the calibration's spread.
+	// call may be off: the calibration's spread, or twice the standard
+	// error of a mean measured in the target. One such error holds for
+	// every call: it is taken out as many times as there are calls.
 	InnerErr, OuterErr float64
+	// InnerSD and OuterSD are the standard deviations of one call's
+	// inner and outer time, when known: calls scatter around the mean,
+	// by twice SD times the square root of their number in all.
+	InnerSD, OuterSD float64
 }
 
 // Compensate takes the instrumentation's time out of every node (seed
@@ -250,7 +312,7 @@ type Costs struct {
 // times its function's inner time, and for each child the child's calls
 // times the child's outer time, counting only calls a probe hit (Calls
 // less Unprobed). Each node's SelfError is the same sum over the costs'
-// errors. Estimated nodes keep their self time, which samples
+// errors, plus twice the standard deviation of that many calls' costs. Estimated nodes keep their self time, which samples
 // in the probes never reached. It keeps the measured times in Raw, rewrites Wall,
 // and returns how many nodes it clamped at zero self time.
 func (t *Tree) Compensate(cost func(FuncID) Costs) (clamped int) {
@@ -262,14 +324,16 @@ func (t *Tree) Compensate(cost func(FuncID) Costs) (clamped int) {
 
 func compensate(n *Node, cost func(FuncID) Costs) (clamped int) {
 	var childRaw, childWall uint64
-	outer, outerErr := 0.0, 0.0
+	outer, outerErr, variance := 0.0, 0.0, 0.0
 	for _, ch := range n.Children {
 		clamped += compensate(ch, cost)
 		childRaw += ch.Raw
 		childWall += ch.Wall
 		c := cost(ch.Func)
-		outer += float64(ch.Calls-ch.Unprobed) * c.Outer
-		outerErr += float64(ch.Calls-ch.Unprobed) * c.OuterErr
+		probed := float64(ch.Calls - ch.Unprobed)
+		outer += probed * c.Outer
+		outerErr += probed * c.OuterErr
+		variance += probed * c.OuterSD * c.OuterSD
 	}
 	n.Raw = n.Wall
 	self := 0.0
@@ -282,10 +346,13 @@ func compensate(n *Node, cost func(FuncID) Costs) (clamped int) {
 		return clamped
 	}
 	c := cost(n.Func)
-	self -= float64(n.Calls-n.Unprobed)*c.Inner + outer
-	// The costs' errors are not independent (they move together with
-	// the machine's state): they add up.
-	n.SelfError = uint64(math.Round(float64(n.Calls-n.Unprobed)*c.InnerErr + outerErr))
+	probed := float64(n.Calls - n.Unprobed)
+	self -= probed*c.Inner + outer
+	variance += probed * c.InnerSD * c.InnerSD
+	// An error of a mean cost is the same in every call it is taken out
+	// for: those add up. The calls' own scatter around it grows with the
+	// square root of their number.
+	n.SelfError = uint64(math.Round(probed*c.InnerErr + outerErr + 2*math.Sqrt(variance)))
 	if self < 0 {
 		self = 0
 		clamped++

@@ -2,6 +2,7 @@ package cct
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -223,5 +224,39 @@ func TestCompensateError(t *testing.T) {
 	tr.Compensate(func(f FuncID) Costs { return costs[f] })
 	if fanout.Self() != 2600 || fanout.SelfError != 2720 || !fanout.Uncertain() {
 		t.Errorf("fanout: self %d ± %d, uncertain %v; want 2600 ± 2720, uncertain", fanout.Self(), fanout.SelfError, fanout.Uncertain())
+	}
+
+	// Costs measured in the target scatter call by call: tiny's 300
+	// probed calls add 2 * sqrt(300 * 5²) = 173 to fanout's bound and
+	// 2 * sqrt(300 * 7²) = 242 to tiny's.
+	tr = NewTree()
+	fanout = tr.Root.Child(0)
+	fanout.Calls, fanout.Wall = 10, 50000
+	tiny = fanout.Child(1)
+	tiny.Calls, tiny.Unprobed, tiny.Wall = 400, 100, 20000
+	costs[1] = Costs{Inner: 40, Outer: 90, InnerErr: 2, OuterErr: 3, InnerSD: 7, OuterSD: 5}
+	tr.Compensate(func(f FuncID) Costs { return costs[f] })
+	if fanout.SelfError != 920+173 || tiny.SelfError != 600+242 {
+		t.Errorf("bounds: fanout %d, tiny %d; want %d, %d", fanout.SelfError, tiny.SelfError, 920+173, 600+242)
+	}
+}
+
+func TestMoments(t *testing.T) {
+	var m Moments
+	for _, d := range []uint64{2, 4, 4, 4, 5, 5, 7, 9} {
+		m.Add(d)
+	}
+	// Mean 5, sample variance 32/7.
+	if m.N != 8 || m.Mean() != 5 || math.Abs(m.StdErr()-math.Sqrt(32.0/7/8)) > 1e-12 {
+		t.Errorf("moments %+v: mean %v, standard error %v; want 5, %v", m, m.Mean(), m.StdErr(), math.Sqrt(32.0/7/8))
+	}
+	var o Moments
+	o.Add(1)
+	m.Merge(o)
+	if m.N != 9 || m.Sum != 41 || m.SumSq != 233 {
+		t.Errorf("merged %+v, want N 9, Sum 41, SumSq 233", m)
+	}
+	if (Moments{}).Mean() != 0 || o.StdErr() != 0 {
+		t.Error("no observations or one: want mean and standard error 0")
 	}
 }
