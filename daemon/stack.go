@@ -181,6 +181,12 @@ type frame struct {
 	win int32
 	// tally holds the calls bursts saw below an exact frame.
 	tally *burstTally
+	// prev is the context of the call that returned last directly
+	// below this frame, at prevEnd with the frame's adj at prevAdj;
+	// nil once another call began. A next call in the same context
+	// measures one gap (cct.Node.Gaps).
+	prev             *cct.Node
+	prevEnd, prevAdj uint64
 }
 
 // thread is the simulated state of one thread.
@@ -500,13 +506,21 @@ func (s *Simulator) Handle(ev *bpf.Event) {
 		s.exit(s.thread(ev.Tid), ev)
 	case bpf.KindCatch:
 		s.stats.Catches++
-		s.catch(s.thread(ev.Tid), ev)
+		th := s.thread(ev.Tid)
+		if top := th.topFrame(); top != nil {
+			top.prev = nil // the gap holds an unwind
+		}
+		s.catch(th, ev)
 	case bpf.KindSync:
 		s.stats.Syncs++
 		s.sync(s.thread(ev.Tid), ev)
 	case bpf.KindSignal:
 		s.stats.Signals++
-		s.signal(s.thread(ev.Tid), ev)
+		th := s.thread(ev.Tid)
+		if top := th.topFrame(); top != nil {
+			top.prev = nil // the gap holds a signal handler
+		}
+		s.signal(th, ev)
 	case bpf.KindSigreturn:
 		s.sigreturn(s.thread(ev.Tid), ev)
 	case bpf.KindAlloc:
@@ -571,7 +585,9 @@ func (s *Simulator) end(fr []frame, i int, t uint64) {
 		fr[i-1].adj += f.adj
 	}
 	if f.flags&noTime == 0 && t > f.start+f.adj {
-		f.node.Wall += t - f.start - f.adj
+		d := t - f.start - f.adj
+		f.node.Wall += d
+		f.node.WallSq += float64(d) * float64(d)
 	}
 	if s.burst != nil && f.flags&(noTime|frameSignal|frameEntered) == 0 {
 		s.burst.frameEnd(f.node, f.start, t, f.tally)
@@ -637,6 +653,12 @@ func (s *Simulator) entry(th *thread, ev *bpf.Event) {
 		}
 	default:
 		node.Calls++
+		if top != nil && top.prev == node && t > top.prevEnd+top.adj-top.prevAdj {
+			node.Gaps.Add(t - top.prevEnd - (top.adj - top.prevAdj))
+		}
+	}
+	if top != nil {
+		top.prev = nil
 	}
 	var win int
 	if s.burst != nil && flags&frameFolded == 0 {
@@ -922,7 +944,13 @@ func (s *Simulator) exit(th *thread, ev *bpf.Event) {
 	if th.frames[n-1].fn != s.logical(ev.Func) {
 		s.stats.Mismatches++
 	}
-	s.popRun(th, t)
+	returned := th.frames[n-1]
+	if s.popRun(th, t) == 1 && n > 1 && returned.flags == 0 {
+		// An exact call returned at its own exit: the gap until its
+		// caller's next call is probe time and the caller's code.
+		caller := &th.frames[n-2]
+		caller.prev, caller.prevEnd, caller.prevAdj = returned.node, t, caller.adj
+	}
 	th.runSlot = slot
 }
 

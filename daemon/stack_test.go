@@ -596,3 +596,91 @@ func TestHandleStackTailRun(t *testing.T) {
 		})
 	}
 }
+
+// TestSimulatorGaps checks the gaps measured between consecutive calls in
+// one context (cct.Node.Gaps): only from a call's own exit to the next
+// call of the same context, less the adjust time in between, and none
+// across another call, an inferred exit or a catch.
+func TestSimulatorGaps(t *testing.T) {
+	const s0, s1, s2 = 0x7ffd_0000_1000, 0x7ffd_0000_0fe0, 0x7ffd_0000_0fc0
+	tests := []struct {
+		name   string
+		events []bpf.Event
+		want   map[string]cct.Moments // by context, "A/B"
+	}{{
+		name: "loop",
+		events: []bpf.Event{
+			in(0, s0, A),
+			in(10, s1, B), out(12, s1, B),
+			in(20, s1, B), ret(22, s1, B),
+			in(25, s1, B), out(27, s1, B),
+			out(40, s0, A),
+		},
+		want: map[string]cct.Moments{"A/B": {N: 2, Sum: 8 + 3, SumSq: 64 + 9}},
+	}, {
+		name: "adjust",
+		events: []bpf.Event{
+			in(0, s0, A),
+			in(10, s1, B), adj(out(12, s1, B), 5),
+			in(20, s1, B), out(22, s1, B),
+			out(40, s0, A),
+		},
+		want: map[string]cct.Moments{"A/B": {N: 1, Sum: 3, SumSq: 9}},
+	}, {
+		name: "another call between",
+		events: []bpf.Event{
+			in(0, s0, A),
+			in(10, s1, B), out(12, s1, B),
+			in(14, s1, C), out(16, s1, C),
+			in(20, s1, B), out(22, s1, B),
+			out(40, s0, A),
+		},
+	}, {
+		name: "deeper calls are not between",
+		events: []bpf.Event{
+			in(0, s0, A),
+			in(10, s1, B), in(11, s2, D), out(12, s2, D), out(13, s1, B),
+			in(20, s1, B), in(21, s2, D), out(22, s2, D), out(23, s1, B),
+			out(40, s0, A),
+		},
+		want: map[string]cct.Moments{"A/B": {N: 1, Sum: 7, SumSq: 49}, "A/B/D": {}},
+	}, {
+		name: "inferred exit",
+		events: []bpf.Event{
+			in(0, s0, A),
+			in(10, s1, B), in(11, s2, D),
+			in(20, s1, B), out(22, s1, B),
+			out(40, s0, A),
+		},
+	}, {
+		name: "catch",
+		events: []bpf.Event{
+			in(0, s0, A),
+			in(10, s1, B), out(12, s1, B),
+			catch(15, s0, A),
+			in(20, s1, B), out(22, s1, B),
+			out(40, s0, A),
+		},
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := NewSimulator(testFuncs())
+			for _, e := range tt.events {
+				s.Handle(&e)
+			}
+			s.Finish(100)
+			s.Merged().Root.Walk(func(n *cct.Node) {
+				if n.Func == cct.NoFunc {
+					return
+				}
+				var p []string
+				for _, f := range n.Path() {
+					p = append(p, testName(f))
+				}
+				if got, want := n.Gaps, tt.want[strings.Join(p, "/")]; got != want {
+					t.Errorf("%s: gaps %+v, want %+v", strings.Join(p, "/"), got, want)
+				}
+			})
+		})
+	}
+}
