@@ -1,0 +1,77 @@
+package calibrate
+
+import (
+	"github.com/kprofd/kprofd/internal/cct"
+)
+
+// MinReference is how many observations a context needs to serve as an
+// in-target reference: with fewer, the mean is too unsure to price every
+// probe of the session by.
+const MinReference = 1000
+
+// Estimate is one probe cost measured in the target.
+type Estimate struct {
+	// Mean and StdErr are the cost per call and its standard error, ns.
+	Mean, StdErr float64
+	// N is how many calls or gaps it comes from.
+	N uint64
+	// Context is the calling context it was measured in.
+	Context *cct.Node
+}
+
+// OK says the estimate exists.
+func (e Estimate) OK() bool { return e.N > 0 }
+
+// Reference is what one pair of probe classes costs in the target, as
+// the session's own events measured it (InTarget).
+type Reference struct {
+	Inner, Outer Estimate
+}
+
+// InTarget measures the probes' inner and outer time in the target, from
+// the session's own tree before compensation: under the target's load,
+// cache state and kernel state, which a calibration in kprofd's process,
+// taken at another time, does not share (it is off by 5-10% run to run,
+// and a context with 40 probed callees loses 40 times that).
+//
+// The inner time of a pair is the mean time per call of its quickest
+// leaf context (no probed callees): there the function's own code is a
+// few instructions and the rest is the probes' inner time. The outer time
+// is the mean gap between consecutive calls of its tightest context
+// (cct.Node.Gaps): one call's exit probe and the next call's entry probe,
+// plus the few instructions of the caller's loop. Both overstate the
+// probes' cost by that code, a few ns; a pair without a context of
+// MinReference calls or gaps has no estimate. pair gives a function's
+// probe classes; ok false leaves the function out.
+func InTarget(t *cct.Tree, pair func(cct.FuncID) (p Pair, ok bool)) map[Pair]Reference {
+	refs := map[Pair]Reference{}
+	t.Root.Walk(func(n *cct.Node) {
+		if n.Func == cct.NoFunc || n.Estimated || n.CallsEstimated || n.Incomplete || n.Unprobed > 0 || n.Folded > 0 {
+			return
+		}
+		p, ok := pair(n.Func)
+		if !ok || p.Exit == ExitNone {
+			return
+		}
+		r := refs[p]
+		if len(n.Children) == 0 && n.Calls >= MinReference {
+			calls := cct.Moments{N: n.Calls, Sum: n.Wall, SumSq: n.WallSq}
+			if e := estimate(calls, n); !r.Inner.OK() || e.Mean < r.Inner.Mean {
+				r.Inner = e
+			}
+		}
+		if n.Gaps.N >= MinReference {
+			if e := estimate(n.Gaps, n); !r.Outer.OK() || e.Mean < r.Outer.Mean {
+				r.Outer = e
+			}
+		}
+		if r.Inner.OK() || r.Outer.OK() {
+			refs[p] = r
+		}
+	})
+	return refs
+}
+
+func estimate(m cct.Moments, n *cct.Node) Estimate {
+	return Estimate{Mean: m.Mean(), StdErr: m.StdErr(), N: m.N, Context: n}
+}
