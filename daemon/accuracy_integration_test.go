@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -26,23 +28,25 @@ var accContexts = []struct{ path, fn string }{
 	{"work;tens_us", "tens_us"},
 }
 
-// BenchmarkCompensation measures how close compensated self times per
-// call come to the true ones the target measured on itself before any
-// probe was attached, for each exit mode. Each iteration calibrates
-// (quick) right before its session, as attach --recalibrate does, since
-// probe costs drift on a shared machine. It logs, per context, the true
-// and raw time and the compensated time and its error with three
-// statistics of the calibration batches: the minimum (the seed patent's),
-// the median and the mean (kprofd's). Metrics: the worst error as a share
-// of the goal, max(10% of true, 300 ns) (at most 1 meets it everywhere),
-// with the mean and with the minimum, and how far off raw is for the
-// short contexts.
+// BenchmarkCompensation runs the whole cycle of a profile's compensation
+// (a fresh quick calibration, an exact trace, the comparison) once per
+// iteration, for each exit mode, and logs a table per run: per context of
+// testdata/accuracy the true self time per call (the target measured it
+// on itself before any probe was attached), the raw one, kprofd's
+// compensated one (probe costs measured in the target where it can,
+// calibrate.InTarget), its error and its bound (SelfError), and for
+// comparison the compensation with the calibration alone, by three
+// statistics of its batches: the mean, the median and the minimum (the
+// seed patent's). Metrics: the worst context's error as a share of the
+// goal, max(15% of true, 300 ns) (at most 1 meets it), in the worst run
+// and in the median run, for kprofd's and the calibration's mean; and the
+// share of contexts whose bound covers their error.
 func BenchmarkCompensation(b *testing.B) {
 	requireRoot(b)
 	for _, tc := range []struct {
 		exits plan.ExitMode
 		n     int
-	}{{plan.ExitsUretprobe, 3000}, {plan.ExitsRet, 300}} {
+	}{{plan.ExitsUretprobe, 3000}, {plan.ExitsRet, 1000}} {
 		b.Run(tc.exits.String(), func(b *testing.B) {
 			dir := b.TempDir()
 			testtarget.Compile(b, dir, "gcc", "-O2", "-o", "acc", filepath.Join(testtarget.Testdata(), "accuracy", "acc.c"))
@@ -51,13 +55,14 @@ func BenchmarkCompensation(b *testing.B) {
 			if line := target.Line(b); line != "ready" {
 				b.Fatalf("acc printed %q", line)
 			}
-			var worst, worstMin, rawOff float64
-			for range b.N {
+			var worst, worstCal []float64
+			covered, contexts := 0, 0
+			for run := range b.N {
 				cal, err := calibrate.Run(calibrate.Quick)
 				if err != nil {
 					b.Fatal(err)
 				}
-				s, err := daemon.Start(daemon.Config{PID: target.Pid(), Roots: []string{"work"}, Exits: tc.exits})
+				s, err := daemon.Start(daemon.Config{PID: target.Pid(), Roots: []string{"work"}, Exits: tc.exits, Calibration: cal})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -72,31 +77,40 @@ func BenchmarkCompensation(b *testing.B) {
 				pl := s.Prepared()
 				s.Close()
 
-				min := compensated(p, pl, cal, func(s calibrate.Stat) float64 { return s.Min })
-				med := compensated(p, pl, cal, func(s calibrate.Stat) float64 { return s.Median })
-				mean := compensated(p, pl, cal, func(s calibrate.Stat) float64 { return s.Mean })
+				raw := rawTree(p.Tree)
+				mean := compensated(raw, pl, cal, func(s calibrate.Stat) float64 { return s.Mean })
+				med := compensated(raw, pl, cal, func(s calibrate.Stat) float64 { return s.Median })
+				min := compensated(raw, pl, cal, func(s calibrate.Stat) float64 { return s.Min })
 				var table strings.Builder
-				fmt.Fprintf(&table, "%-18s %10s %10s %10s %8s %10s %8s %10s %8s\n", "context (ns/call)", "true", "raw", "comp(min)", "error", "comp(med)", "error", "comp(mean)", "error")
-				w, wm, r := 0.0, 0.0, 0.0
+				fmt.Fprintf(&table, "%-17s %7s %7s %7s %6s %6s | %-23s %-23s %-23s\n", "context (ns/call)", "true", "raw", "kprofd", "error", "bound", "calibration: mean, err", "median, err", "min, err")
+				w, wc := 0.0, 0.0
 				for _, c := range accContexts {
 					tr := truth[c.fn]
-					raw, cmin := perCall(p.Tree, p, c.path), perCall(min, p, c.path)
-					cmed, cmean := perCall(med, p, c.path), perCall(mean, p, c.path)
-					goal := math.Max(0.1*tr, 300)
-					w = math.Max(w, math.Abs(cmean-tr)/goal)
-					wm = math.Max(wm, math.Abs(cmin-tr)/goal)
-					if tr < 1000 {
-						r = math.Max(r, raw/math.Max(tr, 1))
+					goal := math.Max(0.15*tr, 300)
+					got, bound := perCall(p.Tree, p, c.path), boundPerCall(p.Tree, p, c.path)
+					w = math.Max(w, math.Abs(got-tr)/goal)
+					wc = math.Max(wc, math.Abs(perCall(mean, p, c.path)-tr)/goal)
+					contexts++
+					if math.Abs(got-tr) <= bound {
+						covered++
 					}
-					fmt.Fprintf(&table, "%-18s %10.0f %10.0f %10.0f %+8.0f %10.0f %+8.0f %10.0f %+8.0f\n", c.path, tr, raw, cmin, cmin-tr, cmed, cmed-tr, cmean, cmean-tr)
+					cell := func(t *cct.Tree) string {
+						v := perCall(t, p, c.path)
+						return fmt.Sprintf("%7.0f %+8.0f", v, v-tr)
+					}
+					fmt.Fprintf(&table, "%-17s %7.0f %7.0f %7.0f %+6.0f %6.0f | %-23s %-23s %-23s\n", c.path, tr, perCall(raw, p, c.path), got, got-tr, bound, cell(mean), cell(med), cell(min))
 				}
-				b.Logf("exits %s, %d calls of work:\n%s", tc.exits, tc.n, table.String())
-				worst, worstMin, rawOff = worst+w, worstMin+wm, rawOff+r
+				// Printed, not logged: a benchmark's log keeps 10 lines.
+				fmt.Printf("run %d, exits %s, %d calls of work: worst error/goal %.2f (calibration's mean alone: %.2f)\n%s%s", run+1, tc.exits, tc.n, w, wc, table.String(), strings.Join(p.Comments, "\n")+"\n\n")
+				worst, worstCal = append(worst, w), append(worstCal, wc)
 			}
-			n := float64(b.N)
-			b.ReportMetric(worst/n, "worst-error/goal")
-			b.ReportMetric(worstMin/n, "worst-error/goal-min")
-			b.ReportMetric(rawOff/n, "raw/true-short")
+			slices.Sort(worst)
+			slices.Sort(worstCal)
+			b.ReportMetric(worst[len(worst)-1], "worst-error/goal-max")
+			b.ReportMetric(worst[len(worst)/2], "worst-error/goal-median")
+			b.ReportMetric(worstCal[len(worstCal)-1], "calibration-worst-error/goal-max")
+			b.ReportMetric(worstCal[len(worstCal)/2], "calibration-worst-error/goal-median")
+			b.ReportMetric(float64(covered)/float64(contexts), "bound-covers")
 		})
 	}
 }
@@ -120,11 +134,19 @@ func parseTruth(b *testing.B, line string) map[string]float64 {
 	return truth
 }
 
-// compensated returns a copy of p's tree compensated with the statistic
-// stat of the calibration.
-func compensated(p *cct.Profile, pr *daemon.Prepared, cal *calibrate.Result, stat func(calibrate.Stat) float64) *cct.Tree {
+// rawTree returns a copy of a compensated tree with the times as measured.
+func rawTree(t *cct.Tree) *cct.Tree {
+	c := cct.NewTree()
+	c.Merge(t)
+	c.Root.Walk(func(n *cct.Node) { n.Wall, n.Raw, n.SelfError = n.Raw, 0, 0 })
+	return c
+}
+
+// compensated returns a copy of the raw tree compensated with the
+// statistic stat of the calibration alone.
+func compensated(raw *cct.Tree, pr *daemon.Prepared, cal *calibrate.Result, stat func(calibrate.Stat) float64) *cct.Tree {
 	t := cct.NewTree()
-	t.Merge(p.Tree)
+	t.Merge(raw)
 	costs := map[cct.FuncID]cct.Costs{}
 	for _, f := range pr.Plan.Funcs {
 		pair := daemon.ProbePair(f)
@@ -141,6 +163,26 @@ func compensated(p *cct.Profile, pr *daemon.Prepared, cal *calibrate.Result, sta
 // perCall returns the self time per call of the context path (names
 // joined by ";") in t.
 func perCall(t *cct.Tree, p *cct.Profile, path string) float64 {
+	n := lookup(t, p, path)
+	if n == nil || n.Calls == 0 {
+		return math.NaN()
+	}
+	return float64(n.Self()) / float64(n.Calls)
+}
+
+// boundPerCall returns the error bound of the self time per call of the
+// context path in t.
+func boundPerCall(t *cct.Tree, p *cct.Profile, path string) float64 {
+	n := lookup(t, p, path)
+	if n == nil || n.Calls == 0 {
+		return math.NaN()
+	}
+	return float64(n.SelfError) / float64(n.Calls)
+}
+
+// lookup returns the node of the context path (names joined by ";") in t,
+// nil if there is none.
+func lookup(t *cct.Tree, p *cct.Profile, path string) *cct.Node {
 	n := t.Root
 	for _, name := range strings.Split(path, ";") {
 		var next *cct.Node
@@ -150,12 +192,53 @@ func perCall(t *cct.Tree, p *cct.Profile, path string) float64 {
 			}
 		}
 		if next == nil {
-			return math.NaN()
+			return nil
 		}
 		n = next
 	}
-	if n.Calls == 0 {
-		return math.NaN()
+	return n
+}
+
+// TestCompensationInTarget checks that an exact session measures the probe
+// costs in the target from its own calls: the inner time from the quickest
+// leaf, tiny, over all its calls, and the outer time from the gaps between
+// tiny's consecutive calls in fanout, which testdata/accuracy's structure
+// fixes (40 calls of tiny and 39 gaps per call of work). With them the
+// profile is compensated although the calibration measured nothing.
+func TestCompensationInTarget(t *testing.T) {
+	requireRoot(t)
+	dir := t.TempDir()
+	testtarget.Compile(t, dir, "gcc", "-O2", "-o", "acc", filepath.Join(testtarget.Testdata(), "accuracy", "acc.c"))
+	target := testtarget.Launch(t, filepath.Join(dir, "acc"))
+	for _, want := range []string{"true", "ready"} {
+		if line := target.Line(t); !strings.HasPrefix(line, want) {
+			t.Fatalf("acc printed %q", line)
+		}
 	}
-	return float64(n.Self()) / float64(n.Calls)
+	const calls = 1000
+	s, err := daemon.Start(daemon.Config{PID: target.Pid(), Roots: []string{"work"}, Exits: plan.ExitsUretprobe, Calibration: &calibrate.Result{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	target.Send(t, fmt.Sprintf("run %d", calls))
+	if line := target.Line(t); line != "done" {
+		t.Fatalf("acc printed %q", line)
+	}
+	p, err := s.Stop()
+	if err != nil {
+		t.Fatal(err)
+	}
+	comments := strings.Join(p.Comments, "\n")
+	want := regexp.MustCompile(fmt.Sprintf(`probe costs of entry emulated \+ uretprobe measured in the target: `+
+		`inner \d+±\d+ ns from %d calls of work;fanout;tiny, outer \d+±\d+ ns from %d gaps between calls of work;fanout;tiny`, 40*calls, 39*calls))
+	if !want.MatchString(comments) {
+		t.Errorf("comments do not match %s:\n%s", want, comments)
+	}
+	if strings.Contains(comments, "not compensated") {
+		t.Errorf("part of the profile was not compensated:\n%s", comments)
+	}
+	if n := lookup(p.Tree, p, "work;fanout;tiny"); n == nil || n.SelfError == 0 {
+		t.Errorf("work;fanout;tiny: %+v, want a compensated context with an error bound", n)
+	}
 }

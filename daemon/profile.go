@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -131,14 +132,29 @@ func (s *Session) markSampledCounts(t *cct.Tree) {
 // calibration's inner and outer time of each function's probe classes.
 // A demoted function's time comes from samples, which never count the
 // probes: all its probes' time is its caller's to lose (outer time).
+//
+// Where the session's own calls measured a pair's costs (calibrate.InTarget),
+// those replace the calibration's: they were paid under the target's load.
 func compensate(p *cct.Profile, pl *plan.Plan, c *calibrate.Result, stage func(int) Stage) []string {
 	costs := make([]cct.Costs, len(pl.Funcs))
 	perCall := callCosts(pl, c)
+	refs := calibrate.InTarget(p.Tree, func(id cct.FuncID) (calibrate.Pair, bool) {
+		if int(id) < len(pl.Funcs) && stage(int(id)) == StageFull {
+			return ProbePair(pl.Funcs[id]), true
+		}
+		return calibrate.Pair{}, false
+	})
 	var missing []string
 	for i, f := range pl.Funcs {
+		pair := ProbePair(f)
 		var ok bool
-		if costs[i], ok = c.Costs(ProbePair(f)); !ok {
-			missing = append(missing, ProbePair(f).String())
+		costs[i], ok = c.Costs(pair)
+		if r, found := refs[pair]; found {
+			costs[i] = measuredCosts(costs[i], r)
+			ok = ok || r.Inner.OK() && r.Outer.OK()
+		}
+		if !ok {
+			missing = append(missing, pair.String())
 		}
 		switch stage(i) {
 		case StageEntry:
@@ -166,6 +182,7 @@ func compensate(p *cct.Profile, pl *plan.Plan, c *calibrate.Result, stage func(i
 	}
 	comments := []string{fmt.Sprintf("wall times compensated for the probes' own time (%s calibration of %s); raw_wall as measured",
 		kind, c.Time.Format(time.RFC3339))}
+	comments = append(comments, referenceComments(p, refs)...)
 	if clamped > 0 {
 		comments = append(comments, fmt.Sprintf("%d contexts had less time than their probes cost and were clamped at zero self time", clamped))
 	}
@@ -177,6 +194,47 @@ func compensate(p *cct.Profile, pl *plan.Plan, c *calibrate.Result, stage func(i
 		comments = append(comments, "not compensated (no calibration for): "+strings.Join(slices.Compact(missing), ", "))
 	}
 	return comments
+}
+
+// measuredCosts returns c with the costs r measured in the target in
+// place of the calibration's: the error of the mean is twice its standard
+// error, and a call's own scatter the standard deviation.
+func measuredCosts(c cct.Costs, r calibrate.Reference) cct.Costs {
+	if e := r.Inner; e.OK() {
+		c.Inner, c.InnerErr, c.InnerSD = e.Mean, 2*e.StdErr, e.StdErr*math.Sqrt(float64(e.N))
+	}
+	if e := r.Outer; e.OK() {
+		c.Outer, c.OuterErr, c.OuterSD = e.Mean, 2*e.StdErr, e.StdErr*math.Sqrt(float64(e.N))
+	}
+	return c
+}
+
+// referenceComments say which probe costs the target's own calls gave,
+// and where.
+func referenceComments(p *cct.Profile, refs map[calibrate.Pair]calibrate.Reference) []string {
+	var lines []string
+	for pair, r := range refs {
+		var parts []string
+		if e := r.Inner; e.OK() {
+			parts = append(parts, fmt.Sprintf("inner %.0f±%.0f ns from %d calls of %s", e.Mean, 2*e.StdErr, e.N, contextName(p, e.Context)))
+		}
+		if e := r.Outer; e.OK() {
+			parts = append(parts, fmt.Sprintf("outer %.0f±%.0f ns from %d gaps between calls of %s", e.Mean, 2*e.StdErr, e.N, contextName(p, e.Context)))
+		}
+		lines = append(lines, fmt.Sprintf("probe costs of %s measured in the target: %s", pair, strings.Join(parts, ", ")))
+	}
+	slices.Sort(lines)
+	return lines
+}
+
+// contextName names a calling context by its functions, outermost first,
+// joined by ";".
+func contextName(p *cct.Profile, n *cct.Node) string {
+	var names []string
+	for _, f := range n.Path() {
+		names = append(names, p.Name(f))
+	}
+	return strings.Join(names, ";")
 }
 
 // ProbePair returns the probe classes of a planned function, which select

@@ -16,8 +16,8 @@
 //   tens_us  1 call of about 30 us
 //
 // Protocol: prints "true work=W fanout=F tiny=T few_us=A tens_us=B" (ns of
-// self time per call, the median over batches) and "ready"; "run N" calls
-// work N times and prints "done"; "exit" exits.
+// self time per call, the median over batches and rounds) and "ready";
+// "run N" calls work N times and prints "done"; "exit" exits.
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -98,21 +98,41 @@ static int cmp(const void *a, const void *b)
 		t[BATCHES / 2];                                \
 	})
 
+// ROUNDS repeats the measurement of every function, interleaved, and takes
+// each figure's median over the rounds: a busy phase of the machine that
+// falls in one function's batches would otherwise show as another's self
+// time, since the self times are differences.
+#define ROUNDS 5
+
+static double median(double *v, int n)
+{
+	qsort(v, n, sizeof v[0], cmp);
+	return v[n / 2];
+}
+
 int main(void)
 {
 	char line[64];
 	int n;
+	double tiny_r[ROUNDS], fanout_r[ROUNDS], few_r[ROUNDS], tens_r[ROUNDS], work_r[ROUNDS];
 	setvbuf(stdout, NULL, _IOLBF, 0);
-	double t_tiny = PER_CALL(tiny(i), 10000);
-	double t_fanout = PER_CALL(fanout(i), 1000);
-	double t_few = PER_CALL(few_us(), 100);
-	double t_tens = PER_CALL(tens_us(), 20);
-	double t_work = PER_CALL(work(i), 20);
-	double self_work = t_work - t_fanout - t_few - t_tens;
-	double self_fanout = t_fanout - FANOUT * t_tiny;
+	for (int r = 0; r < ROUNDS; r++) {
+		double t_tiny = PER_CALL(tiny(i), 10000);
+		double t_fanout = PER_CALL(fanout(i), 1000);
+		double t_few = PER_CALL(few_us(), 100);
+		double t_tens = PER_CALL(tens_us(), 20);
+		double t_work = PER_CALL(work(i), 20);
+		tiny_r[r] = t_tiny;
+		fanout_r[r] = t_fanout - FANOUT * t_tiny;
+		few_r[r] = t_few;
+		tens_r[r] = t_tens;
+		work_r[r] = t_work - t_fanout - t_few - t_tens;
+	}
+	double self_work = median(work_r, ROUNDS), self_fanout = median(fanout_r, ROUNDS);
 	// Differences of noisy minima can dip below zero; no time is negative.
 	printf("true work=%.1f fanout=%.1f tiny=%.1f few_us=%.1f tens_us=%.1f\n",
-	       self_work > 0 ? self_work : 0, self_fanout > 0 ? self_fanout : 0, t_tiny, t_few, t_tens);
+	       self_work > 0 ? self_work : 0, self_fanout > 0 ? self_fanout : 0,
+	       median(tiny_r, ROUNDS), median(few_r, ROUNDS), median(tens_r, ROUNDS));
 	printf("ready\n");
 	while (fgets(line, sizeof line, stdin)) {
 		if (strcmp(line, "exit\n") == 0)
