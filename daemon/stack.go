@@ -944,12 +944,12 @@ func (s *Simulator) exit(th *thread, ev *bpf.Event) {
 	if th.frames[n-1].fn != s.logical(ev.Func) {
 		s.stats.Mismatches++
 	}
-	returned := th.frames[n-1]
-	if s.popRun(th, t) == 1 && n > 1 && returned.flags == 0 {
+	node, exact := th.frames[n-1].node, th.frames[n-1].flags == 0
+	if s.popRun(th, t) == 1 && n > 1 && exact {
 		// An exact call returned at its own exit: the gap until its
 		// caller's next call is probe time and the caller's code.
 		caller := &th.frames[n-2]
-		caller.prev, caller.prevEnd, caller.prevAdj = returned.node, t, caller.adj
+		caller.prev, caller.prevEnd, caller.prevAdj = node, t, caller.adj
 	}
 	th.runSlot = slot
 }
