@@ -203,10 +203,13 @@ func lookup(t *cct.Tree, p *cct.Profile, path string) *cct.Node {
 // costs in the target from its own calls: the inner time from the quickest
 // leaf, tiny, over all its calls, and the outer time from the gaps between
 // tiny's consecutive calls in fanout, which testdata/accuracy's structure
-// fixes (40 calls of tiny and 39 gaps per call of work). With them the
-// profile is compensated although the calibration measured nothing.
+// fixes (40 calls of tiny and 39 gaps per call of work).
 func TestCompensationInTarget(t *testing.T) {
 	requireRoot(t)
+	cal, err := calibrate.Run(calibrate.Quick)
+	if err != nil {
+		t.Fatal(err)
+	}
 	dir := t.TempDir()
 	testtarget.Compile(t, dir, "gcc", "-O2", "-o", "acc", filepath.Join(testtarget.Testdata(), "accuracy", "acc.c"))
 	target := testtarget.Launch(t, filepath.Join(dir, "acc"))
@@ -216,7 +219,7 @@ func TestCompensationInTarget(t *testing.T) {
 		}
 	}
 	const calls = 1000
-	s, err := daemon.Start(daemon.Config{PID: target.Pid(), Roots: []string{"work"}, Exits: plan.ExitsUretprobe, Calibration: &calibrate.Result{}})
+	s, err := daemon.Start(daemon.Config{PID: target.Pid(), Roots: []string{"work"}, Exits: plan.ExitsUretprobe, Calibration: cal})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -134,7 +134,8 @@ func (s *Session) markSampledCounts(t *cct.Tree) {
 // probes: all its probes' time is its caller's to lose (outer time).
 //
 // Where the session's own calls measured a pair's costs (calibrate.InTarget),
-// those replace the calibration's: they were paid under the target's load.
+// those replace the calibration's when they are plausible against it
+// (measuredCosts): they were paid under the target's load.
 func compensate(p *cct.Profile, pl *plan.Plan, c *calibrate.Result, stage func(int) Stage) []string {
 	costs := make([]cct.Costs, len(pl.Funcs))
 	perCall := callCosts(pl, c)
@@ -145,13 +146,13 @@ func compensate(p *cct.Profile, pl *plan.Plan, c *calibrate.Result, stage func(i
 		return calibrate.Pair{}, false
 	})
 	var missing []string
+	used := map[calibrate.Pair]bool{}
 	for i, f := range pl.Funcs {
 		pair := ProbePair(f)
 		var ok bool
 		costs[i], ok = c.Costs(pair)
-		if r, found := refs[pair]; found {
-			costs[i] = measuredCosts(costs[i], r)
-			ok = ok || r.Inner.OK() && r.Outer.OK()
+		if r, found := refs[pair]; found && ok {
+			costs[i], used[pair] = measuredCosts(costs[i], r)
 		}
 		if !ok {
 			missing = append(missing, pair.String())
@@ -182,7 +183,7 @@ func compensate(p *cct.Profile, pl *plan.Plan, c *calibrate.Result, stage func(i
 	}
 	comments := []string{fmt.Sprintf("wall times compensated for the probes' own time (%s calibration of %s); raw_wall as measured",
 		kind, c.Time.Format(time.RFC3339))}
-	comments = append(comments, referenceComments(p, refs)...)
+	comments = append(comments, referenceComments(p, refs, used)...)
 	if clamped > 0 {
 		comments = append(comments, fmt.Sprintf("%d contexts had less time than their probes cost and were clamped at zero self time", clamped))
 	}
@@ -196,22 +197,45 @@ func compensate(p *cct.Profile, pl *plan.Plan, c *calibrate.Result, stage func(i
 	return comments
 }
 
-// measuredCosts returns c with the costs r measured in the target in
-// place of the calibration's: the error of the mean is twice its standard
-// error, and a call's own scatter the standard deviation.
-func measuredCosts(c cct.Costs, r calibrate.Reference) cct.Costs {
-	if e := r.Inner; e.OK() {
+// Plausible bounds of a cost measured in the target, relative to the
+// calibration's: calibrations came out 10-40% off the target's costs, but
+// a reference context whose own code is not a few instructions (a leaf
+// doing real work is the quickest one when no trivial leaf has enough
+// calls) would price every probe at its code's time.
+const (
+	minMeasuredShare = 0.6
+	maxMeasuredShare = 1.6
+)
+
+// plausible says a cost measured in the target may replace the
+// calibration's cal.
+func plausible(e calibrate.Estimate, cal float64) bool {
+	return e.OK() && e.Mean >= minMeasuredShare*cal && e.Mean <= maxMeasuredShare*cal
+}
+
+// measuredCosts returns the calibration's costs c with the plausible costs
+// r measured in the target in their place, and whether it used them all:
+// the error of the mean is twice its standard error, and a call's own
+// scatter the standard deviation.
+func measuredCosts(c cct.Costs, r calibrate.Reference) (cct.Costs, bool) {
+	all := true
+	if e := r.Inner; plausible(e, c.Inner) {
 		c.Inner, c.InnerErr, c.InnerSD = e.Mean, 2*e.StdErr, e.StdErr*math.Sqrt(float64(e.N))
+	} else if e.OK() {
+		all = false
 	}
-	if e := r.Outer; e.OK() {
+	if e := r.Outer; plausible(e, c.Outer) {
 		c.Outer, c.OuterErr, c.OuterSD = e.Mean, 2*e.StdErr, e.StdErr*math.Sqrt(float64(e.N))
+	} else if e.OK() {
+		all = false
 	}
-	return c
+	return c, all
 }
 
 // referenceComments say which probe costs the target's own calls gave,
-// and where.
-func referenceComments(p *cct.Profile, refs map[calibrate.Pair]calibrate.Reference) []string {
+// and where, and whether compensation used them (used) or kept the
+// calibration's as they were implausible.
+func referenceComments(p *cct.Profile, refs map[calibrate.Pair]calibrate.Reference, used map[calibrate.Pair]bool) []string {
 	var lines []string
 	for pair, r := range refs {
 		var parts []string
@@ -221,7 +245,13 @@ func referenceComments(p *cct.Profile, refs map[calibrate.Pair]calibrate.Referen
 		if e := r.Outer; e.OK() {
 			parts = append(parts, fmt.Sprintf("outer %.0f±%.0f ns from %d gaps between calls of %s", e.Mean, 2*e.StdErr, e.N, contextName(p, e.Context)))
 		}
-		lines = append(lines, fmt.Sprintf("probe costs of %s measured in the target: %s", pair, strings.Join(parts, ", ")))
+		verdict := ""
+		if ok, seen := used[pair]; seen && !ok {
+			verdict = fmt.Sprintf(" (used only where within %g-%g times the calibration's)", minMeasuredShare, maxMeasuredShare)
+		} else if !seen {
+			verdict = " (not used: no calibration of the pair to check them against)"
+		}
+		lines = append(lines, fmt.Sprintf("probe costs of %s measured in the target: %s%s", pair, strings.Join(parts, ", "), verdict))
 	}
 	slices.Sort(lines)
 	return lines
