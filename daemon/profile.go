@@ -188,7 +188,7 @@ func compensate(p *cct.Profile, pl *plan.Plan, c *calibrate.Result, stage func(i
 		comments = append(comments, fmt.Sprintf("%d contexts had less time than their probes cost and were clamped at zero self time", clamped))
 	}
 	if n := uncertain(p.Tree); n > 0 {
-		comments = append(comments, fmt.Sprintf("%d contexts have a compensated self time smaller than its error bound (the calibration's spread times the probes taken out): shown as <bound in text views, pprof label self_error", n))
+		comments = append(comments, fmt.Sprintf("%d contexts have a compensated self time smaller than its error bound (each probe cost's error times the probes taken out, plus their scatter): shown as <bound in text views, pprof label self_error", n))
 	}
 	if len(missing) > 0 {
 		slices.Sort(missing)

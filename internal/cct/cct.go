@@ -99,9 +99,10 @@ type Node struct {
 	// bound: part of the allocations could only be counted as seen.
 	AllocIncomplete bool
 	// SelfError bounds how far the self time may be off after
-	// Compensate, in ns: each probe cost it took out may be off by the
-	// calibration's spread, so a context that subtracted 40 callees'
-	// probes is 40 times less sure than one that subtracted none.
+	// Compensate, in ns: each probe cost it took out may be off by its
+	// error (Costs), so a context that subtracted 40 callees' probes is
+	// 40 times less sure than one that subtracted none; the calls' own
+	// scatter around the costs adds to it.
 	SelfError uint64
 	// WallSq is the sum of the squares of the calls' wall times, in ns²,
 	// for calls whose exit a probe saw: with Calls and Wall, the spread
