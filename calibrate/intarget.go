@@ -31,8 +31,9 @@ type Reference struct {
 // InTarget measures the probes' inner and outer time in the target, from
 // the session's own tree before compensation: under the target's load,
 // cache state and kernel state, which a calibration in kprofd's process,
-// taken at another time, does not share (it is off by 5-10% run to run,
-// and a context with 40 probed callees loses 40 times that).
+// taken at another time, does not share (here it was 1-10% off taken
+// before a session and 5-40% during one, and a context with 40 probed
+// callees loses 40 times that).
 //
 // The inner time of a pair is the mean time per call of its quickest
 // leaf context (no probed callees): there the function's own code is a
