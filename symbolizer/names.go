@@ -151,3 +151,26 @@ func levenshtein(a, b string) int {
 	}
 	return prev[len(rb)]
 }
+
+// TemplateFamily returns, for a C++ symbol that names a template
+// instantiation or a member of a class template, the name its
+// instantiations share: the demangled name without template arguments,
+// parameters or clone suffix ("json::Parser::at_end" for every
+// json::Parser<It>::at_end() const). It returns "" for any other name,
+// overloads of plain functions included.
+func TemplateFamily(name string) (family string) {
+	if !strings.HasPrefix(name, "_Z") {
+		return ""
+	}
+	defer func() {
+		if recover() != nil {
+			family = ""
+		}
+	}()
+	// Filter returns a name it cannot demangle as it is.
+	family = demangle.Filter(name, demangle.NoParams, demangle.NoTemplateParams, demangle.NoClones)
+	if family == name || family == demangle.Filter(name, demangle.NoParams, demangle.NoClones) {
+		return ""
+	}
+	return family
+}

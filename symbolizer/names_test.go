@@ -159,3 +159,21 @@ func TestRank(t *testing.T) {
 		}
 	}
 }
+
+func TestTemplateFamily(t *testing.T) {
+	for name, want := range map[string]string{
+		"_ZNK4json6ParserIPKcE6at_endEv": "json::Parser::at_end",
+		"_ZNK4json6ParserIN9__gnu_cxx17__normal_iteratorIPKcSt6vectorIcSaIcEEEEE6at_endEv": "json::Parser::at_end",
+		"_ZN7msgpack7Encoder10big_endianImEEvT_":                                           "msgpack::Encoder::big_endian",
+		"_ZN4json7PrinterINS_5StyleILi4ELb1EEEE3putEc.isra.0":                              "json::Printer::put",
+		// Overloads of a plain member: no family.
+		"_ZN7msgpack7EncoderclERKd":                          "",
+		"_Z5fnv1aSt17basic_string_viewIcSt11char_traitsIcEE": "",
+		"handle_request":                                     "",
+		"_Zinvalid":                                          "",
+	} {
+		if got := TemplateFamily(name); got != want {
+			t.Errorf("TemplateFamily(%q) = %q, want %q", name, got, want)
+		}
+	}
+}
