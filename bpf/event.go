@@ -100,6 +100,11 @@ const (
 	// bytes (see Program.SampleAllocs): the KindAlloc AllocSample event
 	// before it has the size.
 	FlagAlloc uint8 = 1 << 5
+	// FlagTrap marks a sample taken in the kernel in a uprobe's trap (a
+	// breakpoint or single-step exception, or a uprobe trampoline's
+	// system call): kprofd's time whatever the user pc, which the
+	// kernel may already have moved past the probed instruction.
+	FlagTrap uint8 = 1 << 6
 )
 
 // Event is one record from the ring buffer. Its layout matches struct

@@ -74,6 +74,13 @@ struct bpf_perf_event_data {
 // An allocation sample: the stack of an allocator's entry in byte
 // sampling (a KIND_ALLOC ALLOC_SAMPLE event before it has the size).
 #define FLAG_ALLOC 32
+// A sample taken in the kernel in a uprobe's trap: see kprofd_sample.
+#define FLAG_TRAP 64
+
+// The system calls the kernel's uprobe trampolines make (x86-64, Linux
+// 6.11 and later): a return probe's, and an optimized uprobe's.
+#define NR_URETPROBE 335
+#define NR_UPROBE 336
 
 // Cookie layout (bpf/cookie.go builds it):
 //   bits  0..31  function id
@@ -1206,6 +1213,13 @@ int kprofd_sample(struct bpf_perf_event_data *ctx)
 	if (bpf_probe_read_kernel(&regs, sizeof(regs), (void *)bpf_task_pt_regs(bpf_get_current_task_btf())))
 		return 0;
 	__u8 flags = (ctx->regs.cs & 3) ? 0 : FLAG_KERNEL;
+	// In the kernel for a breakpoint or a single step (exceptions that
+	// push no error code: orig_rax is -1) or a uprobe trampoline's system
+	// call, the thread is in a uprobe's trap, whatever its user pc: the
+	// kernel moves the pc past an emulated or stepped instruction (to a
+	// ret's return address) before it returns to user mode.
+	if (flags && ((__s64)regs.orig_rax == -1 || regs.orig_rax == NR_URETPROBE || regs.orig_rax == NR_UPROBE))
+		flags |= FLAG_TRAP;
 	capture(regs.rip, regs.rsp, regs.rbp, delta, th, tid, KIND_SAMPLE, flags);
 	return 0;
 }

@@ -80,6 +80,12 @@ func (s *Simulator) HandleSample(ev *bpf.Event, st *bpf.Stack) {
 		s.stats.UnplacedSamples++
 		return
 	}
+	// The kernel marks a sample in a uprobe's trap (FlagTrap); the user
+	// pc tells the rest: at a probe, or in the [uprobes] mapping.
+	if ev.Flags&bpf.FlagTrap != 0 {
+		s.probeSample(ev, st)
+		return
+	}
 	real, covered, inProbe := s.samp.SampleFrames(st)
 	if inProbe {
 		s.probeSample(ev, st)

@@ -57,22 +57,29 @@ func TestHandleSample(t *testing.T) {
 		covered uint64
 		sp      uint64
 		inProbe bool
+		flags   uint8
 		want    string
 		probe   uint64
 	}{
-		{"in the top frame", []RealFrame{{s2, C}, {s1, B}, {s0, A}}, s0, s3, false, "A/B/C 1", 0},
-		{"in untraced callees of the top", []RealFrame{{s4, Y}, {s3, X}, {s2, C}, {s1, B}, {s0, A}}, s0, s4 - 8, false, "A/B/C/func20/func21 1", 0},
+		{"in the top frame", []RealFrame{{s2, C}, {s1, B}, {s0, A}}, s0, s3, false, 0, "A/B/C 1", 0},
+		{"in untraced callees of the top", []RealFrame{{s4, Y}, {s3, X}, {s2, C}, {s1, B}, {s0, A}}, s0, s4 - 8, false, 0, "A/B/C/func20/func21 1", 0},
 		// C returned without an exit event (its exit probes are gone); B
 		// runs an untraced function at C's old slot.
-		{"top returned, untraced callee at its slot", []RealFrame{{s2, X}, {s1, B}, {s0, A}}, s0, s3, false, "A/B/func20 1", 0},
+		{"top returned, untraced callee at its slot", []RealFrame{{s2, X}, {s1, B}, {s0, A}}, s0, s3, false, 0, "A/B/func20 1", 0},
 		// C returned and B runs its own code: the stack pointer is above
 		// C's slot.
-		{"top returned", []RealFrame{{s1, B}, {s0, A}}, s0, s2 + 8, false, "A/B 1", 0},
+		{"top returned", []RealFrame{{s1, B}, {s0, A}}, s0, s2 + 8, false, 0, "A/B 1", 0},
 		// The unwind stopped at C's hijacked return address: B and A are
 		// beyond it and cannot be checked.
-		{"partial unwind", []RealFrame{{s3, X}, {s2, C}}, s2, s3 - 8, false, "A/B/C/func20 1", 0},
-		{"code with no frame info", nil, s3 - 8, s3 - 8, false, "A/B/C 1", 0},
-		{"in a probe", []RealFrame{{s2, C}}, s0, s3, true, "", 1},
+		{"partial unwind", []RealFrame{{s3, X}, {s2, C}}, s2, s3 - 8, false, 0, "A/B/C/func20 1", 0},
+		{"code with no frame info", nil, s3 - 8, s3 - 8, false, 0, "A/B/C 1", 0},
+		{"in a probe", []RealFrame{{s2, C}}, s0, s3, true, 0, "", 1},
+		// In a uprobe's trap, after the kernel moved the pc on to C's
+		// own code (a stepped ret's return address): kprofd's time.
+		{"in a trap, pc moved on", []RealFrame{{s2, C}, {s1, B}, {s0, A}}, s0, s3, false, bpf.FlagKernel | bpf.FlagTrap, "", 1},
+		// In the kernel for another reason (a system call): the
+		// target's time.
+		{"in a system call", []RealFrame{{s2, C}, {s1, B}, {s0, A}}, s0, s3, false, bpf.FlagKernel, "A/B/C 1", 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := NewSimulator(testFuncs())
@@ -81,6 +88,7 @@ func TestHandleSample(t *testing.T) {
 				s.Handle(&e)
 			}
 			e := ev(bpf.KindSample, 30, s0, 0)
+			e.Flags = tc.flags
 			s.HandleSample(&e, &bpf.Stack{SP: tc.sp})
 			if got := samplesString(s.Merged()); got != tc.want {
 				t.Errorf("samples %q, want %q", got, tc.want)
