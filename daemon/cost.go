@@ -12,6 +12,7 @@ import (
 	"github.com/kprofd/kprofd/internal/callgraph"
 	"github.com/kprofd/kprofd/internal/plan"
 	"github.com/kprofd/kprofd/internal/x86"
+	"github.com/kprofd/kprofd/symbolizer"
 )
 
 // Uncalibrated probe costs per hit, in ns: DESIGN.md §1, measured on the
@@ -148,6 +149,17 @@ type modelFunc struct {
 	// alloc is its role as an allocator (--alloc), 0 for none: see
 	// allocStage.
 	alloc alloc.Role
+	// family names the C++ template it instantiates, with its object
+	// (see symbolizer.TemplateFamily); "" for none.
+	family string
+}
+
+// familyOf returns f's template family for modelFunc.family.
+func familyOf(f *plan.Func) string {
+	if fam := symbolizer.TemplateFamily(f.Node.Func.Name); fam != "" {
+		return f.Node.Obj.Path() + ":" + fam
+	}
+	return ""
 }
 
 // allocStage is the stage an allocator is first demoted to: one that
@@ -172,7 +184,7 @@ func newCostModel(pl *plan.Plan, costs []callCost, budget float64) *costModel {
 		byNode[f.Node] = i
 	}
 	for i, f := range pl.Funcs {
-		mf := modelFunc{name: f.Node.Name(), cost: costs[i], exits: len(f.Exits) > 0, pinned: f.Root}
+		mf := modelFunc{name: f.Node.Name(), cost: costs[i], exits: len(f.Exits) > 0, pinned: f.Root, family: familyOf(f)}
 		if f.Alloc != nil {
 			mf.alloc = f.Alloc.Role
 		}
@@ -200,7 +212,7 @@ func (m *costModel) add(sub *plan.Plan, costs []callCost) {
 		m.funcs = append(m.funcs, modelFunc{pinned: true})
 	}
 	for i, f := range sub.Funcs {
-		mf := modelFunc{name: f.Node.Name(), cost: costs[i], exits: len(f.Exits) > 0}
+		mf := modelFunc{name: f.Node.Name(), cost: costs[i], exits: len(f.Exits) > 0, family: familyOf(f)}
 		for _, c := range slices.Concat(f.Node.Calls, f.Node.TailCalls) {
 			if j, ok := byNode[c]; ok && j != int(f.ID) {
 				mf.callees = append(mf.callees, j)
@@ -307,6 +319,9 @@ type demotion struct {
 	stage  Stage
 	sites  bool // only the probes on its indirect calls go
 	reason string
+	// lead says it was demoted for what its own probes cost, not
+	// along with another function.
+	lead bool
 }
 
 // decide takes the call rates of the last window (calls per second: of
@@ -328,6 +343,51 @@ type measurement struct {
 	// byFunc is the part of probe measured in each function's probes
 	// (their traps), by function id.
 	byFunc map[int]float64
+	// counted says the probe samples were counted: the probes' overhead
+	// is then measured by samples (see overheadBounds), the prediction
+	// only ranks the functions.
+	counted bool
+	// calls, when set, holds the calls counted since the session began,
+	// laid out as the rates are: functions never called yet have no
+	// cost measured.
+	calls []uint64
+	// mix, when set, holds the call rates of a longer window than the
+	// one measured, which may span earlier rounds: the functions still
+	// probed kept their share of the calls through them, so it gives
+	// their mix over a whole cycle of the target's work where the
+	// window since the last round may hold one phase of it.
+	mix []float64
+}
+
+// overheadZ is the one-sided normal quantile of the lower confidence bound
+// a demotion steers by: 95%.
+const overheadZ = 1.645
+
+// maxOverhead caps the probes' overhead as reported when every sample was
+// in a probe: the target's own time measured as none.
+const maxOverhead = 50.0
+
+// overheadBounds returns the probes' overhead (their time over the
+// target's own) that k samples in a probe out of n measure: the point
+// estimate (at most maxOverhead) and the lower bound of its one-sided 95%
+// confidence interval, from Wilson's score interval of the share k/n.
+// Demoting down to the lower bound never takes more than the samples
+// show, yet a window with every sample in a probe already asks for a
+// large step: all of 10 samples bound the overhead above 3.7, of 100
+// above 37.
+func overheadBounds(k, n uint64) (point, low float64) {
+	if n == 0 {
+		return 0, 0
+	}
+	k = min(k, n)
+	p, nf := float64(k)/float64(n), float64(n)
+	z2 := overheadZ * overheadZ
+	lo := (p + z2/(2*nf) - overheadZ*math.Sqrt(p*(1-p)/nf+z2/(4*nf*nf))) / (1 + z2/nf)
+	point = maxOverhead
+	if k < n {
+		point = min(p/(1-p), maxOverhead)
+	}
+	return point, min(lo/(1-lo), point)
 }
 
 // minProbeSamples is the fewest probe samples in a window that make a
@@ -336,14 +396,21 @@ const minProbeSamples = 8
 
 // decideRound is decide, with the probes' measured cost, also returning
 // the overhead predicted after the demotions. The prediction (calibrated
-// cost per call times the call rates) ranks the functions; a measurement,
-// when there is one, scales it (the calibration is of an idle machine and
-// misses costs such as cache misses) and gives the target's own work
-// directly: CPU time less the probes'. When the target's own work is not
-// measured (the probes took nearly all of it), a round removes half the
-// probes' load, so that the budget holds within a few windows whatever
-// the gap between prediction and truth.
+// cost per call times the call rates) ranks the functions. When the
+// probe samples were counted (meas.counted), the samples measure the
+// overhead, and a round demotes down to the lower bound of their
+// confidence interval (overheadBounds): a round after a short window
+// takes a step as large as its few samples prove, and the next window
+// measures again, so the budget holds within a few windows of a hot
+// phase starting however far off the calibration is. A measurement also
+// scales the prediction (the calibration is of an idle machine and
+// misses costs such as cache misses) and finds what each function's
+// probes cost where the calibration misjudges them. Without one (tests,
+// or a target never sampled), the target's own work is its CPU time less
+// the predicted probe time, and when that is not measured (the probes
+// took nearly all of it), a round removes half the probes' load.
 func (m *costModel) decideRound(rates []float64, cpu float64, samples uint64, meas measurement) ([]demotion, float64, float64) {
+	rates = m.mixed(rates, meas.mix)
 	probe := 0.0
 	for i := range m.funcs {
 		probe += m.load(rates, i, m.funcs[i].stage)
@@ -375,34 +442,55 @@ func (m *costModel) decideRound(rates []float64, cpu float64, samples uint64, me
 		}
 	}
 	probe *= scale
-	// The target's own work is its CPU time less the probes'; samples
-	// and calibration both err, so never let it vanish.
-	cpu = math.Max(cpu, probe)
-	own := math.Max(cpu-probe, cpu/50)
-	if own <= 0 {
-		return nil, 0, 0
-	}
 	budget := m.budget
 	if m.burstShare > 0 && slices.ContainsFunc(m.funcs, func(f modelFunc) bool { return f.stage == StageSampled && !f.pinned }) {
 		budget *= 1 - m.burstShare
 	}
-	if probe/own <= budget {
-		return nil, probe / own, probe / own
-	}
-	// The target's own time is a difference: CPU time, counted by n
-	// samples (relative error about 1/sqrt(n)), less the predicted probe
-	// time. When it is within twice that error of zero, or floored, the
-	// target's own work is not measured and no prediction of what is left
-	// after a demotion can be trusted: take the single largest step and
-	// let the next window measure again.
-	guessed := own > cpu-probe || samples == 0 || own < 2*cpu/math.Sqrt(float64(samples))
-	before := probe / own
-	target := budget * own
-	if guessed {
-		target = math.Max(target, probe/2)
+	// before is the overhead now, target the probe time to bring it
+	// down to, perOwn turns probe time into overhead, and whole says the
+	// target's own work is not measured: a round then takes whole steps
+	// (a function's exits and entries together) and lets the next window
+	// measure again.
+	var before, target, perOwn float64
+	var whole bool
+	if meas.counted {
+		if samples == 0 {
+			return nil, 0, 0 // the target did not run: nothing measured
+		}
+		point, low := overheadBounds(meas.samples, samples)
+		if low <= budget || probe <= 0 {
+			return nil, point, point
+		}
+		before, perOwn = point, point/probe
+		target = probe * budget / low
+		whole = float64(samples-min(meas.samples, samples)) < 2*math.Sqrt(float64(samples))
+	} else {
+		// The target's own work is its CPU time less the probes';
+		// samples and calibration both err, so never let it vanish.
+		cpu = math.Max(cpu, probe)
+		own := math.Max(cpu-probe, cpu/50)
+		if own <= 0 {
+			return nil, 0, 0
+		}
+		if probe/own <= budget {
+			return nil, probe / own, probe / own
+		}
+		// The target's own time is a difference: CPU time, counted by n
+		// samples (relative error about 1/sqrt(n)), less the predicted
+		// probe time. When it is within twice that error of zero, or
+		// floored, the target's own work is not measured and no
+		// prediction of what is left after a demotion can be trusted:
+		// take the single largest step and let the next window measure
+		// again.
+		whole = own > cpu-probe || samples == 0 || own < 2*cpu/math.Sqrt(float64(samples))
+		before, perOwn = probe/own, 1/own
+		target = budget * own
+		if whole {
+			target = math.Max(target, probe/2)
+		}
 	}
 	var out []demotion
-	for probe > target || len(out) == 0 && probe/own > budget {
+	for probe > target || len(out) == 0 && probe*perOwn > budget {
 		// Rank by what a function's demotion can save in all (calibration
 		// noise can make one step, its exits, look free), and take one
 		// step: its exits first.
@@ -430,8 +518,8 @@ func (m *costModel) decideRound(rates []float64, cpu float64, samples uint64, me
 			if !ok {
 				continue
 			}
-			if guessed {
-				st = reach // whole steps: the next window measures again
+			if whole {
+				st = reach // the next window measures again
 			}
 			// Per function it takes down: a caller of a hot leaf saves
 			// about what the leaf alone does, and must not go first.
@@ -449,19 +537,19 @@ func (m *costModel) decideRound(rates []float64, cpu float64, samples uint64, me
 			reason += fmt.Sprintf(" + %s indirect calls/s × %s of site probe", rate(rates[j]), time.Duration(m.siteCost).Round(time.Nanosecond))
 		}
 		reason += fmt.Sprintf(" = %.0f%% of the target's own CPU time (all probes %.0f%%, budget %.0f%%)",
-			100*scale*m.load(rates, best, f.stage)/own, 100*before, 100*budget)
+			100*scale*m.load(rates, best, f.stage)*perOwn, 100*before, 100*budget)
 		if bestSites {
 			probe -= scale * m.siteLoad(rates, best)
 			f.noSites = true
 			m.clearFloor(best)
-			out = append(out, demotion{id: best, stage: f.stage, sites: true, reason: reason})
+			out = append(out, demotion{id: best, stage: f.stage, sites: true, reason: reason, lead: true})
 			continue
 		}
 		if bestStage != StageSampled {
 			probe -= scale * m.gain(rates, best, bestStage)
 			m.clearFloor(best)
 			f.stage = bestStage
-			out = append(out, demotion{id: best, stage: bestStage, reason: reason})
+			out = append(out, demotion{id: best, stage: bestStage, reason: reason, lead: true})
 			continue
 		}
 		for _, j := range m.subtree(best) {
@@ -480,9 +568,10 @@ func (m *costModel) decideRound(rates []float64, cpu float64, samples uint64, me
 			if j != best {
 				why = fmt.Sprintf("below %s, demoted to sampling", m.name(best))
 			}
-			out = append(out, demotion{id: j, stage: st, reason: why})
+			out = append(out, demotion{id: j, stage: st, reason: why, lead: j == best})
 		}
 	}
+	out = m.withSiblings(out, meas.calls)
 	out = m.allocatorsTogether(out)
 	// One demotion per function, to the last stage it reached, with the
 	// first reason (what its full probes cost).
@@ -498,7 +587,71 @@ func (m *costModel) decideRound(rates []float64, cpu float64, samples uint64, me
 	// before their callers: detaching in this order never leaves a
 	// callee's entries without its caller's.
 	slices.SortStableFunc(merged, func(a, b demotion) int { return cmp.Compare(a.stage, b.stage) })
-	return merged, before, probe / own
+	return merged, before, probe * perOwn
+}
+
+// mixed returns the call rates to rank the functions by: the longer
+// window's mix, when there is one, scaled to the predicted probe time of
+// rates, the window measured since the last round.
+func (m *costModel) mixed(rates, mix []float64) []float64 {
+	if mix == nil {
+		return rates
+	}
+	now, long := 0.0, 0.0
+	for i := range m.funcs {
+		now += m.load(rates, i, m.funcs[i].stage)
+		long += m.load(mix, i, m.funcs[i].stage)
+	}
+	if now <= 0 || long <= 0 {
+		return rates
+	}
+	out := make([]float64, len(mix))
+	for i, r := range mix {
+		out[i] = r * now / long
+	}
+	return out
+}
+
+// withSiblings adds to out, for each function out demotes to sampling for
+// its own cost, the other instantiations of its template (see
+// symbolizer.TemplateFamily) that have not been called yet, along with
+// their subtrees when nothing there has been called either. In
+// template-heavy code a hot template's instantiations turn hot one after
+// another, as the target's work reaches each (testdata/jsonparse parses
+// five kinds of input with five instantiations of its parser), and each
+// would otherwise cost a round of its own at full probe cost. One that
+// has been called keeps its probes: its calls measured what it costs.
+func (m *costModel) withSiblings(out []demotion, calls []uint64) []demotion {
+	if calls == nil {
+		return out
+	}
+	called := func(i int) bool { return 2*i < len(calls) && calls[2*i] > 0 }
+	for _, d := range slices.Clone(out) {
+		fam := m.funcs[d.id].family
+		if !d.lead || d.sites || d.stage != StageSampled || fam == "" {
+			continue
+		}
+		for j := range m.funcs {
+			g := &m.funcs[j]
+			if g.family != fam || g.pinned || g.stage == StageSampled || called(j) {
+				continue
+			}
+			sub := m.subtree(j)
+			if slices.ContainsFunc(sub, func(k int) bool { return called(k) || m.funcs[k].alloc != 0 || m.funcs[k].pinned }) {
+				continue
+			}
+			for _, k := range sub {
+				why := fmt.Sprintf("another instantiation of the template of %s, not called yet", m.name(d.id))
+				if k != j {
+					why = fmt.Sprintf("below %s, demoted to sampling", m.name(j))
+				}
+				m.clearFloor(k)
+				m.funcs[k].stage = StageSampled
+				out = append(out, demotion{id: k, stage: StageSampled, reason: why})
+			}
+		}
+	}
+	return out
 }
 
 // allocatorsTogether adds to out, when it demotes an allocator, the

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -235,5 +236,135 @@ func TestCostModelAllocators(t *testing.T) {
 	}
 	if ds, _ := m.decide([]float64{1e6, 0, 0, 0, 0, 0, 10, 0}, cpu, many); len(ds) != 0 {
 		t.Errorf("every allocator demoted, then %s", decisions(m, ds))
+	}
+}
+
+func TestOverheadBounds(t *testing.T) {
+	for _, tc := range []struct {
+		k, n       uint64
+		point, low float64
+	}{
+		{0, 0, 0, 0},
+		{0, 100, 0, 0},
+		{50, 100, 1, 0.7205},
+		// Every sample in a probe: the point estimate is capped, the
+		// bound grows with the samples.
+		{10, 10, maxOverhead, 3.6955},
+		{100, 100, maxOverhead, 36.96},
+		// 12% of the samples: 13.6% overhead, but 8.3% may be all it
+		// is; a 10% budget is not shown to be passed.
+		{12, 100, 0.1364, 0.0826},
+		// More probe samples than samples (the event loop counts them
+		// late): as many as the samples.
+		{12, 10, maxOverhead, 3.6955},
+	} {
+		point, low := overheadBounds(tc.k, tc.n)
+		if math.Abs(point-tc.point) > 1e-3*max(1, tc.point) || math.Abs(low-tc.low) > 1e-3*max(1, tc.low) {
+			t.Errorf("overheadBounds(%d, %d) = %.4f, %.4f; want %.4f, %.4f", tc.k, tc.n, point, low, tc.point, tc.low)
+		}
+	}
+}
+
+// TestCostModelMeasured checks decisions steered by the samples: none
+// while the samples do not prove the budget passed, a step down to what
+// they prove, and the longer window's mix ranking the functions.
+func TestCostModelMeasured(t *testing.T) {
+	pl := ctreePlan(t, plan.ExitsUretprobe)
+	byName := funcsByName(pl)
+	costs := callCosts(pl, nil)
+	rates := func(r map[string]float64) []float64 {
+		out := make([]float64, 2*len(pl.Funcs))
+		for name, v := range r {
+			out[2*byName[name].ID] = v
+		}
+		return out
+	}
+	names := func(ds []demotion) string {
+		var s []string
+		for _, d := range ds {
+			s = append(s, pl.Funcs[d.id].Node.Func.Name+":"+d.stage.String()[:3])
+		}
+		slices.Sort(s)
+		return strings.Join(s, " ")
+	}
+	const cpu = 1e9
+	hot := rates(map[string]float64{"walk": 2e6, "parse": 1000, "handle_request": 1000})
+
+	// 12 of 100 samples in probes: 13.6% measured, but not proven above
+	// the 10% budget, whatever the prediction says.
+	m := newCostModel(pl, costs, 0.10)
+	ds, before, _ := m.decideRound(hot, cpu, 100, measurement{samples: 12, counted: true})
+	if len(ds) != 0 || math.Abs(before-0.1364) > 1e-3 {
+		t.Errorf("12 of 100 samples in probes: demoted %s, overhead %.4f; want none, 0.1364", names(ds), before)
+	}
+
+	// 30 of 100: 43% measured, at least 30% proven; the demotions take
+	// the predicted probe time down to 10/30 of it. walk is nearly all
+	// of it: its exits alone would leave its entries' half.
+	m = newCostModel(pl, costs, 0.10)
+	ds, before, after := m.decideRound(hot, cpu, 100, measurement{samples: 30, counted: true})
+	if got, want := names(ds), "walk:all"; got != want {
+		t.Errorf("30 of 100 samples in probes: %s, want %s", got, want)
+	}
+	_, low := overheadBounds(30, 100)
+	if math.Abs(before-30.0/70) > 1e-9 || after > 0.10*before/low {
+		t.Errorf("30 of 100 samples: overhead %.4f, after %.4f; want %.4f, at most %.4f", before, after, 30.0/70, 0.10*before/low)
+	}
+
+	// The window since the last round saw only lib_compute (a phase of
+	// the target's work), the longer window lib_compute and walk alike:
+	// every sample in a probe asks for nearly everything to go, both.
+	phase := rates(map[string]float64{"lib_compute": 2e6})
+	mix := rates(map[string]float64{"lib_compute": 1e6, "walk": 1e6})
+	m = newCostModel(pl, costs, 0.10)
+	ds, _, _ = m.decideRound(phase, cpu, 100, measurement{samples: 100, counted: true, mix: mix})
+	if got, want := names(ds), "lib_compute:all lib_helper:all walk:all"; got != want {
+		t.Errorf("with the longer window's mix: %s, want %s", got, want)
+	}
+	m = newCostModel(pl, costs, 0.10)
+	ds, _, _ = m.decideRound(phase, cpu, 100, measurement{samples: 100, counted: true})
+	if got, want := names(ds), "lib_compute:all lib_helper:all"; got != want {
+		t.Errorf("without it: %s, want %s", got, want)
+	}
+}
+
+// TestCostModelSiblings checks that a template instantiation demoted for
+// its own cost takes along its siblings never called yet, with their
+// subtrees when nothing there was called, and no others.
+func TestCostModelSiblings(t *testing.T) {
+	const fam = "/bin/jp:json::Parser::at_end"
+	m := &costModel{budget: 0.10, funcs: []modelFunc{
+		{name: "at_end<A>", cost: callCost{full: 2000, entry: 1000}, exits: true, family: fam},
+		{name: "at_end<B>", cost: callCost{full: 2000, entry: 1000}, exits: true, family: fam},
+		{name: "at_end<C>", cost: callCost{full: 2000, entry: 1000}, exits: true, family: fam, callees: []int{4}},
+		{name: "at_end<D>", cost: callCost{full: 2000, entry: 1000}, exits: true, family: fam, callees: []int{5}},
+		{name: "helper<C>", cost: callCost{full: 2000, entry: 1000}, exits: true},
+		{name: "shared", cost: callCost{full: 2000, entry: 1000}, exits: true},
+		{name: "at_end<E>", cost: callCost{full: 2000, entry: 1000}, exits: true, family: fam},
+		{name: "other", cost: callCost{full: 2000, entry: 1000}, exits: true, family: "/bin/jp:json::Parser::peek"},
+		{name: "root", cost: callCost{full: 2000, entry: 1000}, exits: true, pinned: true, callees: []int{0, 1, 2, 3, 5, 6, 7}},
+	}}
+	// at_end<A> is hot; B and C (and C's helper) were never called; D was
+	// not either, but shared, below it, was; E was called (cheaply).
+	rates := make([]float64, 2*len(m.funcs))
+	rates[0] = 1e6
+	calls := make([]uint64, 2*len(m.funcs))
+	calls[0], calls[2*5], calls[2*6], calls[2*8] = 5000, 10, 3, 10
+	ds, _, _ := m.decideRound(rates, 1e9, 100, measurement{samples: 100, counted: true, calls: calls})
+	var got []string
+	for _, d := range ds {
+		got = append(got, m.name(d.id)+":"+d.stage.String()[:3])
+	}
+	slices.Sort(got)
+	if want := "at_end<A>:all at_end<B>:all at_end<C>:all helper<C>:all"; strings.Join(got, " ") != want {
+		t.Errorf("demoted %s, want %s", strings.Join(got, " "), want)
+	}
+	// Without the counts, no sibling is known to be uncalled.
+	m2 := &costModel{budget: 0.10, funcs: slices.Clone(m.funcs)}
+	for i := range m2.funcs {
+		m2.funcs[i].stage = StageFull
+	}
+	if ds, _, _ := m2.decideRound(rates, 1e9, 100, measurement{samples: 100, counted: true}); len(ds) != 1 {
+		t.Errorf("without call counts: %d demotions, want 1", len(ds))
 	}
 }

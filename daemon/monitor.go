@@ -26,7 +26,12 @@ type monitor struct {
 	period time.Duration
 	bursts *burstLog // nil: no sampled instrumentation
 
-	history []counts // oldest first, spanning about rateWindow
+	// history holds the readings since the last round (which measure
+	// the overhead left), long those of a longer window that may span
+	// rounds (which give the functions' mix); both oldest first and
+	// spanning about rateWindow at most.
+	history []counts
+	long    []counts
 	rates   []float64
 
 	mu        sync.Mutex
@@ -111,27 +116,22 @@ func (m *monitor) step(now time.Time) error {
 	if err != nil {
 		return err
 	}
-	m.history = append(m.history, c)
-	for len(m.history) > 2 && now.Sub(m.history[1].at) >= rateWindow {
-		m.history = m.history[1:]
-	}
+	m.history = trimWindow(append(m.history, c))
+	m.long = trimWindow(append(m.long, c))
 	old := m.history[0]
 	dt := now.Sub(old.at).Seconds()
 	if dt < (monitorInterval / 2).Seconds() {
 		return nil // too short a window to measure rates in
 	}
-	m.rates = m.rates[:0]
-	for i, n := range c.calls {
-		if i < len(old.calls) {
-			n -= old.calls[i] // ids found since count from 0
-		}
-		m.rates = append(m.rates, float64(n)/dt)
-	}
+	m.rates = callRates(m.rates[:0], old, c)
 	// The target cannot use more than every CPU; a window whose samples
 	// say otherwise would hide any overhead.
 	cpu := min(float64(c.samples-old.samples)*float64(m.period)/dt, float64(runtime.NumCPU())*1e9)
 	m.mu.Lock() // the model grows as functions are found
-	meas := measurement{samples: c.probeSamples - old.probeSamples, byFunc: map[int]float64{}}
+	meas := measurement{samples: c.probeSamples - old.probeSamples, byFunc: map[int]float64{}, counted: true, calls: c.calls}
+	if long := m.long[0]; long.at.Before(old.at) {
+		meas.mix = callRates(nil, long, c)
+	}
 	meas.probe = float64(meas.samples) * float64(m.period) / dt
 	for f, n := range c.trapByFunc {
 		if d := n - old.trapByFunc[f]; d > 0 {
@@ -232,8 +232,31 @@ func (m *monitor) step(now time.Time) error {
 			return err
 		}
 		m.history = append(m.history[:0], c)
+		m.long = append(m.long, c)
 	}
 	return nil
+}
+
+// trimWindow drops the oldest readings of h while the rest still span
+// rateWindow.
+func trimWindow(h []counts) []counts {
+	for len(h) > 2 && h[len(h)-1].at.Sub(h[1].at) >= rateWindow {
+		h = h[1:]
+	}
+	return h
+}
+
+// callRates appends to dst the call rates (per second) between readings
+// from and to: ids found since from count from 0.
+func callRates(dst []float64, from, to counts) []float64 {
+	dt := to.at.Sub(from.at).Seconds()
+	for i, n := range to.calls {
+		if i < len(from.calls) {
+			n -= from.calls[i]
+		}
+		dst = append(dst, float64(n)/dt)
+	}
+	return dst
 }
 
 // funcOf returns the planned or found function with id.
