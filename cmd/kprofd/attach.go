@@ -70,8 +70,9 @@ empty profile and exits with status 1.
 Modes (--mode):
   hybrid  (default) trace exactly what fits the overhead budget and sample
           the rest: every function starts fully probed; when the probes'
-          predicted cost (calibrated cost per call times the live call rate)
-          passes --overhead-budget of the target's own CPU time, the
+          cost (measured by the samples that land in them, and shared out
+          by calibrated cost per call times the live call rate) passes
+          --overhead-budget of the target's own CPU time, the
           costliest functions lose their exit probes (calls and tree shape
           stay exact, exits are inferred from stack pointers), then, leaves
           first, all their probes. Their time comes from cpu-clock samples of
