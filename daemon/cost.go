@@ -453,10 +453,10 @@ func (m *costModel) decideRound(rates []float64, cpu float64, samples uint64, me
 	// measure again.
 	var before, target, perOwn float64
 	var whole bool
-	if meas.counted {
-		if samples == 0 {
-			return nil, 0, 0 // the target did not run: nothing measured
-		}
+	// The event loop finds most probe samples, and may be far behind
+	// when the probes fire millions of times a second: too few counted
+	// leave the prediction to steer.
+	if meas.counted && meas.samples >= minProbeSamples {
 		point, low := overheadBounds(meas.samples, samples)
 		if low <= budget || probe <= 0 {
 			return nil, point, point
