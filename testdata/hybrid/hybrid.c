@@ -16,10 +16,12 @@
 //
 // Protocol on stdin/stdout: prints "ready"; "run N" runs N requests on the
 // main thread and prints
-//   done hot=NS medium=NS heavy=NS untraced=NS total=NS leaves=N
+//   done hot=NS medium=NS heavy=NS untraced=NS total=NS leaves=N untraced_cpu=NS
 // with the wall time spent in each (CLOCK_MONOTONIC, summed over the
 // requests; total is every handle_request call, self is what the others
-// leave of it) and the number of hot_leaf calls. "exit" exits 0.
+// leave of it), the number of hot_leaf calls, and the CPU time untraced
+// took (what samples measure, which on a loaded machine is less than its
+// wall time). "exit" exits 0.
 
 #include <stdio.h>
 #include <string.h>
@@ -41,6 +43,20 @@ static double now(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1e9 + ts.tv_nsec;
+}
+
+// thread_cpu returns the thread's CPU time, in ns. It makes the system
+// call itself: a call of the C library's clock_gettime or syscall would
+// be one more probed context below handle_request.
+static double thread_cpu(void)
+{
+	struct timespec ts;
+	long ret;
+	asm volatile("syscall"
+		     : "=a"(ret)
+		     : "0"(228 /* SYS_clock_gettime */), "D"(CLOCK_THREAD_CPUTIME_ID), "S"(&ts)
+		     : "rcx", "r11", "memory");
 	return ts.tv_sec * 1e9 + ts.tv_nsec;
 }
 
@@ -97,7 +113,7 @@ __attribute__((noinline)) void untraced(void)
 }
 
 struct truth {
-	double hot, medium, heavy, untraced, total;
+	double hot, medium, heavy, untraced, total, untraced_cpu;
 	long leaves;
 };
 
@@ -115,13 +131,16 @@ __attribute__((noinline)) void handle_request(int i, struct truth *t)
 		heavy_rare();
 		t3 = now();
 	}
+	double c3 = thread_cpu();
 	untraced();
+	double c4 = thread_cpu();
 	double t4 = now();
 	spin(SELF_SPIN);
 	t->hot += t1 - t0;
 	t->medium += t2 - t1;
 	t->heavy += t3 - t2;
 	t->untraced += t4 - t3;
+	t->untraced_cpu += c4 - c3;
 	t->leaves += CALLERS * LEAVES;
 }
 
@@ -140,8 +159,8 @@ int main(void)
 				handle_request(i, &t);
 				t.total += now() - t0;
 			}
-			printf("done hot=%.0f medium=%.0f heavy=%.0f untraced=%.0f total=%.0f leaves=%ld\n",
-			       t.hot, t.medium, t.heavy, t.untraced, t.total, t.leaves);
+			printf("done hot=%.0f medium=%.0f heavy=%.0f untraced=%.0f total=%.0f leaves=%ld untraced_cpu=%.0f\n",
+			       t.hot, t.medium, t.heavy, t.untraced, t.total, t.leaves, t.untraced_cpu);
 		} else if (strncmp(line, "exit", 4) == 0) {
 			return 0;
 		}
