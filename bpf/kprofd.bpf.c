@@ -43,11 +43,26 @@ struct thread_struct {
 	unsigned long fsbase;
 } __attribute__((preserve_access_index));
 
+// A task's uprobe state (kernel/events/uprobes.c): state is not
+// UTASK_RUNNING from the end of a probe's handlers until the probed
+// instruction, stepped out of line, has trapped back.
+enum uprobe_task_state {
+	UTASK_RUNNING,
+	UTASK_SSTEP,
+	UTASK_SSTEP_ACK,
+	UTASK_SSTEP_TRAPPED,
+};
+
+struct uprobe_task {
+	enum uprobe_task_state state;
+} __attribute__((preserve_access_index));
+
 struct task_struct {
 	int pid;
 	int tgid;
 	__u64 start_time; // CLOCK_MONOTONIC ns, as bpf_ktime_get_ns
 	struct thread_struct thread;
+	struct uprobe_task *utask;
 } __attribute__((preserve_access_index));
 
 // kprofd_perf_event's context (linux/bpf_perf_event.h, whose asm include
@@ -81,6 +96,9 @@ struct bpf_perf_event_data {
 // 6.11 and later): a return probe's, and an optimized uprobe's.
 #define NR_URETPROBE 335
 #define NR_UPROBE 336
+// How long a uprobe's trap goes on after its probe program returns when
+// it steps nothing (the kernel emulates the instruction), at most.
+#define TRAP_TAIL_NS 30000
 
 // Cookie layout (bpf/cookie.go builds it):
 //   bits  0..31  function id
@@ -183,6 +201,7 @@ struct kprofd_thread {
 	__u64 entered;
 	__u64 alloc_out; // posix_memalign's memptr, from its entry to its exit
 	__u64 alloc_left; // bytes to allocate before the next allocation sample (0: none drawn)
+	__u64 trapped;	  // when the probe program last returned on this thread (sampling only)
 	__u64 shadow[SHADOW]; // slots of the innermost frames, shadow[(depth-1) % SHADOW] on top
 	struct kprofd_event buf[BATCH];
 };
@@ -960,8 +979,10 @@ static __always_inline int handle(struct pt_regs *ctx)
 		th->busy = (cookie & COOKIE_BURST) ? 2 : 1;
 	}
 	handle_thread(ctx, th, now, tid, cookie, kind, slot, delta, d);
-	if (sampling)
+	if (sampling) {
 		th->busy = 0;
+		th->trapped = bpf_ktime_get_ns();
+	}
 	// A goroutine that left the root (its batch flushed) has no more use
 	// for its context, and goroutines come and go by the thousand.
 	if (go_mode && !th->root_slot)
@@ -1181,6 +1202,14 @@ int kprofd_signal(struct bpf_raw_tracepoint_args *ctx)
 // the probe program itself is kprofd's time, not the target's: it is only
 // counted. A tick in the kernel (a system call, a uprobe trap) captures
 // the user registers saved at kernel entry.
+// stepping reports whether task is single-stepping a probed instruction
+// out of line.
+static __always_inline int stepping(struct task_struct *task)
+{
+	struct uprobe_task *u = task->utask;
+	return u && u->state != UTASK_RUNNING;
+}
+
 SEC("perf_event")
 int kprofd_sample(struct bpf_perf_event_data *ctx)
 {
@@ -1209,16 +1238,21 @@ int kprofd_sample(struct bpf_perf_event_data *ctx)
 			count(STAT_BURST_SAMPLES, 1);
 		return 0;
 	}
+	struct task_struct *task = bpf_get_current_task_btf();
 	struct pt_regs regs;
-	if (bpf_probe_read_kernel(&regs, sizeof(regs), (void *)bpf_task_pt_regs(bpf_get_current_task_btf())))
+	if (bpf_probe_read_kernel(&regs, sizeof(regs), (void *)bpf_task_pt_regs(task)))
 		return 0;
 	__u8 flags = (ctx->regs.cs & 3) ? 0 : FLAG_KERNEL;
-	// In the kernel for a breakpoint or a single step (exceptions that
-	// push no error code: orig_rax is -1) or a uprobe trampoline's system
-	// call, the thread is in a uprobe's trap, whatever its user pc: the
-	// kernel moves the pc past an emulated or stepped instruction (to a
-	// ret's return address) before it returns to user mode.
-	if (flags && ((__s64)regs.orig_rax == -1 || regs.orig_rax == NR_URETPROBE || regs.orig_rax == NR_UPROBE))
+	// In a uprobe trampoline's system call, or in the kernel for an
+	// exception that pushed no error code (orig_rax is -1: a breakpoint
+	// or a single step, but also an interrupt) while a probed instruction
+	// is stepped or right after the probe program ran, the thread is in
+	// a uprobe's trap whatever its user pc: the kernel moves the pc past
+	// an emulated or stepped instruction (to a ret's return address)
+	// before it returns to user mode. The step state and the time keep
+	// interrupts (a timer tick that preempts the thread) out.
+	if (flags && (regs.orig_rax == NR_URETPROBE || regs.orig_rax == NR_UPROBE ||
+		      ((__s64)regs.orig_rax == -1 && (stepping(task) || bpf_ktime_get_ns() - th->trapped < TRAP_TAIL_NS))))
 		flags |= FLAG_TRAP;
 	capture(regs.rip, regs.rsp, regs.rbp, delta, th, tid, KIND_SAMPLE, flags);
 	return 0;

@@ -80,6 +80,7 @@ type kprofdKprofdThread struct {
 	Entered   uint64
 	AllocOut  uint64
 	AllocLeft uint64
+	Trapped   uint64
 	Shadow    [32]uint64
 	Buf       [64]kprofdKprofdEvent
 }

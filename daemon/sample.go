@@ -35,7 +35,7 @@ type SampleUnwinder interface {
 func (s *Simulator) probeSample(ev *bpf.Event, st *bpf.Stack) {
 	s.stats.ProbeSamples++
 	f, known := s.samp.ProbeFunc(st.PC, st.Time)
-	if s.burst != nil && s.burst.inWindow(ev.Time) {
+	if s.burst != nil && s.burst.log.armedAt(ev.Time) {
 		s.burstTrapSamples.Add(1)
 		return
 	}
