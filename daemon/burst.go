@@ -87,6 +87,10 @@ type burstLog struct {
 	// contexts are counted per by their shortest route: the frames a
 	// window for it waits for.
 	via map[uint32]map[cct.FuncID]bool
+	// armed holds, in time order, when each burst's probes could fire:
+	// from the start of its attach to the end of its detach, wider than
+	// its window (see armedAt).
+	armed []span
 
 	// The open window, for the event loop to read without the lock:
 	// its index, start and catchEnd (openStart is 0 with none open),
@@ -368,6 +372,48 @@ func (l *burstLog) close(end uint64) {
 	l.openStart.Store(0)
 }
 
+// maxDetachOverlap is how many bursts' spans armedAt looks back over:
+// a detach takes tens of ms, and bursts come 100 ms or more apart.
+const maxDetachOverlap = 4
+
+// span is a stretch of time, in monotonic ns; end is math.MaxUint64
+// until it is known.
+type span struct{ start, end uint64 }
+
+// arm records that a burst's probes start going in at t, and returns the
+// index to disarm it by.
+func (l *burstLog) arm(t uint64) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.armed = append(l.armed, span{t, math.MaxUint64})
+	return len(l.armed) - 1
+}
+
+// disarm records that burst k's probes were all gone at t.
+func (l *burstLog) disarm(k int, t uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.armed[k].end = t
+}
+
+// armedAt reports whether a burst's probes could fire at t: a sample in a
+// probe's trap then may be the burst's, not the steady probes' that
+// hybrid mode steers by. The window alone is too narrow: the first
+// probes fire while the rest attach, the last until the detach ends.
+func (l *burstLog) armedAt(t uint64) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	// A detach may run on while the next bursts attach: look back over
+	// a few spans that began by t.
+	last := sort.Search(len(l.armed), func(i int) bool { return l.armed[i].start > t }) - 1
+	for k := last; k >= 0 && k > last-maxDetachOverlap; k-- {
+		if t <= l.armed[k].end {
+			return true
+		}
+	}
+	return false
+}
+
 // locate returns where t falls: in window k (in), or in the gap before
 // window k (k = len(windows): after the last).
 func (l *burstLog) locate(t uint64) (k int, in bool) {
@@ -492,9 +538,9 @@ func (b *burster) run() {
 		case <-time.After(offset):
 		}
 		took := time.Duration(0)
+		var attach time.Duration
 		if len(funcs) > 0 {
 			var err error
-			var attach time.Duration
 			if duty, attach, took, err = b.burst(gen, funcs, set, length); err != nil {
 				b.mu.Lock()
 				b.err = err
@@ -509,11 +555,16 @@ func (b *burster) run() {
 			// Detaching costs about what attaching did.
 			perFunc = 2 * attach / time.Duration(len(funcs))
 		}
-		period := burstPeriodAfter(took, duty)
+		// The probes fire from the start of the attach to the end of
+		// the detach (which costs about what attaching did), not only
+		// in the window: with hundreds of functions demoted, attaching
+		// them takes longer than the window.
+		armed := took + 2*attach
+		period := burstPeriodAfter(armed, duty)
 		select {
 		case <-b.stop:
 			return
-		case <-time.After(period - offset - took):
+		case <-time.After(period - offset - armed):
 		}
 	}
 }
@@ -560,13 +611,15 @@ func burstLength(duty float64, want time.Duration) time.Duration {
 
 // burstPeriodAfter returns the period a window that took so long
 // belongs to: burstPeriod, or as long as keeps the duty cycle
-// (initialDuty after a burst that saw nothing). A window lasts until
-// its frames end, so it is known only after.
+// (initialDuty after a burst that saw nothing), up to maxPeriod. A
+// window lasts until its frames end, so it is known only after; one
+// stretched by a loaded machine (its frames preempted) with a small duty
+// would otherwise hold every burst off for the rest of a short session.
 func burstPeriodAfter(took time.Duration, duty float64) time.Duration {
 	if duty == 0 {
 		duty = initialDuty
 	}
-	return max(burstPeriod, time.Duration(float64(took)/duty))
+	return min(maxPeriod, max(burstPeriod, time.Duration(float64(took)/duty)))
 }
 
 // burstFuncs returns how many of n demoted functions the next burst may
@@ -601,6 +654,7 @@ func (b *burster) burst(gen uint32, funcs []*plan.Func, set map[uint32]bool, len
 		return 0, 0, 0, err
 	}
 	var links []link.Link
+	armed := b.log.arm(monotonicNow())
 	attachStart := time.Now()
 	for obj, probes := range burstProbes(funcs, set) {
 		ls, err := s.prog.Attach(obj.Path(), s.cfg.PID, probes)
@@ -620,7 +674,10 @@ func (b *burster) burst(gen uint32, funcs []*plan.Func, set map[uint32]bool, len
 	b.log.close(end)
 	// Closing removes the breakpoints at once; the rest of the close
 	// (a grace period) need not hold the next burst up.
-	go closeAll(links)
+	go func() {
+		closeAll(links)
+		b.log.disarm(armed, monotonicNow())
+	}()
 	after, err := b.counters(nids)
 	if err != nil {
 		return 0, 0, 0, err

@@ -47,6 +47,29 @@ func TestBurstDuty(t *testing.T) {
 	}
 }
 
+// TestBurstArmed checks when a burst's probes count as able to fire: from
+// the start of the attach to the end of the detach, which may run on
+// past the next burst's attach.
+func TestBurstArmed(t *testing.T) {
+	l := newBurstLog()
+	first := l.arm(100)
+	second := l.arm(200)
+	l.disarm(second, 250)
+	l.disarm(first, 300) // a slow detach, past the second burst
+	l.arm(400)           // still attached
+	for _, tc := range []struct {
+		t    uint64
+		want bool
+	}{
+		{99, false}, {100, true}, {199, true}, {260, true}, {300, true},
+		{301, false}, {399, false}, {400, true}, {10000, true},
+	} {
+		if got := l.armedAt(tc.t); got != tc.want {
+			t.Errorf("armedAt(%d) = %v, want %v", tc.t, got, tc.want)
+		}
+	}
+}
+
 // TestBurstLog checks where times fall against the windows, when the
 // window a time falls in closes, and which windows a frame overlapped
 // that were for a function.
@@ -253,6 +276,7 @@ func TestBurstTiming(t *testing.T) {
 		{40 * time.Millisecond, 0.05, 800 * time.Millisecond},
 		{30 * time.Millisecond, 0, 1500 * time.Millisecond}, // saw nothing: initialDuty
 		{120 * time.Millisecond, 0.5, burstPeriod * 12 / 5},
+		{65 * time.Millisecond, 0.005, maxPeriod}, // stretched on a loaded machine
 	} {
 		if p := burstPeriodAfter(tc.took, tc.duty); p != tc.period {
 			t.Errorf("burstPeriodAfter(%v, %g) = %v, want %v", tc.took, tc.duty, p, tc.period)

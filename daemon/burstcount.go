@@ -479,12 +479,6 @@ func (b *burstCounts) started(node *cct.Node, t uint64) (window int, ok bool) {
 	return 0, false
 }
 
-// inWindow reports whether t is in a burst's window.
-func (b *burstCounts) inWindow(t uint64) bool {
-	_, in := b.log.locate(t)
-	return in
-}
-
 // perCall returns the estimate of a context's calls per call of caller
 // r, for the context's function phys: the mean over r's frames that
 // fitted in windows with phys's entries back, its relative standard
