@@ -489,6 +489,10 @@ func (m *costModel) decideRound(rates []float64, cpu float64, samples uint64, me
 			target = math.Max(target, probe/2)
 		}
 	}
+	measured := "" // how the overhead was measured, for the reasons
+	if meas.counted && meas.samples >= minProbeSamples {
+		measured = fmt.Sprintf(": %d of %d samples in probes", min(meas.samples, samples), samples)
+	}
 	var out []demotion
 	for probe > target || len(out) == 0 && probe*perOwn > budget {
 		// Rank by what a function's demotion can save in all (calibration
@@ -536,8 +540,8 @@ func (m *costModel) decideRound(rates []float64, cpu float64, samples uint64, me
 		if j := 2*best + 1; m.sites && j < len(rates) && rates[j] > 0 {
 			reason += fmt.Sprintf(" + %s indirect calls/s × %s of site probe", rate(rates[j]), time.Duration(m.siteCost).Round(time.Nanosecond))
 		}
-		reason += fmt.Sprintf(" = %.0f%% of the target's own CPU time (all probes %.0f%%, budget %.0f%%)",
-			100*scale*m.load(rates, best, f.stage)*perOwn, 100*before, 100*budget)
+		reason += fmt.Sprintf(" = %.0f%% of the target's own CPU time (all probes %.0f%%%s, budget %.0f%%)",
+			100*scale*m.load(rates, best, f.stage)*perOwn, 100*before, measured, 100*budget)
 		if bestSites {
 			probe -= scale * m.siteLoad(rates, best)
 			f.noSites = true
