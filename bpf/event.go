@@ -101,10 +101,11 @@ const (
 	// before it has the size.
 	FlagAlloc uint8 = 1 << 5
 	// FlagTrap marks a sample taken in the kernel in a uprobe's trap (a
-	// breakpoint or single-step exception within a few µs of the probe
-	// program's return, or a uprobe trampoline's system call): kprofd's
-	// time whatever the user pc, which the kernel may already have moved
-	// past the probed instruction.
+	// breakpoint or single-step exception while the thread steps a
+	// probed instruction or within 30 µs of the probe program, or a
+	// uprobe trampoline's system call): kprofd's time whatever the user
+	// pc, which the kernel may already have moved past the probed
+	// instruction.
 	FlagTrap uint8 = 1 << 6
 )
 

@@ -96,7 +96,7 @@ struct bpf_perf_event_data {
 // 6.11 and later): a return probe's, and an optimized uprobe's.
 #define NR_URETPROBE 335
 #define NR_UPROBE 336
-// How long a uprobe's trap goes on after its probe program returns when
+// How long a uprobe's trap goes on after its probe program starts when
 // it steps nothing (the kernel emulates the instruction), at most.
 #define TRAP_TAIL_NS 30000
 
@@ -201,7 +201,7 @@ struct kprofd_thread {
 	__u64 entered;
 	__u64 alloc_out; // posix_memalign's memptr, from its entry to its exit
 	__u64 alloc_left; // bytes to allocate before the next allocation sample (0: none drawn)
-	__u64 trapped;	  // when the probe program last returned on this thread (sampling only)
+	__u64 trapped;	  // when the probe program last ran on this thread (sampling only)
 	__u64 shadow[SHADOW]; // slots of the innermost frames, shadow[(depth-1) % SHADOW] on top
 	struct kprofd_event buf[BATCH];
 };
@@ -981,7 +981,9 @@ static __always_inline int handle(struct pt_regs *ctx)
 	handle_thread(ctx, th, now, tid, cookie, kind, slot, delta, d);
 	if (sampling) {
 		th->busy = 0;
-		th->trapped = bpf_ktime_get_ns();
+		// The probe program's start, not its end: one helper call
+		// less at every hit, well inside TRAP_TAIL_NS.
+		th->trapped = now;
 	}
 	// A goroutine that left the root (its batch flushed) has no more use
 	// for its context, and goroutines come and go by the thousand.
