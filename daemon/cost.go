@@ -453,10 +453,13 @@ func (m *costModel) decideRound(rates []float64, cpu float64, samples uint64, me
 	// measure again.
 	var before, target, perOwn float64
 	var whole bool
+	// measured says how the overhead was measured, for the reasons.
+	var measured string
 	// The event loop finds most probe samples, and may be far behind
 	// when the probes fire millions of times a second: too few counted
 	// leave the prediction to steer.
 	if meas.counted && meas.samples >= minProbeSamples {
+		measured = fmt.Sprintf(": %d of %d samples in probes", min(meas.samples, samples), samples)
 		point, low := overheadBounds(meas.samples, samples)
 		if low <= budget || probe <= 0 {
 			return nil, point, point
@@ -488,10 +491,6 @@ func (m *costModel) decideRound(rates []float64, cpu float64, samples uint64, me
 		if whole {
 			target = math.Max(target, probe/2)
 		}
-	}
-	measured := "" // how the overhead was measured, for the reasons
-	if meas.counted && meas.samples >= minProbeSamples {
-		measured = fmt.Sprintf(": %d of %d samples in probes", min(meas.samples, samples), samples)
 	}
 	var out []demotion
 	for probe > target || len(out) == 0 && probe*perOwn > budget {
