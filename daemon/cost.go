@@ -391,7 +391,8 @@ func overheadBounds(k, n uint64) (point, low float64) {
 }
 
 // minProbeSamples is the fewest probe samples in a window that make a
-// measurement of the probes' cost worth steering by.
+// measurement of the probes' cost worth steering by, and the fewest
+// samples that measure the target's CPU time for a prediction.
 const minProbeSamples = 8
 
 // decideRound is decide, with the probes' measured cost, also returning
@@ -406,9 +407,11 @@ const minProbeSamples = 8
 // scales the prediction (the calibration is of an idle machine and
 // misses costs such as cache misses) and finds what each function's
 // probes cost where the calibration misjudges them. Without one (tests,
-// or a target never sampled), the target's own work is its CPU time less
-// the predicted probe time, and when that is not measured (the probes
-// took nearly all of it), a round removes half the probes' load.
+// or too few probe samples counted yet), the target's own work is its
+// CPU time less the predicted probe time, and when that is not measured
+// (the probes took nearly all of it), a round removes half the probes'
+// load; with fewer than minProbeSamples samples, the CPU time is not
+// measured either, and nothing is decided.
 func (m *costModel) decideRound(rates []float64, cpu float64, samples uint64, meas measurement) ([]demotion, float64, float64) {
 	rates = m.mixed(rates, meas.mix)
 	probe := 0.0
@@ -468,6 +471,14 @@ func (m *costModel) decideRound(rates []float64, cpu float64, samples uint64, me
 		target = probe * budget / low
 		whole = float64(samples-min(meas.samples, samples)) < 2*math.Sqrt(float64(samples))
 	} else {
+		// Too few samples have not measured the target's CPU time:
+		// with it unknown, any prediction would say the probes took
+		// all of it (a first 5 ms window, on a loaded machine, once
+		// demoted clock_gettime at "5000%"). The window grows until
+		// it has them.
+		if samples < minProbeSamples {
+			return nil, 0, 0
+		}
 		// The target's own work is its CPU time less the probes';
 		// samples and calibration both err, so never let it vanish.
 		cpu = math.Max(cpu, probe)
@@ -485,7 +496,7 @@ func (m *costModel) decideRound(rates []float64, cpu float64, samples uint64, me
 		// prediction of what is left after a demotion can be trusted:
 		// take the single largest step and let the next window measure
 		// again.
-		whole = own > cpu-probe || samples == 0 || own < 2*cpu/math.Sqrt(float64(samples))
+		whole = own > cpu-probe || own < 2*cpu/math.Sqrt(float64(samples))
 		before, perOwn = probe/own, 1/own
 		target = budget * own
 		if whole {

@@ -108,6 +108,12 @@ func TestCostModel(t *testing.T) {
 	if got, want := decisions(first(m.decide(both, busy, 10))), "lib_helper:all"; got != want {
 		t.Errorf("own time within the sampling error: %s, want %s", got, want)
 	}
+	// Fewer samples than minProbeSamples have not measured the CPU time
+	// at all: no decision, whatever the prediction.
+	m = newCostModel(pl, costs, 0.10)
+	if ds, before := m.decide(both, 0, minProbeSamples-1); len(ds) != 0 || before != 0 {
+		t.Errorf("CPU time measured by %d samples: %d demotions at %.0f%%, want none", minProbeSamples-1, len(ds), 100*before)
+	}
 	// On one CPU the same rates would need more than all of it for the
 	// probes alone: the target's own time is not measured, so nothing
 	// after one demotion can be predicted. One step, the largest, then
