@@ -142,7 +142,9 @@ enum {
 	STAT_OUTSIDE = 9,	 // probe hits of threads outside every root
 	STAT_SEEDS = 10,	 // threads checked for a running root at their first hit
 	STAT_SEEDS_LOST = 11,	 // threads not checked: no room for their stack
-	STAT_MAX = 12,
+	STAT_TRAP_SAMPLES = 12,	 // samples in a uprobe's trap (FLAG_TRAP)
+	STAT_BURST_TRAP_SAMPLES = 13, // of those, samples while a burst was armed
+	STAT_MAX = 14,
 };
 
 struct kprofd_event {
@@ -338,6 +340,10 @@ volatile __u32 pause_signal = 0;
 // Numbers the bursts of sampled instrumentation: a thread's first burst
 // probe hit in a new one captures its real stack.
 volatile __u32 burst_gen = 0;
+
+// How many bursts' probes are going in, are in, or are going out (kprofd
+// sets it): a sample in a trap then may be a burst's.
+volatile __u32 bursts_armed = 0;
 
 // Keeps struct kprofd_thread in BTF for bpf2go: the daemon reads the
 // goroutines' batches at the end of a session.
@@ -1212,6 +1218,15 @@ static __always_inline int stepping(struct task_struct *task)
 	return u && u->state != UTASK_RUNNING;
 }
 
+// at_breakpoint reports whether the user instruction before pc is a
+// breakpoint: a breakpoint trap leaves the pc just past it. A sample
+// taken there, before the probe program has run, is in the trap too.
+static __always_inline int at_breakpoint(__u64 pc)
+{
+	__u8 op = 0;
+	return !bpf_probe_read_user(&op, sizeof(op), (void *)(pc - 1)) && op == 0xcc;
+}
+
 SEC("perf_event")
 int kprofd_sample(struct bpf_perf_event_data *ctx)
 {
@@ -1247,15 +1262,25 @@ int kprofd_sample(struct bpf_perf_event_data *ctx)
 	__u8 flags = (ctx->regs.cs & 3) ? 0 : FLAG_KERNEL;
 	// In a uprobe trampoline's system call, or in the kernel for an
 	// exception that pushed no error code (orig_rax is -1: a breakpoint
-	// or a single step, but also an interrupt) while a probed instruction
-	// is stepped or right after the probe program ran, the thread is in
-	// a uprobe's trap whatever its user pc: the kernel moves the pc past
-	// an emulated or stepped instruction (to a ret's return address)
-	// before it returns to user mode. The step state and the time keep
-	// interrupts (a timer tick that preempts the thread) out.
+	// or a single step, but also an interrupt) just past a breakpoint,
+	// while a probed instruction is stepped or right after the probe
+	// program ran, the thread is in a uprobe's trap whatever its user
+	// pc: the kernel moves the pc past an emulated or stepped
+	// instruction (to a ret's return address) before it returns to user
+	// mode. The breakpoint, the step state and the time keep interrupts
+	// (a timer tick that preempts the thread) out.
 	if (flags && (regs.orig_rax == NR_URETPROBE || regs.orig_rax == NR_UPROBE ||
-		      ((__s64)regs.orig_rax == -1 && (stepping(task) || bpf_ktime_get_ns() - th->trapped < TRAP_TAIL_NS))))
+		      ((__s64)regs.orig_rax == -1 && (stepping(task) || bpf_ktime_get_ns() - th->trapped < TRAP_TAIL_NS ||
+						      at_breakpoint(regs.rip)))))
 		flags |= FLAG_TRAP;
+	if (flags & FLAG_TRAP) {
+		// Counted here, not only by the event loop, which may run
+		// far behind while the probes fire at full rate: hybrid mode
+		// steers by these.
+		count(STAT_TRAP_SAMPLES, 1);
+		if (bursts_armed)
+			count(STAT_BURST_TRAP_SAMPLES, 1);
+	}
 	capture(regs.rip, regs.rsp, regs.rbp, delta, th, tid, KIND_SAMPLE, flags);
 	return 0;
 }

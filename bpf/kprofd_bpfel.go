@@ -113,6 +113,7 @@ const (
 	kprofdProgKprofdSingle     = "kprofd_single"
 	kprofdVarBatchAgeNs        = "batch_age_ns"
 	kprofdVarBurstGen          = "burst_gen"
+	kprofdVarBurstsArmed       = "bursts_armed"
 	kprofdVarCheckIntervalNs   = "check_interval_ns"
 	kprofdVarCountCalls        = "count_calls"
 	kprofdVarGoG_tls           = "go_g_tls"
@@ -212,6 +213,7 @@ type kprofdMapSpecs struct {
 type kprofdVariableSpecs struct {
 	BatchAgeNs      *ebpf.VariableSpec `ebpf:"batch_age_ns"`
 	BurstGen        *ebpf.VariableSpec `ebpf:"burst_gen"`
+	BurstsArmed     *ebpf.VariableSpec `ebpf:"bursts_armed"`
 	CheckIntervalNs *ebpf.VariableSpec `ebpf:"check_interval_ns"`
 	CountCalls      *ebpf.VariableSpec `ebpf:"count_calls"`
 	GoG_tls         *ebpf.VariableSpec `ebpf:"go_g_tls"`
@@ -294,6 +296,7 @@ func (m *kprofdMaps) Close() error {
 type kprofdVariables struct {
 	BatchAgeNs      *ebpf.Variable `ebpf:"batch_age_ns"`
 	BurstGen        *ebpf.Variable `ebpf:"burst_gen"`
+	BurstsArmed     *ebpf.Variable `ebpf:"bursts_armed"`
 	CheckIntervalNs *ebpf.Variable `ebpf:"check_interval_ns"`
 	CountCalls      *ebpf.Variable `ebpf:"count_calls"`
 	GoG_tls         *ebpf.Variable `ebpf:"go_g_tls"`

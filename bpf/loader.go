@@ -96,6 +96,10 @@ type Stats struct {
 	// BurstSamples counts those of ProbeSamples taken in a burst probe
 	// (bpf.CookieBurst).
 	BurstSamples uint64
+	// TrapSamples counts the samples of threads inside the root taken in
+	// a uprobe's trap (FlagTrap), BurstTrapSamples those of them taken
+	// while a burst was armed (SetBurstsArmed).
+	TrapSamples, BurstTrapSamples uint64
 	// Outside counts probe hits of threads outside every root: they cost
 	// the target and record nothing.
 	Outside uint64
@@ -119,6 +123,8 @@ const (
 	statOutside
 	statSeeds
 	statSeedsLost
+	statTrapSamples
+	statBurstTrapSamples
 	statMax
 )
 
@@ -309,7 +315,8 @@ func (p *Program) Stats() (Stats, error) {
 	counters := [statMax]*uint64{statLost: &s.Lost, statNoStorage: &s.NoStorage, statStaleRoot: &s.StaleRoots,
 		statStacks: &s.Stacks, statStacksLost: &s.StacksLost, statTargetSamples: &s.TargetSamples,
 		statRootSamples: &s.RootSamples, statProbeSamples: &s.ProbeSamples, statBurstSamples: &s.BurstSamples,
-		statOutside: &s.Outside, statSeeds: &s.Seeds, statSeedsLost: &s.SeedsLost}
+		statOutside: &s.Outside, statSeeds: &s.Seeds, statSeedsLost: &s.SeedsLost,
+		statTrapSamples: &s.TrapSamples, statBurstTrapSamples: &s.BurstTrapSamples}
 	for i, dst := range counters {
 		var perCPU []uint64
 		if err := p.objs.Stats.Lookup(uint32(i), &perCPU); err != nil {
@@ -700,6 +707,16 @@ func (p *Program) SetPauseSignal(sig syscall.Signal) error {
 func (p *Program) SetBurst(gen uint32) error {
 	if err := p.objs.BurstGen.Set(gen); err != nil {
 		return fmt.Errorf("setting burst_gen: %w", err)
+	}
+	return nil
+}
+
+// SetBurstsArmed tells the sampler how many bursts' probes are going in,
+// are in or are going out: the samples in a trap meanwhile count as
+// BurstTrapSamples too.
+func (p *Program) SetBurstsArmed(n uint32) error {
+	if err := p.objs.BurstsArmed.Set(n); err != nil {
+		return fmt.Errorf("setting bursts_armed: %w", err)
 	}
 	return nil
 }

@@ -495,6 +495,16 @@ type burster struct {
 	bursts int
 	total  time.Duration // the bursts' windows, summed
 	err    error
+	armed  uint32 // bursts whose probes are going in, in or going out
+}
+
+// setArmed adds delta to the bursts armed and tells the sampler, which
+// counts the samples in a trap meanwhile as the bursts'.
+func (b *burster) setArmed(delta int) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.armed = uint32(int(b.armed) + delta)
+	return b.s.prog.SetBurstsArmed(b.armed)
 }
 
 func newBurster(s *Session, m *monitor, l *burstLog) *burster {
@@ -654,6 +664,9 @@ func (b *burster) burst(gen uint32, funcs []*plan.Func, set map[uint32]bool, len
 		return 0, 0, 0, err
 	}
 	var links []link.Link
+	if err := b.setArmed(1); err != nil {
+		return 0, 0, 0, err
+	}
 	armed := b.log.arm(monotonicNow())
 	attachStart := time.Now()
 	for obj, probes := range burstProbes(funcs, set) {
@@ -677,6 +690,9 @@ func (b *burster) burst(gen uint32, funcs []*plan.Func, set map[uint32]bool, len
 	go func() {
 		closeAll(links)
 		b.log.disarm(armed, monotonicNow())
+		if err := b.setArmed(-1); err != nil {
+			s.cfg.warnf("burst of sampled instrumentation: %v", err)
+		}
 	}()
 	after, err := b.counters(nids)
 	if err != nil {
@@ -747,8 +763,8 @@ type burstReading struct {
 }
 
 // counters reads the hits of function ids below n and the samples in
-// burst probes (their program, counted in the kernel, and their traps,
-// by the event loop).
+// burst probes (their program and their traps, both counted in the
+// kernel).
 func (b *burster) counters(n int) (burstReading, error) {
 	calls, err := b.s.prog.CallCounts(nil, n)
 	if err != nil {
@@ -758,7 +774,7 @@ func (b *burster) counters(n int) (burstReading, error) {
 	if err != nil {
 		return burstReading{}, err
 	}
-	return burstReading{calls: calls, samples: st.BurstSamples + b.s.sim.burstTrapSamples.Load()}, nil
+	return burstReading{calls: calls, samples: st.BurstSamples + st.BurstTrapSamples}, nil
 }
 
 // burstDuty returns the share of each period the next burst may take:

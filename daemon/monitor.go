@@ -34,6 +34,11 @@ type monitor struct {
 	long    []counts
 	rates   []float64
 
+	// applying is held while a round's probes are being detached: its
+	// breakpoints are gone before the detaches return (each waits for a
+	// grace period), and Demotions must not miss it meanwhile.
+	applying sync.Mutex
+
 	mu        sync.Mutex
 	found     map[int]*plan.Func // functions added while running (found through indirect calls), by id
 	demotions []Demotion
@@ -104,9 +109,11 @@ func (m *monitor) read(now time.Time) (counts, error) {
 		return c, err
 	}
 	c.samples = st.TargetSamples
-	// Samples in a probe: in the probe program (counted in the kernel)
-	// or in its trap (found by the event loop from the user pc).
-	c.probeSamples = st.ProbeSamples - st.BurstSamples + m.s.sim.trapSamples.Load()
+	// Samples in a probe, the bursts' left out: in the probe program
+	// or in its trap, both counted in the kernel as they are taken (the
+	// event loop, which places them by function, may run far behind
+	// while the probes fire at full rate).
+	c.probeSamples = st.ProbeSamples - st.BurstSamples + st.TrapSamples - st.BurstTrapSamples
 	c.trapByFunc = m.s.sim.TrapSamples()
 	return c, nil
 }
@@ -149,6 +156,10 @@ func (m *monitor) step(now time.Time) error {
 	m.latest = after
 	m.mu.Unlock()
 
+	if len(ds) > 0 {
+		m.applying.Lock()
+		defer m.applying.Unlock()
+	}
 	// Allocators sample by bytes before the cut: a call after it is
 	// then counted by a sample, never lost between the two.
 	for _, d := range ds {
@@ -349,8 +360,11 @@ func (m *monitor) burstBudget(budget float64) float64 {
 	return max(burstShare*budget, (1-burstShare)*budget-m.latest)
 }
 
-// Demotions returns the demotions so far.
+// Demotions returns the demotions so far, those of a round being applied
+// included (it waits for the round's detaches).
 func (m *monitor) Demotions() []Demotion {
+	m.applying.Lock()
+	m.applying.Unlock() // (only waits for the round in flight)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return append([]Demotion(nil), m.demotions...)

@@ -30,19 +30,15 @@ type SampleUnwinder interface {
 }
 
 // probeSample counts a sample that caught the thread in a probe: the
-// steady probes' cost, by function, which hybrid mode's monitor steers by,
-// or a burst's.
+// steady probes' cost by function, which hybrid mode's monitor ranks them
+// by (the kernel counts the totals it steers by), unless a burst's probes
+// may have taken it.
 func (s *Simulator) probeSample(ev *bpf.Event, st *bpf.Stack) {
 	s.stats.ProbeSamples++
 	f, known := s.samp.ProbeFunc(st.PC, st.Time)
-	if s.burst != nil && s.burst.log.armedAt(ev.Time) {
-		s.burstTrapSamples.Add(1)
+	if s.burst != nil && s.burst.log.armedAt(ev.Time) || ev.Time < s.trapSince.Load() {
 		return
 	}
-	if ev.Time < s.trapSince.Load() {
-		return
-	}
-	s.trapSamples.Add(1)
 	if known && f != noProbeFunc {
 		s.trapMu.Lock()
 		if s.trapByFunc == nil {

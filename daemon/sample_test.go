@@ -23,7 +23,10 @@ func (f fakeUnwinder) SampleFrames(*bpf.Stack) ([]RealFrame, uint64, bool) {
 
 func (f fakeUnwinder) StackFrames(*bpf.Stack) ([]RealFrame, uint64) { return f.frames, f.covered }
 
-func (fakeUnwinder) ProbeFunc(uint64, uint64) (uint32, bool) { return 0, false }
+// ProbeFunc places every sample in a probe in function fakeProbeFunc's.
+func (f fakeUnwinder) ProbeFunc(uint64, uint64) (uint32, bool) { return fakeProbeFunc, f.inProbe }
+
+const fakeProbeFunc = 7
 
 // samplesString renders where a tree's samples are, as "path samples"
 // sorted and joined by ";".
@@ -111,7 +114,7 @@ func TestTrapSamplesSince(t *testing.T) {
 		e := ev(bpf.KindSample, at, 0, 0)
 		s.HandleSample(&e, &bpf.Stack{})
 	}
-	if got := s.trapSamples.Load(); got != 2 {
+	if got := s.TrapSamples()[fakeProbeFunc]; got != 2 {
 		t.Errorf("%d trap samples counted, want the 2 taken at or after 100", got)
 	}
 }

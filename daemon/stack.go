@@ -268,21 +268,17 @@ type Simulator struct {
 	// gone holds the functions hybrid mode is demoting (see Demote).
 	goneMu sync.Mutex // serializes writers
 	gone   atomic.Pointer[map[uint32]demotedAt]
-	// trapSamples counts the samples found in a probe's trap (the user
-	// pc at a probe): hybrid mode's monitor reads it while events run.
-	trapSamples atomic.Uint64
-	// trapSince drops from trapSamples and trapByFunc the samples taken
-	// before it (monotonic ns): the event loop, behind real time, finds
-	// samples of probes the monitor has since detached, which must not
-	// count in the windows after.
-	trapSince atomic.Uint64
-	// trapByFunc counts them by the function whose probe they are in.
+	// trapByFunc counts the samples found in a probe's trap (the user pc
+	// at a probe) by the function whose probe they are in: hybrid mode's
+	// monitor reads it while events run.
 	trapMu     sync.Mutex
 	trapByFunc map[uint32]uint64
-	// burstTrapSamples counts those taken in a burst's window: the
-	// bursts' own cost, which the burster reads.
-	burstTrapSamples atomic.Uint64
-	samp             SampleUnwinder // nil: samples are not attributed
+	// trapSince drops from trapByFunc the samples taken before it
+	// (monotonic ns): the event loop, behind real time, finds samples of
+	// probes the monitor has since detached, which must not count in
+	// the windows after.
+	trapSince atomic.Uint64
+	samp      SampleUnwinder // nil: samples are not attributed
 	// dynTail holds tail calls learned while the session runs (functions
 	// found through indirect calls), set from another goroutine.
 	dynMu   sync.Mutex
