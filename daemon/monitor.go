@@ -34,9 +34,10 @@ type monitor struct {
 	long    []counts
 	rates   []float64
 
-	// applying is held while a round's probes are being detached: its
-	// breakpoints are gone before the detaches return (each waits for a
-	// grace period), and Demotions must not miss it meanwhile.
+	// applying is held from a decision until its demotions are
+	// recorded: a round's breakpoints are gone before its detaches
+	// return (each waits for a grace period), and Demotions must not
+	// miss it meanwhile.
 	applying sync.Mutex
 
 	mu        sync.Mutex
@@ -145,6 +146,10 @@ func (m *monitor) step(now time.Time) error {
 			meas.byFunc[int(f)] = float64(d) * float64(m.period) / dt
 		}
 	}
+	// From the decision until its demotions are recorded.
+	m.applying.Lock()
+	release := sync.OnceFunc(m.applying.Unlock)
+	defer release()
 	ds, predicted, after := m.model.decideRound(m.rates, cpu, c.samples-old.samples, meas)
 	m.own = cpu / (1 + predicted)
 	m.readings++
@@ -156,10 +161,6 @@ func (m *monitor) step(now time.Time) error {
 	m.latest = after
 	m.mu.Unlock()
 
-	if len(ds) > 0 {
-		m.applying.Lock()
-		defer m.applying.Unlock()
-	}
 	// Allocators sample by bytes before the cut: a call after it is
 	// then counted by a sample, never lost between the two.
 	for _, d := range ds {
@@ -224,6 +225,7 @@ func (m *monitor) step(now time.Time) error {
 		m.mu.Lock()
 		m.demotions = append(m.demotions, dems...)
 		m.mu.Unlock()
+		release() // before the callbacks, which may ask for them
 		for i, dem := range dems {
 			if errs[i] != nil {
 				return fmt.Errorf("detaching the probes of %s: %w", dem.Func, errs[i])
