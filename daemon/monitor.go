@@ -59,10 +59,35 @@ type counts struct {
 	at      time.Time
 	calls   []uint64
 	samples uint64
-	// probeSamples are those of samples that landed in a probe, and
-	// trapByFunc those found in each function's probes.
-	probeSamples uint64
-	trapByFunc   map[uint32]uint64
+	// probe counts the samples that landed in a probe, and trapByFunc
+	// those found in each function's probes.
+	probe      probeCounters
+	trapByFunc map[uint32]uint64
+}
+
+// probeCounters are the kernel's counters of samples in probes: in the
+// probe program (inProgram) or in its trap (inTrap), and of each, those
+// taken in a burst's probes.
+type probeCounters struct {
+	inProgram, inBurstProgram, inTrap, inBurstTrap uint64
+}
+
+// since returns the samples in probes outside bursts between old and p.
+// Each counter only grows, but they are read one after another: a
+// burst sample taken between the reads of a total and of its burst
+// share makes a difference of one reading smaller than the truth, so
+// the differences are taken per counter and kept from going below zero
+// (a wrapped-around difference once read as every sample in probes).
+func (p probeCounters) since(old probeCounters) uint64 {
+	outside := func(total, burst, oldTotal, oldBurst uint64) uint64 {
+		d, db := total-oldTotal, burst-oldBurst
+		if db > d {
+			return 0
+		}
+		return d - db
+	}
+	return outside(p.inProgram, p.inBurstProgram, old.inProgram, old.inBurstProgram) +
+		outside(p.inTrap, p.inBurstTrap, old.inTrap, old.inBurstTrap)
 }
 
 func newMonitor(s *Session, model *costModel, period time.Duration) *monitor {
@@ -114,7 +139,8 @@ func (m *monitor) read(now time.Time) (counts, error) {
 	// or in its trap, both counted in the kernel as they are taken (the
 	// event loop, which places them by function, may run far behind
 	// while the probes fire at full rate).
-	c.probeSamples = st.ProbeSamples - st.BurstSamples + st.TrapSamples - st.BurstTrapSamples
+	c.probe = probeCounters{inProgram: st.ProbeSamples, inBurstProgram: st.BurstSamples,
+		inTrap: st.TrapSamples, inBurstTrap: st.BurstTrapSamples}
 	c.trapByFunc = m.s.sim.TrapSamples()
 	return c, nil
 }
@@ -136,7 +162,7 @@ func (m *monitor) step(now time.Time) error {
 	// say otherwise would hide any overhead.
 	cpu := min(float64(c.samples-old.samples)*float64(m.period)/dt, float64(runtime.NumCPU())*1e9)
 	m.mu.Lock() // the model grows as functions are found
-	meas := measurement{samples: c.probeSamples - old.probeSamples, byFunc: map[int]float64{}, counted: true, calls: c.calls}
+	meas := measurement{samples: c.probe.since(old.probe), byFunc: map[int]float64{}, counted: true, calls: c.calls}
 	if long := m.long[0]; long.at.Before(old.at) {
 		meas.mix = callRates(nil, long, c)
 	}
