@@ -99,6 +99,15 @@ func (b *body) inside(addr uint64) bool {
 
 func (b *body) decodeRange(obj *symbolizer.Object, fn *symbolizer.Func, r symbolizer.Range, code []byte) {
 	synced := true
+	// The first undecodable instruction is reported, with how many bytes
+	// were skipped in all: each byte after one may fail again.
+	var first string
+	skipped := 0
+	defer func() {
+		if skipped > 0 {
+			b.problems = append(b.problems, fmt.Sprintf("%s; %d undecodable bytes skipped in all", first, skipped))
+		}
+	}()
 	for off := 0; off < len(code); {
 		addr := r.Start + uint64(off)
 		in, err := x86.Decode(code[off:], addr)
@@ -108,7 +117,10 @@ func (b *body) decodeRange(obj *symbolizer.Object, fn *symbolizer.Func, r symbol
 			// call-graph edges, but no probe goes on it: the entry
 			// probe is still right and the stack-pointer rule covers
 			// missed exits.
-			b.problems = append(b.problems, fmt.Sprintf("undecodable instruction at %#x (% x): %v", addr, head(code[off:], 4), err))
+			if skipped == 0 {
+				first = fmt.Sprintf("undecodable instruction at %#x (% x): %v", addr, head(code[off:], 4), err)
+			}
+			skipped++
 			synced = false
 			off++
 			continue

@@ -3,6 +3,8 @@ package callgraph
 import (
 	"errors"
 	"fmt"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -185,4 +187,32 @@ func TestBuildTooLarge(t *testing.T) {
 	if msg := err.Error(); !strings.Contains(msg, "--max-functions 5") || !strings.Contains(msg, "ctree 9, libktarget.so 2") {
 		t.Errorf("message %q", msg)
 	}
+}
+
+// TestBuildShadowStack builds the graph below libgcc's _Unwind_Resume,
+// whose unwinder pops the CET shadow stack (rdsspq, incsspq): x86asm
+// knows neither, and each byte after one once came out as a note of its
+// own.
+func TestBuildShadowStack(t *testing.T) {
+	out, err := exec.Command("gcc", "-print-file-name=libgcc_s.so.1").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lib, err := filepath.EvalSymlinks(strings.TrimSpace(string(out)))
+	if err != nil {
+		t.Fatalf("no libgcc_s: %v", err)
+	}
+	p := open(t, lib)
+	g, err := Build(p, []Root{root(t, p, "_Unwind_Resume")}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range g.Nodes {
+		for _, note := range n.Notes {
+			if strings.Contains(note, "undecodable") {
+				t.Errorf("%s: %s", n.Name(), note)
+			}
+		}
+	}
+	t.Logf("%d functions below _Unwind_Resume", len(g.Nodes))
 }

@@ -20,8 +20,9 @@ type Inst struct {
 	Raw []byte
 	// Endbr marks endbr64/endbr32, which x86asm cannot decode: Op is 0.
 	Endbr bool
-	// opaque marks a VEX-family instruction known by its length alone
-	// (x86asm misread it): Op is 0 and nothing is known of its operands.
+	// opaque marks an instruction known by its length alone: a
+	// VEX-family one x86asm misread, or a CET shadow-stack one it does
+	// not know. Op is 0 and nothing is known of its operands.
 	opaque bool
 }
 
@@ -29,6 +30,26 @@ var (
 	endbr64 = []byte{0xf3, 0x0f, 0x1e, 0xfa}
 	endbr32 = []byte{0xf3, 0x0f, 0x1e, 0xfb}
 )
+
+// shadowStackLen returns the length of the CET shadow-stack instruction
+// that starts code (rdsspd/q, incsspd/q: f3, an optional REX, 0f 1e /1 or
+// 0f ae /5, register operand), 0 if none does. libgcc's unwinder uses
+// them, and x86asm decodes neither: each would otherwise leave the rest of
+// the function decoded one byte at a time.
+func shadowStackLen(code []byte) int {
+	i := 1
+	if len(code) > i && code[i]&0xf0 == 0x40 {
+		i++ // REX
+	}
+	if len(code) < i+3 || code[0] != 0xf3 || code[i] != 0x0f || code[i+2]>>6 != 3 {
+		return 0
+	}
+	switch reg := code[i+2] >> 3 & 7; {
+	case code[i+1] == 0x1e && reg == 1, code[i+1] == 0xae && reg == 5:
+		return i + 3
+	}
+	return 0
+}
 
 // ErrTruncated is returned for an instruction that runs past the code.
 var ErrTruncated = errors.New("instruction runs past the end of the code")
@@ -38,6 +59,11 @@ func Decode(code []byte, addr uint64) (Inst, error) {
 	if bytes.HasPrefix(code, endbr64) || bytes.HasPrefix(code, endbr32) {
 		in := Inst{Addr: addr, Raw: code[:4], Endbr: true}
 		in.Len = 4
+		return in, nil
+	}
+	if n := shadowStackLen(code); n > 0 {
+		in := Inst{Addr: addr, Raw: code[:n], opaque: true}
+		in.Len = n
 		return in, nil
 	}
 	xi, err := x86asm.Decode(code, 64)
@@ -167,8 +193,9 @@ func (in *Inst) StackDelta() (int, bool) {
 	}
 	if in.opaque {
 		// Of what x86asm misreads, only vzeroupper/vzeroall are known
-		// to leave rsp alone (they have no operands).
-		return 0, isVZero(in.Raw)
+		// to leave rsp alone (they have no operands); the shadow-stack
+		// instructions move the shadow stack's pointer, not rsp.
+		return 0, isVZero(in.Raw) || shadowStackLen(in.Raw) > 0
 	}
 	if in.IsBranch() {
 		return 0, false
@@ -288,7 +315,9 @@ func ProbeClass(in *Inst) Class {
 	if in.Endbr {
 		return ClassStepped
 	}
-	if Hazard(in) != "" {
+	if Hazard(in) != "" || shadowStackLen(in.Raw) > 0 {
+		// No probe has been tried on a shadow-stack instruction; none
+		// is needed there (they are never entries, exits or calls).
 		return ClassUnprobeable
 	}
 	if bytes.Equal(in.Raw, nop5) {

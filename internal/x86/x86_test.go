@@ -39,6 +39,10 @@ func TestDecode(t *testing.T) {
 		{"call rax", []byte{0xff, 0xd0}, 2, ClassStepped, 0, false, 0, 0},
 		{"ret", []byte{0xc3}, 1, ClassStepped, 0, false, 0, 0},
 		{"int3", []byte{0xcc}, 1, ClassUnprobeable, 0, false, 0, 0},
+		// CET shadow-stack instructions x86asm does not know.
+		{"rdsspq rax", []byte{0xf3, 0x48, 0x0f, 0x1e, 0xc8}, 5, ClassUnprobeable, 0, true, 0, 0},
+		{"rdsspd ecx", []byte{0xf3, 0x0f, 0x1e, 0xc9}, 4, ClassUnprobeable, 0, true, 0, 0},
+		{"incsspq rax", []byte{0xf3, 0x48, 0x0f, 0xae, 0xe8}, 5, ClassUnprobeable, 0, true, 0, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			in, err := Decode(tc.code, addr)
