@@ -105,8 +105,13 @@ func (m *monitor) run() {
 		select {
 		case <-m.stop:
 			return
-		case now := <-t.C:
-			err = m.step(now)
+		case <-t.C:
+			// Not the tick's own time: a tick that fired during a
+			// round's detaches (hundreds of ms) waits in the channel,
+			// and a reading stamped with it made the next window
+			// that much longer than the counts in it (rates and CPU
+			// time read 30 times too low).
+			err = m.step(time.Now())
 		}
 	}
 	m.mu.Lock()
