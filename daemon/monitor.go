@@ -1,8 +1,11 @@
 package daemon
 
 import (
+	"cmp"
 	"fmt"
+	"os"
 	"runtime"
+	"slices"
 	"sync"
 	"time"
 
@@ -34,16 +37,22 @@ type monitor struct {
 	long    []counts
 	rates   []float64
 
-	// applying is held from a decision until its demotions are
-	// recorded: a round's breakpoints are gone before its detaches
-	// return (each waits for a grace period), and Demotions must not
-	// miss it meanwhile.
-	applying sync.Mutex
+	// mem reads the target's code, to see a round's breakpoints go.
+	mem *os.File
+	// detaching counts the rounds whose detaches still run, in the
+	// background: once a round's breakpoints are gone from the target's
+	// code the next window starts, while the closes wait for their
+	// grace periods (tens of ms each). Demotions waits for them
+	// (applied, under mu).
+	detaching sync.WaitGroup
+	applied   *sync.Cond
 
 	mu        sync.Mutex
+	inflight  int                // rounds decided whose demotions are not recorded yet
 	found     map[int]*plan.Func // functions added while running (found through indirect calls), by id
 	demotions []Demotion
 	err       error   // what stopped the loop
+	detachErr error   // the first detach that failed in a round's background
 	own       float64 // the target's own CPU time per second in the last window (ns/s)
 	readings  int     // counter readings taken
 	rounds    int     // readings that demoted something
@@ -91,11 +100,24 @@ func (p probeCounters) since(old probeCounters) uint64 {
 }
 
 func newMonitor(s *Session, model *costModel, period time.Duration) *monitor {
-	return &monitor{s: s, model: model, period: period, stop: make(chan struct{}), done: make(chan struct{})}
+	m := &monitor{s: s, model: model, period: period, stop: make(chan struct{}), done: make(chan struct{})}
+	m.applied = sync.NewCond(&m.mu)
+	return m
 }
 
 func (m *monitor) run() {
 	defer close(m.done)
+	defer func() {
+		m.detaching.Wait()
+		m.mu.Lock()
+		if m.err == nil {
+			m.err = m.detachErr
+		}
+		m.mu.Unlock()
+		if m.mem != nil {
+			m.mem.Close()
+		}
+	}()
 	t := time.NewTicker(monitorInterval)
 	defer t.Stop()
 	// The first reading is the baseline: the first decision comes one
@@ -151,6 +173,12 @@ func (m *monitor) read(now time.Time) (counts, error) {
 }
 
 func (m *monitor) step(now time.Time) error {
+	m.mu.Lock()
+	err := m.detachErr
+	m.mu.Unlock()
+	if err != nil {
+		return err
+	}
 	c, err := m.read(now)
 	if err != nil {
 		return err
@@ -177,26 +205,27 @@ func (m *monitor) step(now time.Time) error {
 			meas.byFunc[int(f)] = float64(d) * float64(m.period) / dt
 		}
 	}
-	// From the decision until its demotions are recorded.
-	m.applying.Lock()
-	release := sync.OnceFunc(m.applying.Unlock)
-	defer release()
 	ds, predicted, after := m.model.decideRound(m.rates, cpu, c.samples-old.samples, meas)
 	m.own = cpu / (1 + predicted)
 	m.readings++
 	if len(ds) > 0 {
 		m.rounds++
+		m.inflight++ // from the decision, so that Demotions waits for it
 	}
 	round := m.rounds
 	m.peak = max(m.peak, predicted)
 	m.latest = after
 	m.mu.Unlock()
+	if len(ds) == 0 {
+		return nil
+	}
 
 	// Allocators sample by bytes before the cut: a call after it is
 	// then counted by a sample, never lost between the two.
 	for _, d := range ds {
 		if f := m.funcOf(d.id); !d.sites && f.Alloc != nil {
 			if err := m.s.prog.SampleAlloc(f.ID, sampledAllocSpec(f, m.s.prep.Plan)); err != nil {
+				m.recorded(nil)
 				return err
 			}
 		}
@@ -223,50 +252,19 @@ func (m *monitor) step(now time.Time) error {
 			m.bursts.demote(uint32(d.id), from)
 		}
 	}
-	{
-		dems := make([]Demotion, len(ds))
-		errs := make([]error, len(ds))
-		var wg sync.WaitGroup
-		for i, d := range ds {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				f := m.funcOf(d.id)
-				t0 := time.Now()
-				if d.sites {
-					_, errs[i] = m.s.probes.demoteParts(f, partSites)
-				} else {
-					_, errs[i] = m.s.probes.demote(f, d.stage)
-				}
-				if u := m.s.samples; u != nil {
-					switch {
-					case d.sites:
-						u.detach(f.ID, partSites)
-					case d.stage == StageSampled:
-						u.detach(f.ID, partEntry, partExits, partCatches, partSites)
-					default:
-						u.detach(f.ID, partExits)
-					}
-				}
-				dems[i] = Demotion{Func: f.Node.Name(), ID: f.ID, Stage: d.stage, Sites: d.sites, At: now.Sub(m.s.start), Reason: d.reason, Detach: time.Since(t0),
-					Round: round, Before: predicted, After: after}
-			}()
-		}
-		wg.Wait()
-		m.mu.Lock()
-		m.demotions = append(m.demotions, dems...)
-		m.mu.Unlock()
-		release() // before the callbacks, which may ask for them
-		for i, dem := range dems {
-			if errs[i] != nil {
-				return fmt.Errorf("detaching the probes of %s: %w", dem.Func, errs[i])
-			}
-			if m.s.cfg.Demoted != nil {
-				m.s.cfg.Demoted(dem)
-			}
-		}
+	var breakpoints []uint64
+	for _, d := range ds {
+		breakpoints = append(breakpoints, m.s.probes.breakpoints(m.funcOf(d.id), demotedParts(d)...)...)
 	}
-	if len(ds) > 0 {
+	done := make(chan struct{})
+	m.detaching.Add(1)
+	go func() {
+		defer m.detaching.Done()
+		defer close(done)
+		m.detach(ds, now, round, predicted, after)
+	}()
+	m.awaitGone(breakpoints, done)
+	{
 		// Rates and costs measured before the probes went, or while
 		// they went, are no guide to what is left: the next decisions
 		// measure from now, trap samples by when they were taken.
@@ -279,6 +277,101 @@ func (m *monitor) step(now time.Time) error {
 		m.long = append(m.long, c)
 	}
 	return nil
+}
+
+// demotedParts returns the parts of a function's probes d detaches.
+func demotedParts(d demotion) []int {
+	switch {
+	case d.sites:
+		return []int{partSites}
+	case d.stage == StageSampled:
+		return []int{partEntry, partExits, partCatches, partSites}
+	}
+	return []int{partExits}
+}
+
+// detach detaches a round's demotions side by side, records them and
+// tells the session. It runs in the background of the next windows.
+func (m *monitor) detach(ds []demotion, now time.Time, round int, predicted, after float64) {
+	dems := make([]Demotion, len(ds))
+	errs := make([]error, len(ds))
+	var wg sync.WaitGroup
+	for i, d := range ds {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			f := m.funcOf(d.id)
+			t0 := time.Now()
+			if d.sites {
+				_, errs[i] = m.s.probes.demoteParts(f, partSites)
+			} else {
+				_, errs[i] = m.s.probes.demote(f, d.stage)
+			}
+			if u := m.s.samples; u != nil {
+				u.detach(f.ID, demotedParts(d)...)
+			}
+			dems[i] = Demotion{Func: f.Node.Name(), ID: f.ID, Stage: d.stage, Sites: d.sites, At: now.Sub(m.s.start), Reason: d.reason, Detach: time.Since(t0),
+				Round: round, Before: predicted, After: after}
+		}()
+	}
+	wg.Wait()
+	m.recorded(dems) // before the callbacks, which may ask for them
+	for i, dem := range dems {
+		if errs[i] != nil {
+			m.mu.Lock()
+			if m.detachErr == nil {
+				m.detachErr = fmt.Errorf("detaching the probes of %s: %w", dem.Func, errs[i])
+			}
+			m.mu.Unlock()
+			return
+		}
+		if m.s.cfg.Demoted != nil {
+			m.s.cfg.Demoted(dem)
+		}
+	}
+}
+
+// recorded ends a round in flight, adding its demotions in round order
+// (rounds in the background may end out of order).
+func (m *monitor) recorded(dems []Demotion) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.demotions = append(m.demotions, dems...)
+	slices.SortStableFunc(m.demotions, func(a, b Demotion) int { return cmp.Compare(a.Round, b.Round) })
+	m.inflight--
+	m.applied.Broadcast()
+}
+
+// awaitGone waits until none of the addresses holds a breakpoint in the
+// target's code any more (the probes' original first byte is never one),
+// or until done is closed: a round's breakpoints go before its closes
+// return, each after a grace period of tens of ms.
+func (m *monitor) awaitGone(addrs []uint64, done <-chan struct{}) {
+	if m.mem == nil {
+		f, err := os.Open(fmt.Sprintf("/proc/%d/mem", m.s.cfg.PID))
+		if err != nil {
+			<-done
+			return
+		}
+		m.mem = f
+	}
+	t := time.NewTicker(time.Millisecond)
+	defer t.Stop()
+	for {
+		addrs = slices.DeleteFunc(addrs, func(a uint64) bool {
+			var b [1]byte
+			_, err := m.mem.ReadAt(b[:], int64(a))
+			return err != nil || b[0] != 0xcc // unmapped, or restored
+		})
+		if len(addrs) == 0 {
+			return
+		}
+		select {
+		case <-done:
+			return
+		case <-t.C:
+		}
+	}
 }
 
 // trimWindow drops the oldest readings of h while the rest still span
@@ -394,12 +487,13 @@ func (m *monitor) burstBudget(budget float64) float64 {
 }
 
 // Demotions returns the demotions so far, those of a round being applied
-// included (it waits for the round's detaches).
+// included (it waits for their detaches).
 func (m *monitor) Demotions() []Demotion {
-	m.applying.Lock()
-	m.applying.Unlock() // (only waits for the round in flight)
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	for m.inflight > 0 {
+		m.applied.Wait()
+	}
 	return append([]Demotion(nil), m.demotions...)
 }
 

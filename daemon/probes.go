@@ -68,6 +68,7 @@ const (
 type funcLinks struct {
 	links  [numParts][]link.Link
 	probes [numParts]int
+	addrs  [numParts][]uint64 // the probes' run-time addresses
 }
 
 // fileProbes are the probes of one attach phase going into one file (and,
@@ -207,6 +208,9 @@ func (s *probeSet) add(phase int, fp *fileProbes, links []link.Link) {
 		}
 		fl.links[fp.part] = append(fl.links[fp.part], links...)
 		fl.probes[fp.part] += len(fp.probes)
+		for _, p := range fp.planned {
+			fl.addrs[fp.part] = append(fl.addrs[fp.part], p.Addr+p.Obj.Bias)
+		}
 	}
 }
 
@@ -397,10 +401,26 @@ func (s *probeSet) demoteParts(f *plan.Func, parts ...int) (int, error) {
 		}
 		n += fl.probes[part]
 		s.probes -= fl.probes[part]
-		fl.links[part], fl.probes[part] = nil, 0
+		fl.links[part], fl.probes[part], fl.addrs[part] = nil, 0, nil
 	}
 	s.mu.Unlock()
 	return n, closeAll(closing)
+}
+
+// breakpoints returns the run-time addresses of the given parts of a
+// function's attached probes.
+func (s *probeSet) breakpoints(f *plan.Func, parts ...int) []uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	fl := s.byFunc[f]
+	if fl == nil {
+		return nil
+	}
+	var addrs []uint64
+	for _, part := range parts {
+		addrs = append(addrs, fl.addrs[part]...)
+	}
+	return addrs
 }
 
 // objects returns the mapped objects that have probes.

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"io"
+	"slices"
 	"sync"
 	"time"
 
@@ -59,6 +61,8 @@ func (r *demotionReporter) flush() {
 // did: how many functions lost what, the costliest one, and the predicted
 // overhead before and after.
 func summarizeDemotions(ds []daemon.Demotion) string {
+	// Rounds detach in the background and may be reported out of order.
+	ds = slices.SortedStableFunc(slices.Values(ds), func(a, b daemon.Demotion) int { return cmp.Compare(a.Round, b.Round) })
 	var sampled, entry, sites int
 	rounds := map[int]bool{}
 	for _, d := range ds {
