@@ -264,18 +264,15 @@ func (m *monitor) step(now time.Time) error {
 		m.detach(ds, now, round, predicted, after)
 	}()
 	m.awaitGone(breakpoints, done)
-	{
-		// Rates and costs measured before the probes went, or while
-		// they went, are no guide to what is left: the next decisions
-		// measure from now, trap samples by when they were taken.
-		m.s.sim.trapSince.Store(monotonicNow())
-		c, err := m.read(time.Now())
-		if err != nil {
-			return err
-		}
-		m.history = append(m.history[:0], c)
-		m.long = append(m.long, c)
+	// Rates and costs measured before the probes went, or while they
+	// went, are no guide to what is left: the next decisions measure
+	// from now, trap samples by when they were taken.
+	m.s.sim.trapSince.Store(monotonicNow())
+	if c, err = m.read(time.Now()); err != nil {
+		return err
 	}
+	m.history = append(m.history[:0], c)
+	m.long = append(m.long, c)
 	return nil
 }
 

@@ -66,9 +66,8 @@ const (
 
 // funcLinks are the links of one function's probes, by part.
 type funcLinks struct {
-	links  [numParts][]link.Link
-	probes [numParts]int
-	addrs  [numParts][]uint64 // the probes' run-time addresses
+	links [numParts][]link.Link
+	addrs [numParts][]uint64 // the probes' run-time addresses, one per probe
 }
 
 // fileProbes are the probes of one attach phase going into one file (and,
@@ -207,7 +206,6 @@ func (s *probeSet) add(phase int, fp *fileProbes, links []link.Link) {
 			s.byFunc[fp.fn] = fl
 		}
 		fl.links[fp.part] = append(fl.links[fp.part], links...)
-		fl.probes[fp.part] += len(fp.probes)
 		for _, p := range fp.planned {
 			fl.addrs[fp.part] = append(fl.addrs[fp.part], p.Addr+p.Obj.Bias)
 		}
@@ -399,9 +397,9 @@ func (s *probeSet) demoteParts(f *plan.Func, parts ...int) (int, error) {
 				ol.links = slices.DeleteFunc(ol.links, func(x link.Link) bool { return x == l })
 			}
 		}
-		n += fl.probes[part]
-		s.probes -= fl.probes[part]
-		fl.links[part], fl.probes[part], fl.addrs[part] = nil, 0, nil
+		n += len(fl.addrs[part])
+		s.probes -= len(fl.addrs[part])
+		fl.links[part], fl.addrs[part] = nil, nil
 	}
 	s.mu.Unlock()
 	return n, closeAll(closing)
@@ -465,8 +463,8 @@ func (s *probeSet) detachObject(k objKey) (int, []link.ID, error) {
 		n = 0
 		for f := range ol.funcs {
 			if fl := s.byFunc[f]; fl != nil {
-				for _, k := range fl.probes {
-					n += k
+				for _, addrs := range fl.addrs {
+					n += len(addrs)
 				}
 				delete(s.byFunc, f)
 				s.funcs--
