@@ -276,7 +276,9 @@ func (m *monitor) step(now time.Time) error {
 	return nil
 }
 
-// demotedParts returns the parts of a function's probes d detaches.
+// demotedParts returns the parts of a function's probes d detaches: its
+// indirect calls' site probes, its exits (StageEntry), or all of them
+// (StageSampled).
 func demotedParts(d demotion) []int {
 	switch {
 	case d.sites:
@@ -299,11 +301,7 @@ func (m *monitor) detach(ds []demotion, now time.Time, round int, predicted, aft
 			defer wg.Done()
 			f := m.funcOf(d.id)
 			t0 := time.Now()
-			if d.sites {
-				_, errs[i] = m.s.probes.demoteParts(f, partSites)
-			} else {
-				_, errs[i] = m.s.probes.demote(f, d.stage)
-			}
+			_, errs[i] = m.s.probes.demoteParts(f, demotedParts(d)...)
 			if u := m.s.samples; u != nil {
 				u.detach(f.ID, demotedParts(d)...)
 			}

@@ -359,29 +359,20 @@ func (fp *fileProbes) drop(offsets []uint64, why error, refused func(*plan.Func,
 	return true
 }
 
-// demote detaches a function's exit probes (StageEntry) or all its probes
-// (StageSampled). It needs probes attached per function. It returns how
-// many probes it detached.
-func (s *probeSet) demote(f *plan.Func, stage Stage) (int, error) {
-	if stage != StageSampled {
-		return s.demoteParts(f, partExits)
-	}
-	s.mu.Lock()
-	if s.byFunc[f] != nil {
-		s.funcs--
-	}
-	s.mu.Unlock()
-	return s.demoteParts(f, partEntry, partExits, partCatches, partSites)
-}
-
-// demoteParts detaches the given parts of a function's probes. Several
-// may run at once: the links are closed outside the lock.
+// demoteParts detaches the given parts of a function's probes (see
+// demotedParts); without its entries the function counts as traced no
+// more. It needs probes attached per function. Several may run at once:
+// the links are closed outside the lock. It returns how many probes it
+// detached.
 func (s *probeSet) demoteParts(f *plan.Func, parts ...int) (int, error) {
 	s.mu.Lock()
 	fl := s.byFunc[f]
 	if fl == nil {
 		s.mu.Unlock()
 		return 0, nil
+	}
+	if slices.Contains(parts, partEntry) {
+		s.funcs--
 	}
 	// Closing a link removes its breakpoints at once, then waits for
 	// a grace period (tens of ms): close the links side by side.

@@ -217,11 +217,11 @@ func TestDemote(t *testing.T) {
 	if a.probes != all || set.probes != all {
 		t.Fatalf("%d probes attached, %d counted; want %d", a.probes, set.probes, all)
 	}
-	if n, err := set.demote(walk, StageEntry); err != nil || n != len(walk.Exits) || a.probes != all-n {
+	if n, err := set.demoteParts(walk, demotedParts(demotion{stage: StageEntry})...); err != nil || n != len(walk.Exits) || a.probes != all-n {
 		t.Errorf("exits of walk: %d detached (%v), %d left; want %d, %d", n, err, a.probes, len(walk.Exits), all-len(walk.Exits))
 	}
 	want := all - len(walk.Exits) - 1 - len(walk.Catches)
-	if _, err := set.demote(walk, StageSampled); err != nil || a.probes != want || set.probes != want || set.funcs != len(pl.Funcs)-1 {
+	if _, err := set.demoteParts(walk, demotedParts(demotion{stage: StageSampled})...); err != nil || a.probes != want || set.probes != want || set.funcs != len(pl.Funcs)-1 {
 		t.Errorf("all of walk: %d probes left (%d counted, %v), %d functions; want %d, %d", a.probes, set.probes, err, set.funcs, want, len(pl.Funcs)-1)
 	}
 	set.Close()
