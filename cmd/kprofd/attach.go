@@ -223,10 +223,8 @@ func runAttach(ctx context.Context, o *attachOptions, stdout, stderr io.Writer) 
 	hooks := service.Hooks{
 		Prepared: func(prep *daemon.Prepared) error {
 			if o.verbose {
-				for _, f := range prep.Plan.Funcs {
-					for _, n := range append(f.Notes, f.Node.Notes...) {
-						fmt.Fprintf(stderr, "kprofd: warning: %s: %s\n", f.Node.Name(), n)
-					}
+				for _, line := range planNotes(prep.Plan.Funcs) {
+					fmt.Fprintf(stderr, "kprofd: warning: %s\n", line)
 				}
 			}
 			return nil
