@@ -18,16 +18,17 @@ const maxNoteNames = 3
 func planNotes(funcs []*plan.Func) []string {
 	var order []string
 	names := map[string][]string{}
+	last := map[string]*plan.Func{} // the function a note was last given for
 	for _, f := range funcs {
 		for _, n := range append(f.Notes[:len(f.Notes):len(f.Notes)], f.Node.Notes...) {
-			fs, ok := names[n]
-			if !ok {
+			if _, ok := names[n]; !ok {
 				order = append(order, n)
 			}
-			if ok && fs[len(fs)-1] == f.Node.Name() {
+			if last[n] == f {
 				continue // the same note twice for one function
 			}
-			names[n] = append(fs, f.Node.Name())
+			last[n] = f
+			names[n] = append(names[n], f.Node.Name())
 		}
 	}
 	lines := make([]string, len(order))

@@ -25,6 +25,8 @@ func TestPlanNotes(t *testing.T) {
 			[]string{"app:a: x", "app:a: y"}},
 		{"one function, the same note twice", []*plan.Func{fn("a", []string{"x"}, []string{"x"}), fn("b", []string{"x"}, nil)},
 			[]string{"x (2 functions: app:a, app:b)"}},
+		{"two functions of one name", []*plan.Func{fn("a", []string{"x"}, nil), fn("a", []string{"x"}, nil)},
+			[]string{"x (2 functions: app:a, app:a)"}},
 		{"shared note, in the order met", []*plan.Func{
 			fn("a", []string{stepped}, nil),
 			fn("b", []string{"own"}, nil),
