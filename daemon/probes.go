@@ -520,10 +520,13 @@ func (s *probeSet) Close() error {
 	return errors.Join(errs...)
 }
 
-// closeAll closes links concurrently, a few dozen at a time.
+// closeAll closes links concurrently. Each close blocks an OS thread for
+// a grace period (tens of ms), so the more side by side the better: at the
+// end of a hybrid session on the JSON parser, 670 links took 230 ms all at
+// once and 670-760 ms 32 at a time. The bound only caps the threads.
 func closeAll(links []link.Link) error {
 	errs := make([]error, len(links))
-	sem := make(chan struct{}, 32)
+	sem := make(chan struct{}, 1024)
 	var wg sync.WaitGroup
 	for i, l := range links {
 		sem <- struct{}{}
