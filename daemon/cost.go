@@ -322,6 +322,10 @@ type demotion struct {
 	// lead says it was demoted for what its own probes cost, not
 	// along with another function.
 	lead bool
+	// idle says it went to sampling along with a caller and had no
+	// calls in the window: its probes may stay until it is called
+	// (see monitor.lingering), its events dropped meanwhile.
+	idle bool
 }
 
 // decide takes the call rates of the last window (calls per second: of
@@ -575,14 +579,16 @@ func (m *costModel) decideRound(rates []float64, cpu float64, samples uint64, me
 					continue
 				}
 			}
-			probe -= scale * (m.load(rates, j, m.funcs[j].stage) - m.load(rates, j, st))
+			load := m.load(rates, j, m.funcs[j].stage)
+			probe -= scale * (load - m.load(rates, j, st))
 			m.clearFloor(j)
 			m.funcs[j].stage = st
 			why := reason
 			if j != best {
 				why = fmt.Sprintf("below %s, demoted to sampling", m.name(best))
 			}
-			out = append(out, demotion{id: j, stage: st, reason: why, lead: j == best})
+			idle := j != best && st == StageSampled && m.funcs[j].alloc == 0 && load == 0
+			out = append(out, demotion{id: j, stage: st, reason: why, lead: j == best, idle: idle})
 		}
 	}
 	out = m.withSiblings(out, meas.calls)
@@ -593,6 +599,7 @@ func (m *costModel) decideRound(rates []float64, cpu float64, samples uint64, me
 	for _, d := range out {
 		if j := slices.IndexFunc(merged, func(m demotion) bool { return m.id == d.id && m.sites == d.sites }); j >= 0 {
 			merged[j].stage = d.stage
+			merged[j].idle = merged[j].idle && d.idle
 			continue
 		}
 		merged = append(merged, d)

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -80,6 +81,19 @@ func TestCostModel(t *testing.T) {
 	m = newCostModel(pl, costs, 0.10)
 	if got, want := decisions(first(m.decide(rates(map[string]float64{"lib_compute": 2e6}), cpu, many))), "lib_helper:all lib_compute:all"; got != want {
 		t.Errorf("hot caller of a probed callee: %s, want %s", got, want)
+	}
+	// lib_helper had no calls in the window: its probes may stay in
+	// until it is called (idle); lib_compute's go. Called, it goes too.
+	for _, helperRate := range []float64{0, 1000} {
+		m = newCostModel(pl, costs, 0.10)
+		ds, _ := m.decide(rates(map[string]float64{"lib_compute": 2e6, "lib_helper": helperRate}), cpu, many)
+		idle := map[string]bool{}
+		for _, d := range ds {
+			idle[pl.Funcs[d.id].Node.Func.Name] = d.idle
+		}
+		if want := map[string]bool{"lib_helper": helperRate == 0, "lib_compute": false}; !maps.Equal(idle, want) {
+			t.Errorf("lib_helper at %v calls/s: idle %v, want %v", helperRate, idle, want)
+		}
 	}
 	// With the target's own time measured and lib_compute's exits only
 	// costly enough to pass the budget, the exits go first.

@@ -47,9 +47,14 @@ type monitor struct {
 	detaching sync.WaitGroup
 	applied   *sync.Cond
 
-	mu        sync.Mutex
-	inflight  int                // rounds decided whose demotions are not recorded yet
-	found     map[int]*plan.Func // functions added while running (found through indirect calls), by id
+	mu       sync.Mutex
+	inflight int                // rounds decided whose demotions are not recorded yet
+	found    map[int]*plan.Func // functions added while running (found through indirect calls), by id
+	// lingering holds, by id, the functions demoted to sampling whose
+	// probes stay in until they are called (see linger).
+	lingering map[int]*linger
+	lingered  int // functions that lingered
+	called    int // of those, the ones whose probes went when called
 	demotions []Demotion
 	err       error   // what stopped the loop
 	detachErr error   // the first detach that failed in a round's background
@@ -61,6 +66,20 @@ type monitor struct {
 
 	stop chan struct{}
 	done chan struct{}
+}
+
+// linger is a function demoted to sampling along with a caller while it
+// had no calls (demotion.idle), whose probes stay in until it is called:
+// a probe that never fires costs nothing, while taking a breakpoint out
+// takes the target's memory lock, about 0.1 ms each while the target
+// traps at full rate (on testdata/jsonparse, 390 of a first round's 397
+// functions were such callees, most of them never called: the error and
+// allocation paths of libc). Its events are dropped all the same
+// (Simulator.Demote), and bursts leave it out until its probes are gone
+// (they count calls by the same counters).
+type linger struct {
+	calls   uint64 // what its entries had counted when it was demoted
+	leaving bool   // its entries fired since: its probes are going
 }
 
 // counts is one reading of the counters.
@@ -206,6 +225,7 @@ func (m *monitor) step(now time.Time) error {
 		}
 	}
 	ds, predicted, after := m.model.decideRound(m.rates, cpu, c.samples-old.samples, meas)
+	late := m.takeLingering(ds, c.calls)
 	m.own = cpu / (1 + predicted)
 	m.readings++
 	if len(ds) > 0 {
@@ -216,7 +236,7 @@ func (m *monitor) step(now time.Time) error {
 	m.peak = max(m.peak, predicted)
 	m.latest = after
 	m.mu.Unlock()
-	if len(ds) == 0 {
+	if len(ds) == 0 && len(late) == 0 {
 		return nil
 	}
 
@@ -254,14 +274,19 @@ func (m *monitor) step(now time.Time) error {
 	}
 	var breakpoints []uint64
 	for _, d := range ds {
-		breakpoints = append(breakpoints, m.s.probes.breakpoints(m.funcOf(d.id), demotedParts(d)...)...)
+		if !d.idle {
+			breakpoints = append(breakpoints, m.s.probes.breakpoints(m.funcOf(d.id), demotedParts(d)...)...)
+		}
+	}
+	for _, id := range late {
+		breakpoints = append(breakpoints, m.s.probes.breakpoints(m.funcOf(id), allParts...)...)
 	}
 	done := make(chan struct{})
 	m.detaching.Add(1)
 	go func() {
 		defer m.detaching.Done()
 		defer close(done)
-		m.detach(ds, now, round, predicted, after)
+		m.detach(ds, late, now, round, predicted, after)
 	}()
 	m.awaitGone(breakpoints, done)
 	// Rates and costs measured before the probes went, or while they
@@ -276,6 +301,9 @@ func (m *monitor) step(now time.Time) error {
 	return nil
 }
 
+// allParts are the parts of a function's probes.
+var allParts = []int{partEntry, partExits, partCatches, partSites}
+
 // demotedParts returns the parts of a function's probes d detaches: its
 // indirect calls' site probes, its exits (StageEntry), or all of them
 // (StageSampled).
@@ -284,43 +312,108 @@ func demotedParts(d demotion) []int {
 	case d.sites:
 		return []int{partSites}
 	case d.stage == StageSampled:
-		return []int{partEntry, partExits, partCatches, partSites}
+		return allParts
 	}
 	return []int{partExits}
 }
 
-// detach detaches a round's demotions side by side, records them and
-// tells the session. It runs in the background of the next windows.
-func (m *monitor) detach(ds []demotion, now time.Time, round int, predicted, after float64) {
-	dems := make([]Demotion, len(ds))
-	errs := make([]error, len(ds))
-	var wg sync.WaitGroup
+// takeLingering, under mu, returns the lingering functions that were
+// called since they were demoted (calls are the entry counts just read),
+// marking them leaving, and takes in a round's idle demotions ds as
+// lingering; an idle demotion of a function without an entry probe,
+// whose calls would never be seen, is turned into a detach.
+func (m *monitor) takeLingering(ds []demotion, calls []uint64) (late []int) {
+	for id, l := range m.lingering {
+		if !l.leaving && 2*id < len(calls) && calls[2*id] > l.calls {
+			l.leaving = true
+			late = append(late, id)
+		}
+	}
+	slices.Sort(late)
 	for i, d := range ds {
+		if !d.idle {
+			continue
+		}
+		f := m.funcLocked(d.id)
+		if f == nil || 2*d.id >= len(calls) || len(m.s.probes.breakpoints(f, partEntry)) == 0 {
+			ds[i].idle = false
+			continue
+		}
+		if m.lingering == nil {
+			m.lingering = map[int]*linger{}
+		}
+		m.lingering[d.id] = &linger{calls: calls[2*d.id]}
+		m.lingered++
+		ds[i].reason += "; not called lately: its probes stay in until it is"
+	}
+	m.called += len(late)
+	return late
+}
+
+// detach detaches a round's demotions side by side, with the probes of
+// the lingering functions late that were called since, records the
+// demotions and tells the session. It runs in the background of the next
+// windows.
+func (m *monitor) detach(ds []demotion, late []int, now time.Time, round int, predicted, after float64) {
+	dems := make([]Demotion, len(ds))
+	errs := make([]error, len(ds)+len(late))
+	var wg sync.WaitGroup
+	take := func(i int, f *plan.Func, parts []int) time.Duration {
+		t0 := time.Now()
+		_, errs[i] = m.s.probes.demoteParts(f, parts...)
+		if u := m.s.samples; u != nil {
+			u.detach(f.ID, parts...)
+		}
+		return time.Since(t0)
+	}
+	for i, d := range ds {
+		f := m.funcOf(d.id)
+		dems[i] = Demotion{Func: f.Node.Name(), ID: f.ID, Stage: d.stage, Sites: d.sites, At: now.Sub(m.s.start), Reason: d.reason,
+			Round: round, Before: predicted, After: after}
+		if d.idle {
+			continue // its probes linger
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			f := m.funcOf(d.id)
-			t0 := time.Now()
-			_, errs[i] = m.s.probes.demoteParts(f, demotedParts(d)...)
-			if u := m.s.samples; u != nil {
-				u.detach(f.ID, demotedParts(d)...)
-			}
-			dems[i] = Demotion{Func: f.Node.Name(), ID: f.ID, Stage: d.stage, Sites: d.sites, At: now.Sub(m.s.start), Reason: d.reason, Detach: time.Since(t0),
-				Round: round, Before: predicted, After: after}
+			dems[i].Detach = take(i, f, demotedParts(d))
+		}()
+	}
+	for k, id := range late {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			take(len(ds)+k, m.funcOf(id), allParts)
 		}()
 	}
 	wg.Wait()
-	m.recorded(dems) // before the callbacks, which may ask for them
-	for i, dem := range dems {
-		if errs[i] != nil {
-			m.mu.Lock()
-			if m.detachErr == nil {
-				m.detachErr = fmt.Errorf("detaching the probes of %s: %w", dem.Func, errs[i])
-			}
-			m.mu.Unlock()
-			return
+	m.mu.Lock()
+	for _, id := range late {
+		delete(m.lingering, id) // bursts may take it now
+	}
+	m.mu.Unlock()
+	if len(ds) > 0 {
+		m.recorded(dems) // before the callbacks, which may ask for them
+	}
+	for i, err := range errs {
+		if err == nil {
+			continue
 		}
-		if m.s.cfg.Demoted != nil {
+		name := ""
+		if i < len(ds) {
+			name = dems[i].Func
+		} else {
+			name = m.funcOf(late[i-len(ds)]).Node.Name()
+		}
+		m.mu.Lock()
+		if m.detachErr == nil {
+			m.detachErr = fmt.Errorf("detaching the probes of %s: %w", name, err)
+		}
+		m.mu.Unlock()
+		return
+	}
+	if m.s.cfg.Demoted != nil {
+		for _, dem := range dems {
 			m.s.cfg.Demoted(dem)
 		}
 	}
@@ -393,11 +486,16 @@ func callRates(dst []float64, from, to counts) []float64 {
 
 // funcOf returns the planned or found function with id.
 func (m *monitor) funcOf(id int) *plan.Func {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.funcLocked(id)
+}
+
+// funcLocked is funcOf, under mu.
+func (m *monitor) funcLocked(id int) *plan.Func {
 	if pl := m.s.prep.Plan; id < len(pl.Funcs) {
 		return pl.Funcs[id]
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
 	return m.found[id]
 }
 
@@ -420,7 +518,7 @@ func (m *monitor) sampledFuncs() []*plan.Func {
 	m.mu.Lock()
 	var ids []int
 	for i, f := range m.model.funcs {
-		if f.stage == StageSampled && !f.pinned {
+		if f.stage == StageSampled && !f.pinned && m.lingering[i] == nil {
 			ids = append(ids, i)
 		}
 	}
@@ -441,7 +539,7 @@ func (m *monitor) sampledCallers() map[uint32][]uint32 {
 	defer m.mu.Unlock()
 	callers := map[uint32][]uint32{}
 	for i, f := range m.model.funcs {
-		if f.stage != StageSampled || f.pinned {
+		if f.stage != StageSampled || f.pinned || m.lingering[i] != nil {
 			continue
 		}
 		for _, c := range f.callees {
@@ -496,7 +594,11 @@ func (m *monitor) Demotions() []Demotion {
 func (m *monitor) summary() string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return fmt.Sprintf("cost monitor: %d readings every %s, highest predicted probe overhead %.0f%%", m.readings, monitorInterval, 100*m.peak)
+	s := fmt.Sprintf("cost monitor: %d readings every %s, highest predicted probe overhead %.0f%%", m.readings, monitorInterval, 100*m.peak)
+	if m.lingered > 0 {
+		s += fmt.Sprintf("; %d demoted along with a caller before they were called kept their probes until called, %d called since", m.lingered, m.called)
+	}
+	return s
 }
 
 // predicted returns the probes' predicted overhead after the last

@@ -64,3 +64,11 @@ func HybridCounts(n int) map[string]uint64 {
 		"handle_request;heavy_rare":      (r + 19) / 20,
 	}
 }
+
+// BuildLinger builds testdata/linger, the target whose demoted callee is
+// called only later, at -O2 into a fresh directory and returns the
+// executable's path.
+func BuildLinger(t testing.TB) string {
+	t.Helper()
+	return BuildOne(t, "gcc", "linger", "linger/linger.c")
+}
