@@ -395,26 +395,25 @@ func (m *monitor) detach(ds []demotion, late []int, now time.Time, round int, pr
 	if len(ds) > 0 {
 		m.recorded(dems) // before the callbacks, which may ask for them
 	}
+	// The session is told of each demotion up to the first detach that
+	// failed, which stops the monitor.
 	for i, err := range errs {
-		if err == nil {
-			continue
+		if err != nil {
+			name := ""
+			if i < len(ds) {
+				name = dems[i].Func
+			} else {
+				name = m.funcOf(late[i-len(ds)]).Node.Name()
+			}
+			m.mu.Lock()
+			if m.detachErr == nil {
+				m.detachErr = fmt.Errorf("detaching the probes of %s: %w", name, err)
+			}
+			m.mu.Unlock()
+			return
 		}
-		name := ""
-		if i < len(ds) {
-			name = dems[i].Func
-		} else {
-			name = m.funcOf(late[i-len(ds)]).Node.Name()
-		}
-		m.mu.Lock()
-		if m.detachErr == nil {
-			m.detachErr = fmt.Errorf("detaching the probes of %s: %w", name, err)
-		}
-		m.mu.Unlock()
-		return
-	}
-	if m.s.cfg.Demoted != nil {
-		for _, dem := range dems {
-			m.s.cfg.Demoted(dem)
+		if i < len(ds) && m.s.cfg.Demoted != nil {
+			m.s.cfg.Demoted(dems[i])
 		}
 	}
 }
