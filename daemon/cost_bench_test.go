@@ -1,0 +1,47 @@
+package daemon
+
+import (
+	"testing"
+
+	"github.com/kprofd/kprofd/internal/callgraph"
+	"github.com/kprofd/kprofd/internal/plan"
+	"github.com/kprofd/kprofd/internal/testtarget"
+	"github.com/kprofd/kprofd/symbolizer"
+)
+
+// BenchmarkDecideRound measures one decision on testdata/jsonparse's plan
+// (its executable's functions below handle_request) with every function
+// called and every sample in a probe: a first round on a template-heavy
+// program, which demotes most of the plan. The monitor decides nothing
+// else meanwhile.
+func BenchmarkDecideRound(b *testing.B) {
+	p, err := symbolizer.OpenFiles(testtarget.BuildJSONParse(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer p.Close()
+	hr := p.Objects[0].Lookup("handle_request")[0]
+	g, err := callgraph.Build(p, []callgraph.Root{{Obj: p.Objects[0], Func: hr}}, callgraph.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	pl, err := plan.New(g, p, plan.ExitsRet)
+	if err != nil {
+		b.Fatal(err)
+	}
+	costs := callCosts(pl, nil)
+	rates := make([]float64, 2*len(pl.Funcs))
+	for i := range pl.Funcs {
+		rates[2*i] = 10000
+	}
+	var demoted int
+	for b.Loop() {
+		b.StopTimer()
+		m := newCostModel(pl, costs, 0.10)
+		b.StartTimer()
+		ds, _, _ := m.decideRound(rates, 1e9, 100, measurement{samples: 100, counted: true})
+		demoted = len(ds)
+	}
+	b.ReportMetric(float64(len(pl.Funcs)), "funcs")
+	b.ReportMetric(float64(demoted), "demoted")
+}
