@@ -111,6 +111,10 @@ type costModel struct {
 	// at its present stage in the predicted unit: what the samples in
 	// them measured, over the scale.
 	floor []float64
+	// scale is what the last window with its probe cost measured found
+	// its predicted probe time to be off by (measured over predicted):
+	// the prior of the windows that cannot measure it (inFlight).
+	scale float64
 	// mark and walk are walkSubtree's: the functions a walk has seen
 	// hold its stamp.
 	mark []uint32
@@ -371,6 +375,10 @@ type measurement struct {
 	// their mix over a whole cycle of the target's work where the
 	// window since the last round may hold one phase of it.
 	mix []float64
+	// inFlight says a round's probes were going during the window: the
+	// samples in probes hold their traps, so they measure nothing, and
+	// the prediction steers, scaled as the last measured window found.
+	inFlight bool
 }
 
 // overheadZ is the one-sided normal quantile of the lower confidence bound
@@ -420,12 +428,15 @@ const minProbeSamples = 8
 // phase starting however far off the calibration is. A measurement also
 // scales the prediction (the calibration is of an idle machine and
 // misses costs such as cache misses) and finds what each function's
-// probes cost where the calibration misjudges them. Without one (tests,
-// or too few probe samples counted yet), the target's own work is its
-// CPU time less the predicted probe time, and when that is not measured
-// (the probes took nearly all of it), a round removes half the probes'
-// load; with fewer than minProbeSamples samples, the CPU time is not
-// measured either, and nothing is decided.
+// probes cost where the calibration misjudges them. While a round's
+// probes go (meas.inFlight), their traps are in the samples: the
+// prediction steers, scaled as the last measured window found. Without a
+// measurement (tests, too few probe samples counted yet, or a round in
+// flight), the target's own work is its CPU time less the predicted
+// probe time, and when that is not measured (the probes took nearly all
+// of it), a round removes half the probes' load; with fewer than
+// minProbeSamples samples, the CPU time is not measured either, and
+// nothing is decided.
 func (m *costModel) decideRound(rates []float64, cpu float64, samples uint64, meas measurement) ([]demotion, float64, float64) {
 	rates = m.mixed(rates, meas.mix)
 	probe := 0.0
@@ -443,6 +454,7 @@ func (m *costModel) decideRound(rates []float64, cpu float64, samples uint64, me
 			limit = 16
 		}
 		scale = math.Min(math.Max(meas.probe/probe, 1/limit), limit)
+		m.scale = scale
 		// What a function's own probes measured is at least what it
 		// costs: the one global scale cannot see a function the
 		// calibration misjudges most.
@@ -457,6 +469,9 @@ func (m *costModel) decideRound(rates []float64, cpu float64, samples uint64, me
 		for i := range m.funcs {
 			probe += m.load(rates, i, m.funcs[i].stage)
 		}
+	}
+	if meas.inFlight && m.scale > 0 {
+		scale = m.scale
 	}
 	probe *= scale
 	budget := m.budget

@@ -388,3 +388,44 @@ func TestCostModelSiblings(t *testing.T) {
 		t.Errorf("without call counts: %d demotions, want 1", len(ds))
 	}
 }
+
+// TestCostModelInFlight checks the windows taken while a round's probes
+// go: their samples in probes measure nothing, so the prediction steers,
+// scaled as the last measured window found, and only then.
+func TestCostModelInFlight(t *testing.T) {
+	pl := ctreePlan(t, plan.ExitsUretprobe)
+	walk := int(funcsByName(pl)["walk"].ID)
+	costs := callCosts(pl, nil)
+	const cpu = 1e9
+	const many = 100000
+	// walk's probes predicted at 5% of the CPU time: 5.3% overhead, within
+	// the 10% budget; four times that is 25%, over it.
+	rates := make([]float64, 2*len(pl.Funcs))
+	rates[2*walk] = 0.05 * cpu / costs[walk].full
+
+	m := newCostModel(pl, costs, 0.10)
+	// A measured window finds the probes cost four times the prediction.
+	m.decideRound(rates, cpu, many, measurement{samples: 8, probe: 4 * 0.05 * cpu, counted: true})
+	if m.scale != 4 {
+		t.Fatalf("measured window: scale %v, want 4", m.scale)
+	}
+	// It demoted nothing: 8 samples do not prove the budget passed.
+	if m.funcs[walk].stage != StageFull {
+		t.Fatalf("8 samples in probes demoted walk to %s", m.funcs[walk].stage)
+	}
+	ds, before, _ := m.decideRound(rates, cpu, many, measurement{inFlight: true})
+	if len(ds) == 0 || ds[0].id != walk || math.Abs(before-0.25) > 1e-9 {
+		t.Errorf("in flight, scale 4: demoted %v, overhead %.4f; want walk, 0.25", ds, before)
+	}
+
+	// Never measured: the prediction as calibrated, within budget.
+	m = newCostModel(pl, costs, 0.10)
+	if ds, before, _ := m.decideRound(rates, cpu, many, measurement{inFlight: true}); len(ds) != 0 || math.Abs(before-0.05/0.95) > 1e-9 {
+		t.Errorf("in flight, never measured: demoted %d, overhead %.4f; want none, %.4f", len(ds), before, 0.05/0.95)
+	}
+	// A window that is not in flight and not measured ignores the scale.
+	m.scale = 4
+	if ds, _, _ := m.decideRound(rates, cpu, many, measurement{}); len(ds) != 0 {
+		t.Errorf("not in flight: demoted %d, want none (the scale is for in-flight windows)", len(ds))
+	}
+}

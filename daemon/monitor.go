@@ -39,11 +39,16 @@ type monitor struct {
 
 	// mem reads the target's code, to see a round's breakpoints go.
 	mem *os.File
+	// going holds the rounds whose breakpoints are still in the
+	// target's code: the windows meanwhile decide by prediction alone
+	// (measurement.inFlight), and the next measured window starts when
+	// the last of them is gone.
+	going []*goingRound
 	// detaching counts the rounds whose detaches still run, in the
 	// background: once a round's breakpoints are gone from the target's
-	// code the next window starts, while the closes wait for their
-	// grace periods (tens of ms each). Demotions waits for them
-	// (applied, under mu).
+	// code the next measured window starts (see going), while the
+	// closes wait for their grace periods (tens of ms each). Demotions
+	// waits for them (applied, under mu).
 	detaching sync.WaitGroup
 	applied   *sync.Cond
 
@@ -198,6 +203,20 @@ func (m *monitor) step(now time.Time) error {
 	if err != nil {
 		return err
 	}
+	if len(m.going) > 0 && m.goneNow() {
+		// Rates and costs measured before the probes went, or while
+		// they went, are no guide to what is left: the next measured
+		// decisions start from now, trap samples by when they were
+		// taken.
+		m.s.sim.trapSince.Store(monotonicNow())
+		c, err := m.read(time.Now())
+		if err != nil {
+			return err
+		}
+		m.history = append(m.history[:0], c)
+		m.long = append(m.long, c)
+		return nil
+	}
 	c, err := m.read(now)
 	if err != nil {
 		return err
@@ -214,14 +233,17 @@ func (m *monitor) step(now time.Time) error {
 	// say otherwise would hide any overhead.
 	cpu := min(float64(c.samples-old.samples)*float64(m.period)/dt, float64(runtime.NumCPU())*1e9)
 	m.mu.Lock() // the model grows as functions are found
-	meas := measurement{samples: c.probe.since(old.probe), byFunc: map[int]float64{}, counted: true, calls: c.calls}
+	meas := measurement{calls: c.calls, inFlight: len(m.going) > 0}
 	if long := m.long[0]; long.at.Before(old.at) {
 		meas.mix = callRates(nil, long, c)
 	}
-	meas.probe = float64(meas.samples) * float64(m.period) / dt
-	for f, n := range c.trapByFunc {
-		if d := n - old.trapByFunc[f]; d > 0 {
-			meas.byFunc[int(f)] = float64(d) * float64(m.period) / dt
+	if !meas.inFlight {
+		meas.samples, meas.counted, meas.byFunc = c.probe.since(old.probe), true, map[int]float64{}
+		meas.probe = float64(meas.samples) * float64(m.period) / dt
+		for f, n := range c.trapByFunc {
+			if d := n - old.trapByFunc[f]; d > 0 {
+				meas.byFunc[int(f)] = float64(d) * float64(m.period) / dt
+			}
 		}
 	}
 	ds, predicted, after := m.model.decideRound(m.rates, cpu, c.samples-old.samples, meas)
@@ -288,17 +310,52 @@ func (m *monitor) step(now time.Time) error {
 		defer close(done)
 		m.detach(ds, late, now, round, predicted, after)
 	}()
-	m.awaitGone(breakpoints, done)
-	// Rates and costs measured before the probes went, or while they
-	// went, are no guide to what is left: the next decisions measure
-	// from now, trap samples by when they were taken.
-	m.s.sim.trapSince.Store(monotonicNow())
-	if c, err = m.read(time.Now()); err != nil {
-		return err
-	}
+	// The loop goes on deciding while the breakpoints go (a large
+	// round's take hundreds of ms, while the target traps at full
+	// rate): the next window starts at the decision, its calls those
+	// of the probes that stay.
+	m.going = append(m.going, &goingRound{addrs: breakpoints, done: done})
 	m.history = append(m.history[:0], c)
-	m.long = append(m.long, c)
 	return nil
+}
+
+// goingRound is a round whose breakpoints may still be in the target's
+// code: addrs are those not seen gone yet, and done is closed when its
+// detaches have returned.
+type goingRound struct {
+	addrs []uint64
+	done  <-chan struct{}
+}
+
+// goneNow drops from going the rounds whose breakpoints are gone from
+// the target's code (the probes' original first byte is never one), or
+// whose detaches have returned, and reports whether that left none. A
+// round's breakpoints go before its closes return, each after a grace
+// period of tens of ms.
+func (m *monitor) goneNow() bool {
+	if m.mem == nil {
+		f, err := os.Open(fmt.Sprintf("/proc/%d/mem", m.s.cfg.PID))
+		if err == nil {
+			m.mem = f
+		}
+	}
+	m.going = slices.DeleteFunc(m.going, func(r *goingRound) bool {
+		select {
+		case <-r.done:
+			return true
+		default:
+		}
+		if m.mem == nil {
+			return false // wait for the detaches
+		}
+		r.addrs = slices.DeleteFunc(r.addrs, func(a uint64) bool {
+			var b [1]byte
+			_, err := m.mem.ReadAt(b[:], int64(a))
+			return err != nil || b[0] != 0xcc // unmapped, or restored
+		})
+		return len(r.addrs) == 0
+	})
+	return len(m.going) == 0
 }
 
 // allParts are the parts of a function's probes.
@@ -427,38 +484,6 @@ func (m *monitor) recorded(dems []Demotion) {
 	slices.SortStableFunc(m.demotions, func(a, b Demotion) int { return cmp.Compare(a.Round, b.Round) })
 	m.inflight--
 	m.applied.Broadcast()
-}
-
-// awaitGone waits until none of the addresses holds a breakpoint in the
-// target's code any more (the probes' original first byte is never one),
-// or until done is closed: a round's breakpoints go before its closes
-// return, each after a grace period of tens of ms.
-func (m *monitor) awaitGone(addrs []uint64, done <-chan struct{}) {
-	if m.mem == nil {
-		f, err := os.Open(fmt.Sprintf("/proc/%d/mem", m.s.cfg.PID))
-		if err != nil {
-			<-done
-			return
-		}
-		m.mem = f
-	}
-	t := time.NewTicker(time.Millisecond)
-	defer t.Stop()
-	for {
-		addrs = slices.DeleteFunc(addrs, func(a uint64) bool {
-			var b [1]byte
-			_, err := m.mem.ReadAt(b[:], int64(a))
-			return err != nil || b[0] != 0xcc // unmapped, or restored
-		})
-		if len(addrs) == 0 {
-			return
-		}
-		select {
-		case <-done:
-			return
-		case <-t.C:
-		}
-	}
 }
 
 // trimWindow drops the oldest readings of h while the rest still span
