@@ -3,10 +3,8 @@ package daemon
 import (
 	"testing"
 
-	"github.com/kprofd/kprofd/internal/callgraph"
 	"github.com/kprofd/kprofd/internal/plan"
 	"github.com/kprofd/kprofd/internal/testtarget"
-	"github.com/kprofd/kprofd/symbolizer"
 )
 
 // BenchmarkDecideRound measures one decision on testdata/jsonparse's plan
@@ -15,20 +13,7 @@ import (
 // program, which demotes most of the plan. The monitor decides nothing
 // else meanwhile.
 func BenchmarkDecideRound(b *testing.B) {
-	p, err := symbolizer.OpenFiles(testtarget.BuildJSONParse(b))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer p.Close()
-	hr := p.Objects[0].Lookup("handle_request")[0]
-	g, err := callgraph.Build(p, []callgraph.Root{{Obj: p.Objects[0], Func: hr}}, callgraph.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	pl, err := plan.New(g, p, plan.ExitsRet)
-	if err != nil {
-		b.Fatal(err)
-	}
+	pl := filesPlan(b, "handle_request", plan.ExitsRet, testtarget.BuildJSONParse(b))
 	costs := callCosts(pl, nil)
 	rates := make([]float64, 2*len(pl.Funcs))
 	for i := range pl.Funcs {

@@ -63,13 +63,23 @@ func (a *fakeAttacher) Attach(path string, pid int, probes []bpf.Probe) ([]link.
 func ctreePlan(t *testing.T, mode plan.ExitMode) *plan.Plan {
 	t.Helper()
 	b := testtarget.BuildCTree(t)
-	p, err := symbolizer.OpenFiles(b.Exe, b.Lib)
+	return filesPlan(t, "handle_request", mode, b.Exe, b.Lib)
+}
+
+// filesPlan returns the plan of the functions below root, a symbol of the
+// first of files (an executable and its libraries), read from the files.
+func filesPlan(t testing.TB, root string, mode plan.ExitMode, files ...string) *plan.Plan {
+	t.Helper()
+	p, err := symbolizer.OpenFiles(files...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.Close() })
-	hr := p.Objects[0].Lookup("handle_request")[0]
-	g, err := callgraph.Build(p, []callgraph.Root{{Obj: p.Objects[0], Func: hr}}, callgraph.Options{})
+	fns := p.Objects[0].Lookup(root)
+	if len(fns) == 0 {
+		t.Fatalf("%s: no symbol %s", files[0], root)
+	}
+	g, err := callgraph.Build(p, []callgraph.Root{{Obj: p.Objects[0], Func: fns[0]}}, callgraph.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -248,20 +258,7 @@ func TestDemote(t *testing.T) {
 // noSites (--discover=false).
 func TestAttachSites(t *testing.T) {
 	exe, _ := testtarget.BuildIndirect(t)
-	p, err := symbolizer.OpenFiles(exe)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	handle := p.Objects[0].Lookup("_Z6handlei")[0]
-	g, err := callgraph.Build(p, []callgraph.Root{{Obj: p.Objects[0], Func: handle}}, callgraph.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pl, err := plan.New(g, p, plan.ExitsRet)
-	if err != nil {
-		t.Fatal(err)
-	}
+	pl := filesPlan(t, "_Z6handlei", plan.ExitsRet, exe)
 	// handle's virtual call, dispatch's jump through the table,
 	// probe_plugin's jump through plugin_fn.
 	if len(pl.Sites) < 3 {
