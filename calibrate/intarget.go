@@ -28,6 +28,20 @@ type Reference struct {
 	Inner, Outer Estimate
 }
 
+// Func is what InTarget needs to know of a traced function: its probe
+// classes, and what its code says about its calls (callgraph.Shape).
+type Func struct {
+	Pair Pair
+	// Trivial says its own code is a few instructions with no loop or
+	// call: a call of it is its probes' inner time and a few ns.
+	Trivial bool
+	// ShortGaps says its code between returning from one call and making
+	// the next is a few instructions with no loop, and calls only
+	// functions probed in full: a gap between two of its calls is their
+	// probes' outer time and a few ns.
+	ShortGaps bool
+}
+
 // InTarget measures the probes' inner and outer time in the target, from
 // the session's own tree before compensation: under the target's load,
 // cache state and kernel state, which a calibration in kprofd's process,
@@ -36,40 +50,48 @@ type Reference struct {
 // callees loses 40 times that).
 //
 // The inner time of a pair is the mean time per call of its quickest
-// leaf context (no probed callees): there the function's own code is a
-// few instructions and the rest is the probes' inner time. The outer time
-// is the mean gap between consecutive calls of its tightest context
-// (cct.Node.Gaps): one call's exit probe and the next call's entry probe,
-// plus the few instructions of the caller's loop. Both overstate the
-// probes' cost by that code, a few ns; a pair without a context of
-// MinReference calls or gaps has no estimate. pair gives a function's
-// probe classes; ok false leaves the function out.
-func InTarget(t *cct.Tree, pair func(cct.FuncID) (p Pair, ok bool)) map[Pair]Reference {
+// context of a trivial function (Func.Trivial): there the function's own
+// code is a few instructions and the rest is the probes' inner time. The
+// outer time is the mean gap between consecutive calls of its tightest
+// context whose caller has short gaps (cct.Node.Gaps, Func.ShortGaps):
+// one call's exit probe and the next call's entry probe, plus the few
+// instructions of the caller's loop. Both overstate the probes' cost by
+// that code, a few ns; the shapes keep out contexts whose own code would
+// price every probe at its time (a leaf doing real work is the quickest
+// one when no trivial leaf has enough calls). A pair without a context of
+// MinReference calls or gaps has no estimate. describe tells a
+// function's probe classes and shape; ok false leaves the function out.
+func InTarget(t *cct.Tree, describe func(cct.FuncID) (f Func, ok bool)) map[Pair]Reference {
 	refs := map[Pair]Reference{}
-	t.Root.Walk(func(n *cct.Node) {
+	var walk func(n *cct.Node, caller Func, callerOK bool)
+	walk = func(n *cct.Node, caller Func, callerOK bool) {
+		f, ok := describe(n.Func)
+		for _, ch := range n.Children {
+			walk(ch, f, ok)
+		}
 		if n.Func == cct.NoFunc || n.Estimated || n.CallsEstimated || n.Incomplete || n.Unprobed > 0 || n.Folded > 0 {
 			return
 		}
-		p, ok := pair(n.Func)
-		if !ok || p.Exit == ExitNone {
+		if !ok || f.Pair.Exit == ExitNone {
 			return
 		}
-		r := refs[p]
-		if len(n.Children) == 0 && n.Calls >= MinReference {
+		r := refs[f.Pair]
+		if f.Trivial && len(n.Children) == 0 && n.Calls >= MinReference {
 			calls := cct.Moments{N: n.Calls, Sum: n.Wall, SumSq: n.WallSq}
 			if e := estimate(calls, n); !r.Inner.OK() || e.Mean < r.Inner.Mean {
 				r.Inner = e
 			}
 		}
-		if n.Gaps.N >= MinReference {
+		if callerOK && caller.ShortGaps && n.Gaps.N >= MinReference {
 			if e := estimate(n.Gaps, n); !r.Outer.OK() || e.Mean < r.Outer.Mean {
 				r.Outer = e
 			}
 		}
 		if r.Inner.OK() || r.Outer.OK() {
-			refs[p] = r
+			refs[f.Pair] = r
 		}
-	})
+	}
+	walk(t.Root, Func{}, false)
 	return refs
 }
 

@@ -7,40 +7,58 @@ import (
 	"github.com/kprofd/kprofd/internal/x86"
 )
 
-// TestInTarget checks the choice of references: the quickest leaf with
-// MinReference calls for the inner time and the tightest gaps for the
-// outer time, per pair of probe classes, leaving out contexts whose calls
-// or times are not all the probes'.
+// TestInTarget checks the choice of references: the quickest trivial
+// leaf with MinReference calls for the inner time and the tightest gaps
+// under a caller with short gaps for the outer time, per pair of probe
+// classes, leaving out contexts whose calls or times are not all the
+// probes'.
 func TestInTarget(t *testing.T) {
 	uret := Pair{Entry: x86.ClassEmulated, Exit: ExitUretprobe}
 	ret := Pair{Entry: x86.ClassEmulated, Exit: ExitRet}
-	pairs := map[cct.FuncID]Pair{1: uret, 2: uret, 3: uret, 4: uret, 5: ret, 6: {Entry: x86.ClassEmulated, Exit: ExitNone}}
+	funcs := map[cct.FuncID]Func{
+		1: {Pair: uret, ShortGaps: true},
+		2: {Pair: uret, Trivial: true},
+		3: {Pair: uret, Trivial: true},
+		4: {Pair: uret, Trivial: true},
+		5: {Pair: ret, Trivial: true},
+		6: {Pair: Pair{Entry: x86.ClassEmulated, Exit: ExitNone}, Trivial: true},
+		7: {Pair: uret},                   // a leaf with a loop
+		8: {Pair: uret, ShortGaps: false}, // a caller working between calls
+		9: {Pair: uret, ShortGaps: true},
+	}
 	tr := cct.NewTree()
 	root := tr.Root.Child(1) // uret; not a leaf
 	root.Calls, root.Wall = 10, 1e9
-	leaf := func(f cct.FuncID, calls, mean uint64) *cct.Node {
-		n := root.Child(f)
+	leaf := func(under *cct.Node, f cct.FuncID, calls, mean uint64) *cct.Node {
+		n := under.Child(f)
 		n.Calls, n.Wall, n.WallSq = calls, calls*mean, float64(calls*mean*mean)
 		return n
 	}
-	quick := leaf(2, 2000, 1500) // the quickest leaf of its pair
-	quick.Gaps = cct.Moments{N: 1999, Sum: 1999 * 4000, SumSq: 1999 * 4000 * 4000}
-	slow := leaf(3, 5000, 3000)
-	slow.Gaps = cct.Moments{N: 4000, Sum: 4000 * 3900, SumSq: 4000 * 3900 * 3900} // tighter
-	leaf(4, MinReference-1, 1000)                                                 // too few calls
-	leaf(5, 1000, 6000).Gaps = cct.Moments{N: 999, Sum: 999 * 100}                // its own pair; too few gaps
-	leaf(6, 9000, 10)                                                             // no exit probe
+	gaps := func(n, mean uint64) cct.Moments {
+		return cct.Moments{N: n, Sum: n * mean, SumSq: float64(n * mean * mean)}
+	}
+	quick := leaf(root, 2, 2000, 1500) // the quickest trivial leaf of its pair
+	quick.Gaps = gaps(1999, 4000)
+	slow := leaf(root, 3, 5000, 3000)
+	slow.Gaps = gaps(4000, 3900)                      // tighter
+	leaf(root, 4, MinReference-1, 1000)               // too few calls
+	leaf(root, 5, 1000, 6000).Gaps = gaps(999, 100)   // its own pair; too few gaps
+	leaf(root, 6, 9000, 10)                           // no exit probe
+	leaf(root, 7, 5000, 1000).Gaps = gaps(4999, 3800) // not trivial, but its gaps count
 	// Quicker leaves, but estimated, or with calls no probe hit.
-	other := tr.Root.Child(2)
+	other := tr.Root.Child(9)
 	other.Calls, other.Wall = 10, 1e9
-	for _, n := range []*cct.Node{other.Child(2), other.Child(3)} {
-		n.Calls, n.Wall = 5000, 5000
-		n.Gaps = cct.Moments{N: 4999, Sum: 4999}
+	for _, n := range []*cct.Node{leaf(other, 2, 5000, 1), leaf(other, 3, 5000, 1)} {
+		n.Gaps = gaps(4999, 1)
 	}
 	other.Child(2).Estimated = true
 	other.Child(3).Unprobed = 1
+	// Tighter gaps, under a caller whose code between calls is long.
+	busy := tr.Root.Child(8)
+	busy.Calls, busy.Wall = 10, 1e9
+	leaf(busy, 3, 5000, 3000).Gaps = gaps(4999, 3000)
 
-	refs := InTarget(tr, func(f cct.FuncID) (Pair, bool) { p, ok := pairs[f]; return p, ok })
+	refs := InTarget(tr, func(f cct.FuncID) (Func, bool) { d, ok := funcs[f]; return d, ok })
 	if len(refs) != 2 {
 		t.Fatalf("references for %d pairs, want 2: %+v", len(refs), refs)
 	}
@@ -48,8 +66,8 @@ func TestInTarget(t *testing.T) {
 	if r.Inner.Context != quick || r.Inner.Mean != 1500 || r.Inner.N != 2000 || r.Inner.StdErr != 0 {
 		t.Errorf("inner %+v, want 1500 ns from the quick leaf's 2000 calls", r.Inner)
 	}
-	if r.Outer.Context != slow || r.Outer.Mean != 3900 || r.Outer.N != 4000 {
-		t.Errorf("outer %+v, want 3900 ns from the slow leaf's 4000 gaps", r.Outer)
+	if r.Outer.Mean != 3800 || r.Outer.N != 4999 {
+		t.Errorf("outer %+v, want 3800 ns from the loop leaf's 4999 gaps", r.Outer)
 	}
 	if r := refs[ret]; r.Inner.Mean != 6000 || r.Outer.OK() {
 		t.Errorf("ret pair: %+v, want an inner time of 6000 and no outer time", r)

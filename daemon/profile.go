@@ -10,6 +10,7 @@ import (
 	"github.com/kprofd/kprofd/bpf"
 	"github.com/kprofd/kprofd/calibrate"
 	"github.com/kprofd/kprofd/internal/alloc"
+	"github.com/kprofd/kprofd/internal/callgraph"
 	"github.com/kprofd/kprofd/internal/cct"
 	"github.com/kprofd/kprofd/internal/plan"
 	"github.com/kprofd/kprofd/symbolizer"
@@ -133,26 +134,20 @@ func (s *Session) markSampledCounts(t *cct.Tree) {
 // A demoted function's time comes from samples, which never count the
 // probes: all its probes' time is its caller's to lose (outer time).
 //
-// Where the session's own calls measured a pair's costs (calibrate.InTarget),
-// those replace the calibration's when they are plausible against it
-// (measuredCosts): they were paid under the target's load.
+// Where the session's own calls measured a pair's costs (calibrate.InTarget,
+// from contexts whose code the call graph found to be a few instructions),
+// those replace the calibration's: they were paid under the target's load.
 func compensate(p *cct.Profile, pl *plan.Plan, c *calibrate.Result, stage func(int) Stage) []string {
 	costs := make([]cct.Costs, len(pl.Funcs))
 	perCall := callCosts(pl, c)
-	refs := calibrate.InTarget(p.Tree, func(id cct.FuncID) (calibrate.Pair, bool) {
-		if int(id) < len(pl.Funcs) && stage(int(id)) == StageFull {
-			return ProbePair(pl.Funcs[id]), true
-		}
-		return calibrate.Pair{}, false
-	})
+	refs := calibrate.InTarget(p.Tree, describer(pl, stage))
 	var missing []string
-	used := map[calibrate.Pair]bool{}
 	for i, f := range pl.Funcs {
 		pair := ProbePair(f)
 		var ok bool
 		costs[i], ok = c.Costs(pair)
-		if r, found := refs[pair]; found && ok {
-			costs[i], used[pair] = measuredCosts(costs[i], r)
+		if r, found := refs[pair]; found && (ok || r.Inner.OK() && r.Outer.OK()) {
+			costs[i], ok = measuredCosts(costs[i], r), true
 		}
 		if !ok {
 			missing = append(missing, pair.String())
@@ -183,7 +178,7 @@ func compensate(p *cct.Profile, pl *plan.Plan, c *calibrate.Result, stage func(i
 	}
 	comments := []string{fmt.Sprintf("wall times compensated for the probes' own time (%s calibration of %s); raw_wall as measured",
 		kind, c.Time.Format(time.RFC3339))}
-	comments = append(comments, referenceComments(p, refs, used)...)
+	comments = append(comments, referenceComments(p, refs, func(pr calibrate.Pair) bool { _, ok := c.Costs(pr); return ok })...)
 	if clamped > 0 {
 		comments = append(comments, fmt.Sprintf("%d contexts had less time than their probes cost and were clamped at zero self time", clamped))
 	}
@@ -197,45 +192,57 @@ func compensate(p *cct.Profile, pl *plan.Plan, c *calibrate.Result, stage func(i
 	return comments
 }
 
-// Plausible bounds of a cost measured in the target, relative to the
-// calibration's: calibrations came out 10-40% off the target's costs, but
-// a reference context whose own code is not a few instructions (a leaf
-// doing real work is the quickest one when no trivial leaf has enough
-// calls) would price every probe at its code's time.
-const (
-	minMeasuredShare = 0.6
-	maxMeasuredShare = 1.6
-)
-
-// plausible says a cost measured in the target may replace the
-// calibration's cal.
-func plausible(e calibrate.Estimate, cal float64) bool {
-	return e.OK() && e.Mean >= minMeasuredShare*cal && e.Mean <= maxMeasuredShare*cal
+// describer tells calibrate.InTarget each function's probe classes and
+// shape. Only functions probed in full qualify, and a caller's gaps only
+// when every function it calls is probed in full: a call no probe sees
+// would sit inside a gap. A function with partial-inlining clones, whose
+// calls count as its own, has its code split: it qualifies for neither.
+func describer(pl *plan.Plan, stage func(int) Stage) func(cct.FuncID) (calibrate.Func, bool) {
+	byNode := make(map[*callgraph.Node]int, len(pl.Funcs))
+	cloned := map[uint32]bool{}
+	for i, f := range pl.Funcs {
+		byNode[f.Node] = i
+		if f.Logical != f.ID {
+			cloned[f.Logical] = true
+		}
+	}
+	full := func(i int) bool { return stage(i) == StageFull && pl.Funcs[i].Untraced == "" }
+	return func(id cct.FuncID) (calibrate.Func, bool) {
+		if int(id) >= len(pl.Funcs) || !full(int(id)) {
+			return calibrate.Func{}, false
+		}
+		f := pl.Funcs[id]
+		d := calibrate.Func{Pair: ProbePair(f)}
+		if f.Node == nil || cloned[f.ID] {
+			return d, true
+		}
+		d.Trivial = f.Node.Shape.Trivial
+		d.ShortGaps = f.Node.Shape.ShortGaps && !slices.ContainsFunc(f.Node.Calls, func(callee *callgraph.Node) bool {
+			i, ok := byNode[callee]
+			return !ok || !full(i)
+		})
+		return d, true
+	}
 }
 
-// measuredCosts returns the calibration's costs c with the plausible costs
-// r measured in the target in their place, and whether it used them all:
-// the error of the mean is twice its standard error, and a call's own
-// scatter the standard deviation.
-func measuredCosts(c cct.Costs, r calibrate.Reference) (cct.Costs, bool) {
-	all := true
-	if e := r.Inner; plausible(e, c.Inner) {
+// measuredCosts returns the calibration's costs c with the costs r
+// measured in the target in their place: the error of the mean is twice
+// its standard error, and a call's own scatter the standard deviation.
+func measuredCosts(c cct.Costs, r calibrate.Reference) cct.Costs {
+	if e := r.Inner; e.OK() {
 		c.Inner, c.InnerErr, c.InnerSD = e.Mean, 2*e.StdErr, e.StdErr*math.Sqrt(float64(e.N))
-	} else if e.OK() {
-		all = false
 	}
-	if e := r.Outer; plausible(e, c.Outer) {
+	if e := r.Outer; e.OK() {
 		c.Outer, c.OuterErr, c.OuterSD = e.Mean, 2*e.StdErr, e.StdErr*math.Sqrt(float64(e.N))
-	} else if e.OK() {
-		all = false
 	}
-	return c, all
+	return c
 }
 
 // referenceComments say which probe costs the target's own calls gave,
-// and where, and whether compensation used them (used) or kept the
-// calibration's as they were implausible.
-func referenceComments(p *cct.Profile, refs map[calibrate.Pair]calibrate.Reference, used map[calibrate.Pair]bool) []string {
+// and where. calibrated says whether the calibration has a pair: one
+// measured only in part in the target takes the rest from it, or stays
+// uncompensated.
+func referenceComments(p *cct.Profile, refs map[calibrate.Pair]calibrate.Reference, calibrated func(calibrate.Pair) bool) []string {
 	var lines []string
 	for pair, r := range refs {
 		var parts []string
@@ -245,13 +252,15 @@ func referenceComments(p *cct.Profile, refs map[calibrate.Pair]calibrate.Referen
 		if e := r.Outer; e.OK() {
 			parts = append(parts, fmt.Sprintf("outer %.0f±%.0f ns from %d gaps between calls of %s", e.Mean, 2*e.StdErr, e.N, contextName(p, e.Context)))
 		}
-		verdict := ""
-		if ok, seen := used[pair]; seen && !ok {
-			verdict = fmt.Sprintf(" (used only where within %g-%g times the calibration's)", minMeasuredShare, maxMeasuredShare)
-		} else if !seen {
-			verdict = " (not used: no calibration of the pair to check them against)"
+		rest := ""
+		switch {
+		case r.Inner.OK() && r.Outer.OK():
+		case calibrated(pair):
+			rest = " (the rest from the calibration)"
+		default:
+			rest = " (not used: the rest has no calibration)"
 		}
-		lines = append(lines, fmt.Sprintf("probe costs of %s measured in the target: %s%s", pair, strings.Join(parts, ", "), verdict))
+		lines = append(lines, fmt.Sprintf("probe costs of %s measured in the target: %s%s", pair, strings.Join(parts, ", "), rest))
 	}
 	slices.Sort(lines)
 	return lines

@@ -50,6 +50,9 @@ type body struct {
 	// instruction: decoding may have lost the instruction boundaries
 	// there, and a probe inside an instruction corrupts the target.
 	desynced int
+	// flow holds every decoded instruction's effect on control flow, in
+	// address order within each range, for judging the code's shape.
+	flow []step
 }
 
 // decodeFunc decodes fn's body and parts. Jumps into unattached .eh_frame
@@ -117,6 +120,7 @@ func (b *body) decodeRange(obj *symbolizer.Object, fn *symbolizer.Func, r symbol
 			// call-graph edges, but no probe goes on it: the entry
 			// probe is still right and the stack-pointer rule covers
 			// missed exits.
+			b.flow = append(b.flow, step{addr: addr, kind: stepOpaque})
 			if skipped == 0 {
 				first = fmt.Sprintf("undecodable instruction at %#x (% x): %v", addr, head(code[off:], 4), err)
 			}
@@ -126,6 +130,7 @@ func (b *body) decodeRange(obj *symbolizer.Object, fn *symbolizer.Func, r symbol
 			continue
 		}
 		off += in.Len
+		b.flow = append(b.flow, stepOf(&in))
 		if ref, ok := in.AddrRef(); ok && synced {
 			b.refs = append(b.refs, ref)
 		}

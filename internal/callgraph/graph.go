@@ -59,6 +59,9 @@ type Node struct {
 	// jump to this function directly, where its calls can be counted
 	// when its own entry cannot be probed safely.
 	CalledFrom []CallSite
+	// Shape says whether its calls, or the gaps between its calls, are
+	// a few instructions long: where the session may price its probes.
+	Shape Shape
 	// Notes says what the analysis could not settle in this function.
 	Notes []string
 }
@@ -279,11 +282,19 @@ func (b *builder) analyze(n *Node) error {
 			}
 		}
 	}
+	// A call that leads nowhere traced (excluded, unresolved, setjmp, a
+	// leaf's callee) runs unseen, inside a gap.
+	calls, traced := 0, 0
+	defer func() { n.Shape = shapeOf(body, traced < calls) }()
 	for _, s := range body.sites {
 		var (
 			obj *symbolizer.Mapped
 			fn  *symbolizer.Func
 		)
+		call := s.kind == siteCall || s.kind == siteCallSlot
+		if call {
+			calls++
+		}
 		switch s.kind {
 		case siteCall, siteJump:
 			obj, fn = b.resolveCode(n, s.target)
@@ -312,6 +323,9 @@ func (b *builder) analyze(n *Node) error {
 		callee := b.nodeOf(obj, fn, leaf)
 		if callee == nil {
 			continue
+		}
+		if call {
+			traced++
 		}
 		callee.CalledFrom = append(callee.CalledFrom, CallSite{Caller: n, Addr: s.from,
 			Tail: s.kind == siteJump || s.kind == siteJumpSlot, Cond: s.cond, Unsure: !s.synced})

@@ -175,6 +175,29 @@ func (in *Inst) AddrRef() (uint64, bool) {
 	return 0, false
 }
 
+// IsSlow reports an instruction whose time is not a few cycles, or not
+// the code's own: a system call, a trap, a halt, or a repeated string
+// operation (a loop in one instruction).
+func (in *Inst) IsSlow() bool {
+	switch in.Op {
+	case x86asm.SYSCALL, x86asm.SYSENTER, x86asm.INT, x86asm.INTO, x86asm.UD1, x86asm.UD2, x86asm.HLT:
+		return true
+	case x86asm.MOVSB, x86asm.MOVSW, x86asm.MOVSD, x86asm.MOVSQ, x86asm.STOSB, x86asm.STOSW, x86asm.STOSD, x86asm.STOSQ,
+		x86asm.LODSB, x86asm.LODSW, x86asm.LODSD, x86asm.LODSQ, x86asm.SCASB, x86asm.SCASW, x86asm.SCASD, x86asm.SCASQ,
+		x86asm.CMPSB, x86asm.CMPSW, x86asm.CMPSD, x86asm.CMPSQ, x86asm.INSB, x86asm.INSW, x86asm.INSD,
+		x86asm.OUTSB, x86asm.OUTSW, x86asm.OUTSD:
+		for _, p := range in.Prefix {
+			if p == 0 {
+				break
+			}
+			if b := p & 0xff; b == x86asm.PrefixREP || b == x86asm.PrefixREPN {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // IsIndirect reports a call or jump through a register or memory.
 func (in *Inst) IsIndirect() bool {
 	if in.Endbr || !(in.IsCall() || in.IsJump()) {
