@@ -31,6 +31,11 @@ const (
 	MaxGapInsns     = 16
 )
 
+// maxShapeInsns bounds the functions whose gaps are judged: the walk
+// recurses once per instruction of a path, and a function this large is
+// no reference anyway.
+const maxShapeInsns = 1 << 14
+
 // stepKind is how an instruction moves control.
 type stepKind uint8
 
@@ -123,6 +128,9 @@ func isTrivial(flow []step) bool {
 // cycle, indirect or slow instruction, or jump out of the function. A
 // function with no call has no gaps: it does not qualify.
 func shortGaps(flow []step, at func(uint64) (int, bool)) bool {
+	if len(flow) > maxShapeInsns {
+		return false
+	}
 	const (
 		unseen = iota
 		onPath
