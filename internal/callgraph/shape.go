@@ -1,6 +1,7 @@
 package callgraph
 
 import (
+	"cmp"
 	"slices"
 
 	"github.com/kprofd/kprofd/internal/x86"
@@ -46,7 +47,7 @@ const (
 	stepCond                     // a direct conditional jump
 	stepRet                      // a return
 	stepIndirect                 // a call or jump through a register or memory
-	stepSlow                     // x86.Inst.IsSlow
+	stepSlow                     // x86.Inst.IsSlow (ud2, hlt and int too)
 	stepOpaque                   // undecodable
 )
 
@@ -72,8 +73,6 @@ func stepOf(in *x86.Inst) step {
 		s.kind, s.target = stepCond, t
 	case in.IsCall() || in.IsJump() || in.IsCondJump():
 		s.kind = stepIndirect
-	case in.IsBranch():
-		s.kind = stepSlow // ud2, hlt, int
 	}
 	return s
 }
@@ -83,24 +82,14 @@ func stepOf(in *x86.Inst) step {
 // or unresolved callee, setjmp), whose time a gap would hold.
 func shapeOf(b *body, untracedCalls bool) Shape {
 	flow := slices.Clone(b.flow)
-	slices.SortFunc(flow, func(x, y step) int { return compareAddr(x.addr, y.addr) })
+	slices.SortFunc(flow, func(x, y step) int { return cmp.Compare(x.addr, y.addr) })
 	at := func(addr uint64) (int, bool) {
-		return slices.BinarySearchFunc(flow, addr, func(s step, a uint64) int { return compareAddr(s.addr, a) })
+		return slices.BinarySearchFunc(flow, addr, func(s step, a uint64) int { return cmp.Compare(s.addr, a) })
 	}
 	return Shape{
 		Trivial:   len(b.ranges) == 1 && isTrivial(flow),
 		ShortGaps: !untracedCalls && shortGaps(flow, at),
 	}
-}
-
-func compareAddr(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // isTrivial says flow is a short leaf that only branches forward, within

@@ -95,3 +95,33 @@ func TestDecodeTruncated(t *testing.T) {
 		t.Error("decoded half a call")
 	}
 }
+
+// TestIsSlow checks which instructions take more than a few cycles or
+// leave the code: system calls, traps and repeated string operations, but
+// not a single string operation or an SSE move that shares a prefix.
+func TestIsSlow(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		code []byte
+		slow bool
+	}{
+		{"syscall", []byte{0x0f, 0x05}, true},
+		{"ud2", []byte{0x0f, 0x0b}, true},
+		{"int3", []byte{0xcc}, true},
+		{"rep movsb", []byte{0xf3, 0xa4}, true},
+		{"rep stosq", []byte{0xf3, 0x48, 0xab}, true},
+		{"repne scasb", []byte{0xf2, 0xae}, true},
+		{"movsb", []byte{0xa4}, false},
+		{"movsd xmm0, xmm1", []byte{0xf2, 0x0f, 0x10, 0xc1}, false},
+		{"pause", []byte{0xf3, 0x90}, false},
+		{"nop", []byte{0x90}, false},
+	} {
+		in, err := Decode(tc.code, 0x1000)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if got := in.IsSlow(); got != tc.slow {
+			t.Errorf("%s (%v): slow %v, want %v", tc.name, in.Op, got, tc.slow)
+		}
+	}
+}
