@@ -81,7 +81,7 @@ func stepOf(in *x86.Inst) step {
 // whether some call of it does not go to a traced function (an excluded
 // or unresolved callee, setjmp), whose time a gap would hold.
 func shapeOf(b *body, untracedCalls bool) Shape {
-	flow := slices.Clone(b.flow)
+	flow := b.flow // nothing else reads it: sorted in place
 	slices.SortFunc(flow, func(x, y step) int { return cmp.Compare(x.addr, y.addr) })
 	at := func(addr uint64) (int, bool) {
 		return slices.BinarySearchFunc(flow, addr, func(s step, a uint64) int { return cmp.Compare(s.addr, a) })
