@@ -74,6 +74,9 @@ type burstLog struct {
 	mu      sync.Mutex
 	windows []burstWindow     // in time order
 	demoted map[uint32]uint64 // function id -> when its probes went (monotonic ns)
+	// attached is when the session's probes went in, for the functions
+	// it started demoted (demoteAtAttach): 0 for none.
+	attached uint64
 	// version counts the demotions, for the event loop to notice new
 	// ones cheaply.
 	version atomic.Uint64
@@ -116,6 +119,24 @@ func (l *burstLog) demote(id uint32, t uint64) {
 		l.demoted[id] = t
 		l.version.Add(1)
 	}
+}
+
+// demoteAtAttach records that function id started the session demoted
+// to sampling, its probes never attached: the session's probes went in
+// at t, and no call of any function was counted before.
+func (l *burstLog) demoteAtAttach(id uint32, t uint64) {
+	l.mu.Lock()
+	l.attached = t
+	l.mu.Unlock()
+	l.demote(id, t)
+}
+
+// fromAttach reports whether a demotion at t was one the session started
+// with (demoteAtAttach).
+func (l *burstLog) fromAttach(t uint64) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.attached != 0 && t <= l.attached
 }
 
 // demotions returns when each function demoted to sampling was.

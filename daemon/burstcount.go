@@ -183,7 +183,12 @@ func (b *burstCounts) due(t uint64) ([]uint32, uint64) {
 func (b *burstCounts) demoted(fns map[cct.FuncID]uint32, roots []*cct.Node, t uint64) {
 	trees := map[*cct.Node]bool{}
 	for _, r := range roots {
-		trees[r] = true
+		// Functions the session started demoted had no call counted
+		// in any tree: a context of theirs found later counts its
+		// caller's calls from 0, as in a tree new since.
+		if !b.log.fromAttach(t) {
+			trees[r] = true
+		}
 	}
 	set := map[cct.FuncID]bool{}
 	for f, id := range fns {

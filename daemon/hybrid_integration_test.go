@@ -3,9 +3,12 @@
 package daemon_test
 
 import (
+	"bytes"
 	"fmt"
 	"maps"
 	"math"
+	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -334,4 +337,105 @@ func burstComment(p *cct.Profile) string {
 		}
 	}
 	return "no comment about bursts"
+}
+
+// TestHybridRemembers runs two hybrid sessions on testdata/hybrid with
+// one memory: the first demotes hot_leaf and leaves that for the next;
+// the second starts with hot_leaf demoted to sampling, its probes never
+// attached, and estimates all its calls from bursts, while every other
+// context stays exact and nothing else starts demoted.
+func TestHybridRemembers(t *testing.T) {
+	requireRoot(t)
+	exe := testtarget.BuildHybrid(t)
+	memory := t.TempDir()
+	cfg := daemon.Config{Roots: []string{"handle_request"}, Mode: daemon.ModeHybrid, Exclude: excludeUntraced,
+		Warnf: t.Logf, NoDiscovery: true, Budget: 0.25, Memory: memory}
+
+	first := testtarget.Start(t, exe)
+	cfg.PID = first.Pid()
+	s, err := daemon.Start(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hot := planFunc(t, s.Prepared().Plan, "hot_leaf")
+	first.Run(t, testtarget.HybridRequests)
+	ds := s.Demotions()
+	if !slices.ContainsFunc(ds, func(d daemon.Demotion) bool { return d.ID == hot.ID && d.Stage == daemon.StageSampled }) {
+		t.Fatalf("the first session did not demote hot_leaf to sampling: %v", ds)
+	}
+	stopAndCheckGone(t, s, first.Pid())
+	first.Exit(t)
+
+	second := testtarget.Start(t, exe)
+	cfg.PID = second.Pid()
+	var told []daemon.Demotion
+	cfg.Demoted = func(d daemon.Demotion) { told = append(told, d) } // Start tells the remembered ones
+	s, err = daemon.Start(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	pl := s.Prepared().Plan
+	hot, medium := planFunc(t, pl, "hot_leaf"), planFunc(t, pl, "medium")
+	var remembered []string
+	for _, d := range told {
+		if !d.Remembered || d.Round != 0 || !strings.HasPrefix(d.Reason, "remembered from the session of ") {
+			t.Errorf("told at the start: %s (remembered %v, round %d)", d, d.Remembered, d.Round)
+		}
+		remembered = append(remembered, fmt.Sprintf("%s:%d", d.Func, d.Stage))
+	}
+	if want := []string{fmt.Sprintf("hybrid:hot_leaf:%d", daemon.StageSampled)}; !slices.Equal(remembered, want) {
+		t.Errorf("the second session started with %v demoted, want %v", remembered, want)
+	}
+	if !probedAt(t, second.Pid(), medium) || !unprobedBetweenBursts(t, second.Pid(), hot) {
+		t.Error("at the start of the second session: medium unprobed, or hot_leaf probed all along")
+	}
+	run, err := testtarget.ParseHybrid(second.Run(t, secondRun*testtarget.HybridRequests))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range s.Demotions() {
+		if d.ID == hot.ID && !d.Remembered {
+			t.Errorf("hot_leaf demoted again: %s", d)
+		}
+	}
+	p := stopAndCheckGone(t, s, second.Pid())
+	second.Exit(t)
+
+	pp := roundTrip(t, p)
+	got := testtarget.PprofCounts(pp, nil)
+	leafCalls := got["handle_request;hot_caller;hot_leaf"]
+	t.Logf("hot_leaf: ~%d calls (%s), %d made; %s", leafCalls, labelOf(pp, "handle_request;hot_caller;hot_leaf", "count_error"), run.Leaves, burstComment(p))
+	if math.Abs(float64(leafCalls)-float64(run.Leaves)) > 0.15*float64(run.Leaves) {
+		t.Errorf("hot_leaf: ~%d calls, %d made", leafCalls, run.Leaves)
+	}
+	checkCountErrors(t, pp, "handle_request;hot_caller;hot_leaf")
+	// No call of hot_caller came before the demotion: none is missing.
+	if l := labelOf(pp, "handle_request;hot_caller;hot_leaf", "calls"); l != "" {
+		t.Errorf("hot_leaf's calls label %q, want none (an estimate of all its calls)", l)
+	}
+	exact := maps.Clone(got)
+	delete(exact, "handle_request;hot_caller;hot_leaf")
+	delete(exact, "handle_request;untraced")
+	maps.DeleteFunc(exact, func(_ string, calls uint64) bool { return calls == 0 })
+	if diff := testtarget.DiffCounts(exact, hybridContexts(secondRun*testtarget.HybridRequests)); diff != "" {
+		t.Errorf("calls per context differ:\n%s", diff)
+	}
+	checkTiming(t, pp, map[string]string{"handle_request;hot_caller;hot_leaf": "estimated", "handle_request;medium;mid_leaf": "exact"})
+	if c := strings.Join(p.Comments, "\n"); !strings.Contains(c, "demoted hybrid:hot_leaf at +0s: remembered from the session of ") {
+		t.Errorf("the profile's comments do not say hot_leaf started demoted:\n%s", c)
+	}
+
+	// The bursts saw hot_leaf called: the memory keeps it.
+	entries, err := os.ReadDir(memory)
+	if err != nil || len(entries) != 1 {
+		t.Fatalf("memory %s: %v, %v; want one file", memory, entries, err)
+	}
+	b, err := os.ReadFile(filepath.Join(memory, entries[0].Name()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(b, []byte(`"name": "hot_leaf"`)) {
+		t.Errorf("the memory no longer holds hot_leaf:\n%s", b)
+	}
 }

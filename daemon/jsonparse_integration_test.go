@@ -27,61 +27,101 @@ import (
 // of requests under the probes against its twin's (convergence included:
 // every function starts fully probed), of the runs after it (the steady
 // state the budget is about; goal at 10%: 1.15 or less) in wall time and
-// in CPU time, and when the last demotion happened. The program's output
-// must not change.
+// in CPU time, and when the last demotion happened. Each budget runs
+// twice: a session that starts fully probed, then one that starts from
+// the stages the first one left (Config.Memory), as a user's next
+// session on the same program does. The program's output must not
+// change.
 func BenchmarkHybridJSON(b *testing.B) {
 	requireRoot(b)
 	exe := testtarget.BuildJSONParse(b)
 	cal := machineCalibration(b)
 	budgets := []float64{0.05, 0.10, 0.20}
-	const n = 1000 // requests per run: about half a second un-probed
-	first := make([][]float64, len(budgets))
-	steady := make([][]float64, len(budgets))
-	steadyCPU := make([][]float64, len(budgets))
-	settle := make([][]float64, len(budgets))
+	// By budget: the fresh session's runs, then those of the session
+	// that starts from what the fresh one left (Config.Memory).
+	var fresh, again [3]jsonRuns
 	for range b.N {
 		for i, budget := range budgets {
-			probed, twin := startPinned(b, exe), startPinned(b, exe)
-			want := probed.Run(b, n) // warms both up
-			if got := twin.Run(b, n); got != want {
-				b.Fatalf("twin printed %q, first process %q", got, want)
-			}
-			s, err := daemon.Start(daemon.Config{PID: probed.Pid(), Roots: []string{"handle_request"}, Mode: daemon.ModeHybrid,
-				Budget: budget, Calibration: cal})
-			if err != nil {
-				b.Fatal(err)
-			}
-			var wall, cpu []float64 // probed over twin, by run
-			for range 4 {
-				pw, pc := timedRun(b, probed, n, want)
-				tw, tc := timedRun(b, twin, n, want)
-				wall = append(wall, pw.Seconds()/tw.Seconds())
-				cpu = append(cpu, pc.Seconds()/tc.Seconds())
-			}
-			ds := s.Demotions()
-			if _, err := s.Stop(); err != nil {
-				b.Fatal(err)
-			}
-			s.Close()
-			probed.Exit(b)
-			twin.Exit(b)
-			first[i] = append(first[i], wall[0])
-			steady[i] = append(steady[i], median(wall[1:]))
-			steadyCPU[i] = append(steadyCPU[i], median(cpu[1:]))
-			last := time.Duration(0)
-			if len(ds) > 0 {
-				last = ds[len(ds)-1].At
-			}
-			settle[i] = append(settle[i], float64(last.Milliseconds()))
+			memory := b.TempDir()
+			fresh[i].add(jsonSession(b, exe, daemon.Config{Budget: budget, Calibration: cal, Memory: memory}))
+			again[i].add(jsonSession(b, exe, daemon.Config{Budget: budget, Calibration: cal, Memory: memory}))
 		}
 	}
 	for i, budget := range budgets {
 		name := fmt.Sprintf("%.0f%%", 100*budget)
-		b.ReportMetric(median(first[i]), name+"-first-x")
-		b.ReportMetric(median(steady[i]), name+"-steady-x")
-		b.ReportMetric(median(steadyCPU[i]), name+"-steady-cpu-x")
-		b.ReportMetric(median(settle[i]), name+"-settle-ms")
+		fresh[i].report(b, name)
+		again[i].report(b, name+"-remembered")
 	}
+}
+
+// jsonRun is what one session of BenchmarkHybridJSON measured: its first
+// run's slowdown, the median of the others' in wall and CPU time, when
+// its last demotion came, and how many functions it started demoted.
+type jsonRun struct {
+	first, steady, steadyCPU, settle float64
+	remembered                       int
+}
+
+// jsonRuns collects the sessions of one budget.
+type jsonRuns struct {
+	first, steady, steadyCPU, settle, remembered []float64
+}
+
+func (r *jsonRuns) add(j jsonRun) {
+	r.first = append(r.first, j.first)
+	r.steady = append(r.steady, j.steady)
+	r.steadyCPU = append(r.steadyCPU, j.steadyCPU)
+	r.settle = append(r.settle, j.settle)
+	r.remembered = append(r.remembered, float64(j.remembered))
+}
+
+func (r *jsonRuns) report(b *testing.B, name string) {
+	b.ReportMetric(median(r.first), name+"-first-x")
+	b.ReportMetric(median(r.steady), name+"-steady-x")
+	b.ReportMetric(median(r.steadyCPU), name+"-steady-cpu-x")
+	b.ReportMetric(median(r.settle), name+"-settle-ms")
+	if median(r.remembered) > 0 {
+		b.ReportMetric(median(r.remembered), name+"-started-demoted")
+	}
+}
+
+// jsonSession runs one hybrid session of cfg (its target and mode filled
+// in) on a fresh jsonparse process, beside an un-probed twin.
+func jsonSession(b *testing.B, exe string, cfg daemon.Config) jsonRun {
+	const n = 1000 // requests per run: about half a second un-probed
+	probed, twin := startPinned(b, exe), startPinned(b, exe)
+	want := probed.Run(b, n) // warms both up
+	if got := twin.Run(b, n); got != want {
+		b.Fatalf("twin printed %q, first process %q", got, want)
+	}
+	cfg.PID, cfg.Roots, cfg.Mode = probed.Pid(), []string{"handle_request"}, daemon.ModeHybrid
+	s, err := daemon.Start(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var wall, cpu []float64 // probed over twin, by run
+	for range 4 {
+		pw, pc := timedRun(b, probed, n, want)
+		tw, tc := timedRun(b, twin, n, want)
+		wall = append(wall, pw.Seconds()/tw.Seconds())
+		cpu = append(cpu, pc.Seconds()/tc.Seconds())
+	}
+	ds := s.Demotions()
+	if _, err := s.Stop(); err != nil {
+		b.Fatal(err)
+	}
+	s.Close()
+	probed.Exit(b)
+	twin.Exit(b)
+	run := jsonRun{first: wall[0], steady: median(wall[1:]), steadyCPU: median(cpu[1:])}
+	for _, d := range ds {
+		if d.Remembered {
+			run.remembered++
+		} else {
+			run.settle = max(run.settle, float64(d.At.Milliseconds()))
+		}
+	}
+	return run
 }
 
 // startPinned starts exe pinned to the last CPU, where the benchmark's

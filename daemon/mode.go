@@ -103,6 +103,10 @@ type Demotion struct {
 	Round  int     `json:"round"`
 	Before float64 `json:"before"`
 	After  float64 `json:"after"`
+	// Remembered says the session started with the function demoted,
+	// as an earlier session on the same executable ended (Config.Memory):
+	// its lost probes were never attached. Round is 0.
+	Remembered bool `json:"remembered,omitempty"`
 }
 
 func (d Demotion) String() string {

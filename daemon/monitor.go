@@ -61,13 +61,16 @@ type monitor struct {
 	lingered  int // functions that lingered
 	called    int // of those, the ones whose probes went when called
 	demotions []Demotion
-	err       error   // what stopped the loop
-	detachErr error   // the first detach that failed in a round's background
-	own       float64 // the target's own CPU time per second in the last window (ns/s)
-	readings  int     // counter readings taken
-	rounds    int     // readings that demoted something
-	peak      float64 // highest predicted overhead seen
-	latest    float64 // predicted overhead after the last reading's demotions
+	// remembered holds the functions the session started demoted (see
+	// memory.go), by id.
+	remembered map[int]bool
+	err        error   // what stopped the loop
+	detachErr  error   // the first detach that failed in a round's background
+	own        float64 // the target's own CPU time per second in the last window (ns/s)
+	readings   int     // counter readings taken
+	rounds     int     // readings that demoted something
+	peak       float64 // highest predicted overhead seen
+	latest     float64 // predicted overhead after the last reading's demotions
 
 	stop chan struct{}
 	done chan struct{}
@@ -471,6 +474,49 @@ func (m *monitor) detach(ds []demotion, late []int, now time.Time, round int, pr
 		}
 		if i < len(ds) && m.s.cfg.Demoted != nil {
 			m.s.cfg.Demoted(dems[i])
+		}
+	}
+}
+
+// remember takes in the demotions ds the session starts with, before
+// the loop runs: their probes were left out of the attach, as of t, but
+// for the idle ones', which linger until they are called.
+// They are recorded as round 0 and told to the session.
+func (m *monitor) remember(ds []demotion, t uint64) {
+	if len(ds) == 0 {
+		return
+	}
+	m.remembered = map[int]bool{}
+	dems := make([]Demotion, 0, len(ds))
+	for _, d := range ds {
+		f := m.funcOf(d.id)
+		m.remembered[d.id] = true
+		if !d.sites {
+			m.s.sim.Demote(uint32(d.id), d.stage, t)
+			if m.bursts != nil && d.stage == StageSampled {
+				m.bursts.demoteAtAttach(uint32(d.id), t)
+			}
+		}
+		if u := m.s.samples; u != nil && !d.idle {
+			u.detach(f.ID, demotedParts(d)...)
+		}
+		dems = append(dems, Demotion{Func: f.Node.Name(), ID: f.ID, Stage: d.stage, Sites: d.sites, Reason: d.reason, Remembered: true})
+	}
+	m.mu.Lock()
+	m.demotions = append(m.demotions, dems...)
+	for _, d := range ds {
+		if d.idle {
+			if m.lingering == nil {
+				m.lingering = map[int]*linger{}
+			}
+			m.lingering[d.id] = &linger{} // its probes are in
+			m.lingered++
+		}
+	}
+	m.mu.Unlock()
+	if m.s.cfg.Demoted != nil {
+		for _, d := range dems {
+			m.s.cfg.Demoted(d)
 		}
 	}
 }

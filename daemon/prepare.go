@@ -73,6 +73,11 @@ type Config struct {
 	SampleHz int
 	// Demoted, when set, hears of each demotion as it happens.
 	Demoted func(Demotion)
+	// Memory, in hybrid mode, is the directory where a session leaves
+	// the stages its functions ended at, per executable and roots, and
+	// where the next one starts from (see memory.go); "" for none.
+	// Sessions with Alloc neither read nor write it.
+	Memory string
 	// Alloc profiles allocations: the allocators (package alloc) the
 	// roots reach are traced as leaves, whatever Exclude says, and
 	// report the blocks they allocate and free.

@@ -87,12 +87,19 @@ type attachOptions struct {
 	// file, so that demote can detach a function's probes alone. It costs
 	// attach time and file descriptors.
 	perFunc bool
-	// skip leaves out every probe of the functions it reports.
-	skip func(*plan.Func) bool
+	// omit leaves out the parts (partEntry, ...) of a function's probes
+	// it reports; without its entries, the function counts as not
+	// traced.
+	omit func(f *plan.Func, part int) bool
 	// noSites leaves out the indirect call sites' probes.
 	noSites bool
 	// noRoot attaches a plan without roots (functions found later).
 	noRoot bool
+}
+
+// omits reports whether the attach leaves out part of f's probes.
+func (o attachOptions) omits(f *plan.Func, part int) bool {
+	return o.omit != nil && o.omit(f, part)
 }
 
 // Attach phases. A thread emits events only after a root entry, so with
@@ -127,7 +134,7 @@ func attachPlan(prog attacher, pid int, pl *plan.Plan, opt attachOptions, warnf 
 	dead := map[*plan.Func]bool{}
 	skipped := 0
 	for _, f := range pl.Funcs {
-		if opt.skip != nil && opt.skip(f) || f.Untraced != "" {
+		if opt.omits(f, partEntry) || f.Untraced != "" {
 			skipped++
 		}
 	}
@@ -272,14 +279,18 @@ func groupProbes(pl *plan.Plan, opt attachOptions, only map[*plan.Func]bool) [nu
 		fp.planned = append(fp.planned, plan.ObjProbe{Obj: obj, Probe: p})
 	}
 	for _, f := range pl.Funcs {
-		if opt.skip != nil && opt.skip(f) || only != nil && !only[f] {
-			continue
+		if only != nil && !only[f] || opt.omits(f, partEntry) {
+			continue // a function without entries takes no probe
 		}
-		for _, p := range f.Exits {
-			add(phaseExits, f.Node.Obj, f, partExits, p)
+		if !opt.omits(f, partExits) {
+			for _, p := range f.Exits {
+				add(phaseExits, f.Node.Obj, f, partExits, p)
+			}
 		}
-		for _, p := range f.Catches {
-			add(phaseExits, f.Node.Obj, f, partCatches, p)
+		if !opt.omits(f, partCatches) {
+			for _, p := range f.Catches {
+				add(phaseExits, f.Node.Obj, f, partCatches, p)
+			}
 		}
 		phase := phaseEntries
 		if f.Root {
@@ -290,7 +301,7 @@ func groupProbes(pl *plan.Plan, opt attachOptions, only map[*plan.Func]bool) [nu
 		}
 	}
 	for i, st := range pl.Sites {
-		if opt.noSites || opt.skip != nil && opt.skip(st.Caller) || only != nil && !only[st.Caller] || st.Caller.Untraced != "" {
+		if opt.noSites || opt.omits(st.Caller, partEntry) || opt.omits(st.Caller, partSites) || only != nil && !only[st.Caller] || st.Caller.Untraced != "" {
 			continue
 		}
 		p := st.Probe

@@ -241,7 +241,7 @@ func TestDemote(t *testing.T) {
 
 	// Sample mode attaches only the roots (and the syncs).
 	a = &fakeAttacher{}
-	set, err = attachPlan(a, 1, pl, attachOptions{skip: func(f *plan.Func) bool { return !f.Root }}, t.Logf)
+	set, err = attachPlan(a, 1, pl, attachOptions{omit: func(f *plan.Func, _ int) bool { return !f.Root }}, t.Logf)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -249,6 +249,22 @@ func TestDemote(t *testing.T) {
 	want = 1 + len(root.Exits) + len(root.Catches) + len(pl.Syncs)
 	if a.probes != want || set.funcs != 1 {
 		t.Errorf("roots only: %d probes, %d functions; want %d, 1", a.probes, set.funcs, want)
+	}
+	set.Close()
+
+	// A session that starts with remembered demotions leaves out the
+	// parts they dropped: here every function's exits but the root's.
+	a = &fakeAttacher{}
+	set, err = attachPlan(a, 1, pl, attachOptions{omit: func(f *plan.Func, part int) bool { return !f.Root && part == partExits }}, t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = len(root.Exits) + len(pl.Syncs)
+	for _, f := range pl.Funcs {
+		want += len(f.EntryProbes()) + len(f.Catches)
+	}
+	if a.probes != want || set.funcs != len(pl.Funcs) {
+		t.Errorf("entries only below the root: %d probes, %d functions; want %d, %d", a.probes, set.funcs, want, len(pl.Funcs))
 	}
 	set.Close()
 }

@@ -6,6 +6,7 @@ package daemon
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -247,7 +248,16 @@ func StartPrepared(pr *Prepared, cfg Config) (_ *Session, err error) {
 				s.stages[i] = StageSampled
 			}
 		}
-		opt.skip = func(f *plan.Func) bool { return !f.Root }
+		opt.omit = func(f *plan.Func, _ int) bool { return !f.Root }
+	}
+	var model *costModel
+	var remembered []demotion
+	if cfg.Mode == ModeHybrid {
+		model = newCostModel(pr.Plan, callCosts(pr.Plan, cfg.Calibration), cfg.Budget)
+		if remembered = s.recall(model); len(remembered) > 0 {
+			parts := omitted(remembered)
+			opt.omit = func(f *plan.Func, part int) bool { return slices.Contains(parts[int(f.ID)], part) }
+		}
 	}
 	opt.noSites = !discover
 	if discover {
@@ -257,6 +267,7 @@ func StartPrepared(pr *Prepared, cfg Config) (_ *Session, err error) {
 			return nil, err
 		}
 	}
+	attached := monotonicNow() // remembered demotions date from before any probe
 	s.probes, err = attachPlan(s.prog, cfg.PID, pr.Plan, opt, cfg.warnf)
 	if err != nil {
 		return nil, err
@@ -279,7 +290,6 @@ func StartPrepared(pr *Prepared, cfg Config) (_ *Session, err error) {
 	}
 	s.start, s.startMono = time.Now(), monotonicNow()
 	if cfg.Mode == ModeHybrid {
-		model := newCostModel(pr.Plan, callCosts(pr.Plan, cfg.Calibration), cfg.Budget)
 		if s.disc != nil {
 			// Site probes sit on indirect calls and jumps, which the
 			// kernel single-steps.
@@ -292,6 +302,7 @@ func StartPrepared(pr *Prepared, cfg Config) (_ *Session, err error) {
 		s.burstCounts = newBurstCounts(s.monitor.bursts, func(id uint32) float64 { return s.monitor.entryCost(int(id)) })
 		s.sim.SetBurstCounts(s.burstCounts)
 		s.burster = newBurster(s, s.monitor, s.monitor.bursts)
+		s.monitor.remember(remembered, attached)
 		go s.monitor.run()
 		go s.burster.run()
 	}
@@ -503,6 +514,7 @@ func (s *Session) stop() (*cct.Profile, error) {
 		s.monitor.Stop() // after it, its fields are ours
 		monitorErr = errors.Join(monitorErr, s.monitor.err)
 		s.stages = s.monitor.model.stages()
+		s.memorize()
 	}
 	detachErr := s.probes.Close()
 	if s.sampler != nil {

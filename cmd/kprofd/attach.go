@@ -48,6 +48,7 @@ type attachOptions struct {
 	maxNodes    int
 	maxNodesSet bool
 	alloc       bool
+	remember    bool
 }
 
 func newAttachCmd() *cobra.Command {
@@ -79,6 +80,11 @@ Modes (--mode):
           the threads inside the root, attributed below the deepest traced
           frame. Demotions are reported one line per settled series of
           rounds (each one with -v, and in the profile's comments).
+          A session leaves the stages its functions ended at for the next
+          one on the same executable and roots, which starts from them
+          without attaching the probes they lost (--remember).
+          Functions it started demoted that nothing saw called are
+          forgotten at its end.
   exact   probe every reachable function whatever it costs; no sampling.
   sample  probe only the roots (exact calls and time of the roots) and
           sample everything below them: a cheap first look.
@@ -122,6 +128,7 @@ Exits (--exits): ` + plan.ExitRule + `.`,
 	f.IntVar(&o.ringMiB, "ring-mib", 8, "ring buffer size in MiB (a power of two)")
 	f.IntVar(&o.maxNodes, "max-nodes", daemon.DefaultMaxNodes, "calling contexts to keep, at most (about 120 bytes each); calls past them fold into their callers\nand the profile says how many (0: no bound; through the daemon, at most its own --max-nodes)")
 	f.BoolVar(&o.alloc, "alloc", false, "also profile allocations: objects and bytes allocated, and still in use, per calling context\n(malloc, calloc, realloc, free, operator new and delete, ... called inside the root)")
+	f.BoolVar(&o.remember, "remember", true, "hybrid mode: start with the demotions the last session on the same executable and roots ended with\n(their probes are never attached), and leave this session's for the next; --remember=false for neither")
 	f.BoolVarP(&o.verbose, "verbose", "v", false, "print warnings about every function and the kernel ids of what is attached")
 	f.BoolVar(&o.recalibrate, "recalibrate", false, "measure the probes' costs again (quick mode) even when a calibration is cached")
 	f.StringVar(&o.socket, "socket", "", "run the session in the kprofd serve daemon listening on this unix socket\n(default for a user other than root: "+service.DefaultSocket+" when it exists)")
@@ -137,6 +144,7 @@ func (o *attachOptions) request() *service.Request {
 		Exclude: o.exclude, MaxFunctions: o.maxFunctions, Exits: o.exits, PerThread: o.perThread,
 		NoDiscovery: !o.discover, NoPause: !o.pause, RingMiB: o.ringMiB, Format: o.format,
 		Folded: o.folded != "", Duration: durationString(o.duration), MaxNodes: o.maxNodesRequest(), Alloc: o.alloc,
+		Forget: !o.remember,
 	}
 }
 

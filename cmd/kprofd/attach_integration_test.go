@@ -559,12 +559,28 @@ func (b *lockedBuffer) String() string {
 // TestAttachHybrid runs the default mode, hybrid, on testdata/hybrid: kprofd
 // reports hot_leaf's demotion as it happens, marks estimated times with ~
 // in the tree, and go tool pprof reads the samples sample type and can
-// focus on the estimated part by its label.
+// focus on the estimated part by its label. A second session on the same
+// program starts with hot_leaf demoted, and says so.
 func TestAttachHybrid(t *testing.T) {
 	bin := buildKprofd(t)
-	target := testtarget.Start(t, testtarget.BuildHybrid(t))
+	exe := testtarget.BuildHybrid(t)
+	target := testtarget.Start(t, exe)
 	out := filepath.Join(t.TempDir(), "p.pb.gz")
-	k := startKprofd(t, bin, "attach", "-p", fmt.Sprint(target.Pid()), "--root", "handle_request", "-o", out, "--exclude", ":untraced$")
+	// A cache of its own: no other session's memory of testdata/hybrid.
+	cache := t.TempDir()
+	if b, err := os.ReadFile(filepath.Join(os.Getenv("KPROFD_CACHE_DIR"), "calibration.json")); err == nil {
+		if err := os.WriteFile(filepath.Join(cache, "calibration.json"), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	attach := func(pid int, out string) *kprofdRun {
+		cmd := exec.Command(bin, "attach", "-p", fmt.Sprint(pid), "--root", "handle_request", "-o", out, "--exclude", ":untraced$")
+		cmd.Env = append(os.Environ(), "KPROFD_CACHE_DIR="+cache)
+		k := launchKprofd(t, cmd)
+		k.waitAttached(t)
+		return k
+	}
+	k := attach(target.Pid(), out)
 	target.Run(t, testtarget.HybridRequests)
 	k.cmd.Process.Signal(os.Interrupt)
 	if code := k.wait(t); code != 0 {
@@ -601,6 +617,26 @@ func TestAttachHybrid(t *testing.T) {
 		t.Errorf("go tool pprof -tagfocus timing=estimated shows:\n%s", top)
 	}
 	target.Exit(t)
+
+	next := testtarget.Start(t, exe)
+	out = filepath.Join(t.TempDir(), "next.pb.gz")
+	k = attach(next.Pid(), out)
+	next.Run(t, testtarget.HybridRequests)
+	k.cmd.Process.Signal(os.Interrupt)
+	if code := k.wait(t); code != 0 {
+		t.Fatalf("the second kprofd exited %d; stderr:\n%s", code, k.stderr.String())
+	}
+	if stderr := k.stderr.String(); !regexp.MustCompile(`(?m)^kprofd: started with \d+ functions? demoted \(\d+ to sampling.*\), as the last session on this executable and roots ended \(--remember=false to start fully probed\)$`).MatchString(stderr) {
+		t.Errorf("the second session does not say it started from the first one's demotions:\n%s", stderr)
+	}
+	if tree := k.stdout.String(); !regexp.MustCompile(`(?m)^ *[≥~]?\d+ +~\S+ +~\S+ +│  └─ hot_leaf$`).MatchString(tree) {
+		t.Errorf("the second session's tree does not estimate hot_leaf:\n%s", tree)
+	}
+	p = readProfile(t, out)
+	if c := strings.Join(p.Comments, "\n"); !strings.Contains(c, "demoted hybrid:hot_leaf at +0s: remembered from the session of ") {
+		t.Errorf("the second profile's comments do not say hot_leaf started demoted:\n%s", c)
+	}
+	next.Exit(t)
 }
 
 // TestAttachGo runs the binary on a stripped Go program with nothing but

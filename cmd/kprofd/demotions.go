@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -51,22 +52,24 @@ func (r *demotionReporter) flush() {
 		r.timer.Stop()
 		r.timer = nil
 	}
+	// A session's remembered demotions all come at its start.
+	remembered := slices.DeleteFunc(slices.Clone(r.pending), func(d daemon.Demotion) bool { return !d.Remembered })
+	if len(remembered) > 0 {
+		fmt.Fprintf(r.w, "%skprofd: started with %s demoted (%s), as the last session on this executable and roots ended (--remember=false to start fully probed)\n",
+			r.prefix, plural(len(remembered), "function"), demotedParts(remembered))
+	}
+	r.pending = slices.DeleteFunc(r.pending, func(d daemon.Demotion) bool { return d.Remembered })
 	if len(r.pending) > 0 {
 		fmt.Fprintf(r.w, "%skprofd: %s\n", r.prefix, summarizeDemotions(r.pending))
-		r.pending = nil
 	}
+	r.pending = nil
 }
 
-// summarizeDemotions says in one line what a series of demotion rounds
-// did: how many functions lost what, the costliest one, and the predicted
-// overhead before and after.
-func summarizeDemotions(ds []daemon.Demotion) string {
-	// Rounds detach in the background and may be reported out of order.
-	ds = slices.SortedStableFunc(slices.Values(ds), func(a, b daemon.Demotion) int { return cmp.Compare(a.Round, b.Round) })
+// demotedParts says how many of ds's functions lost what: "12 to
+// sampling, 3 exits dropped".
+func demotedParts(ds []daemon.Demotion) string {
 	var sampled, entry, sites int
-	rounds := map[int]bool{}
 	for _, d := range ds {
-		rounds[d.Round] = true
 		switch {
 		case d.Sites:
 			sites++
@@ -76,7 +79,6 @@ func summarizeDemotions(ds []daemon.Demotion) string {
 			entry++
 		}
 	}
-	first, last := ds[0], ds[len(ds)-1]
 	var parts []string
 	if sampled > 0 {
 		parts = append(parts, fmt.Sprintf("%d to sampling", sampled))
@@ -87,10 +89,21 @@ func summarizeDemotions(ds []daemon.Demotion) string {
 	if sites > 0 {
 		parts = append(parts, fmt.Sprintf("%d indirect-call probes dropped", sites))
 	}
-	what := parts[0]
-	for _, p := range parts[1:] {
-		what += ", " + p
+	return strings.Join(parts, ", ")
+}
+
+// summarizeDemotions says in one line what a series of demotion rounds
+// did: how many functions lost what, the costliest one, and the predicted
+// overhead before and after.
+func summarizeDemotions(ds []daemon.Demotion) string {
+	// Rounds detach in the background and may be reported out of order.
+	ds = slices.SortedStableFunc(slices.Values(ds), func(a, b daemon.Demotion) int { return cmp.Compare(a.Round, b.Round) })
+	rounds := map[int]bool{}
+	for _, d := range ds {
+		rounds[d.Round] = true
 	}
+	first, last := ds[0], ds[len(ds)-1]
+	what := demotedParts(ds)
 	return fmt.Sprintf("+%s: demoted %s in %s (first: %s); predicted probe overhead %.0f%% -> %.0f%% of the target's CPU (-v for each, the profile's comments list them)",
 		last.At.Round(time.Millisecond), what, plural(len(rounds), "round"), first.Func, 100*first.Before, 100*last.After)
 }

@@ -8,9 +8,11 @@ package service
 
 import (
 	"fmt"
+	"path/filepath"
 	"regexp"
 	"time"
 
+	"github.com/kprofd/kprofd/calibrate"
 	"github.com/kprofd/kprofd/daemon"
 	"github.com/kprofd/kprofd/internal/plan"
 )
@@ -44,6 +46,10 @@ type Request struct {
 	MaxNodes int `json:"max_nodes,omitempty"`
 	// Alloc profiles allocations too (daemon.Config.Alloc).
 	Alloc bool `json:"alloc,omitempty"`
+	// Forget starts hybrid mode fully probed, without the demotions an
+	// earlier session on the same executable and roots ended with, and
+	// leaves none for the next (daemon.Config.Memory).
+	Forget bool `json:"forget,omitempty"`
 	// Format is the text view the session ends with: tree (default), top
 	// or none. Folded asks for folded stacks (flame graphs) too.
 	Format string `json:"format,omitempty"`
@@ -94,6 +100,9 @@ func (r *Request) Config() (daemon.Config, time.Duration, error) {
 	if cfg.Budget, err = daemon.ParseBudget(or(r.Budget, "10%")); err != nil {
 		return cfg, 0, fmt.Errorf("--overhead-budget: %w", err)
 	}
+	if cfg.Mode == daemon.ModeHybrid && !r.Forget {
+		cfg.Memory = MemoryDir()
+	}
 	if cfg.SampleHz < 1 || cfg.SampleHz > 100000 {
 		return cfg, 0, fmt.Errorf("--sample-hz must be between 1 and 100000, not %d", cfg.SampleHz)
 	}
@@ -123,6 +132,10 @@ func (r *Request) Config() (daemon.Config, time.Duration, error) {
 	}
 	return cfg, d, nil
 }
+
+// MemoryDir is where hybrid sessions leave their demotions for the next
+// session on the same executable and roots.
+func MemoryDir() string { return filepath.Join(calibrate.CacheDir(), "demotions") }
 
 // describe says how the session traces: "hybrid mode, overhead budget
 // 10%", "exact mode".

@@ -1,0 +1,304 @@
+package daemon
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/kprofd/kprofd/internal/plan"
+	"github.com/kprofd/kprofd/symbolizer"
+)
+
+// Hybrid mode learns round by round which functions cost too much to
+// probe. On a large program the first rounds take hundreds of
+// milliseconds, during which the target pays for probes it is about to
+// lose, and more while they go: taking a breakpoint out holds the
+// target's memory lock, which its traps wait on (see README, Hybrid
+// mode). A session therefore remembers, per executable and roots, the
+// stage each function ended at (Config.Memory), and the next session
+// starts those functions there: their lost probes are never attached,
+// and the bursts estimate their calls from the start.
+//
+// What is remembered goes stale when the workload changes. A remembered
+// function the bursts never saw called is forgotten at the end of the
+// session (a later session demotes it again if it is hot, at the cost of
+// a round); one they saw is kept, as it may only be cheap between hot
+// phases. --remember=false starts fully probed and saves nothing.
+
+// memoryVersion changes when the file's meaning does.
+const memoryVersion = 1
+
+// memoryFile is what a session remembers for the next one.
+type memoryFile struct {
+	Version int `json:"version"`
+	// Executable and Roots say what the memory is of (the file name is a
+	// hash of them), for whoever reads it.
+	Executable string   `json:"executable"`
+	Roots      []string `json:"roots"`
+	// Budget is the overhead budget the stages were reached at: a
+	// session with a larger budget does not start from them.
+	Budget float64           `json:"budget"`
+	Saved  time.Time         `json:"saved"`
+	Funcs  []rememberedStage `json:"functions"`
+}
+
+// rememberedStage is the stage one function ended a session at.
+type rememberedStage struct {
+	// Object identifies the function's file (objectIdentity) and Addr
+	// is its link-time address there; Name must match too.
+	Object string `json:"object"`
+	Addr   uint64 `json:"addr"`
+	Name   string `json:"name"`
+	Stage  Stage  `json:"stage"`
+	// Sites says the probes on its indirect calls were dropped.
+	Sites bool `json:"sites,omitempty"`
+}
+
+// objectIdentity names an object by its build id, else by its path (a
+// function's name must then match as well).
+func objectIdentity(m *symbolizer.Mapped) string {
+	if id := m.BuildID(); id != "" {
+		return "build-id:" + id
+	}
+	return "path:" + m.Path()
+}
+
+// memoryPath is the file that holds the memory of sessions on the
+// executable exe with roots, in any order.
+func memoryPath(dir string, exe *symbolizer.Mapped, roots []string) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\x00%s", objectIdentity(exe), strings.Join(slices.Sorted(slices.Values(roots)), "\x00"))
+	return filepath.Join(dir, hex.EncodeToString(h.Sum(nil)[:12])+".json")
+}
+
+// readMemory returns the memory at path; nil and no error when there is
+// none, or one of another version.
+func readMemory(path string) (*memoryFile, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var mf memoryFile
+	if err := json.Unmarshal(b, &mf); err != nil {
+		return nil, fmt.Errorf("reading %s: %w", path, err)
+	}
+	if mf.Version != memoryVersion {
+		return nil, nil
+	}
+	return &mf, nil
+}
+
+// writeMemory replaces the memory at path atomically.
+func writeMemory(path string, mf *memoryFile) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(mf, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, append(b, '\n'), 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// recall returns the demotions a session of pl starts with, from mf: the
+// remembered stages of the plan's functions, other than roots and
+// functions not traced at all, and closed under the rule that a function
+// demoted to sampling takes its subtree along (m.subtree), as the monitor
+// demotes. A memory made with a smaller budget than budget is not used:
+// why says so. The demotions are applied to m.
+func recall(mf *memoryFile, pl *plan.Plan, m *costModel, budget float64) (ds []demotion, why string) {
+	if mf == nil || len(mf.Funcs) == 0 {
+		return nil, ""
+	}
+	when := mf.Saved.Local().Format("2006-01-02 15:04:05")
+	if budget > mf.Budget*(1+1e-9) {
+		return nil, fmt.Sprintf("not starting from the demotions of the session of %s: its overhead budget was %g%%, below this one's", when, 100*mf.Budget)
+	}
+	type key struct {
+		obj  string
+		addr uint64
+	}
+	byKey := make(map[key]*plan.Func, len(pl.Funcs))
+	for _, f := range pl.Funcs {
+		byKey[key{objectIdentity(f.Node.Obj), f.Node.Func.Addr}] = f
+	}
+	reason := "remembered from the session of " + when
+	stage := make(map[int]Stage)
+	sites := make(map[int]bool)
+	named := make(map[int]bool) // remembered demoted to sampling
+	for _, r := range mf.Funcs {
+		f := byKey[key{r.Object, r.Addr}]
+		if f == nil || f.Node.Func.Name != r.Name || f.Root || f.Untraced != "" || f.Alloc != nil || r.Stage > StageSampled {
+			continue
+		}
+		id := int(f.ID)
+		if r.Stage > StageFull {
+			stage[id] = max(stage[id], r.Stage)
+			if r.Stage == StageEntry && !m.funcs[id].exits {
+				stage[id] = StageSampled // as the model's next would have it
+			}
+			named[id] = named[id] || stage[id] == StageSampled
+		}
+		if r.Sites {
+			sites[id] = true
+		}
+	}
+	for id, st := range stage {
+		if st != StageSampled {
+			continue
+		}
+		for _, j := range m.subtree(id) {
+			if m.funcs[j].pinned || m.funcs[j].alloc != 0 {
+				continue
+			}
+			stage[j] = StageSampled
+		}
+	}
+	for id := range sites {
+		if stage[id] != StageSampled {
+			ds = append(ds, demotion{id: id, stage: stage[id], sites: true, reason: reason})
+		}
+	}
+	// A callee the memory does not name was not called in the last
+	// session, or not since it started demoted: like a callee demoted
+	// with its caller while idle, its probes go in, its events are
+	// dropped, and they go when it is called (monitor.lingering).
+	for id, st := range stage {
+		d := demotion{id: id, stage: st, reason: reason}
+		if st == StageSampled && !named[id] {
+			d.idle = true
+			d.reason += "; not called lately: its probes stay in until it is"
+		}
+		ds = append(ds, d)
+	}
+	slices.SortFunc(ds, func(a, b demotion) int {
+		if a.id != b.id {
+			return a.id - b.id
+		}
+		return boolInt(a.sites) - boolInt(b.sites)
+	})
+	for _, d := range ds {
+		f := &m.funcs[d.id]
+		if d.sites {
+			f.noSites = true
+		} else {
+			f.stage = d.stage
+		}
+	}
+	return ds, ""
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// omitted returns the probe parts each remembered demotion leaves out
+// of the attach: an idle one leaves none.
+func omitted(ds []demotion) map[int][]int {
+	parts := map[int][]int{}
+	for _, d := range ds {
+		if !d.idle {
+			parts[d.id] = append(parts[d.id], demotedParts(d)...)
+		}
+	}
+	return parts
+}
+
+// sessionEnd is what memorize takes of a stopped hybrid session.
+type sessionEnd struct {
+	stages  []Stage // by function id
+	noSites []bool  // by function id: its indirect calls' probes dropped
+	// remembered holds the functions it started demoted, lingering
+	// those whose probes stayed in until they would be called.
+	remembered, lingering map[int]bool
+	// called reports whether the counters saw a function called.
+	called func(id int) bool
+}
+
+// memorize returns what a session ending as e leaves for the next one:
+// every demoted function of the plan, but those whose probes linger (the
+// next session demotes them with their caller, lingering again) and
+// those that started demoted and that nothing saw called since, whose
+// memory goes stale.
+func memorize(pl *plan.Plan, exe string, roots []string, budget float64, e sessionEnd) *memoryFile {
+	mf := &memoryFile{Version: memoryVersion, Executable: exe, Roots: roots, Budget: budget, Saved: time.Now()}
+	for _, f := range pl.Funcs {
+		id := int(f.ID)
+		if id >= len(e.stages) || f.Root || f.Alloc != nil || e.lingering[id] {
+			continue
+		}
+		st, ns := e.stages[id], id < len(e.noSites) && e.noSites[id]
+		if st == StageFull && !ns {
+			continue
+		}
+		if e.remembered[id] && !e.called(id) {
+			continue
+		}
+		mf.Funcs = append(mf.Funcs, rememberedStage{Object: objectIdentity(f.Node.Obj), Addr: f.Node.Func.Addr,
+			Name: f.Node.Func.Name, Stage: st, Sites: ns && st != StageSampled})
+	}
+	return mf
+}
+
+// recall reads the session's memory and returns the demotions it starts
+// with, applied to m; a memory that cannot be read is a warning.
+func (s *Session) recall(m *costModel) []demotion {
+	if s.cfg.Memory == "" || s.cfg.Alloc {
+		return nil
+	}
+	mf, err := readMemory(memoryPath(s.cfg.Memory, s.prep.Proc.Objects[0], s.cfg.Roots))
+	if err != nil {
+		s.cfg.warnf("starting fully probed: %v", err)
+		return nil
+	}
+	ds, why := recall(mf, s.prep.Plan, m, s.cfg.Budget)
+	if why != "" {
+		s.cfg.warnf("%s", why)
+	}
+	return ds
+}
+
+// memorize leaves the stages the stopped session's functions ended at
+// for the next session; a session no thread ran in leaves the memory as
+// it was. The monitor must be stopped.
+func (s *Session) memorize() {
+	if s.cfg.Memory == "" || s.cfg.Alloc || !s.entered.Load() {
+		return
+	}
+	m := s.monitor
+	noSites := make([]bool, len(m.model.funcs))
+	for i, f := range m.model.funcs {
+		noSites[i] = f.noSites
+	}
+	var calls []uint64
+	if len(m.history) > 0 {
+		calls = m.history[len(m.history)-1].calls
+	}
+	e := sessionEnd{stages: m.model.stages(), noSites: noSites, remembered: m.remembered, lingering: map[int]bool{},
+		called: func(id int) bool { return 2*id < len(calls) && calls[2*id] > 0 }}
+	for id := range m.lingering {
+		e.lingering[id] = true
+	}
+	mf := memorize(s.prep.Plan, s.prep.Proc.Objects[0].Path(), s.cfg.Roots, s.cfg.Budget, e)
+	if err := writeMemory(memoryPath(s.cfg.Memory, s.prep.Proc.Objects[0], s.cfg.Roots), mf); err != nil {
+		s.cfg.warnf("the next session will start fully probed: saving this one's demotions: %v", err)
+	}
+}

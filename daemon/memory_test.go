@@ -1,0 +1,159 @@
+package daemon
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/kprofd/kprofd/internal/plan"
+)
+
+// TestMemory checks what a session leaves for the next one and what the
+// next one starts from, on ctree's plan: the stages read back as they
+// were left, a caller demoted to sampling takes its subtree along, a
+// memory made at a smaller budget or of another function (its name
+// changed) is not used, and a remembered function nothing saw called is
+// forgotten.
+func TestMemory(t *testing.T) {
+	pl := ctreePlan(t, plan.ExitsRet)
+	byName := funcsByName(pl)
+	costs := callCosts(pl, nil)
+	model := func() *costModel { return newCostModel(pl, costs, 0.10) }
+	m := model()
+	// A caller with callees, and a leaf outside its subtree that has
+	// exits to drop.
+	caller := -1
+	for i, f := range m.funcs {
+		if !f.pinned && len(f.callees) > 0 {
+			caller = i
+			break
+		}
+	}
+	if caller < 0 {
+		t.Fatal("ctree's plan has no function with callees below the root")
+	}
+	below := m.subtree(caller)
+	leaf := -1
+	for i, f := range m.funcs {
+		if !f.pinned && len(f.callees) == 0 && f.exits && !slices.Contains(below, i) {
+			leaf = i
+			break
+		}
+	}
+	if leaf < 0 {
+		t.Fatal("ctree's plan has no leaf with exits outside the caller's subtree")
+	}
+	if len(below) < 2 {
+		t.Fatalf("%s's subtree %v holds no callee", m.name(caller), below)
+	}
+	stages := make([]Stage, len(pl.Funcs))
+	for _, j := range below {
+		stages[j] = StageSampled
+	}
+	stages[leaf] = StageEntry
+	always := func(int) bool { return true }
+	end := sessionEnd{stages: stages, noSites: make([]bool, len(pl.Funcs)), called: always}
+	exe := pl.Funcs[0].Node.Obj
+
+	dir := t.TempDir()
+	path := memoryPath(dir, exe, []string{"handle_request", "other"})
+	if other := memoryPath(dir, exe, []string{"other", "handle_request"}); other != path {
+		t.Errorf("the roots' order changes the memory's file: %s, %s", path, other)
+	}
+	if other := memoryPath(dir, exe, []string{"handle_request"}); other == path {
+		t.Errorf("other roots share the memory's file %s", path)
+	}
+	if mf, err := readMemory(path); mf != nil || err != nil {
+		t.Fatalf("no memory yet: read %v, %v", mf, err)
+	}
+	left := memorize(pl, exe.Path(), []string{"handle_request"}, 0.10, end)
+	if len(left.Funcs) != len(below)+1 {
+		t.Errorf("memorized %d functions, want %d", len(left.Funcs), len(below)+1)
+	}
+	if err := writeMemory(path, left); err != nil {
+		t.Fatal(err)
+	}
+	mf, err := readMemory(path)
+	if err != nil || mf == nil {
+		t.Fatalf("reading the memory back: %v, %v", mf, err)
+	}
+
+	m = model()
+	ds, why := recall(mf, pl, m, 0.10)
+	if why != "" {
+		t.Fatalf("not recalled: %s", why)
+	}
+	if got := m.stages(); !slices.Equal(got, stages) {
+		t.Errorf("recalled stages %v, want %v", got, stages)
+	}
+	parts := omitted(ds)
+	if got := parts[caller]; !slices.Equal(got, allParts) {
+		t.Errorf("%s leaves out parts %v, want all %v", m.name(caller), got, allParts)
+	}
+	if got := parts[leaf]; !slices.Equal(got, []int{partExits}) {
+		t.Errorf("%s leaves out parts %v, want its exits", m.name(leaf), got)
+	}
+	for _, d := range ds {
+		if !strings.HasPrefix(d.reason, "remembered from the session of ") || d.idle {
+			t.Errorf("%s: reason %q, idle %v", m.name(d.id), d.reason, d.idle)
+		}
+	}
+
+	// A larger budget may keep probes the memory dropped: not used.
+	m = model()
+	if ds, why := recall(mf, pl, m, 0.20); ds != nil || !strings.Contains(why, "budget was 10%") {
+		t.Errorf("at a 20%% budget: %d demotions, %q; want none, and why", len(ds), why)
+	}
+	if slices.ContainsFunc(m.stages(), func(s Stage) bool { return s != StageFull }) {
+		t.Error("an unused memory changed the model")
+	}
+	// Only the caller remembered: its callees go with it. A function
+	// whose name changed at the same address is another function.
+	only := *mf
+	only.Funcs = nil
+	for _, r := range mf.Funcs {
+		switch r.Addr {
+		case pl.Funcs[caller].Node.Func.Addr:
+			only.Funcs = append(only.Funcs, r)
+		case pl.Funcs[leaf].Node.Func.Addr:
+			r.Name += "_v2"
+			only.Funcs = append(only.Funcs, r)
+		}
+	}
+	m = model()
+	ds, _ = recall(&only, pl, m, 0.10)
+	want := slices.Clone(stages)
+	want[leaf] = StageFull
+	if got := m.stages(); !slices.Equal(got, want) {
+		t.Errorf("caller alone, leaf renamed: stages %v, want %v", got, want)
+	}
+	// The callees the memory does not name were not called: their
+	// probes go in and linger, as when demoted with their caller idle.
+	for _, d := range ds {
+		if d.idle != (d.id != caller) {
+			t.Errorf("caller alone: %s idle %v", m.name(d.id), d.idle)
+		}
+	}
+	if parts := omitted(ds); len(parts) != 1 || !slices.Equal(parts[caller], allParts) {
+		t.Errorf("caller alone: parts left out %v, want the caller's only", parts)
+	}
+
+	// A remembered function nothing saw called goes stale; one that was
+	// seen stays.
+	// A function whose probes still linger is left to the closure.
+	end.remembered = map[int]bool{leaf: true, caller: true}
+	end.called = func(id int) bool { return id == caller }
+	lingers := below[slices.IndexFunc(below, func(j int) bool { return j != caller })]
+	end.lingering = map[int]bool{lingers: true}
+	again := memorize(pl, exe.Path(), nil, 0.10, end)
+	names := map[string]bool{}
+	for _, r := range again.Funcs {
+		names[r.Name] = true
+	}
+	if !names[pl.Funcs[caller].Node.Func.Name] || names[pl.Funcs[leaf].Node.Func.Name] || names[pl.Funcs[lingers].Node.Func.Name] {
+		t.Errorf("after a session that saw %s called and %s not, %s lingering: remembered %v", m.name(caller), m.name(leaf), m.name(lingers), names)
+	}
+	if byName["handle_request"] == nil || names["handle_request"] {
+		t.Error("the root is remembered, or missing from the plan")
+	}
+}
