@@ -238,11 +238,14 @@ func runAttach(ctx context.Context, o *attachOptions, stdout, stderr io.Writer) 
 			return nil
 		},
 		Started: func(st service.Started) {
-			fmt.Fprintf(stderr, "kprofd: tracing pid %d below %s (%s): %d functions, %d probes, exits by %s; Ctrl-C to stop\n",
+			msg := fmt.Sprintf("kprofd: tracing pid %d below %s (%s): %d functions, %d probes, exits by %s; Ctrl-C to stop\n",
 				st.PID, strings.Join(st.Roots, ", "), st.How, st.Functions, st.Probes, st.Exits)
 			if o.verbose {
-				fmt.Fprintf(stderr, "kprofd: bpf programs %v, links %v\n", st.Programs, st.Links)
+				msg += fmt.Sprintf("kprofd: bpf programs %v, links %v\n", st.Programs, st.Links)
 			}
+			// One write: whoever waits for the first line finds the
+			// kernel ids with it.
+			io.WriteString(stderr, msg)
 		},
 		Progress: progress.show,
 		Warn:     func(text string) { fmt.Fprintf(stderr, "%skprofd: warning: %s\n", clearLine, text) },
