@@ -181,12 +181,12 @@ func (b *burstCounts) due(t uint64) ([]uint32, uint64) {
 // gets its callers to count per and their calls so far, from which the
 // calls after the demotion are counted.
 func (b *burstCounts) demoted(fns map[cct.FuncID]uint32, roots []*cct.Node, t uint64) {
+	// Functions the session started demoted had no call counted in any
+	// tree: a context of theirs found later counts its caller's calls
+	// from 0, as in a tree new since.
 	trees := map[*cct.Node]bool{}
-	for _, r := range roots {
-		// Functions the session started demoted had no call counted
-		// in any tree: a context of theirs found later counts its
-		// caller's calls from 0, as in a tree new since.
-		if !b.log.fromAttach(t) {
+	if !b.log.fromAttach(t) {
+		for _, r := range roots {
 			trees[r] = true
 		}
 	}

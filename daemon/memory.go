@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -169,7 +170,8 @@ func recall(mf *memoryFile, pl *plan.Plan, m *costModel, budget float64) (ds []d
 			stage[j] = StageSampled
 		}
 	}
-	for id := range sites {
+	// In id order, for the reports.
+	for _, id := range slices.Sorted(maps.Keys(sites)) {
 		if stage[id] != StageSampled {
 			ds = append(ds, demotion{id: id, stage: stage[id], sites: true, reason: reason})
 		}
@@ -178,20 +180,14 @@ func recall(mf *memoryFile, pl *plan.Plan, m *costModel, budget float64) (ds []d
 	// session, or not since it started demoted: like a callee demoted
 	// with its caller while idle, its probes go in, its events are
 	// dropped, and they go when it is called (monitor.lingering).
-	for id, st := range stage {
-		d := demotion{id: id, stage: st, reason: reason}
-		if st == StageSampled && !named[id] {
+	for _, id := range slices.Sorted(maps.Keys(stage)) {
+		d := demotion{id: id, stage: stage[id], reason: reason}
+		if d.stage == StageSampled && !named[id] {
 			d.idle = true
 			d.reason += "; not called lately: its probes stay in until it is"
 		}
 		ds = append(ds, d)
 	}
-	slices.SortFunc(ds, func(a, b demotion) int {
-		if a.id != b.id {
-			return a.id - b.id
-		}
-		return boolInt(a.sites) - boolInt(b.sites)
-	})
 	for _, d := range ds {
 		f := &m.funcs[d.id]
 		if d.sites {
@@ -201,13 +197,6 @@ func recall(mf *memoryFile, pl *plan.Plan, m *costModel, budget float64) (ds []d
 		}
 	}
 	return ds, ""
-}
-
-func boolInt(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }
 
 // omitted returns the probe parts each remembered demotion leaves out
