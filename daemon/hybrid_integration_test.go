@@ -4,7 +4,9 @@ package daemon_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
+	"log/slog"
 	"maps"
 	"math"
 	"os"
@@ -88,8 +90,10 @@ func TestHybridDemotesHotLeaf(t *testing.T) {
 	// work, the others (clock_gettime's and mid_leaf's calls, some
 	// thousands a second each) about a tenth of it together, which a
 	// 10% budget would leave to measurement noise.
+	var debug bytes.Buffer // JSONHandler writes under its own lock
 	s, err := daemon.Start(daemon.Config{PID: target.Pid(), Roots: []string{"handle_request"}, Mode: daemon.ModeHybrid,
-		Exclude: excludeUntraced, Warnf: t.Logf, NoDiscovery: true, Budget: 0.25})
+		Exclude: excludeUntraced, Warnf: t.Logf, NoDiscovery: true, Budget: 0.25,
+		Log: slog.New(slog.NewJSONHandler(&debug, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,6 +141,7 @@ func TestHybridDemotesHotLeaf(t *testing.T) {
 	}
 	p := stopAndCheckGone(t, s, target.Pid())
 	target.Exit(t)
+	checkRoundLog(t, &debug, s.Demotions())
 
 	pp := roundTrip(t, p)
 	got := testtarget.PprofCounts(pp, nil)
@@ -437,5 +442,48 @@ func TestHybridRemembers(t *testing.T) {
 	}
 	if !bytes.Contains(b, []byte(`"name": "hot_leaf"`)) {
 		t.Errorf("the memory no longer holds hot_leaf:\n%s", b)
+	}
+}
+
+// checkRoundLog checks the monitor's debug records (Config.Log) of a
+// stopped session against its demotions ds: a round record for each round
+// of them, demoting as many and taking breakpoints out, and a detached
+// record for every round record.
+func checkRoundLog(t *testing.T, log *bytes.Buffer, ds []daemon.Demotion) {
+	t.Helper()
+	type record struct {
+		Msg         string `json:"msg"`
+		Round       int    `json:"round"`
+		Demotions   int    `json:"demotions"`
+		Breakpoints int    `json:"breakpoints"`
+	}
+	logged := map[int]int{} // demotions by round
+	rounds, detached := 0, 0
+	for line := range strings.Lines(log.String()) {
+		var r record
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("debug log line %q: %v", line, err)
+		}
+		switch r.Msg {
+		case "hybrid: round":
+			rounds++
+			if r.Demotions > 0 {
+				logged[r.Round] += r.Demotions
+				if r.Breakpoints == 0 {
+					t.Errorf("round %d logged %d demotions and no breakpoints to take out", r.Round, r.Demotions)
+				}
+			}
+		case "hybrid: round detached":
+			detached++
+		}
+	}
+	want := map[int]int{}
+	for _, d := range ds {
+		if !d.Remembered {
+			want[d.Round]++
+		}
+	}
+	if !maps.Equal(logged, want) || rounds == 0 || detached != rounds {
+		t.Errorf("debug log: demotions by round %v, %d rounds, %d detached; the session's demotions by round %v", logged, rounds, detached, want)
 	}
 }

@@ -2,7 +2,9 @@ package daemon
 
 import (
 	"cmp"
+	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"runtime"
 	"slices"
@@ -28,6 +30,7 @@ type monitor struct {
 	model  *costModel
 	period time.Duration
 	bursts *burstLog // nil: no sampled instrumentation
+	log    *slog.Logger
 
 	// history holds the readings since the last round (which measure
 	// the overhead left), long those of a longer window that may span
@@ -127,7 +130,7 @@ func (p probeCounters) since(old probeCounters) uint64 {
 }
 
 func newMonitor(s *Session, model *costModel, period time.Duration) *monitor {
-	m := &monitor{s: s, model: model, period: period, stop: make(chan struct{}), done: make(chan struct{})}
+	m := &monitor{s: s, model: model, period: period, log: s.cfg.log(), stop: make(chan struct{}), done: make(chan struct{})}
 	m.applied = sync.NewCond(&m.mu)
 	return m
 }
@@ -216,6 +219,7 @@ func (m *monitor) step(now time.Time) error {
 		if err != nil {
 			return err
 		}
+		m.log.Debug("hybrid: breakpoints gone", "at", c.at.Sub(m.s.start))
 		m.history = append(m.history[:0], c)
 		m.long = append(m.long, c)
 		return nil
@@ -306,6 +310,12 @@ func (m *monitor) step(now time.Time) error {
 	for _, id := range late {
 		breakpoints = append(breakpoints, m.s.probes.breakpoints(m.funcOf(id), allParts...)...)
 	}
+	if m.log.Enabled(context.Background(), slog.LevelDebug) {
+		m.log.Debug("hybrid: round", "round", round, "at", now.Sub(m.s.start), "window", now.Sub(old.at),
+			"samples", c.samples-old.samples, "probe_samples", meas.samples, "measured", meas.counted,
+			"overhead", predicted, "after", after, "demotions", len(ds), "idle", idleCount(ds),
+			"called_lingering", len(late), "breakpoints", len(breakpoints), "in_flight", len(m.going))
+	}
 	done := make(chan struct{})
 	m.detaching.Add(1)
 	go func() {
@@ -320,6 +330,17 @@ func (m *monitor) step(now time.Time) error {
 	m.going = append(m.going, &goingRound{addrs: breakpoints, done: done})
 	m.history = append(m.history[:0], c)
 	return nil
+}
+
+// idleCount returns how many of ds are idle: their probes linger.
+func idleCount(ds []demotion) int {
+	n := 0
+	for _, d := range ds {
+		if d.idle {
+			n++
+		}
+	}
+	return n
 }
 
 // goingRound is a round whose breakpoints may still be in the target's
@@ -447,6 +468,7 @@ func (m *monitor) detach(ds []demotion, late []int, now time.Time, round int, pr
 		}()
 	}
 	wg.Wait()
+	m.log.Debug("hybrid: round detached", "round", round, "at", time.Since(m.s.start), "took", time.Since(now))
 	m.mu.Lock()
 	for _, id := range late {
 		delete(m.lingering, id) // bursts may take it now

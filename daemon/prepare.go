@@ -3,6 +3,7 @@ package daemon
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"regexp"
 	"time"
@@ -73,6 +74,13 @@ type Config struct {
 	SampleHz int
 	// Demoted, when set, hears of each demotion as it happens.
 	Demoted func(Demotion)
+	// Log, when set, receives hybrid mode's control decisions at debug
+	// level: each round of demotions (the window it measured, what it
+	// took and the breakpoints it takes out), when a round's
+	// breakpoints are gone from the target's code, and when its
+	// detaches returned. Where a session's time goes before it settles
+	// is read from these.
+	Log *slog.Logger
 	// Memory, in hybrid mode, is the directory where a session leaves
 	// the stages its functions ended at, per executable and roots, and
 	// where the next one starts from (see memory.go); "" for none.
@@ -95,6 +103,14 @@ const (
 	// DefaultMaxNodes holds a session's trees to about 120 MB.
 	DefaultMaxNodes = 1_000_000
 )
+
+// log returns c.Log, or a logger that discards.
+func (c *Config) log() *slog.Logger {
+	if c.Log != nil {
+		return c.Log
+	}
+	return slog.New(slog.DiscardHandler)
+}
 
 func (c *Config) warnf(format string, args ...any) {
 	if c.Warnf != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"strings"
@@ -39,6 +40,7 @@ type attachOptions struct {
 	pause        bool
 	ringMiB      int
 	verbose      bool
+	debug        bool
 	recalibrate  bool
 	budget       string
 	sampleHz     int
@@ -130,11 +132,21 @@ Exits (--exits): ` + plan.ExitRule + `.`,
 	f.BoolVar(&o.alloc, "alloc", false, "also profile allocations: objects and bytes allocated, and still in use, per calling context\n(malloc, calloc, realloc, free, operator new and delete, ... called inside the root)")
 	f.BoolVar(&o.remember, "remember", true, "hybrid mode: start with the demotions the last session on the same executable and roots ended with\n(their probes are never attached), and leave this session's for the next; --remember=false for neither")
 	f.BoolVarP(&o.verbose, "verbose", "v", false, "print warnings about every function and the kernel ids of what is attached")
+	f.BoolVar(&o.debug, "debug", false, "log hybrid mode's control decisions to stderr: each round of demotions (the window it measured,\nthe overhead, the breakpoints it takes out), when its breakpoints are gone and when its detaches return")
 	f.BoolVar(&o.recalibrate, "recalibrate", false, "measure the probes' costs again (quick mode) even when a calibration is cached")
 	f.StringVar(&o.socket, "socket", "", "run the session in the kprofd serve daemon listening on this unix socket\n(default for a user other than root: "+service.DefaultSocket+" when it exists)")
 	cmd.MarkFlagRequired("pid")
 	cmd.MarkFlagRequired("root")
 	return cmd
+}
+
+// logger returns the session's debug log: to stderr with --debug, else
+// none.
+func (o *attachOptions) logger(stderr io.Writer) *slog.Logger {
+	if !o.debug {
+		return nil
+	}
+	return slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
 // request returns the session the flags describe.
@@ -250,6 +262,7 @@ func runAttach(ctx context.Context, o *attachOptions, stdout, stderr io.Writer) 
 		Progress: progress.show,
 		Warn:     func(text string) { fmt.Fprintf(stderr, "%skprofd: warning: %s\n", clearLine, text) },
 		Demoted:  o.demotions.add,
+		Log:      o.logger(stderr),
 		Stopping: func(string) {
 			// A second Ctrl-C now kills kprofd; the kernel then
 			// detaches the probes itself, since their links die with

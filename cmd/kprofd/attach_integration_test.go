@@ -573,14 +573,15 @@ func TestAttachHybrid(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	attach := func(pid int, out string) *kprofdRun {
-		cmd := exec.Command(bin, "attach", "-p", fmt.Sprint(pid), "--root", "handle_request", "-o", out, "--exclude", ":untraced$")
+	attach := func(pid int, out string, extra ...string) *kprofdRun {
+		args := append([]string{"attach", "-p", fmt.Sprint(pid), "--root", "handle_request", "-o", out, "--exclude", ":untraced$"}, extra...)
+		cmd := exec.Command(bin, args...)
 		cmd.Env = append(os.Environ(), "KPROFD_CACHE_DIR="+cache)
 		k := launchKprofd(t, cmd)
 		k.waitAttached(t)
 		return k
 	}
-	k := attach(target.Pid(), out)
+	k := attach(target.Pid(), out, "--debug")
 	target.Run(t, testtarget.HybridRequests)
 	k.cmd.Process.Signal(os.Interrupt)
 	if code := k.wait(t); code != 0 {
@@ -590,6 +591,13 @@ func TestAttachHybrid(t *testing.T) {
 	if !strings.Contains(stderr, "hybrid mode, overhead budget 10%") ||
 		!regexp.MustCompile(`(?m)^kprofd: \+[0-9.]+m?s: demoted .* in \d+ rounds? \(first: hybrid:\w+\); predicted probe overhead \d+% -> \d+% of the target's CPU`).MatchString(stderr) {
 		t.Errorf("stderr does not report hybrid mode and its demotions one line per series:\n%s", stderr)
+	}
+	// --debug: the monitor's records of its first round, which demoted
+	// hot_leaf.
+	for _, msg := range []string{`"hybrid: round" round=1 `, `"hybrid: round detached" round=1 `} {
+		if !regexp.MustCompile(`(?m)^time=\S+ level=DEBUG msg=` + regexp.QuoteMeta(msg)).MatchString(stderr) {
+			t.Errorf("--debug: no record %s in stderr:\n%s", msg, stderr)
+		}
 	}
 	// One line per settled series of rounds (how many series there are
 	// depends on timing), none per demotion without -v.

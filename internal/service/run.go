@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -34,6 +35,8 @@ type Hooks struct {
 	// Stopping is called when tracing ends, before the probes are
 	// detached, with the reason.
 	Stopping func(why string)
+	// Log receives the session's debug records (daemon.Config.Log).
+	Log *slog.Logger
 }
 
 // Started says what a session attached.
@@ -90,7 +93,7 @@ func Run(ctx context.Context, req *Request, calibration func() *calibrate.Result
 	if h.Warn != nil {
 		cfg.Warnf = func(format string, args ...any) { h.Warn(fmt.Sprintf(format, args...)) }
 	}
-	cfg.Demoted = h.Demoted
+	cfg.Demoted, cfg.Log = h.Demoted, h.Log
 	prep, err := daemon.Prepare(cfg)
 	if err != nil {
 		return nil, err

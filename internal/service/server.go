@@ -358,6 +358,7 @@ func (s *Server) startSession(w http.ResponseWriter, r *http.Request) {
 		Warn:     func(text string) { st.send(Message{Type: MsgWarning, Text: text}) },
 		Demoted:  func(d daemon.Demotion) { st.send(Message{Type: MsgDemotion, Demotion: &d}) },
 		Stopping: func(why string) { st.send(Message{Type: MsgStopping, Text: why}) },
+		Log:      log,
 	}
 	out, err := s.run(ctx, req, hooks)
 	end := &End{}
