@@ -274,6 +274,9 @@ func runAttach(ctx context.Context, o *attachOptions, stdout, stderr io.Writer) 
 
 	var end *service.End
 	if socket != "" {
+		if o.debug {
+			fmt.Fprintf(stderr, "kprofd: warning: --debug: the session runs in the daemon at %s; its records go to the daemon's log when it runs with kprofd serve --debug\n", socket)
+		}
 		end, err = service.NewClient(socket).Run(ctx, req, hooks)
 	} else {
 		end, err = runLocal(ctx, req, o.recalibrate, hooks, stderr)

@@ -27,6 +27,7 @@ type serveOptions struct {
 	maxDuration time.Duration
 	maxNodes    int
 	recalibrate bool
+	debug       bool
 }
 
 func newServeCmd() *cobra.Command {
@@ -67,6 +68,7 @@ GET /v1/sessions, GET /v1/sessions/ID/profile, GET /metrics (Prometheus).`,
 	f.DurationVar(&o.maxDuration, "max-duration", service.DefaultMaxDuration, "longest session; one asked for without --duration stops there")
 	f.IntVar(&o.maxNodes, "max-nodes", daemon.DefaultMaxNodes, "calling contexts one session may keep (about 120 bytes each); calls past them fold into their callers")
 	f.BoolVar(&o.recalibrate, "recalibrate", false, "measure the probes' costs again (quick mode) even when a calibration is cached")
+	f.BoolVar(&o.debug, "debug", false, "log at debug level: hybrid mode's control decisions in every session (see attach --debug)")
 	return cmd
 }
 
@@ -77,7 +79,11 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 	if o.maxSessions < 1 || o.maxDuration <= 0 || o.maxNodes < 1 {
 		return errors.New("--max-sessions, --max-duration and --max-nodes must be positive")
 	}
-	log := slog.New(slog.NewTextHandler(stderr, nil))
+	level := slog.LevelInfo
+	if o.debug {
+		level = slog.LevelDebug
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	if ctx == nil {
 		ctx = context.Background()
 	}
