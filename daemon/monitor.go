@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"cmp"
-	"context"
 	"fmt"
 	"log/slog"
 	"os"
@@ -302,20 +301,21 @@ func (m *monitor) step(now time.Time) error {
 		}
 	}
 	var breakpoints []uint64
+	idle := 0
 	for _, d := range ds {
-		if !d.idle {
-			breakpoints = append(breakpoints, m.s.probes.breakpoints(m.funcOf(d.id), demotedParts(d)...)...)
+		if d.idle {
+			idle++
+			continue
 		}
+		breakpoints = append(breakpoints, m.s.probes.breakpoints(m.funcOf(d.id), demotedParts(d)...)...)
 	}
 	for _, id := range late {
 		breakpoints = append(breakpoints, m.s.probes.breakpoints(m.funcOf(id), allParts...)...)
 	}
-	if m.log.Enabled(context.Background(), slog.LevelDebug) {
-		m.log.Debug("hybrid: round", "round", round, "at", now.Sub(m.s.start), "window", now.Sub(old.at),
-			"samples", c.samples-old.samples, "probe_samples", meas.samples, "measured", meas.counted,
-			"overhead", predicted, "after", after, "demotions", len(ds), "idle", idleCount(ds),
-			"called_lingering", len(late), "breakpoints", len(breakpoints), "in_flight", len(m.going))
-	}
+	m.log.Debug("hybrid: round", "round", round, "at", now.Sub(m.s.start), "window", now.Sub(old.at),
+		"samples", c.samples-old.samples, "probe_samples", meas.samples, "measured", meas.counted,
+		"overhead", predicted, "after", after, "demotions", len(ds), "idle", idle,
+		"called_lingering", len(late), "breakpoints", len(breakpoints), "in_flight", len(m.going))
 	done := make(chan struct{})
 	m.detaching.Add(1)
 	go func() {
@@ -330,17 +330,6 @@ func (m *monitor) step(now time.Time) error {
 	m.going = append(m.going, &goingRound{addrs: breakpoints, done: done})
 	m.history = append(m.history[:0], c)
 	return nil
-}
-
-// idleCount returns how many of ds are idle: their probes linger.
-func idleCount(ds []demotion) int {
-	n := 0
-	for _, d := range ds {
-		if d.idle {
-			n++
-		}
-	}
-	return n
 }
 
 // goingRound is a round whose breakpoints may still be in the target's
