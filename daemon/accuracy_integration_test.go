@@ -4,6 +4,7 @@ package daemon_test
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"path/filepath"
 	"regexp"
@@ -31,8 +32,11 @@ var accContexts = []struct{ path, fn string }{
 // BenchmarkCompensation runs the whole cycle of a profile's compensation
 // (a fresh quick calibration, an exact trace, the comparison) once per
 // iteration, for each exit mode, and logs a table per run: per context of
-// testdata/accuracy the true self time per call (the target measured it
-// on itself before any probe was attached), the raw one, kprofd's
+// testdata/accuracy the self time per call the target measured on itself
+// before any probe was attached (the median of batches), the true one
+// (for few_us and tens_us, the mean of their un-probed twins in the same
+// run, held up by the host as often as they were; see acc.c), the raw
+// one, kprofd's
 // compensated one (probe costs measured in the target where it can,
 // calibrate.InTarget), its error and its bound (SelfError), and for
 // comparison the compensation with the calibration alone, by three
@@ -43,15 +47,19 @@ var accContexts = []struct{ path, fn string }{
 // share of contexts whose bound covers their error.
 func BenchmarkCompensation(b *testing.B) {
 	requireRoot(b)
+	// n calls of work per run: enough that the host's hold-ups (about
+	// 50 us each, in 0.5% of 3 us calls) average out of work's mean to
+	// well under the goal of 300 ns; at 3,000 calls their count alone
+	// moved it by 150 ns.
 	for _, tc := range []struct {
 		exits plan.ExitMode
 		n     int
-	}{{plan.ExitsUretprobe, 3000}, {plan.ExitsRet, 1000}} {
+	}{{plan.ExitsUretprobe, 24000}, {plan.ExitsRet, 20000}} {
 		b.Run(tc.exits.String(), func(b *testing.B) {
 			dir := b.TempDir()
 			testtarget.Compile(b, dir, "gcc", "-O2", "-o", "acc", filepath.Join(testtarget.Testdata(), "accuracy", "acc.c"))
 			target := testtarget.Launch(b, filepath.Join(dir, "acc"))
-			truth := parseTruth(b, target.Line(b))
+			before := parseFigures(b, target.Line(b), "true")
 			if line := target.Line(b); line != "ready" {
 				b.Fatalf("acc printed %q", line)
 			}
@@ -67,9 +75,10 @@ func BenchmarkCompensation(b *testing.B) {
 					b.Fatal(err)
 				}
 				target.Send(b, fmt.Sprintf("run %d", tc.n))
-				if line := target.Line(b); line != "done" {
-					b.Fatalf("acc printed %q", line)
-				}
+				// few_us and tens_us: their twins' means in this run,
+				// held up as often as they were (acc.c).
+				truth := maps.Clone(before)
+				maps.Copy(truth, parseFigures(b, target.Line(b), "done"))
 				p, err := s.Stop()
 				if err != nil {
 					b.Fatal(err)
@@ -82,7 +91,7 @@ func BenchmarkCompensation(b *testing.B) {
 				med := compensated(raw, pl, cal, func(s calibrate.Stat) float64 { return s.Median })
 				min := compensated(raw, pl, cal, func(s calibrate.Stat) float64 { return s.Min })
 				var table strings.Builder
-				fmt.Fprintf(&table, "%-17s %7s %7s %7s %6s %6s | %-23s %-23s %-23s\n", "context (ns/call)", "true", "raw", "kprofd", "error", "bound", "calibration: mean, err", "median, err", "min, err")
+				fmt.Fprintf(&table, "%-17s %7s %7s %7s %7s %6s %6s | %-23s %-23s %-23s\n", "context (ns/call)", "before", "true", "raw", "kprofd", "error", "bound", "calibration: mean, err", "median, err", "min, err")
 				w, wc := 0.0, 0.0
 				for _, c := range accContexts {
 					tr := truth[c.fn]
@@ -98,7 +107,7 @@ func BenchmarkCompensation(b *testing.B) {
 						v := perCall(t, p, c.path)
 						return fmt.Sprintf("%7.0f %+8.0f", v, v-tr)
 					}
-					fmt.Fprintf(&table, "%-17s %7.0f %7.0f %7.0f %+6.0f %6.0f | %-23s %-23s %-23s\n", c.path, tr, perCall(raw, p, c.path), got, got-tr, bound, cell(mean), cell(med), cell(min))
+					fmt.Fprintf(&table, "%-17s %7.0f %7.0f %7.0f %7.0f %+6.0f %6.0f | %-23s %-23s %-23s\n", c.path, before[c.fn], tr, perCall(raw, p, c.path), got, got-tr, bound, cell(mean), cell(med), cell(min))
 				}
 				// Printed, not logged: a benchmark's log keeps 10 lines.
 				fmt.Printf("run %d, exits %s, %d calls of work: worst error/goal %.2f (calibration's mean alone: %.2f)\n%s%s", run+1, tc.exits, tc.n, w, wc, table.String(), strings.Join(p.Comments, "\n")+"\n\n")
@@ -115,13 +124,13 @@ func BenchmarkCompensation(b *testing.B) {
 	}
 }
 
-// parseTruth reads "true work=W fanout=F ...".
-func parseTruth(b *testing.B, line string) map[string]float64 {
+// parseFigures reads a line of acc's, "word name=V name=V ...".
+func parseFigures(b *testing.B, line, word string) map[string]float64 {
 	b.Helper()
 	truth := map[string]float64{}
 	fields := strings.Fields(line)
-	if len(fields) < 2 || fields[0] != "true" {
-		b.Fatalf("acc printed %q", line)
+	if len(fields) < 2 || fields[0] != word {
+		b.Fatalf("acc printed %q, want %q and figures", line, word)
 	}
 	for _, f := range fields[1:] {
 		k, v, _ := strings.Cut(f, "=")
@@ -225,7 +234,7 @@ func TestCompensationInTarget(t *testing.T) {
 	}
 	defer s.Close()
 	target.Send(t, fmt.Sprintf("run %d", calls))
-	if line := target.Line(t); line != "done" {
+	if line := target.Line(t); !strings.HasPrefix(line, "done ") {
 		t.Fatalf("acc printed %q", line)
 	}
 	p, err := s.Stop()
