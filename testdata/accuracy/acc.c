@@ -60,30 +60,20 @@ static unsigned spin(unsigned n)
 	return v;
 }
 
-NOINLINE unsigned few_us(void)
-{
-	asm volatile("" ::: "rbx");
-	return spin(3000);
-}
+// SPINNER defines a function that spins n rounds, starting with push rbx.
+// few_us and tens_us run under work; their twins, the same code, are never
+// called under work, so never probed.
+#define SPINNER(name, n)                         \
+	NOINLINE unsigned name(void)             \
+	{                                        \
+		asm volatile("" ::: "rbx");      \
+		return spin(n);                  \
+	}
 
-NOINLINE unsigned tens_us(void)
-{
-	asm volatile("" ::: "rbx");
-	return spin(30000);
-}
-
-// The twins: the same code, never called under work, so never probed.
-NOINLINE unsigned few_twin(void)
-{
-	asm volatile("" ::: "rbx");
-	return spin(3000);
-}
-
-NOINLINE unsigned tens_twin(void)
-{
-	asm volatile("" ::: "rbx");
-	return spin(30000);
-}
+SPINNER(few_us, 3000)
+SPINNER(tens_us, 30000)
+SPINNER(few_twin, 3000)
+SPINNER(tens_twin, 30000)
 
 NOINLINE unsigned work(int x)
 {
