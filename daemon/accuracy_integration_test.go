@@ -127,7 +127,7 @@ func BenchmarkCompensation(b *testing.B) {
 // parseFigures reads a line of acc's, "word name=V name=V ...".
 func parseFigures(b *testing.B, line, word string) map[string]float64 {
 	b.Helper()
-	truth := map[string]float64{}
+	figures := map[string]float64{}
 	fields := strings.Fields(line)
 	if len(fields) < 2 || fields[0] != word {
 		b.Fatalf("acc printed %q, want %q and figures", line, word)
@@ -138,9 +138,9 @@ func parseFigures(b *testing.B, line, word string) map[string]float64 {
 		if _, err := fmt.Sscan(v, &x); err != nil {
 			b.Fatalf("acc printed %q", line)
 		}
-		truth[k] = x
+		figures[k] = x
 	}
-	return truth
+	return figures
 }
 
 // rawTree returns a copy of a compensated tree with the times as measured.
