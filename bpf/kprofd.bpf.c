@@ -575,7 +575,14 @@ static __always_inline int capture(__u64 ip, __u64 sp, __u64 bp, __u64 delta, st
 	st->ev.time = now;
 	st->ev.adjust = now - t0;
 	th->last_check = now;
-	bpf_ringbuf_submit(st, BPF_RB_FORCE_WAKEUP);
+	// A sample waits for the reader's next poll, as events do: woken
+	// at every sample, the reader would run a thousand times a second,
+	// often on the target's CPU. A stack the daemon waits for (a
+	// check, a catch site, a burst's anchor) wakes it.
+	__u64 wake = BPF_RB_FORCE_WAKEUP;
+	if (kind == KIND_SAMPLE && bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) < wakeup_bytes)
+		wake = BPF_RB_NO_WAKEUP;
+	bpf_ringbuf_submit(st, wake);
 	count(STAT_STACKS, 1);
 	return 1;
 }
