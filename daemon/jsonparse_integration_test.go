@@ -54,6 +54,30 @@ func BenchmarkHybridJSON(b *testing.B) {
 	}
 }
 
+// BenchmarkSampleJSON measures what hybrid mode cannot demote: a session
+// of --mode sample on testdata/jsonparse keeps only the root's probes and
+// the stack samples. It runs sessions sampling at DefaultSampleHz and at
+// 50 Hz in turns, each beside its un-probed twin as BenchmarkHybridJSON
+// does, and reports the medians of their steady slowdowns: the second
+// is about the root's probes alone, the difference what the samples
+// cost.
+func BenchmarkSampleJSON(b *testing.B) {
+	requireRoot(b)
+	exe := testtarget.BuildJSONParse(b)
+	cal := machineCalibration(b)
+	rates := []int{daemon.DefaultSampleHz, 50}
+	runs := make([]jsonRuns, len(rates))
+	for range b.N {
+		for i, hz := range rates {
+			runs[i].add(jsonSessionMode(b, exe, daemon.Config{Calibration: cal, SampleHz: hz}, daemon.ModeSample))
+		}
+	}
+	for i, hz := range rates {
+		b.ReportMetric(median(runs[i].steady), fmt.Sprintf("%dHz-steady-x", hz))
+		b.ReportMetric(median(runs[i].steadyCPU), fmt.Sprintf("%dHz-steady-cpu-x", hz))
+	}
+}
+
 // jsonRun is what one session of BenchmarkHybridJSON measured: its first
 // run's slowdown, the median of the others' in wall and CPU time, when
 // its last demotion came, and how many functions it started demoted.
@@ -88,13 +112,18 @@ func (r *jsonRuns) report(b *testing.B, name string) {
 // jsonSession runs one hybrid session of cfg (its target and mode filled
 // in) on a fresh jsonparse process, beside an un-probed twin.
 func jsonSession(b *testing.B, exe string, cfg daemon.Config) jsonRun {
+	return jsonSessionMode(b, exe, cfg, daemon.ModeHybrid)
+}
+
+// jsonSessionMode is jsonSession in mode.
+func jsonSessionMode(b *testing.B, exe string, cfg daemon.Config, mode daemon.Mode) jsonRun {
 	const n = 1000 // requests per run: about half a second un-probed
 	probed, twin := startPinned(b, exe), startPinned(b, exe)
 	want := probed.Run(b, n) // warms both up
 	if got := twin.Run(b, n); got != want {
 		b.Fatalf("twin printed %q, first process %q", got, want)
 	}
-	cfg.PID, cfg.Roots, cfg.Mode = probed.Pid(), []string{"handle_request"}, daemon.ModeHybrid
+	cfg.PID, cfg.Roots, cfg.Mode = probed.Pid(), []string{"handle_request"}, mode
 	s, err := daemon.Start(cfg)
 	if err != nil {
 		b.Fatal(err)
