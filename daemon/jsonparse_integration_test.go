@@ -43,8 +43,9 @@ func BenchmarkHybridJSON(b *testing.B) {
 	for range b.N {
 		for i, budget := range budgets {
 			memory := b.TempDir()
-			fresh[i].add(jsonSession(b, exe, daemon.Config{Budget: budget, Calibration: cal, Memory: memory}))
-			again[i].add(jsonSession(b, exe, daemon.Config{Budget: budget, Calibration: cal, Memory: memory}))
+			cfg := daemon.Config{Mode: daemon.ModeHybrid, Budget: budget, Calibration: cal, Memory: memory}
+			fresh[i].add(jsonSession(b, exe, cfg))
+			again[i].add(jsonSession(b, exe, cfg))
 		}
 	}
 	for i, budget := range budgets {
@@ -69,7 +70,7 @@ func BenchmarkSampleJSON(b *testing.B) {
 	runs := make([]jsonRuns, len(rates))
 	for range b.N {
 		for i, hz := range rates {
-			runs[i].add(jsonSessionMode(b, exe, daemon.Config{Calibration: cal, SampleHz: hz}, daemon.ModeSample))
+			runs[i].add(jsonSession(b, exe, daemon.Config{Mode: daemon.ModeSample, Calibration: cal, SampleHz: hz}))
 		}
 	}
 	for i, hz := range rates {
@@ -109,21 +110,16 @@ func (r *jsonRuns) report(b *testing.B, name string) {
 	}
 }
 
-// jsonSession runs one hybrid session of cfg (its target and mode filled
-// in) on a fresh jsonparse process, beside an un-probed twin.
+// jsonSession runs one session of cfg (its target and root filled in) on
+// a fresh jsonparse process, beside an un-probed twin.
 func jsonSession(b *testing.B, exe string, cfg daemon.Config) jsonRun {
-	return jsonSessionMode(b, exe, cfg, daemon.ModeHybrid)
-}
-
-// jsonSessionMode is jsonSession in mode.
-func jsonSessionMode(b *testing.B, exe string, cfg daemon.Config, mode daemon.Mode) jsonRun {
 	const n = 1000 // requests per run: about half a second un-probed
 	probed, twin := startPinned(b, exe), startPinned(b, exe)
 	want := probed.Run(b, n) // warms both up
 	if got := twin.Run(b, n); got != want {
 		b.Fatalf("twin printed %q, first process %q", got, want)
 	}
-	cfg.PID, cfg.Roots, cfg.Mode = probed.Pid(), []string{"handle_request"}, mode
+	cfg.PID, cfg.Roots = probed.Pid(), []string{"handle_request"}
 	s, err := daemon.Start(cfg)
 	if err != nil {
 		b.Fatal(err)
