@@ -184,7 +184,7 @@ func recall(mf *memoryFile, pl *plan.Plan, m *costModel, budget float64) (ds []d
 		d := demotion{id: id, stage: stage[id], reason: reason}
 		if d.stage == StageSampled && !named[id] {
 			d.idle = true
-			d.reason += "; not called lately: its probes stay in until it is"
+			d.reason += idleReason
 		}
 		ds = append(ds, d)
 	}

@@ -92,6 +92,19 @@ type linger struct {
 	leaving bool   // its entries fired since: its probes are going
 }
 
+// idleReason ends the reason of a demotion whose probes linger.
+const idleReason = "; not called lately: its probes stay in until it is"
+
+// linger keeps function id's probes in until it is called, its entries
+// having counted calls so far; m.mu is held.
+func (m *monitor) linger(id int, calls uint64) {
+	if m.lingering == nil {
+		m.lingering = map[int]*linger{}
+	}
+	m.lingering[id] = &linger{calls: calls}
+	m.lingered++
+}
+
 // counts is one reading of the counters.
 type counts struct {
 	at      time.Time
@@ -409,12 +422,8 @@ func (m *monitor) takeLingering(ds []demotion, calls []uint64) (late []int) {
 			ds[i].idle = false
 			continue
 		}
-		if m.lingering == nil {
-			m.lingering = map[int]*linger{}
-		}
-		m.lingering[d.id] = &linger{calls: calls[2*d.id]}
-		m.lingered++
-		ds[i].reason += "; not called lately: its probes stay in until it is"
+		m.linger(d.id, calls[2*d.id])
+		ds[i].reason += idleReason
 	}
 	m.called += len(late)
 	return late
@@ -517,11 +526,7 @@ func (m *monitor) remember(ds []demotion, t uint64) {
 	m.demotions = append(m.demotions, dems...)
 	for _, d := range ds {
 		if d.idle {
-			if m.lingering == nil {
-				m.lingering = map[int]*linger{}
-			}
-			m.lingering[d.id] = &linger{} // its probes are in
-			m.lingered++
+			m.linger(d.id, 0) // its probes are in, counting from 0
 		}
 	}
 	m.mu.Unlock()
