@@ -53,16 +53,22 @@ func (r *demotionReporter) flush() {
 		r.timer = nil
 	}
 	// A session's remembered demotions all come at its start.
-	remembered := slices.DeleteFunc(slices.Clone(r.pending), func(d daemon.Demotion) bool { return !d.Remembered })
+	var remembered, rounds []daemon.Demotion
+	for _, d := range r.pending {
+		if d.Remembered {
+			remembered = append(remembered, d)
+		} else {
+			rounds = append(rounds, d)
+		}
+	}
+	r.pending = nil
 	if len(remembered) > 0 {
 		fmt.Fprintf(r.w, "%skprofd: started with %s demoted (%s), as the last session on this executable and roots ended (--remember=false to start fully probed)\n",
 			r.prefix, plural(len(remembered), "function"), demotedParts(remembered))
 	}
-	r.pending = slices.DeleteFunc(r.pending, func(d daemon.Demotion) bool { return d.Remembered })
-	if len(r.pending) > 0 {
-		fmt.Fprintf(r.w, "%skprofd: %s\n", r.prefix, summarizeDemotions(r.pending))
+	if len(rounds) > 0 {
+		fmt.Fprintf(r.w, "%skprofd: %s\n", r.prefix, summarizeDemotions(rounds))
 	}
-	r.pending = nil
 }
 
 // demotedParts says how many of ds's functions lost what: "12 to
