@@ -144,7 +144,8 @@ enum {
 	STAT_SEEDS_LOST = 11,	 // threads not checked: no room for their stack
 	STAT_TRAP_SAMPLES = 12,	 // samples in a uprobe's trap (FLAG_TRAP)
 	STAT_BURST_TRAP_SAMPLES = 13, // of those, samples while a burst was armed
-	STAT_MAX = 14,
+	STAT_OUTSIDE_TRAP_SAMPLES = 14, // samples of threads outside every root in a uprobe's trap
+	STAT_MAX = 15,
 };
 
 struct kprofd_event {
@@ -1234,6 +1235,25 @@ static __always_inline int at_breakpoint(__u64 pc)
 	return !bpf_probe_read_user(&op, sizeof(op), (void *)(pc - 1)) && op == 0xcc;
 }
 
+// in_trap reports whether a sample (ctx, with the thread's user registers
+// regs) was taken in a uprobe's trap: in a uprobe trampoline's system
+// call, or in the kernel for an exception that pushed no error code
+// (orig_rax is -1: a breakpoint or a single step, but also an interrupt)
+// just past a breakpoint, while a probed instruction is stepped or right
+// after the probe program ran, whatever its user pc: the kernel moves the
+// pc past an emulated or stepped instruction (to a ret's return address)
+// before it returns to user mode. The breakpoint, the step state and the
+// time keep interrupts (a timer tick that preempts the thread) out.
+static __always_inline int in_trap(struct bpf_perf_event_data *ctx, struct pt_regs *regs, struct task_struct *task,
+				   struct kprofd_thread *th)
+{
+	if (ctx->regs.cs & 3)
+		return 0; // in user mode
+	return regs->orig_rax == NR_URETPROBE || regs->orig_rax == NR_UPROBE ||
+	       ((__s64)regs->orig_rax == -1 &&
+		(stepping(task) || bpf_ktime_get_ns() - th->trapped < TRAP_TAIL_NS || at_breakpoint(regs->rip)));
+}
+
 SEC("perf_event")
 int kprofd_sample(struct bpf_perf_event_data *ctx)
 {
@@ -1253,8 +1273,24 @@ int kprofd_sample(struct bpf_perf_event_data *ctx)
 	} else {
 		th = current_thread();
 	}
-	if (!th || !th->root_slot || th->root_slot == PENDING_SLOT)
+	if (!th || th->root_slot == PENDING_SLOT)
 		return 0;
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct pt_regs regs;
+	if (!th->root_slot) {
+		// Outside every root the thread's time is not the profile's,
+		// but the probes it meets there are the target's cost all the
+		// same: the root's own entry and exits (a thread enters the
+		// root in its entry probe and leaves it in its exit probe, so
+		// most of their traps fall outside), and probed functions
+		// called outside the root. Hybrid mode cannot demote the
+		// root's: they set the floor of its budget.
+		if (th->busy ||
+		    (!bpf_probe_read_kernel(&regs, sizeof(regs), (void *)bpf_task_pt_regs(task)) &&
+		     in_trap(ctx, &regs, task, th)))
+			count(STAT_OUTSIDE_TRAP_SAMPLES, 1);
+		return 0;
+	}
 	count(STAT_ROOT_SAMPLES, 1);
 	if (th->busy) {
 		count(STAT_PROBE_SAMPLES, 1);
@@ -1262,23 +1298,10 @@ int kprofd_sample(struct bpf_perf_event_data *ctx)
 			count(STAT_BURST_SAMPLES, 1);
 		return 0;
 	}
-	struct task_struct *task = bpf_get_current_task_btf();
-	struct pt_regs regs;
 	if (bpf_probe_read_kernel(&regs, sizeof(regs), (void *)bpf_task_pt_regs(task)))
 		return 0;
 	__u8 flags = (ctx->regs.cs & 3) ? 0 : FLAG_KERNEL;
-	// In a uprobe trampoline's system call, or in the kernel for an
-	// exception that pushed no error code (orig_rax is -1: a breakpoint
-	// or a single step, but also an interrupt) just past a breakpoint,
-	// while a probed instruction is stepped or right after the probe
-	// program ran, the thread is in a uprobe's trap whatever its user
-	// pc: the kernel moves the pc past an emulated or stepped
-	// instruction (to a ret's return address) before it returns to user
-	// mode. The breakpoint, the step state and the time keep interrupts
-	// (a timer tick that preempts the thread) out.
-	if (flags && (regs.orig_rax == NR_URETPROBE || regs.orig_rax == NR_UPROBE ||
-		      ((__s64)regs.orig_rax == -1 && (stepping(task) || bpf_ktime_get_ns() - th->trapped < TRAP_TAIL_NS ||
-						      at_breakpoint(regs.rip)))))
+	if (in_trap(ctx, &regs, task, th))
 		flags |= FLAG_TRAP;
 	if (flags & FLAG_TRAP) {
 		// Counted here, not only by the event loop, which may run

@@ -100,6 +100,12 @@ type Stats struct {
 	// a uprobe's trap (FlagTrap), BurstTrapSamples those of them taken
 	// while a burst was armed (SetBurstsArmed).
 	TrapSamples, BurstTrapSamples uint64
+	// OutsideTrapSamples counts the samples of threads that were inside a
+	// root before and are outside every root now, taken in a uprobe's
+	// trap or probe program: most of the root's own entry and exit
+	// traps, and probes hit outside the root. Goroutines are not
+	// counted: their context goes when they leave the root.
+	OutsideTrapSamples uint64
 	// Outside counts probe hits of threads outside every root: they cost
 	// the target and record nothing.
 	Outside uint64
@@ -125,6 +131,7 @@ const (
 	statSeedsLost
 	statTrapSamples
 	statBurstTrapSamples
+	statOutsideTrapSamples
 	statMax
 )
 
@@ -316,7 +323,8 @@ func (p *Program) Stats() (Stats, error) {
 		statStacks: &s.Stacks, statStacksLost: &s.StacksLost, statTargetSamples: &s.TargetSamples,
 		statRootSamples: &s.RootSamples, statProbeSamples: &s.ProbeSamples, statBurstSamples: &s.BurstSamples,
 		statOutside: &s.Outside, statSeeds: &s.Seeds, statSeedsLost: &s.SeedsLost,
-		statTrapSamples: &s.TrapSamples, statBurstTrapSamples: &s.BurstTrapSamples}
+		statTrapSamples: &s.TrapSamples, statBurstTrapSamples: &s.BurstTrapSamples,
+		statOutsideTrapSamples: &s.OutsideTrapSamples}
 	for i, dst := range counters {
 		var perCPU []uint64
 		if err := p.objs.Stats.Lookup(uint32(i), &perCPU); err != nil {
