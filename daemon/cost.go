@@ -379,6 +379,10 @@ type measurement struct {
 	// samples in probes hold their traps, so they measure nothing, and
 	// the prediction steers, scaled as the last measured window found.
 	inFlight bool
+	// floor is the overhead of the probes no demotion takes: those
+	// threads meet outside the root, the root's own entry and exits
+	// among them. It is spent of the budget before any function's probes.
+	floor float64
 }
 
 // overheadZ is the one-sided normal quantile of the lower confidence bound
@@ -474,7 +478,10 @@ func (m *costModel) decideRound(rates []float64, cpu float64, samples uint64, me
 		scale = m.scale
 	}
 	probe *= scale
-	budget := m.budget
+	// What the probes outside the root take is spent: with nothing left,
+	// every function below the root goes, the closest the budget can be
+	// come.
+	budget := max(m.budget-meas.floor, 0)
 	if m.burstShare > 0 && slices.ContainsFunc(m.funcs, func(f modelFunc) bool { return f.stage == StageSampled && !f.pinned }) {
 		budget *= 1 - m.burstShare
 	}
@@ -532,6 +539,10 @@ func (m *costModel) decideRound(rates []float64, cpu float64, samples uint64, me
 			target = math.Max(target, probe/2)
 		}
 	}
+	budgetText := fmt.Sprintf("%.0f%%", 100*budget)
+	if meas.floor > 0 {
+		budgetText = fmt.Sprintf("%.0f%%, %.1f%% of it spent by the probes outside the root", 100*m.budget, 100*min(meas.floor, m.budget))
+	}
 	var out []demotion
 	for probe > target || len(out) == 0 && probe*perOwn > budget {
 		// Rank by what a function's demotion can save in all (calibration
@@ -579,8 +590,8 @@ func (m *costModel) decideRound(rates []float64, cpu float64, samples uint64, me
 		if j := 2*best + 1; m.sites && j < len(rates) && rates[j] > 0 {
 			reason += fmt.Sprintf(" + %s indirect calls/s × %s of site probe", rate(rates[j]), time.Duration(m.siteCost).Round(time.Nanosecond))
 		}
-		reason += fmt.Sprintf(" = %.0f%% of the target's own CPU time (all probes %.0f%%%s, budget %.0f%%)",
-			100*scale*m.load(rates, best, f.stage)*perOwn, 100*before, measured, 100*budget)
+		reason += fmt.Sprintf(" = %.0f%% of the target's own CPU time (all probes %.0f%%%s, budget %s)",
+			100*scale*m.load(rates, best, f.stage)*perOwn, 100*before, measured, budgetText)
 		if bestSites {
 			probe -= scale * m.siteLoad(rates, best)
 			f.noSites = true

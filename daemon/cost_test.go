@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kprofd/kprofd/internal/alloc"
 	"github.com/kprofd/kprofd/internal/plan"
@@ -345,6 +346,74 @@ func TestCostModelMeasured(t *testing.T) {
 	ds, _, _ = m.decideRound(phase, cpu, 100, measurement{samples: 100, counted: true})
 	if got, want := names(ds), "lib_compute:all lib_helper:all"; got != want {
 		t.Errorf("without it: %s, want %s", got, want)
+	}
+}
+
+// TestCostModelFloor checks that the probes outside the root (the
+// floor) are spent of the budget first: samples that do not prove the
+// budget passed on their own do with the floor, and a floor over the
+// budget leaves nothing, so every function below the root goes.
+func TestCostModelFloor(t *testing.T) {
+	pl := ctreePlan(t, plan.ExitsUretprobe)
+	byName := funcsByName(pl)
+	costs := callCosts(pl, nil)
+	hot := make([]float64, 2*len(pl.Funcs))
+	for name, v := range map[string]float64{"walk": 2e6, "parse": 1000, "handle_request": 1000} {
+		hot[2*byName[name].ID] = v
+	}
+	names := func(ds []demotion) string {
+		var s []string
+		for _, d := range ds {
+			s = append(s, pl.Funcs[d.id].Node.Func.Name+":"+d.stage.String()[:3])
+		}
+		slices.Sort(s)
+		return strings.Join(s, " ")
+	}
+	for _, tc := range []struct {
+		floor float64
+		want  string
+	}{
+		{0, ""},                      // 12 of 100: not proven over 10%
+		{0.05, "walk:exi"},           // at least 8% proven, 5% left: walk's exits are enough
+		{0.08, "walk:all"},           // 2% left: its entries too
+		{0.12, "parse:all walk:all"}, // nothing left: all below the root
+		{0.10, "parse:all walk:all"}, // exactly nothing left
+	} {
+		m := newCostModel(pl, costs, 0.10)
+		ds, _, _ := m.decideRound(hot, 1e9, 100, measurement{samples: 12, counted: true, floor: tc.floor})
+		if got := names(ds); got != tc.want {
+			t.Errorf("floor %.2f: demoted %q, want %q", tc.floor, got, tc.want)
+		}
+		for _, d := range ds {
+			if !strings.Contains(d.reason, "budget 10%") || tc.floor > 0 && !strings.Contains(d.reason, "outside the root") {
+				t.Errorf("floor %.2f: reason %q does not give the budget and what the floor took", tc.floor, d.reason)
+			}
+		}
+	}
+}
+
+// TestMonitorFloor checks the floor's measurement: the samples of the
+// last floorWindow only, and their lower bound.
+func TestMonitorFloor(t *testing.T) {
+	var m monitor
+	t0 := time.Unix(0, 0)
+	reading := func(at time.Duration, samples, inRoot, outside uint64) counts {
+		return counts{at: t0.Add(at), samples: samples, probe: probeCounters{inProgram: inRoot}, outside: outside}
+	}
+	if got := m.floorAt(reading(0, 0, 0, 0)); got != 0 {
+		t.Errorf("first reading: floor %v, want 0", got)
+	}
+	// 50 of 1,000 samples outside the root in probes, 100 inside:
+	// 50 over the 850 of the target's own.
+	_, want := overheadBounds(50, 900)
+	if got := m.floorAt(reading(500*time.Millisecond, 1000, 100, 50)); math.Abs(got-want) > 1e-12 {
+		t.Errorf("after 0.5 s: floor %v, want %v", got, want)
+	}
+	// 1.5 s on, the first reading is out of the window: from the
+	// second, 10 of 1,000 more outside, none inside.
+	_, want = overheadBounds(10, 1000)
+	if got := m.floorAt(reading(1500*time.Millisecond, 2000, 100, 60)); math.Abs(got-want) > 1e-12 {
+		t.Errorf("after 1.5 s: floor %v, want %v (the window's first reading dropped)", got, want)
 	}
 }
 

@@ -66,13 +66,16 @@ type monitor struct {
 	// remembered holds the functions the session started demoted (see
 	// memory.go), by id.
 	remembered map[int]bool
-	err        error   // what stopped the loop
-	detachErr  error   // the first detach that failed in a round's background
-	own        float64 // the target's own CPU time per second in the last window (ns/s)
-	readings   int     // counter readings taken
-	rounds     int     // readings that demoted something
-	peak       float64 // highest predicted overhead seen
-	latest     float64 // predicted overhead after the last reading's demotions
+	err        error          // what stopped the loop
+	detachErr  error          // the first detach that failed in a round's background
+	own        float64        // the target's own CPU time per second in the last window (ns/s)
+	readings   int            // counter readings taken
+	rounds     int            // readings that demoted something
+	peak       float64        // highest predicted overhead seen
+	latest     float64        // predicted overhead after the last reading's demotions
+	floors     []floorReading // the readings of the last floorWindow
+	floor      float64        // the last floor measured (see monitor.floorAt)
+	floorSaid  bool           // the user was warned that the floor passes the budget
 
 	stop chan struct{}
 	done chan struct{}
@@ -114,7 +117,14 @@ type counts struct {
 	// those found in each function's probes.
 	probe      probeCounters
 	trapByFunc map[uint32]uint64
+	// outside counts the samples in the probes of threads outside the
+	// root (see bpf.Stats.OutsideTrapSamples).
+	outside uint64
 }
+
+// total returns the samples in any probe, bursts' included, inside the
+// root.
+func (p probeCounters) total() uint64 { return p.inProgram + p.inTrap }
 
 // probeCounters are the kernel's counters of samples in probes: in the
 // probe program (inProgram) or in its trap (inTrap), and of each, those
@@ -211,7 +221,38 @@ func (m *monitor) read(now time.Time) (counts, error) {
 	c.probe = probeCounters{inProgram: st.ProbeSamples, inBurstProgram: st.BurstSamples,
 		inTrap: st.TrapSamples, inBurstTrap: st.BurstTrapSamples}
 	c.trapByFunc = m.s.sim.TrapSamples()
+	c.outside = st.OutsideTrapSamples
 	return c, nil
+}
+
+// floorWindow is how far back the floor is measured: its samples are a
+// few in a hundred.
+const floorWindow = time.Second
+
+// floorReading is what the floor is measured from in one reading.
+type floorReading struct {
+	at                       time.Time
+	samples, inRoot, outside uint64
+}
+
+// floorAt takes in reading c and returns the lower bound of the overhead
+// of the probes that threads meet outside the root (the root's own entry
+// and exits, which no demotion takes) over the last floorWindow: a lower
+// bound, since demotions are never undone and a floor read too high would
+// take functions for good.
+func (m *monitor) floorAt(c counts) float64 {
+	m.floors = append(m.floors, floorReading{at: c.at, samples: c.samples, inRoot: c.probe.total(), outside: c.outside})
+	for len(m.floors) > 2 && c.at.Sub(m.floors[1].at) >= floorWindow {
+		m.floors = m.floors[1:]
+	}
+	old := m.floors[0]
+	outside := c.outside - old.outside
+	others := c.samples - old.samples - (c.probe.total() - old.inRoot)
+	if outside == 0 || others <= outside {
+		return 0
+	}
+	_, low := overheadBounds(outside, others)
+	return low
 }
 
 func (m *monitor) step(now time.Time) error {
@@ -252,7 +293,13 @@ func (m *monitor) step(now time.Time) error {
 	// say otherwise would hide any overhead.
 	cpu := min(float64(c.samples-old.samples)*float64(m.period)/dt, float64(runtime.NumCPU())*1e9)
 	m.mu.Lock() // the model grows as functions are found
-	meas := measurement{calls: c.calls, inFlight: len(m.going) > 0}
+	meas := measurement{calls: c.calls, inFlight: len(m.going) > 0, floor: m.floorAt(c)}
+	m.floor = meas.floor
+	if meas.floor > m.model.budget && !m.floorSaid {
+		m.floorSaid = true
+		m.s.cfg.warnf("the probes threads meet outside the root, the root's own entry and exits among them, cost at least %.1f%% of the target's CPU time, more than the %.0f%% overhead budget: demoting every function below the root cannot make up for them; a root called less often (one of its callers) costs less",
+			100*meas.floor, 100*m.model.budget)
+	}
 	if long := m.long[0]; long.at.Before(old.at) {
 		meas.mix = callRates(nil, long, c)
 	}
@@ -683,6 +730,9 @@ func (m *monitor) summary() string {
 	s := fmt.Sprintf("cost monitor: %d readings every %s, highest predicted probe overhead %.0f%%", m.readings, monitorInterval, 100*m.peak)
 	if m.lingered > 0 {
 		s += fmt.Sprintf("; %d demoted along with a caller before they were called kept their probes until called, %d called since", m.lingered, m.called)
+	}
+	if m.floor > 0 {
+		s += fmt.Sprintf("; the probes outside the root took at least %.1f%% of the budget (no demotion takes them)", 100*min(m.floor, m.model.budget))
 	}
 	return s
 }

@@ -19,23 +19,23 @@ type hotCost struct{ wall, cpu float64 }
 func (c *hotCost) add(d hotCost) { c.wall += d.wall; c.cpu += d.cpu }
 
 // runHot makes the hot target run n root calls per thread.
-func runHot(b *testing.B, p *testtarget.Proc, n int) hotCost { return runHotCmd(b, p, "run", n) }
+func runHot(tb testing.TB, p *testtarget.Proc, n int) hotCost { return runHotCmd(tb, p, "run", n) }
 
 // runHotCmd sends cmd ("run", or "runp" for root_ptr) with n.
-func runHotCmd(b *testing.B, p *testtarget.Proc, cmd string, n int) hotCost {
-	b.Helper()
-	p.Send(b, cmd+" "+strconv.Itoa(n))
-	line := p.Line(b)
+func runHotCmd(tb testing.TB, p *testtarget.Proc, cmd string, n int) hotCost {
+	tb.Helper()
+	p.Send(tb, cmd+" "+strconv.Itoa(n))
+	line := p.Line(tb)
 	var c hotCost
 	f := strings.Fields(line)
 	if len(f) != 3 || f[0] != "ns" {
-		b.Fatalf("hot answered %q", line)
+		tb.Fatalf("hot answered %q", line)
 	}
 	var err1, err2 error
 	c.wall, err1 = strconv.ParseFloat(f[1], 64)
 	c.cpu, err2 = strconv.ParseFloat(f[2], 64)
 	if err1 != nil || err2 != nil {
-		b.Fatalf("hot answered %q", line)
+		tb.Fatalf("hot answered %q", line)
 	}
 	return c
 }

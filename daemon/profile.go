@@ -307,6 +307,10 @@ func (s *Session) comments(st bpf.Stats) []string {
 	if s.sampler != nil {
 		c = append(c, fmt.Sprintf("sampled every %s of CPU time: %d samples inside the root, %d of them in kprofd's probes (not the target's time), %d unplaced; estimated times (pprof label timing=estimated, ~ in text views) are CPU time from samples",
 			s.sampler.Period, ss.Samples+st.ProbeSamples, ss.ProbeSamples+st.ProbeSamples, ss.UnplacedSamples))
+		if st.OutsideTrapSamples > 0 {
+			c = append(c, fmt.Sprintf("%d samples of threads outside the root were in kprofd's probes (the root's own entry and exits, and probed functions called outside the root): %.1f%% of the target's own CPU time that no demotion takes away",
+				st.OutsideTrapSamples, 100*floorOverhead(st)))
+		}
 	}
 	if s.cfg.Mode == ModeHybrid {
 		ds := s.Demotions()
@@ -480,4 +484,15 @@ func uncertain(t *cct.Tree) int {
 		}
 	})
 	return n
+}
+
+// floorOverhead returns the cost of the probes that threads meet outside
+// the root (the root's own traps among them) over the target's own CPU
+// time, from the samples of the whole session.
+func floorOverhead(st bpf.Stats) float64 {
+	kprofd := st.ProbeSamples + st.TrapSamples + st.OutsideTrapSamples
+	if st.TargetSamples <= kprofd {
+		return 0
+	}
+	return float64(st.OutsideTrapSamples) / float64(st.TargetSamples-kprofd)
 }

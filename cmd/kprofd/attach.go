@@ -80,7 +80,11 @@ Modes (--mode):
           stay exact, exits are inferred from stack pointers), then, leaves
           first, all their probes. Their time comes from cpu-clock samples of
           the threads inside the root, attributed below the deepest traced
-          frame. Demotions are reported one line per settled series of
+          frame. The root's own probes cannot be demoted: what they cost
+          (most of their traps fall outside the root, and are measured
+          there) is spent of the budget first, and kprofd warns when
+          they alone pass it (a root called less often costs less).
+          Demotions are reported one line per settled series of
           rounds (each one with -v, and in the profile's comments).
           A session leaves the stages its functions ended at for the next
           one on the same executable and roots, which starts from them
