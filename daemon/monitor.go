@@ -297,7 +297,7 @@ func (m *monitor) step(now time.Time) error {
 	m.floor = meas.floor
 	if meas.floor > m.model.budget && !m.floorSaid {
 		m.floorSaid = true
-		m.s.cfg.warnf("the probes threads meet outside the root, the root's own entry and exits among them, cost at least %.1f%% of the target's CPU time, more than the %.0f%% overhead budget: demoting every function below the root cannot make up for them; a root called less often (one of its callers) costs less",
+		m.s.cfg.warnf("the probes threads meet outside the root (the root's own entry and exits, and probed functions called from outside it) cost at least %.1f%% of the target's CPU time, more than the %.0f%% overhead budget: every function below the root is demoted as it is called; what the root's own probes cost stays, and a root called less often (one of its callers) costs less",
 			100*meas.floor, 100*m.model.budget)
 	}
 	if long := m.long[0]; long.at.Before(old.at) {
@@ -374,7 +374,7 @@ func (m *monitor) step(now time.Time) error {
 	}
 	m.log.Debug("hybrid: round", "round", round, "at", now.Sub(m.s.start), "window", now.Sub(old.at),
 		"samples", c.samples-old.samples, "probe_samples", meas.samples, "measured", meas.counted,
-		"overhead", predicted, "after", after, "demotions", len(ds), "idle", idle,
+		"overhead", predicted, "after", after, "floor", meas.floor, "demotions", len(ds), "idle", idle,
 		"called_lingering", len(late), "breakpoints", len(breakpoints), "in_flight", len(m.going))
 	done := make(chan struct{})
 	m.detaching.Add(1)

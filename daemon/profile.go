@@ -308,7 +308,7 @@ func (s *Session) comments(st bpf.Stats) []string {
 		c = append(c, fmt.Sprintf("sampled every %s of CPU time: %d samples inside the root, %d of them in kprofd's probes (not the target's time), %d unplaced; estimated times (pprof label timing=estimated, ~ in text views) are CPU time from samples",
 			s.sampler.Period, ss.Samples+st.ProbeSamples, ss.ProbeSamples+st.ProbeSamples, ss.UnplacedSamples))
 		if st.OutsideTrapSamples > 0 {
-			c = append(c, fmt.Sprintf("%d samples of threads outside the root were in kprofd's probes (the root's own entry and exits, and probed functions called outside the root): %.1f%% of the target's own CPU time that no demotion takes away",
+			c = append(c, fmt.Sprintf("%d samples of threads outside the root were in kprofd's probes (the root's own entry and exits, and probed functions called outside the root): %.1f%% of the target's own CPU time",
 				st.OutsideTrapSamples, 100*floorOverhead(st)))
 		}
 	}
