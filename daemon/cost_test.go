@@ -286,6 +286,17 @@ func TestOverheadBounds(t *testing.T) {
 	}
 }
 
+// demotionNames lists ds as "name:stage" in order, the stage by its
+// first three letters.
+func demotionNames(pl *plan.Plan, ds []demotion) string {
+	var s []string
+	for _, d := range ds {
+		s = append(s, pl.Funcs[d.id].Node.Func.Name+":"+d.stage.String()[:3])
+	}
+	slices.Sort(s)
+	return strings.Join(s, " ")
+}
+
 // TestCostModelMeasured checks decisions steered by the samples: none
 // while the samples do not prove the budget passed, a step down to what
 // they prove, and the longer window's mix ranking the functions.
@@ -300,14 +311,7 @@ func TestCostModelMeasured(t *testing.T) {
 		}
 		return out
 	}
-	names := func(ds []demotion) string {
-		var s []string
-		for _, d := range ds {
-			s = append(s, pl.Funcs[d.id].Node.Func.Name+":"+d.stage.String()[:3])
-		}
-		slices.Sort(s)
-		return strings.Join(s, " ")
-	}
+	names := func(ds []demotion) string { return demotionNames(pl, ds) }
 	const cpu = 1e9
 	hot := rates(map[string]float64{"walk": 2e6, "parse": 1000, "handle_request": 1000})
 
@@ -361,14 +365,7 @@ func TestCostModelFloor(t *testing.T) {
 	for name, v := range map[string]float64{"walk": 2e6, "parse": 1000, "handle_request": 1000} {
 		hot[2*byName[name].ID] = v
 	}
-	names := func(ds []demotion) string {
-		var s []string
-		for _, d := range ds {
-			s = append(s, pl.Funcs[d.id].Node.Func.Name+":"+d.stage.String()[:3])
-		}
-		slices.Sort(s)
-		return strings.Join(s, " ")
-	}
+	names := func(ds []demotion) string { return demotionNames(pl, ds) }
 	for _, tc := range []struct {
 		floor float64
 		want  string
