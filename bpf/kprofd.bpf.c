@@ -1285,8 +1285,9 @@ int kprofd_sample(struct bpf_perf_event_data *ctx)
 		// most of their traps fall outside), and probed functions
 		// called outside the root. Hybrid mode cannot demote the
 		// root's: they set the floor of its budget.
+		// (In user mode it is in no trap: no need to read its registers.)
 		if (th->busy ||
-		    (!bpf_probe_read_kernel(&regs, sizeof(regs), (void *)bpf_task_pt_regs(task)) &&
+		    (!(ctx->regs.cs & 3) && !bpf_probe_read_kernel(&regs, sizeof(regs), (void *)bpf_task_pt_regs(task)) &&
 		     in_trap(ctx, &regs, task, th)))
 			count(STAT_OUTSIDE_TRAP_SAMPLES, 1);
 		return 0;

@@ -74,7 +74,7 @@ type monitor struct {
 	peak       float64        // highest predicted overhead seen
 	latest     float64        // predicted overhead after the last reading's demotions
 	floors     []floorReading // the readings of the last floorWindow
-	floor      float64        // the last floor measured (see monitor.floorAt)
+	floorPeak  float64        // the highest floor measured (see monitor.floorAt)
 	floorSaid  bool           // the user was warned that the floor passes the budget
 
 	stop chan struct{}
@@ -122,10 +122,6 @@ type counts struct {
 	outside uint64
 }
 
-// total returns the samples in any probe, bursts' included, inside the
-// root.
-func (p probeCounters) total() uint64 { return p.inProgram + p.inTrap }
-
 // probeCounters are the kernel's counters of samples in probes: in the
 // probe program (inProgram) or in its trap (inTrap), and of each, those
 // taken in a burst's probes.
@@ -150,6 +146,10 @@ func (p probeCounters) since(old probeCounters) uint64 {
 	return outside(p.inProgram, p.inBurstProgram, old.inProgram, old.inBurstProgram) +
 		outside(p.inTrap, p.inBurstTrap, old.inTrap, old.inBurstTrap)
 }
+
+// total returns the samples in any probe, bursts' included, inside the
+// root.
+func (p probeCounters) total() uint64 { return p.inProgram + p.inTrap }
 
 func newMonitor(s *Session, model *costModel, period time.Duration) *monitor {
 	m := &monitor{s: s, model: model, period: period, log: s.cfg.log(), stop: make(chan struct{}), done: make(chan struct{})}
@@ -294,7 +294,7 @@ func (m *monitor) step(now time.Time) error {
 	cpu := min(float64(c.samples-old.samples)*float64(m.period)/dt, float64(runtime.NumCPU())*1e9)
 	m.mu.Lock() // the model grows as functions are found
 	meas := measurement{calls: c.calls, inFlight: len(m.going) > 0, floor: m.floorAt(c)}
-	m.floor = meas.floor
+	m.floorPeak = max(m.floorPeak, meas.floor)
 	if meas.floor > m.model.budget && !m.floorSaid {
 		m.floorSaid = true
 		m.s.cfg.warnf("the probes threads meet outside the root (the root's own entry and exits, and probed functions called from outside it) cost at least %.1f%% of the target's CPU time, more than the %.0f%% overhead budget: every function below the root is demoted as it is called; what the root's own probes cost stays, and a root called less often (one of its callers) costs less",
@@ -731,8 +731,8 @@ func (m *monitor) summary() string {
 	if m.lingered > 0 {
 		s += fmt.Sprintf("; %d demoted along with a caller before they were called kept their probes until called, %d called since", m.lingered, m.called)
 	}
-	if m.floor > 0 {
-		s += fmt.Sprintf("; the probes outside the root took at least %.1f%% of the budget (no demotion takes them)", 100*min(m.floor, m.model.budget))
+	if m.floorPeak > 0 {
+		s += fmt.Sprintf("; the probes outside the root took up to %.1f%% of the budget (the lower bounds of 1 s windows; no demotion takes them)", 100*min(m.floorPeak, m.model.budget))
 	}
 	return s
 }

@@ -490,9 +490,10 @@ func uncertain(t *cct.Tree) int {
 // the root (the root's own traps among them) over the target's own CPU
 // time, from the samples of the whole session.
 func floorOverhead(st bpf.Stats) float64 {
-	kprofd := st.ProbeSamples + st.TrapSamples + st.OutsideTrapSamples
-	if st.TargetSamples <= kprofd {
+	inRoot := st.ProbeSamples + st.TrapSamples
+	if st.TargetSamples <= inRoot {
 		return 0
 	}
-	return float64(st.OutsideTrapSamples) / float64(st.TargetSamples-kprofd)
+	point, _ := overheadBounds(st.OutsideTrapSamples, st.TargetSamples-inRoot)
+	return point
 }
