@@ -33,9 +33,8 @@ func TestHybridFloor(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	// Until the monitor has measured the floor over enough samples
-	// (about 0.1 s of the target's CPU time pass the budget beyond
-	// doubt), or 50 runs.
+	// Runs until the warning comes (a tenth of a second of samples
+	// proves this floor over the budget), 50 at most.
 	warned := func() bool {
 		mu.Lock()
 		defer mu.Unlock()
