@@ -533,8 +533,19 @@ func (d *discovery) discover(target uint64) {
 		return
 	}
 	opts := attachOptions{perFunc: s.cfg.Mode == ModeHybrid, noRoot: true}
+	var remembered []demotion
+	if s.monitor != nil {
+		// Into the model before the attach: what the last session
+		// demoted starts demoted, its lost probes never attached.
+		remembered = s.recallFound(sub)
+		opts.omit = omitted(remembered)
+	}
+	attached := monotonicNow()
 	set, err := attachPlan(s.prog, s.cfg.PID, sub, opts, s.cfg.warnf)
 	if err != nil {
+		if s.monitor != nil {
+			s.monitor.dropFuncs(sub)
+		}
 		giveUp(fmt.Sprintf("attaching its probes: %v", err))
 		return
 	}
@@ -543,7 +554,7 @@ func (d *discovery) discover(target uint64) {
 		s.samples.addProbes(sub)
 	}
 	if s.monitor != nil {
-		s.monitor.addFuncs(sub, callCosts(sub, s.cfg.Calibration))
+		s.monitor.remember(remembered, attached)
 	}
 	var addrs []uint64
 	in := map[uint64]objKey{target: keyOf(m)}

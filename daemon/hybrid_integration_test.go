@@ -14,6 +14,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -443,6 +444,90 @@ func TestHybridRemembers(t *testing.T) {
 	if !bytes.Contains(b, []byte(`"name": "hot_leaf"`)) {
 		t.Errorf("the memory no longer holds hot_leaf:\n%s", b)
 	}
+}
+
+// TestHybridRemembersFound is TestHybridRemembers for functions found
+// through an indirect call: testdata/hybrid built so that handle_request
+// reaches hot_caller, and hot_leaf below it, only through a pointer. The
+// first session finds them at the first call and demotes hot_leaf; the
+// memory keeps it. The second finds them again, and hot_leaf starts
+// demoted right there: told as remembered when it is found, never
+// demoted by a round, its calls estimated by bursts from the start.
+func TestHybridRemembersFound(t *testing.T) {
+	requireRoot(t)
+	exe := testtarget.BuildHybridIndirect(t)
+	memory := t.TempDir()
+	cfg := daemon.Config{Roots: []string{"handle_request"}, Mode: daemon.ModeHybrid, Exclude: excludeUntraced,
+		Warnf: t.Logf, Budget: 0.25, Memory: memory}
+	const hotLeaf = "hybrid:hot_leaf"
+
+	first := testtarget.Start(t, exe)
+	cfg.PID = first.Pid()
+	s, err := daemon.Start(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.ContainsFunc(s.Prepared().Plan.Funcs, func(f *plan.Func) bool { return f.Node.Func.Name == "hot_leaf" }) {
+		t.Fatal("hot_leaf is in the plan: the build calls hot_caller directly")
+	}
+	first.Run(t, testtarget.HybridRequests)
+	if !slices.ContainsFunc(s.Demotions(), func(d daemon.Demotion) bool { return d.Func == hotLeaf && d.Stage == daemon.StageSampled }) {
+		t.Fatalf("the first session did not demote hot_leaf to sampling: %v", s.Demotions())
+	}
+	stopAndCheckGone(t, s, first.Pid())
+	first.Exit(t)
+
+	second := testtarget.Start(t, exe)
+	cfg.PID = second.Pid()
+	var (
+		mu   sync.Mutex
+		told []daemon.Demotion
+	)
+	cfg.Demoted = func(d daemon.Demotion) { // from discovery's goroutine too
+		mu.Lock()
+		told = append(told, d)
+		mu.Unlock()
+	}
+	s, err = daemon.Start(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	run, err := testtarget.ParseHybrid(second.Run(t, secondRun*testtarget.HybridRequests))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	var remembered []string
+	for _, d := range told {
+		if d.Remembered {
+			remembered = append(remembered, fmt.Sprintf("%s:%d", d.Func, d.Stage))
+			if d.Round != 0 || d.At <= 0 || !strings.HasPrefix(d.Reason, "remembered from the session of ") {
+				t.Errorf("remembered: %s (round %d): want round 0, after the start", d, d.Round)
+			}
+		} else if d.Func == hotLeaf {
+			t.Errorf("hot_leaf demoted again: %s", d)
+		}
+	}
+	mu.Unlock()
+	if want := []string{fmt.Sprintf("%s:%d", hotLeaf, daemon.StageSampled)}; !slices.Equal(remembered, want) {
+		t.Errorf("the second session started %v demoted, want %v", remembered, want)
+	}
+	if found := s.Discovered(); !slices.ContainsFunc(found, func(d daemon.Discovered) bool { return d.Func == "hybrid:hot_caller" && d.Err == "" }) {
+		t.Errorf("hot_caller not found through its indirect call: %+v", found)
+	}
+	p := stopAndCheckGone(t, s, second.Pid())
+	second.Exit(t)
+
+	pp := roundTrip(t, p)
+	const leafCtx = "handle_request;hot_caller;hot_leaf"
+	leafCalls := testtarget.PprofCounts(pp, nil)[leafCtx]
+	t.Logf("hot_leaf: ~%d calls (%s), %d made; %s", leafCalls, labelOf(pp, leafCtx, "count_error"), run.Leaves, burstComment(p))
+	if math.Abs(float64(leafCalls)-float64(run.Leaves)) > 0.15*float64(run.Leaves) {
+		t.Errorf("hot_leaf: ~%d calls, %d made", leafCalls, run.Leaves)
+	}
+	checkCountErrors(t, pp, leafCtx)
+	checkTiming(t, pp, map[string]string{leafCtx: "estimated", "handle_request;medium;mid_leaf": "exact"})
 }
 
 // checkRoundLog checks the monitor's debug records (Config.Log) of a

@@ -199,16 +199,20 @@ func recall(mf *memoryFile, pl *plan.Plan, m *costModel, budget float64) (ds []d
 	return ds, ""
 }
 
-// omitted returns the probe parts each remembered demotion leaves out
-// of the attach: an idle one leaves none.
-func omitted(ds []demotion) map[int][]int {
+// omitted returns what the attach leaves out for the remembered
+// demotions ds (attachOptions.omit): each one's demoted probe parts, but
+// none of an idle one's; nil when there are none.
+func omitted(ds []demotion) func(f *plan.Func, part int) bool {
 	parts := map[int][]int{}
 	for _, d := range ds {
 		if !d.idle {
 			parts[d.id] = append(parts[d.id], demotedParts(d)...)
 		}
 	}
-	return parts
+	if len(parts) == 0 {
+		return nil
+	}
+	return func(f *plan.Func, part int) bool { return slices.Contains(parts[int(f.ID)], part) }
 }
 
 // sessionEnd is what memorize takes of a stopped hybrid session.
@@ -223,13 +227,14 @@ type sessionEnd struct {
 }
 
 // memorize returns what a session ending as e leaves for the next one:
-// every demoted function of the plan, but those whose probes linger (the
+// every demoted function of funcs (the plan's, then those found through
+// indirect calls), but those whose probes linger (the
 // next session demotes them with their caller, lingering again) and
 // those that started demoted and that nothing saw called since, whose
 // memory goes stale.
-func memorize(pl *plan.Plan, exe string, roots []string, budget float64, e sessionEnd) *memoryFile {
+func memorize(funcs []*plan.Func, exe string, roots []string, budget float64, e sessionEnd) *memoryFile {
 	mf := &memoryFile{Version: memoryVersion, Executable: exe, Roots: roots, Budget: budget, Saved: time.Now()}
-	for _, f := range pl.Funcs {
+	for _, f := range funcs {
 		id := int(f.ID)
 		if id >= len(e.stages) || f.Root || f.Alloc != nil || e.lingering[id] {
 			continue
@@ -261,7 +266,26 @@ func (s *Session) recall(m *costModel) []demotion {
 	ds, why := recall(mf, s.prep.Plan, m, s.cfg.Budget)
 	if why != "" {
 		s.cfg.warnf("%s", why)
+		return nil
 	}
+	s.memory = mf
+	return ds
+}
+
+// recallFound adds sub, functions found through an indirect call, to the
+// cost model, and returns the demotions they start with, from the
+// session's memory, applied to the model: a function the last session
+// demoted is demoted again as soon as it is found, its lost probes never
+// attached. The monitor must run.
+func (s *Session) recallFound(sub *plan.Plan) []demotion {
+	m := s.monitor
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.addFuncs(sub, callCosts(sub, s.cfg.Calibration))
+	if s.memory == nil {
+		return nil
+	}
+	ds, _ := recall(s.memory, sub, m.model, s.cfg.Budget)
 	return ds
 }
 
@@ -286,7 +310,13 @@ func (s *Session) memorize() {
 	for id := range m.lingering {
 		e.lingering[id] = true
 	}
-	mf := memorize(s.prep.Plan, s.prep.Proc.Objects[0].Path(), s.cfg.Roots, s.cfg.Budget, e)
+	funcs := slices.Clone(s.prep.Plan.Funcs)
+	m.mu.Lock()
+	for _, id := range slices.Sorted(maps.Keys(m.found)) {
+		funcs = append(funcs, m.found[id])
+	}
+	m.mu.Unlock()
+	mf := memorize(funcs, s.prep.Proc.Objects[0].Path(), s.cfg.Roots, s.cfg.Budget, e)
 	if err := writeMemory(memoryPath(s.cfg.Memory, s.prep.Proc.Objects[0], s.cfg.Roots), mf); err != nil {
 		s.cfg.warnf("the next session will start fully probed: saving this one's demotions: %v", err)
 	}

@@ -66,7 +66,7 @@ func TestMemory(t *testing.T) {
 	if mf, err := readMemory(path); mf != nil || err != nil {
 		t.Fatalf("no memory yet: read %v, %v", mf, err)
 	}
-	left := memorize(pl, exe.Path(), []string{"handle_request"}, 0.10, end)
+	left := memorize(pl.Funcs, exe.Path(), []string{"handle_request"}, 0.10, end)
 	if len(left.Funcs) != len(below)+1 {
 		t.Errorf("memorized %d functions, want %d", len(left.Funcs), len(below)+1)
 	}
@@ -86,7 +86,7 @@ func TestMemory(t *testing.T) {
 	if got := m.stages(); !slices.Equal(got, stages) {
 		t.Errorf("recalled stages %v, want %v", got, stages)
 	}
-	parts := omitted(ds)
+	parts := omittedParts(ds, pl)
 	if got := parts[caller]; !slices.Equal(got, allParts) {
 		t.Errorf("%s leaves out parts %v, want all %v", m.name(caller), got, allParts)
 	}
@@ -134,7 +134,7 @@ func TestMemory(t *testing.T) {
 			t.Errorf("caller alone: %s idle %v", m.name(d.id), d.idle)
 		}
 	}
-	if parts := omitted(ds); len(parts) != 1 || !slices.Equal(parts[caller], allParts) {
+	if parts := omittedParts(ds, pl); len(parts) != 1 || !slices.Equal(parts[caller], allParts) {
 		t.Errorf("caller alone: parts left out %v, want the caller's only", parts)
 	}
 
@@ -145,7 +145,7 @@ func TestMemory(t *testing.T) {
 	end.called = func(id int) bool { return id == caller }
 	lingers := below[slices.IndexFunc(below, func(j int) bool { return j != caller })]
 	end.lingering = map[int]bool{lingers: true}
-	again := memorize(pl, exe.Path(), nil, 0.10, end)
+	again := memorize(pl.Funcs, exe.Path(), nil, 0.10, end)
 	names := map[string]bool{}
 	for _, r := range again.Funcs {
 		names[r.Name] = true
@@ -156,4 +156,19 @@ func TestMemory(t *testing.T) {
 	if byName["handle_request"] == nil || names["handle_request"] {
 		t.Error("the root is remembered, or missing from the plan")
 	}
+}
+
+// omittedParts returns the probe parts omitted(ds) leaves out of the
+// attach of each of pl's functions that loses some, by id.
+func omittedParts(ds []demotion, pl *plan.Plan) map[int][]int {
+	omit := omitted(ds)
+	parts := map[int][]int{}
+	for _, f := range pl.Funcs {
+		for _, part := range allParts {
+			if omit != nil && omit(f, part) {
+				parts[int(f.ID)] = append(parts[int(f.ID)], part)
+			}
+		}
+	}
+	return parts
 }

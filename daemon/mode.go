@@ -103,9 +103,10 @@ type Demotion struct {
 	Round  int     `json:"round"`
 	Before float64 `json:"before"`
 	After  float64 `json:"after"`
-	// Remembered says the session started with the function demoted,
-	// as an earlier session on the same executable ended (Config.Memory):
-	// its lost probes were never attached. Round is 0.
+	// Remembered says the function started demoted, as an earlier
+	// session on the same executable ended (Config.Memory): at the
+	// session's start, or when found through an indirect call (At). Its
+	// lost probes were never attached. Round is 0.
 	Remembered bool `json:"remembered,omitempty"`
 }
 

@@ -545,19 +545,18 @@ func (m *monitor) detach(ds []demotion, late []int, now time.Time, round int, pr
 	}
 }
 
-// remember takes in the demotions ds the session starts with, before
-// the loop runs: their probes were left out of the attach, as of t, but
-// for the idle ones', which linger until they are called.
-// They are recorded as round 0 and told to the session.
+// remember takes in the demotions ds from the memory that the session
+// starts with, or that functions found through an indirect call start
+// with: their probes were left out of the attach, as of t, but for the
+// idle ones', which linger until they are called. They are recorded as
+// round 0 and told to the session.
 func (m *monitor) remember(ds []demotion, t uint64) {
 	if len(ds) == 0 {
 		return
 	}
-	m.remembered = map[int]bool{}
 	dems := make([]Demotion, 0, len(ds))
 	for _, d := range ds {
 		f := m.funcOf(d.id)
-		m.remembered[d.id] = true
 		if !d.sites {
 			m.s.sim.Demote(uint32(d.id), d.stage, t)
 			if m.bursts != nil && d.stage == StageSampled {
@@ -567,11 +566,18 @@ func (m *monitor) remember(ds []demotion, t uint64) {
 		if u := m.s.samples; u != nil && !d.idle {
 			u.detach(f.ID, demotedParts(d)...)
 		}
-		dems = append(dems, Demotion{Func: f.Node.Name(), ID: f.ID, Stage: d.stage, Sites: d.sites, Reason: d.reason, Remembered: true})
+		// At the start, or when found through an indirect call.
+		at := time.Duration(max(int64(t)-int64(m.s.startMono), 0))
+		dems = append(dems, Demotion{Func: f.Node.Name(), ID: f.ID, Stage: d.stage, At: at, Sites: d.sites, Reason: d.reason, Remembered: true})
 	}
 	m.mu.Lock()
 	m.demotions = append(m.demotions, dems...)
+	slices.SortStableFunc(m.demotions, func(a, b Demotion) int { return cmp.Compare(a.Round, b.Round) })
+	if m.remembered == nil {
+		m.remembered = map[int]bool{}
+	}
 	for _, d := range ds {
+		m.remembered[d.id] = true
 		if d.idle {
 			m.linger(d.id, 0) // its probes are in, counting from 0
 		}
@@ -633,10 +639,8 @@ func (m *monitor) funcLocked(id int) *plan.Func {
 }
 
 // addFuncs takes in functions found while the session runs, which
-// become demotable like the plan's.
+// become demotable like the plan's. m.mu must be held.
 func (m *monitor) addFuncs(sub *plan.Plan, costs []callCost) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
 	if m.found == nil {
 		m.found = map[int]*plan.Func{}
 	}
@@ -644,6 +648,18 @@ func (m *monitor) addFuncs(sub *plan.Plan, costs []callCost) {
 		m.found[int(f.ID)] = f
 	}
 	m.model.add(sub, costs)
+}
+
+// dropFuncs takes out of the model the functions of sub, taken in by
+// addFuncs, whose probes could not be attached: no function of the
+// model's, like the ids between plans.
+func (m *monitor) dropFuncs(sub *plan.Plan) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, f := range sub.Funcs {
+		delete(m.found, int(f.ID))
+		m.model.funcs[f.ID] = modelFunc{pinned: true}
+	}
 }
 
 // sampledFuncs returns the functions demoted to sampling.

@@ -6,7 +6,6 @@ package daemon
 import (
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -51,6 +50,10 @@ type Session struct {
 	burster     *burster
 	burstCounts *burstCounts
 	monitor     *monitor // hybrid mode's demotions
+	// memory is what the last session on the program left (Config.Memory)
+	// when this one starts from it: functions found through indirect
+	// calls start at their remembered stages too.
+	memory *memoryFile
 	stages      []Stage  // by function id: in sample mode from the start, in hybrid mode once stopped
 
 	start     time.Time
@@ -255,8 +258,7 @@ func StartPrepared(pr *Prepared, cfg Config) (_ *Session, err error) {
 	if cfg.Mode == ModeHybrid {
 		model = newCostModel(pr.Plan, callCosts(pr.Plan, cfg.Calibration), cfg.Budget)
 		if remembered = s.recall(model); len(remembered) > 0 {
-			parts := omitted(remembered)
-			opt.omit = func(f *plan.Func, part int) bool { return slices.Contains(parts[int(f.ID)], part) }
+			opt.omit = omitted(remembered)
 		}
 	}
 	opt.noSites = !discover

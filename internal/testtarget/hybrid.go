@@ -12,6 +12,14 @@ func BuildHybrid(t testing.TB) string {
 	return BuildOne(t, "gcc", "hybrid", "hybrid/hybrid.c")
 }
 
+// BuildHybridIndirect builds testdata/hybrid with -DINDIRECT_HOT:
+// handle_request reaches hot_caller, and so hot_leaf, only through a
+// function pointer.
+func BuildHybridIndirect(t testing.TB) string {
+	t.Helper()
+	return BuildOne(t, "gcc", "hybrid", "hybrid/hybrid.c", "-DINDIRECT_HOT")
+}
+
 // HybridTruth is what testdata/hybrid measured of itself in one run: the
 // wall time of each part of handle_request, in ns, its hot_leaf calls,
 // and the CPU time untraced took (what samples measure: on a loaded
