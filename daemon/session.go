@@ -54,7 +54,7 @@ type Session struct {
 	// when this one starts from it: functions found through indirect
 	// calls start at their remembered stages too.
 	memory *memoryFile
-	stages      []Stage  // by function id: in sample mode from the start, in hybrid mode once stopped
+	stages []Stage // by function id: in sample mode from the start, in hybrid mode once stopped
 
 	start     time.Time
 	startMono uint64
