@@ -50,11 +50,11 @@ type Session struct {
 	burster     *burster
 	burstCounts *burstCounts
 	monitor     *monitor // hybrid mode's demotions
+	stages      []Stage  // by function id: in sample mode from the start, in hybrid mode once stopped
 	// memory is what the last session on the program left (Config.Memory)
 	// when this one starts from it: functions found through indirect
 	// calls start at their remembered stages too.
 	memory *memoryFile
-	stages []Stage // by function id: in sample mode from the start, in hybrid mode once stopped
 
 	start     time.Time
 	startMono uint64
