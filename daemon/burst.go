@@ -74,9 +74,9 @@ type burstLog struct {
 	mu      sync.Mutex
 	windows []burstWindow     // in time order
 	demoted map[uint32]uint64 // function id -> when its probes went (monotonic ns)
-	// attached is when the session's probes went in, for the functions
-	// it started demoted (demoteAtAttach): 0 for none.
-	attached uint64
+	// unprobed holds the functions demoted before any probe of theirs
+	// went in (demoteUnprobed): no call of theirs was ever counted.
+	unprobed map[uint32]bool
 	// version counts the demotions, for the event loop to notice new
 	// ones cheaply.
 	version atomic.Uint64
@@ -108,7 +108,7 @@ type burstLog struct {
 }
 
 func newBurstLog() *burstLog {
-	return &burstLog{demoted: map[uint32]uint64{}, want: map[uint32]*asked{}, with: map[uint32][]uint32{}, via: map[uint32]map[cct.FuncID]bool{}}
+	return &burstLog{demoted: map[uint32]uint64{}, unprobed: map[uint32]bool{}, want: map[uint32]*asked{}, with: map[uint32][]uint32{}, via: map[uint32]map[cct.FuncID]bool{}}
 }
 
 // demote records that function id lost its probes at t.
@@ -121,22 +121,23 @@ func (l *burstLog) demote(id uint32, t uint64) {
 	}
 }
 
-// demoteAtAttach records that function id started the session demoted
-// to sampling, its probes never attached: the session's probes went in
-// at t, and no call of any function was counted before.
-func (l *burstLog) demoteAtAttach(id uint32, t uint64) {
+// demoteUnprobed records that function id was demoted to sampling at t
+// before any probe of its went in: the session started with it demoted,
+// or it was found through an indirect call and started so. No call of
+// it was counted before.
+func (l *burstLog) demoteUnprobed(id uint32, t uint64) {
 	l.mu.Lock()
-	l.attached = t
+	l.unprobed[id] = true
 	l.mu.Unlock()
 	l.demote(id, t)
 }
 
-// fromAttach reports whether a demotion at t was one the session started
-// with (demoteAtAttach).
-func (l *burstLog) fromAttach(t uint64) bool {
+// neverProbed reports whether function id was demoted before any probe
+// of its went in (demoteUnprobed).
+func (l *burstLog) neverProbed(id uint32) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.attached != 0 && t <= l.attached
+	return l.unprobed[id]
 }
 
 // demotions returns when each function demoted to sampling was.

@@ -284,6 +284,60 @@ func TestBurstTiming(t *testing.T) {
 	}
 }
 
+// TestBurstNeverProbed drives the simulator through a function demoted
+// before any probe of its went in, as one found through an indirect call
+// starts when the memory has it demoted: C, found inside A's fourth call
+// (W the root). A's three earlier calls made no call of C, so C's count
+// is 10 per call of A for A's calls since, the one running at the
+// demotion among them, and none of them missed.
+func TestBurstNeverProbed(t *testing.T) {
+	l, b, s, handle, burst := burstSimulator()
+	callA := func(tm uint64, cs int, seen bool) {
+		handle(in(tm, 900, A))
+		for i := range cs {
+			if seen {
+				burst(tm+1+uint64(i), 800, C)
+			}
+		}
+		handle(out(tm+50, 900, A))
+	}
+	handle(in(0, 1000, W))
+	for k := range 3 {
+		callA(100+uint64(k)*100, 0, false)
+	}
+	handle(in(900, 900, A)) // running when C is found
+	l.demoteUnprobed(uint32(C), 1000)
+	l.open(1000, 1000, map[uint32]bool{uint32(C): true})
+	for i := range 10 {
+		burst(1001+uint64(i), 800, C)
+	}
+	handle(out(1100, 900, A))
+	callA(1200, 10, true)
+	callA(1400, 10, true)
+	callA(1600, 10, true)
+	l.close(2000)
+	callA(2100, 10, false)
+	callA(2300, 10, false)
+	// The anchor A is watched from the next window on.
+	l.open(3000, 1000, map[uint32]bool{uint32(C): true})
+	for k := range 3 {
+		callA(3100+uint64(k)*100, 10, true)
+	}
+	l.close(4000)
+	handle(out(5000, 1000, W))
+	b.estimate()
+
+	a := s.Merged().Root.Lookup(W).Lookup(A)
+	if a == nil || a.Calls != 12 {
+		t.Fatalf("A: %v, want 12 exact calls", a)
+	}
+	// Counted from A's 3 calls before (not 0, which counts them too; not
+	// from C's first sighting, which marks the count a lower bound).
+	if c := a.Lookup(C); c == nil || c.Calls != 10*9 || !c.CallsEstimated || c.Incomplete {
+		t.Errorf("C: %d calls, estimated %v, incomplete %v; want 90 estimated, complete", c.Calls, c.CallsEstimated, c.Incomplete)
+	}
+}
+
 // TestBurstPerParent checks the estimate per call of a demoted parent: C
 // and its caller A are demoted together below D, which stays probed. D's
 // calls fit in the bursts only while C's probes are out (the first

@@ -51,6 +51,11 @@ type burstCounts struct {
 	known   map[uint32]bool
 	pending []pendingDemotion
 	sampled map[cct.FuncID]map[*cct.Node]bool
+	// callsAt holds, for the functions demoted before any probe of
+	// theirs went in (burstLog.neverProbed), the calls of every context
+	// at the demotion: a context of theirs found later counts its
+	// caller's calls since then, none of them missed.
+	callsAt map[cct.FuncID]map[*cct.Node]uint64
 	// physOf maps the functions demoted to their function ids; last is
 	// the latest event's time.
 	physOf map[cct.FuncID]uint32
@@ -136,7 +141,7 @@ const minAnchorFrames = 3
 func newBurstCounts(l *burstLog, cost func(id uint32) float64) *burstCounts {
 	return &burstCounts{log: l, cost: cost, accs: map[*cct.Node]*burstAcc{},
 		anchors: map[*cct.Node]*anchorAcc{}, known: map[uint32]bool{}, sampled: map[cct.FuncID]map[*cct.Node]bool{},
-		physOf: map[cct.FuncID]uint32{}}
+		callsAt: map[cct.FuncID]map[*cct.Node]uint64{}, physOf: map[cct.FuncID]uint32{}}
 }
 
 func (b *burstCounts) acc(n *cct.Node) *burstAcc {
@@ -179,22 +184,32 @@ func (b *burstCounts) due(t uint64) ([]uint32, uint64) {
 // demoted bases the contexts of functions fns (logical, to their
 // function ids), demoted at t, in the trees with the given roots: each
 // gets its callers to count per and their calls so far, from which the
-// calls after the demotion are counted.
-func (b *burstCounts) demoted(fns map[cct.FuncID]uint32, roots []*cct.Node, t uint64) {
-	// Functions the session started demoted had no call counted in any
-	// tree: a context of theirs found later counts its caller's calls
-	// from 0, as in a tree new since.
+// calls after the demotion are counted. running holds, by context, the
+// calls on the threads' stacks at t.
+func (b *burstCounts) demoted(fns map[cct.FuncID]uint32, roots []*cct.Node, running map[*cct.Node]uint64, t uint64) {
 	trees := map[*cct.Node]bool{}
-	if !b.log.fromAttach(t) {
-		for _, r := range roots {
-			trees[r] = true
-		}
+	for _, r := range roots {
+		trees[r] = true
 	}
 	set := map[cct.FuncID]bool{}
+	var calls map[*cct.Node]uint64 // read only: one map for all
 	for f, id := range fns {
 		b.physOf[f] = id
 		set[f] = true
 		b.sampled[f] = trees // read only: one map for all
+		if b.log.neverProbed(id) {
+			// No call of it was counted anywhere: its contexts,
+			// all found later, count their callers' calls since
+			// now (the session's start: none), the calls running
+			// now among them.
+			if calls == nil {
+				calls = map[*cct.Node]uint64{}
+				for _, r := range roots {
+					r.Walk(func(n *cct.Node) { calls[n] = n.Calls - min(n.Calls, running[n]) })
+				}
+			}
+			b.callsAt[f] = calls
+		}
 	}
 	from := b.nextWindow(t)
 	var walk func(n, anchor *cct.Node)
@@ -323,22 +338,27 @@ func (b *burstCounts) count(n *cct.Node, phys uint32, t uint64, anchor, top *fra
 		// A context new since the demotion. If its tree existed then,
 		// calls of it between then and now were missed.
 		a.based = true
-		trees := b.sampled[n.Func]
-		late := trees != nil && trees[rootOf(n)]
-		base := func(calls uint64) uint64 {
-			if late {
-				return calls
+		trees, at := b.sampled[n.Func], b.callsAt[n.Func]
+		late := trees != nil && trees[rootOf(n)] && at == nil
+		base := func(node *cct.Node, running uint64) uint64 {
+			switch {
+			case at != nil:
+				// Never probed: the caller's calls since the
+				// demotion (a context new since has none before).
+				return at[node]
+			case late:
+				return node.Calls - min(node.Calls, running)
 			}
 			return 0 // a new tree: every call of it came after
 		}
 		if anchor != nil {
 			// The anchor's call running now is in its Calls.
-			a.exact.set(b, n, anchor.node, base(anchor.node.Calls-min(anchor.node.Calls, 1)), late, k+1)
+			a.exact.set(b, n, anchor.node, base(anchor.node, 1), late, k+1)
 		}
 		if top != nil {
 			// A demoted parent's calls since its demotion are all
 			// estimated; those before it are in its Calls.
-			a.parent.set(b, n, top.node, base(top.node.Calls), late, k+1)
+			a.parent.set(b, n, top.node, base(top.node, 0), late, k+1)
 		}
 		b.route(phys, a)
 	}

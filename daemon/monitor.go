@@ -560,7 +560,7 @@ func (m *monitor) remember(ds []demotion, t uint64) {
 		if !d.sites {
 			m.s.sim.Demote(uint32(d.id), d.stage, t)
 			if m.bursts != nil && d.stage == StageSampled {
-				m.bursts.demoteAtAttach(uint32(d.id), t)
+				m.bursts.demoteUnprobed(uint32(d.id), t)
 			}
 		}
 		if u := m.s.samples; u != nil && !d.idle {

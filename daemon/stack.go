@@ -743,7 +743,13 @@ func (s *Simulator) baseDemoted(ids []uint32, t uint64) {
 	for _, t := range s.trees {
 		roots = append(roots, t.Root)
 	}
-	s.burst.demoted(fns, roots, t)
+	running := map[*cct.Node]uint64{}
+	for _, th := range s.threads {
+		for _, f := range th.frames {
+			running[f.node]++
+		}
+	}
+	s.burst.demoted(fns, roots, running, t)
 }
 
 // SetBurstCounts makes entries seen by bursts of sampled instrumentation
