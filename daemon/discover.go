@@ -554,7 +554,7 @@ func (d *discovery) discover(target uint64) {
 		s.samples.addProbes(sub)
 	}
 	if s.monitor != nil {
-		s.monitor.remember(remembered, attached)
+		s.monitor.remember(remembered, attached, sub)
 	}
 	var addrs []uint64
 	in := map[uint64]objKey{target: keyOf(m)}

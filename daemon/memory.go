@@ -276,12 +276,14 @@ func (s *Session) recall(m *costModel) []demotion {
 // cost model, and returns the demotions they start with, from the
 // session's memory, applied to the model: a function the last session
 // demoted is demoted again as soon as it is found, its lost probes never
-// attached. The monitor must run.
+// attached. Until monitor.remember takes them in, the monitor and the
+// bursts know none of sub's functions (funcOf), and the model gives them
+// no calls. The monitor must run.
 func (s *Session) recallFound(sub *plan.Plan) []demotion {
 	m := s.monitor
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.addFuncs(sub, callCosts(sub, s.cfg.Calibration))
+	m.model.add(sub, callCosts(sub, s.cfg.Calibration))
 	if s.memory == nil {
 		return nil
 	}

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"runtime"
 	"slices"
@@ -546,17 +547,25 @@ func (m *monitor) detach(ds []demotion, late []int, now time.Time, round int, pr
 }
 
 // remember takes in the demotions ds from the memory that the session
-// starts with, or that functions found through an indirect call start
-// with: their probes were left out of the attach, as of t, but for the
-// idle ones', which linger until they are called. They are recorded as
-// round 0 and told to the session.
-func (m *monitor) remember(ds []demotion, t uint64) {
-	if len(ds) == 0 {
-		return
+// starts with, or that the functions of found (nil at the start), found
+// through an indirect call, start with: their probes were left out of
+// the attach, as of t, but for the idle ones', which linger until they
+// are called. They are recorded as round 0 and told to the session.
+// The monitor and the bursts act on found's functions from here on,
+// once the simulator and the bursts know their demotions.
+func (m *monitor) remember(ds []demotion, t uint64, found *plan.Plan) {
+	byID := map[int]*plan.Func{}
+	if found != nil {
+		for _, f := range found.Funcs {
+			byID[int(f.ID)] = f
+		}
 	}
 	dems := make([]Demotion, 0, len(ds))
 	for _, d := range ds {
-		f := m.funcOf(d.id)
+		f := byID[d.id]
+		if f == nil {
+			f = m.funcOf(d.id)
+		}
 		if !d.sites {
 			m.s.sim.Demote(uint32(d.id), d.stage, t)
 			if m.bursts != nil && d.stage == StageSampled {
@@ -571,6 +580,10 @@ func (m *monitor) remember(ds []demotion, t uint64) {
 		dems = append(dems, Demotion{Func: f.Node.Name(), ID: f.ID, Stage: d.stage, At: at, Sites: d.sites, Reason: d.reason, Remembered: true})
 	}
 	m.mu.Lock()
+	if m.found == nil {
+		m.found = map[int]*plan.Func{}
+	}
+	maps.Copy(m.found, byID)
 	m.demotions = append(m.demotions, dems...)
 	slices.SortStableFunc(m.demotions, func(a, b Demotion) int { return cmp.Compare(a.Round, b.Round) })
 	if m.remembered == nil {
@@ -638,26 +651,13 @@ func (m *monitor) funcLocked(id int) *plan.Func {
 	return m.found[id]
 }
 
-// addFuncs takes in functions found while the session runs, which
-// become demotable like the plan's. m.mu must be held.
-func (m *monitor) addFuncs(sub *plan.Plan, costs []callCost) {
-	if m.found == nil {
-		m.found = map[int]*plan.Func{}
-	}
-	for _, f := range sub.Funcs {
-		m.found[int(f.ID)] = f
-	}
-	m.model.add(sub, costs)
-}
-
-// dropFuncs takes out of the model the functions of sub, taken in by
-// addFuncs, whose probes could not be attached: no function of the
-// model's, like the ids between plans.
+// dropFuncs takes out of the model the functions of sub, found through
+// an indirect call, whose probes could not be attached: no function of
+// the model's, like the ids between plans.
 func (m *monitor) dropFuncs(sub *plan.Plan) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, f := range sub.Funcs {
-		delete(m.found, int(f.ID))
 		m.model.funcs[f.ID] = modelFunc{pinned: true}
 	}
 }

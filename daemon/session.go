@@ -304,7 +304,7 @@ func StartPrepared(pr *Prepared, cfg Config) (_ *Session, err error) {
 		s.burstCounts = newBurstCounts(s.monitor.bursts, func(id uint32) float64 { return s.monitor.entryCost(int(id)) })
 		s.sim.SetBurstCounts(s.burstCounts)
 		s.burster = newBurster(s, s.monitor, s.monitor.bursts)
-		s.monitor.remember(remembered, attached)
+		s.monitor.remember(remembered, attached, nil)
 		go s.monitor.run()
 		go s.burster.run()
 	}
