@@ -184,9 +184,10 @@ func (b *burstCounts) due(t uint64) ([]uint32, uint64) {
 // demoted bases the contexts of functions fns (logical, to their
 // function ids), demoted at t, in the trees with the given roots: each
 // gets its callers to count per and their calls so far, from which the
-// calls after the demotion are counted. running holds, by context, the
-// calls on the threads' stacks at t.
-func (b *burstCounts) demoted(fns map[cct.FuncID]uint32, roots []*cct.Node, running map[*cct.Node]uint64, t uint64) {
+// calls after the demotion are counted. running returns, by context,
+// the calls on the threads' stacks at t: asked only for functions never
+// probed.
+func (b *burstCounts) demoted(fns map[cct.FuncID]uint32, roots []*cct.Node, running func() map[*cct.Node]uint64, t uint64) {
 	trees := map[*cct.Node]bool{}
 	for _, r := range roots {
 		trees[r] = true
@@ -204,8 +205,9 @@ func (b *burstCounts) demoted(fns map[cct.FuncID]uint32, roots []*cct.Node, runn
 			// now among them.
 			if calls == nil {
 				calls = map[*cct.Node]uint64{}
+				now := running()
 				for _, r := range roots {
-					r.Walk(func(n *cct.Node) { calls[n] = n.Calls - min(n.Calls, running[n]) })
+					r.Walk(func(n *cct.Node) { calls[n] = n.Calls - min(n.Calls, now[n]) })
 				}
 			}
 			b.callsAt[f] = calls

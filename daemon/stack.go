@@ -743,13 +743,18 @@ func (s *Simulator) baseDemoted(ids []uint32, t uint64) {
 	for _, t := range s.trees {
 		roots = append(roots, t.Root)
 	}
+	s.burst.demoted(fns, roots, s.runningCalls, t)
+}
+
+// runningCalls returns, by context, the calls on the threads' stacks.
+func (s *Simulator) runningCalls() map[*cct.Node]uint64 {
 	running := map[*cct.Node]uint64{}
 	for _, th := range s.threads {
 		for _, f := range th.frames {
 			running[f.node]++
 		}
 	}
-	s.burst.demoted(fns, roots, running, t)
+	return running
 }
 
 // SetBurstCounts makes entries seen by bursts of sampled instrumentation
