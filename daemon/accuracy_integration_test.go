@@ -212,7 +212,10 @@ func lookup(t *cct.Tree, p *cct.Profile, path string) *cct.Node {
 // costs in the target from its own calls: the inner time from the quickest
 // leaf, tiny, over all its calls, and the outer time from the gaps between
 // tiny's consecutive calls in fanout, which testdata/accuracy's structure
-// fixes (40 calls of tiny and 39 gaps per call of work).
+// fixes (40 calls of tiny and 39 gaps per call of work); and that the two
+// contexts whose code between calls is a few instructions, fanout and work
+// (fanout, few_us, tens_us: 2 gaps per call), take their callees' outer
+// time from their own gaps.
 func TestCompensationInTarget(t *testing.T) {
 	requireRoot(t)
 	cal, err := calibrate.Run(calibrate.Quick)
@@ -246,6 +249,9 @@ func TestCompensationInTarget(t *testing.T) {
 		`inner \d+±\d+ ns from %d calls of work;fanout;tiny, outer \d+±\d+ ns from %d gaps between calls of work;fanout;tiny`, 40*calls, 39*calls))
 	if !want.MatchString(comments) {
 		t.Errorf("comments do not match %s:\n%s", want, comments)
+	}
+	if want := fmt.Sprintf("2 contexts took their callees' outer probe time from the %d gaps measured between their calls", 41*calls); !strings.Contains(comments, want) {
+		t.Errorf("comments do not say %q:\n%s", want, comments)
 	}
 	if strings.Contains(comments, "not compensated") {
 		t.Errorf("part of the profile was not compensated:\n%s", comments)

@@ -137,10 +137,14 @@ func (s *Session) markSampledCounts(t *cct.Tree) {
 // Where the session's own calls measured a pair's costs (calibrate.InTarget,
 // from contexts whose code the call graph found to be a few instructions),
 // those replace the calibration's: they were paid under the target's load.
+// A context whose own code between calls is a few instructions measured
+// its callees' outer time itself, in the gaps between them
+// (cct.Costs.GapsMeasured): those gaps replace the estimates there.
 func compensate(p *cct.Profile, pl *plan.Plan, c *calibrate.Result, stage func(int) Stage) []string {
 	costs := make([]cct.Costs, len(pl.Funcs))
 	perCall := callCosts(pl, c)
-	refs := calibrate.InTarget(p.Tree, describer(pl, stage))
+	describe := describer(pl, stage)
+	refs := calibrate.InTarget(p.Tree, describe)
 	var missing []string
 	for i, f := range pl.Funcs {
 		pair := ProbePair(f)
@@ -159,6 +163,10 @@ func compensate(p *cct.Profile, pl *plan.Plan, c *calibrate.Result, stage func(i
 		case StageSampled:
 			// Its calls were counted before its entry went.
 			costs[i] = cct.Costs{Outer: costs[i].Inner + costs[i].Outer, OuterErr: costs[i].InnerErr + costs[i].OuterErr}
+		}
+		if d, ok := describe(cct.FuncID(i)); ok && d.ShortGaps {
+			// Its contexts measured their callees' outer time.
+			costs[i].GapsMeasured = true
 		}
 	}
 	cost := func(id cct.FuncID) cct.Costs {
@@ -179,6 +187,9 @@ func compensate(p *cct.Profile, pl *plan.Plan, c *calibrate.Result, stage func(i
 	comments := []string{fmt.Sprintf("wall times compensated for the probes' own time (%s calibration of %s); raw_wall as measured",
 		kind, c.Time.Format(time.RFC3339))}
 	comments = append(comments, referenceComments(p, refs, func(pr calibrate.Pair) bool { _, ok := c.Costs(pr); return ok })...)
+	if contexts, gaps := measuredGaps(p.Tree, cost); contexts > 0 {
+		comments = append(comments, fmt.Sprintf("%d contexts took their callees' outer probe time from the %d gaps measured between their calls", contexts, gaps))
+	}
 	if clamped > 0 {
 		comments = append(comments, fmt.Sprintf("%d contexts had less time than their probes cost and were clamped at zero self time", clamped))
 	}
@@ -190,6 +201,19 @@ func compensate(p *cct.Profile, pl *plan.Plan, c *calibrate.Result, stage func(i
 		comments = append(comments, "not compensated (no calibration for): "+strings.Join(slices.Compact(missing), ", "))
 	}
 	return comments
+}
+
+// measuredGaps returns how many contexts of t took their callees' outer
+// time from the gaps between their calls (cct.Costs.GapsMeasured), and
+// how many gaps those were.
+func measuredGaps(t *cct.Tree, cost func(cct.FuncID) cct.Costs) (contexts int, gaps uint64) {
+	t.Root.Walk(func(n *cct.Node) {
+		if n.Func != cct.NoFunc && !n.Estimated && n.CallGaps.N > 0 && cost(n.Func).GapsMeasured {
+			contexts++
+			gaps += n.CallGaps.N
+		}
+	})
+	return contexts, gaps
 }
 
 // describer tells calibrate.InTarget each function's probe classes and

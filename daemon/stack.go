@@ -183,8 +183,9 @@ type frame struct {
 	tally *burstTally
 	// prev is the context of the call that returned last directly
 	// below this frame, at prevEnd with the frame's adj at prevAdj;
-	// nil once another call began. A next call in the same context
-	// measures one gap (cct.Node.Gaps).
+	// nil once another call began. The next exact call measures one gap
+	// of the frame's context (cct.Node.CallGaps), and one of its own
+	// when it is in the same context (cct.Node.Gaps).
 	prev             *cct.Node
 	prevEnd, prevAdj uint64
 }
@@ -649,8 +650,14 @@ func (s *Simulator) entry(th *thread, ev *bpf.Event) {
 		}
 	default:
 		node.Calls++
-		if top != nil && top.prev == node && t > top.prevEnd+top.adj-top.prevAdj {
-			node.Gaps.Add(t - top.prevEnd - (top.adj - top.prevAdj))
+		if top != nil && top.prev != nil && t > top.prevEnd+top.adj-top.prevAdj {
+			gap := t - top.prevEnd - (top.adj - top.prevAdj)
+			if top.prev == node {
+				node.Gaps.Add(gap)
+			}
+			if top.flags == 0 {
+				top.node.CallGaps.Add(gap)
+			}
 		}
 	}
 	if top != nil {

@@ -600,13 +600,15 @@ func TestHandleStackTailRun(t *testing.T) {
 // TestSimulatorGaps checks the gaps measured between consecutive calls in
 // one context (cct.Node.Gaps): only from a call's own exit to the next
 // call of the same context, less the adjust time in between, and none
-// across another call, an inferred exit or a catch.
+// across another call, an inferred exit or a catch; and those between
+// any two consecutive calls a context makes (cct.Node.CallGaps).
 func TestSimulatorGaps(t *testing.T) {
 	const s0, s1, s2 = 0x7ffd_0000_1000, 0x7ffd_0000_0fe0, 0x7ffd_0000_0fc0
 	tests := []struct {
-		name   string
-		events []bpf.Event
-		want   map[string]cct.Moments // by context, "A/B"
+		name     string
+		events   []bpf.Event
+		want     map[string]cct.Moments // by context, "A/B"
+		callGaps map[string]cct.Moments
 	}{{
 		name: "loop",
 		events: []bpf.Event{
@@ -616,7 +618,8 @@ func TestSimulatorGaps(t *testing.T) {
 			in(25, s1, B), out(27, s1, B),
 			out(40, s0, A),
 		},
-		want: map[string]cct.Moments{"A/B": {N: 2, Sum: 8 + 3, SumSq: 64 + 9}},
+		want:     map[string]cct.Moments{"A/B": {N: 2, Sum: 8 + 3, SumSq: 64 + 9}},
+		callGaps: map[string]cct.Moments{"A": {N: 2, Sum: 8 + 3, SumSq: 64 + 9}},
 	}, {
 		name: "adjust",
 		events: []bpf.Event{
@@ -625,7 +628,8 @@ func TestSimulatorGaps(t *testing.T) {
 			in(20, s1, B), out(22, s1, B),
 			out(40, s0, A),
 		},
-		want: map[string]cct.Moments{"A/B": {N: 1, Sum: 3, SumSq: 9}},
+		want:     map[string]cct.Moments{"A/B": {N: 1, Sum: 3, SumSq: 9}},
+		callGaps: map[string]cct.Moments{"A": {N: 1, Sum: 3, SumSq: 9}},
 	}, {
 		name: "another call between",
 		events: []bpf.Event{
@@ -635,6 +639,7 @@ func TestSimulatorGaps(t *testing.T) {
 			in(20, s1, B), out(22, s1, B),
 			out(40, s0, A),
 		},
+		callGaps: map[string]cct.Moments{"A": {N: 2, Sum: 2 + 4, SumSq: 4 + 16}},
 	}, {
 		name: "deeper calls are not between",
 		events: []bpf.Event{
@@ -643,7 +648,8 @@ func TestSimulatorGaps(t *testing.T) {
 			in(20, s1, B), in(21, s2, D), out(22, s2, D), out(23, s1, B),
 			out(40, s0, A),
 		},
-		want: map[string]cct.Moments{"A/B": {N: 1, Sum: 7, SumSq: 49}, "A/B/D": {}},
+		want:     map[string]cct.Moments{"A/B": {N: 1, Sum: 7, SumSq: 49}, "A/B/D": {}},
+		callGaps: map[string]cct.Moments{"A": {N: 1, Sum: 7, SumSq: 49}},
 	}, {
 		name: "inferred exit",
 		events: []bpf.Event{
@@ -679,6 +685,9 @@ func TestSimulatorGaps(t *testing.T) {
 				}
 				if got, want := n.Gaps, tt.want[strings.Join(p, "/")]; got != want {
 					t.Errorf("%s: gaps %+v, want %+v", strings.Join(p, "/"), got, want)
+				}
+				if got, want := n.CallGaps, tt.callGaps[strings.Join(p, "/")]; got != want {
+					t.Errorf("%s: gaps between its calls %+v, want %+v", strings.Join(p, "/"), got, want)
 				}
 			})
 		})

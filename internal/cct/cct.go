@@ -113,6 +113,12 @@ type Node struct {
 	// caller's code between two calls plus one exit's and one entry's
 	// probe time outside the calls (the seed patent's outer time).
 	Gaps Moments
+	// CallGaps are the times between one call made in this context
+	// returning and the next call made in it beginning, whatever their
+	// functions, with nothing else called in between: this context's own
+	// code between calls plus its callees' outer time, as paid here
+	// (Costs.GapsMeasured).
+	CallGaps Moments
 
 	last int // index into Children of the last Child hit
 }
@@ -277,6 +283,7 @@ func mergeNode(dst, src *Node) {
 	dst.SelfError += src.SelfError
 	dst.WallSq += src.WallSq
 	dst.Gaps.Merge(src.Gaps)
+	dst.CallGaps.Merge(src.CallGaps)
 	dst.Samples += src.Samples
 	dst.Folded += src.Folded
 	dst.AllocObjects += src.AllocObjects
@@ -306,6 +313,12 @@ type Costs struct {
 	// inner and outer time, when known: calls scatter around the mean,
 	// by twice SD times the square root of their number in all.
 	InnerSD, OuterSD float64
+	// GapsMeasured says the function's code between two of its calls is
+	// a few instructions and every function it calls is probed: a
+	// context's CallGaps are then its callees' outer time as paid there,
+	// which Compensate takes out in place of the estimated outer time of
+	// the calls they precede.
+	GapsMeasured bool
 }
 
 // Compensate takes the instrumentation's time out of every node (seed
@@ -325,7 +338,7 @@ func (t *Tree) Compensate(cost func(FuncID) Costs) (clamped int) {
 
 func compensate(n *Node, cost func(FuncID) Costs) (clamped int) {
 	var childRaw, childWall uint64
-	outer, outerErr, variance := 0.0, 0.0, 0.0
+	outer, outerErr, variance, calls := 0.0, 0.0, 0.0, 0.0
 	for _, ch := range n.Children {
 		clamped += compensate(ch, cost)
 		childRaw += ch.Raw
@@ -335,6 +348,19 @@ func compensate(n *Node, cost func(FuncID) Costs) (clamped int) {
 		outer += probed * c.Outer
 		outerErr += probed * c.OuterErr
 		variance += probed * c.OuterSD * c.OuterSD
+		calls += probed
+	}
+	c := cost(n.Func)
+	if c.GapsMeasured && n.CallGaps.N > 0 && calls > 0 {
+		// A call made after a measured gap had its entry's outer part,
+		// and the call before it its exit's, inside that gap: the gap
+		// replaces the estimate of one outer time. The first call of each
+		// of n's calls, and any call after a gap left unmeasured (an
+		// unwind or a signal in between), keep the estimate.
+		left := max(0, 1-float64(n.CallGaps.N)/calls)
+		outer = float64(n.CallGaps.Sum) + left*outer
+		outerErr *= left
+		variance *= left
 	}
 	n.Raw = n.Wall
 	self := 0.0
@@ -346,7 +372,6 @@ func compensate(n *Node, cost func(FuncID) Costs) (clamped int) {
 		n.Wall = uint64(math.Round(self)) + childWall
 		return clamped
 	}
-	c := cost(n.Func)
 	probed := float64(n.Calls - n.Unprobed)
 	self -= probed*c.Inner + outer
 	variance += probed * c.InnerSD * c.InnerSD

@@ -241,6 +241,52 @@ func TestCompensateError(t *testing.T) {
 	}
 }
 
+// TestCompensateMeasuredGaps checks that a context whose gaps between
+// calls were measured (Costs.GapsMeasured) takes them out in place of the
+// estimated outer time of the calls they precede, with that share of the
+// estimate's error gone.
+func TestCompensateMeasuredGaps(t *testing.T) {
+	// work (10 calls, 100,000 ns) calls a and then b in each call: 10
+	// gaps between them measured 1,500 ns in all.
+	build := func(measured bool, gaps Moments) *Node {
+		tr := NewTree()
+		work := tr.Root.Child(0)
+		work.Calls, work.Wall, work.CallGaps = 10, 100000, gaps
+		a := work.Child(1)
+		a.Calls, a.Wall = 10, 20000
+		b := work.Child(2)
+		b.Calls, b.Wall = 10, 30000
+		costs := map[FuncID]Costs{
+			0: {Inner: 100, InnerErr: 5, GapsMeasured: measured},
+			1: {Outer: 200, OuterErr: 10},
+			2: {Outer: 300, OuterErr: 20},
+		}
+		tr.Compensate(func(f FuncID) Costs { return costs[f] })
+		return work
+	}
+	for _, tc := range []struct {
+		name      string
+		measured  bool
+		gaps      Moments
+		self, err uint64
+	}{
+		// 50,000 - 10*100 - (10*200 + 10*300) = 44,000 ± 50 + 100 + 200.
+		{"estimated", false, Moments{N: 10, Sum: 1500}, 44000, 350},
+		// Half the calls came after a measured gap: 1,500 ns, and half
+		// of the estimate (2,500 ± 150) for the other half.
+		{"measured", true, Moments{N: 10, Sum: 1500}, 45000, 200},
+		// Nothing measured: the estimate stands.
+		{"no gaps", true, Moments{}, 44000, 350},
+		// Every call after a gap (a count the simulation never makes
+		// larger): the gaps alone.
+		{"all", true, Moments{N: 20, Sum: 1500}, 47500, 50},
+	} {
+		if w := build(tc.measured, tc.gaps); w.Self() != tc.self || w.SelfError != tc.err {
+			t.Errorf("%s: work self %d ± %d, want %d ± %d", tc.name, w.Self(), w.SelfError, tc.self, tc.err)
+		}
+	}
+}
+
 func TestMoments(t *testing.T) {
 	var m Moments
 	for _, d := range []uint64{2, 4, 4, 4, 5, 5, 7, 9} {
