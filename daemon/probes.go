@@ -388,23 +388,37 @@ func (s *probeSet) demoteParts(f *plan.Func, parts ...int) (int, error) {
 	// Closing a link removes its breakpoints at once, then waits for
 	// a grace period (tens of ms): close the links side by side.
 	var closing []link.Link
+	gone := map[link.Link]bool{}
 	n := 0
 	for _, part := range parts {
 		for _, l := range fl.links[part] {
 			closing = append(closing, l)
-			for p := range s.links {
-				s.links[p] = slices.DeleteFunc(s.links[p], func(x link.Link) bool { return x == l })
-			}
-			for _, ol := range s.byObj {
-				ol.links = slices.DeleteFunc(ol.links, func(x link.Link) bool { return x == l })
-			}
+			gone[l] = true
 		}
 		n += len(fl.addrs[part])
 		s.probes -= len(fl.addrs[part])
 		fl.links[part], fl.addrs[part] = nil, nil
 	}
+	s.dropLinks(gone)
 	s.mu.Unlock()
 	return n, closeAll(closing)
+}
+
+// dropLinks takes the links in gone out of the phases' and the objects'
+// lists, in one pass over each (a round demotes hundreds of functions,
+// and a session holds thousands of links); the caller closes them. It
+// runs with s.mu held.
+func (s *probeSet) dropLinks(gone map[link.Link]bool) {
+	if len(gone) == 0 {
+		return
+	}
+	drop := func(l link.Link) bool { return gone[l] }
+	for p := range s.links {
+		s.links[p] = slices.DeleteFunc(s.links[p], drop)
+	}
+	for _, ol := range s.byObj {
+		ol.links = slices.DeleteFunc(ol.links, drop)
+	}
 }
 
 // breakpoints returns the run-time addresses of the given parts of a
@@ -455,9 +469,7 @@ func (s *probeSet) detachObject(k objKey) (int, []link.ID, error) {
 			ids = append(ids, info.ID)
 		}
 	}
-	for p := range s.links {
-		s.links[p] = slices.DeleteFunc(s.links[p], func(l link.Link) bool { return gone[l] })
-	}
+	s.dropLinks(gone)
 	n := ol.probes
 	if s.byFunc != nil {
 		// Per function, demotions detached some already: count what is
