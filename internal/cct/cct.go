@@ -325,10 +325,13 @@ type Costs struct {
 // patent: t_exact = t_rough - t_I - m*t_O): its self time loses its calls
 // times its function's inner time, and for each child the child's calls
 // times the child's outer time, counting only calls a probe hit (Calls
-// less Unprobed). Each node's SelfError is the same sum over the costs'
-// errors, plus twice the standard deviation of that many calls' costs. Estimated nodes keep their self time, which samples
-// in the probes never reached. It keeps the measured times in Raw, rewrites Wall,
-// and returns how many nodes it clamped at zero self time.
+// less Unprobed). A node whose function's gaps are measured
+// (Costs.GapsMeasured) loses its CallGaps instead of the outer time of the
+// calls they precede. Each node's SelfError is the same sum over the
+// estimated costs' errors, plus twice the standard deviation of that many
+// calls' costs. Estimated nodes keep their self time, which samples in
+// the probes never reached. It keeps the measured times in Raw, rewrites
+// Wall, and returns how many nodes it clamped at zero self time.
 func (t *Tree) Compensate(cost func(FuncID) Costs) (clamped int) {
 	for _, ch := range t.Root.Children {
 		clamped += compensate(ch, cost)
