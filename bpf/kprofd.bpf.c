@@ -145,7 +145,8 @@ enum {
 	STAT_TRAP_SAMPLES = 12,	 // samples in a uprobe's trap (FLAG_TRAP)
 	STAT_BURST_TRAP_SAMPLES = 13, // of those, samples while a burst was armed
 	STAT_OUTSIDE_TRAP_SAMPLES = 14, // samples of threads outside every root in a uprobe's trap
-	STAT_MAX = 15,
+	STAT_SYNC_HITS = 15,	 // hits of the sync probe (__cxa_begin_catch), inside the root or not
+	STAT_MAX = 16,
 };
 
 struct kprofd_event {
@@ -188,6 +189,7 @@ const struct kprofd_stack *unused_stack __attribute__((unused));
 // first probe hit of a thread that was running when kprofd attached.
 struct kprofd_thread {
 	__u64 root_slot;  // return-address slot of the outermost root frame, 0 outside
+	__u64 root_ret;	  // the return address in it, when the root's entry read it (else 0)
 	__u64 last_check; // time of the last consistency capture
 	__u32 lost;	  // events of this thread dropped since its last batch
 	__u32 n;	  // events in buf
@@ -345,6 +347,11 @@ volatile __u32 burst_gen = 0;
 // How many bursts' probes are going in, are in, or are going out (kprofd
 // sets it): a sample in a trap then may be a burst's.
 volatile __u32 bursts_armed = 0;
+
+// Set once the sync probe is detached (hybrid mode demoted it): the
+// samples then tell a thread that left its root by an exception caught
+// outside it (see kprofd_sample).
+volatile __u8 sample_root_rule = 0;
 
 // Keeps struct kprofd_thread in BTF for bpf2go: the daemon reads the
 // goroutines' batches at the end of a session.
@@ -881,6 +888,34 @@ static __always_inline void seed(struct pt_regs *ctx, struct kprofd_thread *th, 
 	count(STAT_SEEDS_LOST, 1);
 }
 
+// leave_root tells the daemon that thread tid has left its root by now,
+// with no exit event (longjmp, an exception caught outside it): every
+// simulated frame ended (a sync event at the top of the stack).
+static __always_inline void leave_root(struct kprofd_thread *th, __u64 now, __u32 tid)
+{
+	struct kprofd_event *e = append(th, now);
+	e->slot = ~0ULL;
+	e->tid = tid;
+	e->func = 0;
+	e->kind = KIND_SYNC;
+	th->root_slot = 0;
+	flush(th);
+	count(STAT_STALE_ROOT, 1);
+}
+
+// root_overwritten reports, once the sync probe is gone (sample_root_rule),
+// that the root's return address is no longer in its slot: an exception
+// caught outside the root left it, and the first call its caller made
+// wrote over the slot. (One read per probe hit inside the root, and only
+// then; Go's stacks move, and its roots are left by panics, not by C++
+// exceptions.)
+static __always_inline int root_overwritten(struct kprofd_thread *th)
+{
+	__u64 ret = 0;
+	return sample_root_rule && th->root_ret && !go_mode &&
+	       !bpf_probe_read_user(&ret, sizeof(ret), (void *)th->root_slot) && ret != th->root_ret;
+}
+
 // settle applies the daemon's verdict on a pending thread if it came, and
 // else follows the root frames the thread enters and leaves meanwhile.
 static __always_inline void settle(struct kprofd_thread *th, __u32 tid, __u64 cookie, __u8 kind, __u64 slot)
@@ -899,6 +934,7 @@ static __always_inline void settle(struct kprofd_thread *th, __u32 tid, __u64 co
 	bpf_map_delete_elem(&seeds, &tid);
 	th->entered = 0;
 	th->root_slot = root;
+	th->root_ret = 0; // not read: root_overwritten cannot tell
 	if (!root) {
 		// Outside every root: what it sent while pending is the
 		// daemon's to drop.
@@ -921,6 +957,8 @@ static __always_inline int handle(struct pt_regs *ctx)
 	asm volatile("" : "+r"(sp), "+r"(fp));
 	__u64 slot = ((cookie & COOKIE_SLOT_RBP) ? fp : sp) + (__s64)(__s16)(cookie >> 48);
 
+	if (count_calls && kind == KIND_SYNC)
+		count(STAT_SYNC_HITS, 1); // its trap costs the same outside the root
 	if (count_calls && kind == KIND_ENTRY) {
 		__u32 fn = 2 * (__u32)cookie;
 		__u64 *c = bpf_map_lookup_elem(&calls, &fn);
@@ -1031,8 +1069,9 @@ static __always_inline void handle_thread(struct pt_regs *ctx, struct kprofd_thr
 	// by longjmp or an exception caught outside it) -- except an exit of
 	// the root itself, and a tail callee of the root, which takes over the
 	// root's slot. A sync at the root's slot (__cxa_begin_catch called
-	// where the root was) means the same. Say so now: every simulated
-	// frame ended by this time.
+	// where the root was) means the same, and so does the root's return
+	// address written over once the sync probe is gone. Say so now: every
+	// simulated frame ended by this time.
 	// (A signal handler may run on another stack: no such conclusion
 	// inside one.)
 	// (In Go, an entry at the root's slot is the root starting over after
@@ -1040,15 +1079,9 @@ static __always_inline void handle_thread(struct pt_regs *ctx, struct kprofd_thr
 	if (th->root_slot && !th->sigdepth &&
 	    (slot > th->root_slot ||
 	     (slot == th->root_slot && (kind == KIND_SYNC ||
-					(kind == KIND_ENTRY && !(cookie & COOKIE_ROOT_TAIL) && !go_mode))))) {
-		struct kprofd_event *e = append(th, now);
-		e->slot = ~0ULL;
-		e->tid = tid;
-		e->func = 0;
-		e->kind = KIND_SYNC;
-		th->root_slot = 0;
-		flush(th);
-		count(STAT_STALE_ROOT, 1);
+					(kind == KIND_ENTRY && !(cookie & COOKIE_ROOT_TAIL) && !go_mode))) ||
+	     root_overwritten(th))) {
+		leave_root(th, now, tid);
 	}
 	if (!th->root_slot) {
 		if (kind != KIND_ENTRY || !(cookie & COOKIE_ROOT)) {
@@ -1056,6 +1089,8 @@ static __always_inline void handle_thread(struct pt_regs *ctx, struct kprofd_thr
 			return;
 		}
 		th->root_slot = slot;
+		th->root_ret = 0;
+		bpf_probe_read_user(&th->root_ret, sizeof(th->root_ret), (void *)slot);
 		th->last_check = now;
 		th->depth = 0;
 		th->sigdepth = 0;
@@ -1304,6 +1339,18 @@ int kprofd_sample(struct bpf_perf_event_data *ctx)
 	__u8 flags = (ctx->regs.cs & 3) ? 0 : FLAG_KERNEL;
 	if (in_trap(ctx, &regs, task, th))
 		flags |= FLAG_TRAP;
+	// With the sync probe gone, a thread whose root an exception left
+	// for a handler outside it would stay inside the root until its next
+	// probe hit at or above the root's frame, and probed functions it
+	// called meanwhile from deeper down would land in the root. A stack
+	// pointer above the root's return-address slot says it has left:
+	// inside the root it is at or below it (ret-site exits fire before
+	// the ret). A trap may be a uretprobe's, after the ret, which the
+	// probe settles; a signal handler may run on another stack.
+	if (sample_root_rule && !go_mode && !th->sigdepth && !(flags & FLAG_TRAP) && regs.rsp > th->root_slot) {
+		leave_root(th, bpf_ktime_get_ns(), tid);
+		return 0;
+	}
 	if (flags & FLAG_TRAP) {
 		// Counted here, not only by the event loop, which may run
 		// far behind while the probes fire at full rate: hybrid mode

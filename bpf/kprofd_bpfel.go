@@ -67,6 +67,7 @@ type kprofdKprofdStack struct {
 type kprofdKprofdThread struct {
 	_         structs.HostLayout
 	RootSlot  uint64
+	RootRet   uint64
 	LastCheck uint64
 	Lost      uint32
 	N         uint32
@@ -121,6 +122,7 @@ const (
 	kprofdVarGoMode            = "go_mode"
 	kprofdVarGoStackHiOff      = "go_stack_hi_off"
 	kprofdVarPauseSignal       = "pause_signal"
+	kprofdVarSampleRootRule    = "sample_root_rule"
 	kprofdVarSampling          = "sampling"
 	kprofdVarSeedBefore        = "seed_before"
 	kprofdVarSeedGoidBefore    = "seed_goid_before"
@@ -221,6 +223,7 @@ type kprofdVariableSpecs struct {
 	GoMode          *ebpf.VariableSpec `ebpf:"go_mode"`
 	GoStackHiOff    *ebpf.VariableSpec `ebpf:"go_stack_hi_off"`
 	PauseSignal     *ebpf.VariableSpec `ebpf:"pause_signal"`
+	SampleRootRule  *ebpf.VariableSpec `ebpf:"sample_root_rule"`
 	Sampling        *ebpf.VariableSpec `ebpf:"sampling"`
 	SeedBefore      *ebpf.VariableSpec `ebpf:"seed_before"`
 	SeedGoidBefore  *ebpf.VariableSpec `ebpf:"seed_goid_before"`
@@ -304,6 +307,7 @@ type kprofdVariables struct {
 	GoMode          *ebpf.Variable `ebpf:"go_mode"`
 	GoStackHiOff    *ebpf.Variable `ebpf:"go_stack_hi_off"`
 	PauseSignal     *ebpf.Variable `ebpf:"pause_signal"`
+	SampleRootRule  *ebpf.Variable `ebpf:"sample_root_rule"`
 	Sampling        *ebpf.Variable `ebpf:"sampling"`
 	SeedBefore      *ebpf.Variable `ebpf:"seed_before"`
 	SeedGoidBefore  *ebpf.Variable `ebpf:"seed_goid_before"`

@@ -106,6 +106,10 @@ type Stats struct {
 	// traps, and probes hit outside the root. Goroutines are not
 	// counted: their context goes when they leave the root.
 	OutsideTrapSamples uint64
+	// SyncHits counts the hits of the sync probe on __cxa_begin_catch (one
+	// per exception caught anywhere in the process), when call counting
+	// is on (Config.Funcs is set).
+	SyncHits uint64
 	// Outside counts probe hits of threads outside every root: they cost
 	// the target and record nothing.
 	Outside uint64
@@ -132,6 +136,7 @@ const (
 	statTrapSamples
 	statBurstTrapSamples
 	statOutsideTrapSamples
+	statSyncHits
 	statMax
 )
 
@@ -324,7 +329,7 @@ func (p *Program) Stats() (Stats, error) {
 		statRootSamples: &s.RootSamples, statProbeSamples: &s.ProbeSamples, statBurstSamples: &s.BurstSamples,
 		statOutside: &s.Outside, statSeeds: &s.Seeds, statSeedsLost: &s.SeedsLost,
 		statTrapSamples: &s.TrapSamples, statBurstTrapSamples: &s.BurstTrapSamples,
-		statOutsideTrapSamples: &s.OutsideTrapSamples}
+		statOutsideTrapSamples: &s.OutsideTrapSamples, statSyncHits: &s.SyncHits}
 	for i, dst := range counters {
 		var perCPU []uint64
 		if err := p.objs.Stats.Lookup(uint32(i), &perCPU); err != nil {
@@ -725,6 +730,16 @@ func (p *Program) SetBurst(gen uint32) error {
 func (p *Program) SetBurstsArmed(n uint32) error {
 	if err := p.objs.BurstsArmed.Set(n); err != nil {
 		return fmt.Errorf("setting bursts_armed: %w", err)
+	}
+	return nil
+}
+
+// SetSampleRootRule makes the sampler end the root of a thread whose
+// stack pointer is above the root's frame, for when the sync probe that
+// tells exceptions caught outside the root is gone.
+func (p *Program) SetSampleRootRule() error {
+	if err := p.objs.SampleRootRule.Set(uint8(1)); err != nil {
+		return fmt.Errorf("setting sample_root_rule: %w", err)
 	}
 	return nil
 }

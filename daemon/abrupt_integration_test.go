@@ -63,6 +63,51 @@ func TestExceptions(t *testing.T) {
 	}
 }
 
+// TestExceptionsWithoutSync traces the C++ target as TestExceptions does,
+// in hybrid mode at a budget no function passes, once its sync probe on
+// __cxa_begin_catch is demoted, as a round does when the budget asks for
+// it: the counts must not change. An exception escaping the root is then
+// told only by the root's return address, written over when the
+// worker's handler calls from_outside, whose callee catcher is probed:
+// without that check catcher's calls there land in the root.
+func TestExceptionsWithoutSync(t *testing.T) {
+	requireRoot(t)
+	exe := testtarget.BuildExc(t, false)
+	script := func(p *testtarget.Proc) string { return p.Run(t, abruptRuns) }
+	ref := testtarget.Start(t, exe)
+	refOut := script(ref)
+	refStatus := ref.Exit(t)
+
+	target := testtarget.Start(t, exe)
+	s, err := daemon.Start(daemon.Config{PID: target.Pid(), Roots: []string{testtarget.ExcRoot}, Exclude: systemExcludes(),
+		Mode: daemon.ModeHybrid, Budget: 1000, Warnf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := daemon.DropSync(s); err != nil {
+		t.Fatal(err)
+	}
+	out := script(target)
+	p := stopAndCheckGone(t, s, target.Pid())
+	if status := target.Exit(t); status != refStatus || out != refOut {
+		t.Errorf("traced target printed %q and exited %d; untraced %q and %d", out, status, refOut, refStatus)
+	}
+	got := testtarget.PprofCounts(roundTrip(t, p), nil)
+	maps.DeleteFunc(got, func(_ string, calls uint64) bool { return calls == 0 })
+	if diff := testtarget.DiffCounts(got, testtarget.ExcCounts(abruptRuns)); diff != "" {
+		t.Errorf("calls per context differ:\n%s", diff)
+	}
+	comments := strings.Join(p.Comments, "\n")
+	if !strings.Contains(comments, ":__cxa_begin_catch at +") || !strings.Contains(comments, "the sync probe dropped") {
+		t.Errorf("the profile does not say the sync probe was demoted: %q", p.Comments)
+	}
+	for _, d := range s.Demotions() {
+		if !d.Sync {
+			t.Errorf("demoted %s at a budget of 100000%%", d)
+		}
+	}
+}
+
 // TestLongjmp traces longjmp and siglongjmp across instrumented frames, to
 // a setjmp inside the root and to one outside it, and threads ending with
 // pthread_exit inside the root.

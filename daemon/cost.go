@@ -107,6 +107,12 @@ type costModel struct {
 	// with its function's demotion to sampling.
 	sites    bool
 	siteCost float64
+	// syncCost is what one hit of the sync probe on __cxa_begin_catch
+	// costs (0: none is attached, or it is gone), and syncGone, once
+	// a round has demoted it, says why, until the monitor takes it
+	// (takeSync).
+	syncCost float64
+	syncGone string
 	// floor, during a decision, is the least each function's probes cost
 	// at its present stage in the predicted unit: what the samples in
 	// them measured, over the scale.
@@ -379,6 +385,9 @@ type measurement struct {
 	// samples in probes hold their traps, so they measure nothing, and
 	// the prediction steers, scaled as the last measured window found.
 	inFlight bool
+	// syncs is the sync probe's hits per second: one per exception
+	// caught anywhere in the process.
+	syncs float64
 	// floor is the overhead of the probes no demotion takes: those
 	// threads meet outside the root, the root's own entry and exits
 	// among them. It is spent of the budget before any function's probes.
@@ -443,7 +452,8 @@ const minProbeSamples = 8
 // nothing is decided.
 func (m *costModel) decideRound(rates []float64, cpu float64, samples uint64, meas measurement) ([]demotion, float64, float64) {
 	rates = m.mixed(rates, meas.mix)
-	probe := 0.0
+	syncLoad := meas.syncs * m.syncCost
+	probe := syncLoad
 	for i := range m.funcs {
 		probe += m.load(rates, i, m.funcs[i].stage)
 	}
@@ -469,7 +479,7 @@ func (m *costModel) decideRound(rates []float64, cpu float64, samples uint64, me
 			}
 		}
 		defer func() { m.floor = nil }()
-		probe = 0
+		probe = syncLoad
 		for i := range m.funcs {
 			probe += m.load(rates, i, m.funcs[i].stage)
 		}
@@ -582,6 +592,15 @@ func (m *costModel) decideRound(rates []float64, cpu float64, samples uint64, me
 				best, bestStage, bestGain, bestSites = i, st, score, false
 			}
 		}
+		// The sync probe is a leaf of its own: nothing below it.
+		if syncLoad > bestGain {
+			before := 100 * before
+			m.syncGone = fmt.Sprintf("%s caught exceptions/s × %s of sync probe = %.0f%% of the target's own CPU time (all probes %.0f%%%s, budget %s)",
+				rate(meas.syncs), time.Duration(m.syncCost).Round(time.Nanosecond), 100*scale*syncLoad*perOwn, before, measured, budgetText)
+			probe -= scale * syncLoad
+			m.syncCost, syncLoad = 0, 0
+			continue
+		}
 		if best < 0 {
 			break
 		}
@@ -646,6 +665,13 @@ func (m *costModel) decideRound(rates []float64, cpu float64, samples uint64, me
 	// callee's entries without its caller's.
 	slices.SortStableFunc(merged, func(a, b demotion) int { return cmp.Compare(a.stage, b.stage) })
 	return merged, before, probe * perOwn
+}
+
+// takeSync returns why a round demoted the sync probe, once, and whether
+// one did.
+func (m *costModel) takeSync() (reason string, ok bool) {
+	reason, m.syncGone = m.syncGone, ""
+	return reason, reason != ""
 }
 
 // mixed returns the call rates to rank the functions by: the longer

@@ -495,3 +495,44 @@ func TestCostModelInFlight(t *testing.T) {
 		t.Errorf("not in flight: demoted %d, want none (the scale is for in-flight windows)", len(ds))
 	}
 }
+
+// TestCostModelSync checks that the sync probe on __cxa_begin_catch is
+// priced as one more probe: demoted alone when caught exceptions cost
+// most, never when the session has none to drop, and once.
+func TestCostModelSync(t *testing.T) {
+	pl := ctreePlan(t, plan.ExitsUretprobe)
+	byName := funcsByName(pl)
+	costs := callCosts(pl, nil)
+	rates := make([]float64, 2*len(pl.Funcs))
+	rates[2*byName["walk"].ID] = 2e4 // about 2% of a CPU
+	names := func(ds []demotion) string { return demotionNames(pl, ds) }
+	const cpu = 1e9
+	// 500k exceptions/s × 650 ns: about 33% of the target's own time.
+	meas := measurement{syncs: 5e5}
+
+	m := newCostModel(pl, costs, 0.10)
+	m.syncCost = 650
+	ds, before, after := m.decideRound(rates, cpu, 1000, meas)
+	why, ok := m.takeSync()
+	if !ok || len(ds) != 0 || after > 0.10 || before < 0.3 {
+		t.Errorf("sync at 500k/s: sync %v, demoted %q, overhead %.3f -> %.3f; want the sync alone, 0.3+ -> 0.10 or less", ok, names(ds), before, after)
+	}
+	if want := "500.0k caught exceptions/s × 650ns of sync probe"; !strings.HasPrefix(why, want) {
+		t.Errorf("reason %q, want it to start %q", why, want)
+	}
+	if _, again := m.takeSync(); again {
+		t.Error("takeSync reported the demotion twice")
+	}
+	ds, _, _ = m.decideRound(rates, cpu, 1000, meas)
+	if _, ok := m.takeSync(); ok || len(ds) != 0 {
+		t.Errorf("next round: sync %v, demoted %q; want nothing (the sync probe is gone)", ok, names(ds))
+	}
+
+	// No sync probe to drop (syncCost 0): the functions go instead.
+	m = newCostModel(pl, costs, 0.10)
+	rates[2*byName["walk"].ID] = 2e6
+	ds, _, _ = m.decideRound(rates, cpu, 1000, meas)
+	if _, ok := m.takeSync(); ok || len(ds) == 0 {
+		t.Errorf("without a sync probe: sync %v, demoted %q; want walk's probes", ok, names(ds))
+	}
+}

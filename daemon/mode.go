@@ -96,6 +96,11 @@ type Demotion struct {
 	// Sites says the demotion was of the probes on its indirect calls
 	// only (their targets are no longer discovered); Stage is unchanged.
 	Sites bool `json:"sites"`
+	// Sync says the demotion was of the sync probe on __cxa_begin_catch
+	// (Func names it; ID is 0), which fires at every exception caught in
+	// the process: exceptions caught outside the probed code are told
+	// from stack pointers from then on.
+	Sync bool `json:"sync,omitempty"`
 	// Round numbers the monitor's readings that demoted something: the
 	// demotions of one reading share it. Before and After are the probe
 	// overhead the cost model predicted before and after that round's
@@ -112,8 +117,11 @@ type Demotion struct {
 
 func (d Demotion) String() string {
 	what := d.Stage.String()
-	if d.Sites {
+	switch {
+	case d.Sites:
 		what = "its indirect calls' probes dropped (their targets no longer discovered)"
+	case d.Sync:
+		what = "the sync probe dropped (exceptions caught outside probed code are told by stack pointers)"
 	}
 	return fmt.Sprintf("%s at +%s: %s; %s", d.Func, d.At.Round(time.Millisecond), d.Reason, what)
 }

@@ -121,6 +121,8 @@ type counts struct {
 	// outside counts the samples in the probes of threads outside the
 	// root (see bpf.Stats.OutsideTrapSamples).
 	outside uint64
+	// syncs counts the sync probe's hits.
+	syncs uint64
 }
 
 // probeCounters are the kernel's counters of samples in probes: in the
@@ -223,6 +225,7 @@ func (m *monitor) read(now time.Time) (counts, error) {
 		inTrap: st.TrapSamples, inBurstTrap: st.BurstTrapSamples}
 	c.trapByFunc = m.s.sim.TrapSamples()
 	c.outside = st.OutsideTrapSamples
+	c.syncs = st.SyncHits
 	return c, nil
 }
 
@@ -294,7 +297,7 @@ func (m *monitor) step(now time.Time) error {
 	// say otherwise would hide any overhead.
 	cpu := min(float64(c.samples-old.samples)*float64(m.period)/dt, float64(runtime.NumCPU())*1e9)
 	m.mu.Lock() // the model grows as functions are found
-	meas := measurement{calls: c.calls, inFlight: len(m.going) > 0, floor: m.floorAt(c)}
+	meas := measurement{calls: c.calls, inFlight: len(m.going) > 0, floor: m.floorAt(c), syncs: float64(c.syncs-old.syncs) / dt}
 	m.floorPeak = max(m.floorPeak, meas.floor)
 	if meas.floor > m.model.budget && !m.floorSaid {
 		m.floorSaid = true
@@ -314,10 +317,11 @@ func (m *monitor) step(now time.Time) error {
 		}
 	}
 	ds, predicted, after := m.model.decideRound(m.rates, cpu, c.samples-old.samples, meas)
+	syncWhy, syncGoes := m.model.takeSync()
 	late := m.takeLingering(ds, c.calls)
 	m.own = cpu / (1 + predicted)
 	m.readings++
-	if len(ds) > 0 {
+	if len(ds) > 0 || syncGoes {
 		m.rounds++
 		m.inflight++ // from the decision, so that Demotions waits for it
 	}
@@ -325,8 +329,13 @@ func (m *monitor) step(now time.Time) error {
 	m.peak = max(m.peak, predicted)
 	m.latest = after
 	m.mu.Unlock()
-	if len(ds) == 0 && len(late) == 0 {
+	if len(ds) == 0 && len(late) == 0 && !syncGoes {
 		return nil
+	}
+	var sync *Demotion
+	if syncGoes {
+		sync = &Demotion{Func: m.syncName(), Stage: StageSampled, Sync: true, At: now.Sub(m.s.start), Reason: syncWhy,
+			Round: round, Before: predicted, After: after}
 	}
 
 	// Allocators sample by bytes before the cut: a call after it is
@@ -373,16 +382,23 @@ func (m *monitor) step(now time.Time) error {
 	for _, id := range late {
 		breakpoints = append(breakpoints, m.s.probes.breakpoints(m.funcOf(id), allParts...)...)
 	}
+	if sync != nil {
+		breakpoints = append(breakpoints, m.s.probes.syncBreakpoints()...)
+	}
+	recorded := len(ds) // the demotions the round records
+	if sync != nil {
+		recorded++
+	}
 	m.log.Debug("hybrid: round", "round", round, "at", now.Sub(m.s.start), "window", now.Sub(old.at),
 		"samples", c.samples-old.samples, "probe_samples", meas.samples, "measured", meas.counted,
-		"overhead", predicted, "after", after, "floor", meas.floor, "demotions", len(ds), "idle", idle,
+		"overhead", predicted, "after", after, "floor", meas.floor, "demotions", recorded, "idle", idle,
 		"called_lingering", len(late), "breakpoints", len(breakpoints), "in_flight", len(m.going))
 	done := make(chan struct{})
 	m.detaching.Add(1)
 	go func() {
 		defer m.detaching.Done()
 		defer close(done)
-		m.detach(ds, late, now, round, predicted, after)
+		m.detach(ds, late, sync, now, round, predicted, after)
 	}()
 	// The loop goes on deciding while the breakpoints go (a large
 	// round's take hundreds of ms, while the target traps at full
@@ -481,10 +497,22 @@ func (m *monitor) takeLingering(ds []demotion, calls []uint64) (late []int) {
 // the lingering functions late that were called since, records the
 // demotions and tells the session. It runs in the background of the next
 // windows.
-func (m *monitor) detach(ds []demotion, late []int, now time.Time, round int, predicted, after float64) {
+func (m *monitor) detach(ds []demotion, late []int, syncDem *Demotion, now time.Time, round int, predicted, after float64) {
 	dems := make([]Demotion, len(ds))
 	errs := make([]error, len(ds)+len(late))
 	var wg sync.WaitGroup
+	var syncErr error
+	if syncDem != nil {
+		// Before its probe goes: the root's return address and the
+		// samples take over its job (kprofd.bpf.c, root_overwritten).
+		if syncErr = m.s.prog.SetSampleRootRule(); syncErr == nil {
+			wg.Go(func() {
+				t0 := time.Now()
+				_, syncErr = m.s.probes.demoteSync()
+				syncDem.Detach = time.Since(t0)
+			})
+		}
+	}
 	take := func(i int, f *plan.Func, parts []int) time.Duration {
 		t0 := time.Now()
 		_, errs[i] = m.s.probes.demoteParts(f, parts...)
@@ -520,8 +548,19 @@ func (m *monitor) detach(ds []demotion, late []int, now time.Time, round int, pr
 		delete(m.lingering, id) // bursts may take it now
 	}
 	m.mu.Unlock()
-	if len(ds) > 0 {
+	if syncDem != nil {
+		dems = append(dems, *syncDem)
+	}
+	if len(dems) > 0 {
 		m.recorded(dems) // before the callbacks, which may ask for them
+	}
+	if syncErr != nil {
+		m.mu.Lock()
+		if m.detachErr == nil {
+			m.detachErr = fmt.Errorf("detaching the sync probe: %w", syncErr)
+		}
+		m.mu.Unlock()
+		return
 	}
 	// The session is told of each demotion up to the first detach that
 	// failed, which stops the monitor.
@@ -544,6 +583,19 @@ func (m *monitor) detach(ds []demotion, late []int, now time.Time, round int, pr
 			m.s.cfg.Demoted(dems[i])
 		}
 	}
+	if syncDem != nil && m.s.cfg.Demoted != nil {
+		m.s.cfg.Demoted(dems[len(dems)-1])
+	}
+}
+
+// syncName names the sync probe's function, as demotions name functions.
+func (m *monitor) syncName() string {
+	for _, p := range m.s.prep.Plan.Syncs {
+		if p.Kind == bpf.KindSync {
+			return p.Obj.Base() + ":__cxa_begin_catch"
+		}
+	}
+	return "__cxa_begin_catch"
 }
 
 // remember takes in the demotions ds from the memory that the session

@@ -30,6 +30,11 @@ type probeSet struct {
 	byObj map[objKey]*objLinks
 	// funcs and probes count what is attached.
 	funcs, probes int
+	// syncLinks and syncAddrs are the sync probe's links and run-time
+	// addresses, when probes were attached per function (hybrid mode
+	// may detach it: see demoteSync).
+	syncLinks []link.Link
+	syncAddrs []uint64
 }
 
 // objKey names a mapped object: the same file mapped again elsewhere is
@@ -76,6 +81,7 @@ type fileProbes struct {
 	obj     *symbolizer.Mapped
 	fn      *plan.Func // the function, when attached per function
 	part    int
+	sync    bool // the sync probe alone, attached per function
 	probes  []bpf.Probe
 	owner   []*plan.Func    // owner[i] is the function of probes[i]
 	planned []plan.ObjProbe // planned[i] is what probes[i] was made from
@@ -206,6 +212,12 @@ func (s *probeSet) add(phase int, fp *fileProbes, links []link.Link) {
 	if fp.fn != nil {
 		ol.funcs[fp.fn] = true
 	}
+	if fp.sync {
+		s.syncLinks = append(s.syncLinks, links...)
+		for _, p := range fp.planned {
+			s.syncAddrs = append(s.syncAddrs, p.Addr+p.Obj.Bias)
+		}
+	}
 	if s.byFunc != nil && fp.fn != nil {
 		fl := s.byFunc[fp.fn]
 		if fl == nil {
@@ -227,6 +239,7 @@ func groupProbes(pl *plan.Plan, opt attachOptions, only map[*plan.Func]bool) [nu
 		obj  *symbolizer.Mapped
 		fn   *plan.Func
 		part int
+		sync bool
 	}
 	var phases [numPhases][]*fileProbes
 	var index [numPhases]map[key]*fileProbes
@@ -238,9 +251,10 @@ func groupProbes(pl *plan.Plan, opt attachOptions, only map[*plan.Func]bool) [nu
 		if opt.perFunc && f != nil {
 			k.fn, k.part = f, part
 		}
+		k.sync = opt.perFunc && p.Kind == bpf.KindSync
 		fp := index[phase][k]
 		if fp == nil {
-			fp = &fileProbes{obj: obj, fn: k.fn, part: k.part}
+			fp = &fileProbes{obj: obj, fn: k.fn, part: k.part, sync: k.sync}
 			index[phase][k] = fp
 			phases[phase] = append(phases[phase], fp)
 		}
@@ -402,6 +416,30 @@ func (s *probeSet) demoteParts(f *plan.Func, parts ...int) (int, error) {
 	s.dropLinks(gone)
 	s.mu.Unlock()
 	return n, closeAll(closing)
+}
+
+// demoteSync detaches the sync probe (see plan.Plan.Syncs) and returns how
+// many probes it detached. It needs probes attached per function.
+func (s *probeSet) demoteSync() (int, error) {
+	s.mu.Lock()
+	closing, n := s.syncLinks, len(s.syncAddrs)
+	gone := map[link.Link]bool{}
+	for _, l := range closing {
+		gone[l] = true
+	}
+	s.dropLinks(gone)
+	s.probes -= n
+	s.syncLinks, s.syncAddrs = nil, nil
+	s.mu.Unlock()
+	return n, closeAll(closing)
+}
+
+// syncBreakpoints returns the run-time addresses of the attached sync
+// probe.
+func (s *probeSet) syncBreakpoints() []uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.syncAddrs)
 }
 
 // dropLinks takes the links in gone out of the phases' and the objects'

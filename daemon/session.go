@@ -297,6 +297,15 @@ func StartPrepared(pr *Prepared, cfg Config) (_ *Session, err error) {
 			// kernel single-steps.
 			model.sites, model.siteCost = true, probeCost(cfg.Calibration, x86.ClassStepped)
 		}
+		// The sync probe may go where ret-site probes end the root:
+		// its job then falls to the root's return address, which a
+		// uretprobe would have replaced (see root_overwritten in
+		// kprofd.bpf.c).
+		for _, p := range pr.Plan.Syncs {
+			if p.Kind == bpf.KindSync && pr.Plan.Exits == plan.ExitsRet && len(s.probes.syncBreakpoints()) > 0 {
+				model.syncCost = probeCost(cfg.Calibration, p.Class)
+			}
+		}
 		model.burstShare = burstShare
 		s.monitor = newMonitor(s, model, s.sampler.Period)
 		s.monitor.bursts = newBurstLog()

@@ -74,11 +74,13 @@ func (r *demotionReporter) flush() {
 // demotedParts says how many of ds's functions lost what: "12 to
 // sampling, 3 exits dropped".
 func demotedParts(ds []daemon.Demotion) string {
-	var sampled, entry, sites int
+	var sampled, entry, sites, syncs int
 	for _, d := range ds {
 		switch {
 		case d.Sites:
 			sites++
+		case d.Sync:
+			syncs++
 		case d.Stage == daemon.StageSampled:
 			sampled++
 		default:
@@ -94,6 +96,9 @@ func demotedParts(ds []daemon.Demotion) string {
 	}
 	if sites > 0 {
 		parts = append(parts, fmt.Sprintf("%d indirect-call probes dropped", sites))
+	}
+	if syncs > 0 {
+		parts = append(parts, "the sync probe dropped")
 	}
 	return strings.Join(parts, ", ")
 }
