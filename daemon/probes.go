@@ -422,14 +422,13 @@ func (s *probeSet) demoteParts(f *plan.Func, parts ...int) (int, error) {
 // many probes it detached. It needs probes attached per function.
 func (s *probeSet) demoteSync() (int, error) {
 	s.mu.Lock()
-	closing, n := s.syncLinks, len(s.syncAddrs)
+	closing, n := slices.Clone(s.syncLinks), len(s.syncAddrs) // dropLinks clears its list
 	gone := map[link.Link]bool{}
 	for _, l := range closing {
 		gone[l] = true
 	}
-	s.dropLinks(gone)
+	s.dropLinks(gone) // the sync's lists too
 	s.probes -= n
-	s.syncLinks, s.syncAddrs = nil, nil
 	s.mu.Unlock()
 	return n, closeAll(closing)
 }
@@ -456,6 +455,10 @@ func (s *probeSet) dropLinks(gone map[link.Link]bool) {
 	}
 	for _, ol := range s.byObj {
 		ol.links = slices.DeleteFunc(ol.links, drop)
+	}
+	// The sync probe's object may be unmapped (detachObject).
+	if s.syncLinks = slices.DeleteFunc(s.syncLinks, drop); len(s.syncLinks) == 0 {
+		s.syncAddrs = nil
 	}
 }
 
