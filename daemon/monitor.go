@@ -590,10 +590,8 @@ func (m *monitor) detach(ds []demotion, late []int, syncDem *Demotion, now time.
 
 // syncName names the sync probe's function, as demotions name functions.
 func (m *monitor) syncName() string {
-	for _, p := range m.s.prep.Plan.Syncs {
-		if p.Kind == bpf.KindSync {
-			return p.Obj.Base() + ":__cxa_begin_catch"
-		}
+	if p, ok := m.s.prep.Plan.SyncProbe(); ok {
+		return p.Obj.Base() + ":__cxa_begin_catch"
 	}
 	return "__cxa_begin_catch"
 }

@@ -301,10 +301,8 @@ func StartPrepared(pr *Prepared, cfg Config) (_ *Session, err error) {
 		// its job then falls to the root's return address, which a
 		// uretprobe would have replaced (see root_overwritten in
 		// kprofd.bpf.c).
-		for _, p := range pr.Plan.Syncs {
-			if p.Kind == bpf.KindSync && pr.Plan.Exits == plan.ExitsRet && len(s.probes.syncBreakpoints()) > 0 {
-				model.syncCost = probeCost(cfg.Calibration, p.Class)
-			}
+		if p, ok := pr.Plan.SyncProbe(); ok && pr.Plan.Exits == plan.ExitsRet && len(s.probes.syncBreakpoints()) > 0 {
+			model.syncCost = probeCost(cfg.Calibration, p.Class)
 		}
 		model.burstShare = burstShare
 		s.monitor = newMonitor(s, model, s.sampler.Period)

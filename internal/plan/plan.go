@@ -575,6 +575,17 @@ func isLoadRtSigreturn(in *x86.Inst) bool {
 	return ok && ok2 && (r == x86asm.RAX || r == x86asm.EAX) && imm == 15
 }
 
+// SyncProbe returns the sync probe on __cxa_begin_catch, if the plan has
+// one.
+func (pl *Plan) SyncProbe() (ObjProbe, bool) {
+	for _, s := range pl.Syncs {
+		if s.Kind == bpf.KindSync {
+			return s, true
+		}
+	}
+	return ObjProbe{}, false
+}
+
 // Sigreturns reports whether the plan probes a signal trampoline, so that
 // signal handlers can be told apart.
 func (pl *Plan) Sigreturns() bool {
