@@ -69,7 +69,9 @@ func TestExceptions(t *testing.T) {
 // it: the counts must not change. An exception escaping the root is then
 // told only by the root's return address, written over when the
 // worker's handler calls from_outside, whose callee catcher is probed:
-// without that check catcher's calls there land in the root.
+// without that check catcher's calls there land in the root. A second
+// session on a new process, with the first one's memory, starts without
+// the sync probe, with the same counts.
 func TestExceptionsWithoutSync(t *testing.T) {
 	requireRoot(t)
 	exe := testtarget.BuildExc(t, false)
@@ -78,32 +80,38 @@ func TestExceptionsWithoutSync(t *testing.T) {
 	refOut := script(ref)
 	refStatus := ref.Exit(t)
 
-	target := testtarget.Start(t, exe)
-	s, err := daemon.Start(daemon.Config{PID: target.Pid(), Roots: []string{testtarget.ExcRoot}, Exclude: systemExcludes(),
-		Mode: daemon.ModeHybrid, Budget: 1000, Warnf: t.Logf})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := daemon.DropSync(s); err != nil {
-		t.Fatal(err)
-	}
-	out := script(target)
-	p := stopAndCheckGone(t, s, target.Pid())
-	if status := target.Exit(t); status != refStatus || out != refOut {
-		t.Errorf("traced target printed %q and exited %d; untraced %q and %d", out, status, refOut, refStatus)
-	}
-	got := testtarget.PprofCounts(roundTrip(t, p), nil)
-	maps.DeleteFunc(got, func(_ string, calls uint64) bool { return calls == 0 })
-	if diff := testtarget.DiffCounts(got, testtarget.ExcCounts(abruptRuns)); diff != "" {
-		t.Errorf("calls per context differ:\n%s", diff)
-	}
-	comments := strings.Join(p.Comments, "\n")
-	if !strings.Contains(comments, ":__cxa_begin_catch at +") || !strings.Contains(comments, "the sync probe dropped") {
-		t.Errorf("the profile does not say the sync probe was demoted: %q", p.Comments)
-	}
-	for _, d := range s.Demotions() {
-		if !d.Sync {
-			t.Errorf("demoted %s at a budget of 100000%%", d)
+	memory := t.TempDir()
+	for _, remembering := range []bool{false, true} {
+		target := testtarget.Start(t, exe)
+		s, err := daemon.Start(daemon.Config{PID: target.Pid(), Roots: []string{testtarget.ExcRoot}, Exclude: systemExcludes(),
+			Mode: daemon.ModeHybrid, Budget: 1000, Memory: memory, Warnf: t.Logf})
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = daemon.DropSync(s)
+		if !remembering && err != nil {
+			t.Fatal(err)
+		}
+		if remembering && err == nil {
+			t.Error("the session with the memory of a dropped sync probe attached it")
+		}
+		out := script(target)
+		p := stopAndCheckGone(t, s, target.Pid())
+		if status := target.Exit(t); status != refStatus || out != refOut {
+			t.Errorf("remembering=%v: traced target printed %q and exited %d; untraced %q and %d", remembering, out, status, refOut, refStatus)
+		}
+		got := testtarget.PprofCounts(roundTrip(t, p), nil)
+		maps.DeleteFunc(got, func(_ string, calls uint64) bool { return calls == 0 })
+		if diff := testtarget.DiffCounts(got, testtarget.ExcCounts(abruptRuns)); diff != "" {
+			t.Errorf("remembering=%v: calls per context differ:\n%s", remembering, diff)
+		}
+		comments := strings.Join(p.Comments, "\n")
+		if !strings.Contains(comments, ":__cxa_begin_catch at +") || !strings.Contains(comments, "the sync probe dropped") {
+			t.Errorf("remembering=%v: the profile does not say the sync probe was demoted: %q", remembering, p.Comments)
+		}
+		ds := s.Demotions()
+		if len(ds) != 1 || !ds[0].Sync || ds[0].Remembered != remembering {
+			t.Errorf("remembering=%v: demotions %v, want the sync probe's alone (remembered: %v)", remembering, ds, remembering)
 		}
 	}
 }

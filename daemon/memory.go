@@ -49,6 +49,16 @@ type memoryFile struct {
 	Budget float64           `json:"budget"`
 	Saved  time.Time         `json:"saved"`
 	Funcs  []rememberedStage `json:"functions"`
+	// Sync says the session dropped the sync probe on
+	// __cxa_begin_catch: the next one does not attach it. It stays
+	// remembered, since a sync probe that is not in costs nothing and
+	// the root's return address does its job (see monitor.detach).
+	Sync bool `json:"sync,omitempty"`
+}
+
+// reason is what the demotions a session starts with from mf say.
+func (mf *memoryFile) reason() string {
+	return "remembered from the session of " + mf.Saved.Local().Format("2006-01-02 15:04:05")
 }
 
 // rememberedStage is the stage one function ended a session at.
@@ -123,12 +133,15 @@ func writeMemory(path string, mf *memoryFile) error {
 // demotes. A memory made with a smaller budget than budget is not used:
 // why says so. The demotions are applied to m.
 func recall(mf *memoryFile, pl *plan.Plan, m *costModel, budget float64) (ds []demotion, why string) {
-	if mf == nil || len(mf.Funcs) == 0 {
+	if mf == nil {
 		return nil, ""
 	}
-	when := mf.Saved.Local().Format("2006-01-02 15:04:05")
 	if budget > mf.Budget*(1+1e-9) {
-		return nil, fmt.Sprintf("not starting from the demotions of the session of %s: its overhead budget was %g%%, below this one's", when, 100*mf.Budget)
+		return nil, fmt.Sprintf("not starting from the demotions of the session of %s: its overhead budget was %g%%, below this one's",
+			mf.Saved.Local().Format("2006-01-02 15:04:05"), 100*mf.Budget)
+	}
+	if len(mf.Funcs) == 0 {
+		return nil, ""
 	}
 	type key struct {
 		obj  string
@@ -138,7 +151,7 @@ func recall(mf *memoryFile, pl *plan.Plan, m *costModel, budget float64) (ds []d
 	for _, f := range pl.Funcs {
 		byKey[key{objectIdentity(f.Node.Obj), f.Node.Func.Addr}] = f
 	}
-	reason := "remembered from the session of " + when
+	reason := mf.reason()
 	stage := make(map[int]Stage)
 	sites := make(map[int]bool)
 	named := make(map[int]bool) // remembered demoted to sampling
@@ -224,6 +237,9 @@ type sessionEnd struct {
 	remembered, lingering map[int]bool
 	// called reports whether the counters saw a function called.
 	called func(id int) bool
+	// syncDropped says the sync probe is not in: dropped, or never
+	// attached as remembered.
+	syncDropped bool
 }
 
 // memorize returns what a session ending as e leaves for the next one:
@@ -233,7 +249,7 @@ type sessionEnd struct {
 // those that started demoted and that nothing saw called since, whose
 // memory goes stale.
 func memorize(funcs []*plan.Func, exe string, roots []string, budget float64, e sessionEnd) *memoryFile {
-	mf := &memoryFile{Version: memoryVersion, Executable: exe, Roots: roots, Budget: budget, Saved: time.Now()}
+	mf := &memoryFile{Version: memoryVersion, Executable: exe, Roots: roots, Budget: budget, Saved: time.Now(), Sync: e.syncDropped}
 	for _, f := range funcs {
 		id := int(f.ID)
 		if id >= len(e.stages) || f.Root || f.Alloc != nil || e.lingering[id] {
@@ -314,6 +330,7 @@ func (s *Session) memorize() {
 	}
 	funcs := slices.Clone(s.prep.Plan.Funcs)
 	m.mu.Lock()
+	e.syncDropped = m.syncDropped
 	for _, id := range slices.Sorted(maps.Keys(m.found)) {
 		funcs = append(funcs, m.found[id])
 	}

@@ -158,6 +158,32 @@ func TestMemory(t *testing.T) {
 	}
 }
 
+// TestMemorySync checks that a dropped sync probe is remembered, alone
+// too, and that such a memory made at a smaller budget is not used.
+func TestMemorySync(t *testing.T) {
+	pl := ctreePlan(t, plan.ExitsRet)
+	exe := pl.Funcs[0].Node.Obj
+	end := sessionEnd{stages: make([]Stage, len(pl.Funcs)), called: func(int) bool { return true }}
+	if mf := memorize(pl.Funcs, exe.Path(), nil, 0.10, end); mf.Sync {
+		t.Error("a session that kept the sync probe remembers it dropped")
+	}
+	end.syncDropped = true
+	path := memoryPath(t.TempDir(), exe, []string{"handle_request"})
+	if err := writeMemory(path, memorize(pl.Funcs, exe.Path(), nil, 0.10, end)); err != nil {
+		t.Fatal(err)
+	}
+	mf, err := readMemory(path)
+	if err != nil || mf == nil || !mf.Sync || len(mf.Funcs) != 0 {
+		t.Fatalf("read back %+v, %v; want the sync probe dropped and no function", mf, err)
+	}
+	if ds, why := recall(mf, pl, newCostModel(pl, callCosts(pl, nil), 0.10), 0.10); ds != nil || why != "" {
+		t.Errorf("at its budget: %d demotions, %q; want none, and no reason not to use it", len(ds), why)
+	}
+	if _, why := recall(mf, pl, newCostModel(pl, callCosts(pl, nil), 0.20), 0.20); !strings.Contains(why, "budget was 10%") {
+		t.Errorf("at a 20%% budget: %q, want why it is not used", why)
+	}
+}
+
 // omittedParts returns the probe parts omitted(ds) leaves out of the
 // attach of each of pl's functions that loses some, by id.
 func omittedParts(ds []demotion, pl *plan.Plan) map[int][]int {

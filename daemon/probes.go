@@ -97,8 +97,9 @@ type attachOptions struct {
 	// it reports; without its entries, the function counts as not
 	// traced.
 	omit func(f *plan.Func, part int) bool
-	// noSites leaves out the indirect call sites' probes.
-	noSites bool
+	// noSites leaves out the indirect call sites' probes, and noSync
+	// the sync probe.
+	noSites, noSync bool
 	// noRoot attaches a plan without roots (functions found later).
 	noRoot bool
 }
@@ -322,7 +323,7 @@ func groupProbes(pl *plan.Plan, opt attachOptions, only map[*plan.Func]bool) [nu
 		p.SiteIndex = pl.FirstSite + uint32(i)
 		add(phaseExits, st.Obj, st.Caller, partSites, p)
 	}
-	if only == nil {
+	if only == nil && !opt.noSync {
 		for _, s := range pl.Syncs {
 			add(phaseExits, s.Obj, nil, 0, s.Probe)
 		}

@@ -255,10 +255,19 @@ func StartPrepared(pr *Prepared, cfg Config) (_ *Session, err error) {
 	}
 	var model *costModel
 	var remembered []demotion
+	var rememberedSync bool
 	if cfg.Mode == ModeHybrid {
 		model = newCostModel(pr.Plan, callCosts(pr.Plan, cfg.Calibration), cfg.Budget)
 		if remembered = s.recall(model); len(remembered) > 0 {
 			opt.omit = omitted(remembered)
+		}
+		// A sync probe the last session dropped is not attached, and
+		// the root's return address does its job from the start.
+		if _, ok := pr.Plan.SyncProbe(); ok && s.memory != nil && s.memory.Sync && pr.Plan.Exits == plan.ExitsRet {
+			if err := s.prog.SetSampleRootRule(); err != nil {
+				return nil, err
+			}
+			opt.noSync, rememberedSync = true, true
 		}
 	}
 	opt.noSites = !discover
@@ -312,6 +321,9 @@ func StartPrepared(pr *Prepared, cfg Config) (_ *Session, err error) {
 		s.sim.SetBurstCounts(s.burstCounts)
 		s.burster = newBurster(s, s.monitor, s.monitor.bursts)
 		s.monitor.remember(remembered, attached, nil)
+		if rememberedSync {
+			s.monitor.rememberSync(s.memory.reason())
+		}
 		go s.monitor.run()
 		go s.burster.run()
 	}

@@ -63,8 +63,18 @@ func (r *demotionReporter) flush() {
 	}
 	r.pending = nil
 	if len(remembered) > 0 {
-		fmt.Fprintf(r.w, "%skprofd: started with %s demoted (%s), as the last session on this executable and roots ended (--remember=false to start fully probed)\n",
-			r.prefix, plural(len(remembered), "function"), demotedParts(remembered))
+		funcs := 0 // the sync probe is not one: demotedParts names it
+		for _, d := range remembered {
+			if !d.Sync {
+				funcs++
+			}
+		}
+		what := fmt.Sprintf("%s demoted (%s)", plural(funcs, "function"), demotedParts(remembered))
+		if funcs == 0 {
+			what = demotedParts(remembered)
+		}
+		fmt.Fprintf(r.w, "%skprofd: started with %s, as the last session on this executable and roots ended (--remember=false to start fully probed)\n",
+			r.prefix, what)
 	}
 	if len(rounds) > 0 {
 		fmt.Fprintf(r.w, "%skprofd: %s\n", r.prefix, summarizeDemotions(rounds))
