@@ -52,7 +52,8 @@ type memoryFile struct {
 	// Sync says the session dropped the sync probe on
 	// __cxa_begin_catch: the next one does not attach it. It stays
 	// remembered, since a sync probe that is not in costs nothing and
-	// the root's return address does its job (see monitor.detach).
+	// the root's return address does its job (root_overwritten in
+	// bpf/kprofd.bpf.c).
 	Sync bool `json:"sync,omitempty"`
 }
 
