@@ -662,13 +662,14 @@ func (m *monitor) remember(ds []demotion, t uint64, found *plan.Plan) {
 }
 
 // rememberSync records that the session started without the sync probe,
-// as the last one on the same executable ended (memoryFile.Sync).
+// as the last one on the same executable ended (memoryFile.Sync). It runs
+// before the monitor does: no round is recorded yet, and the demotions
+// stay in round order.
 func (m *monitor) rememberSync(reason string) {
 	d := Demotion{Func: m.syncName(), Stage: StageSampled, Sync: true, Reason: reason, Remembered: true}
 	m.mu.Lock()
 	m.syncDropped = true
 	m.demotions = append(m.demotions, d)
-	slices.SortStableFunc(m.demotions, func(a, b Demotion) int { return cmp.Compare(a.Round, b.Round) })
 	m.mu.Unlock()
 	if m.s.cfg.Demoted != nil {
 		m.s.cfg.Demoted(d)
