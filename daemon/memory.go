@@ -331,7 +331,7 @@ func (s *Session) memorize() {
 	}
 	funcs := slices.Clone(s.prep.Plan.Funcs)
 	m.mu.Lock()
-	e.syncDropped = m.syncDropped
+	e.syncDropped = slices.ContainsFunc(m.demotions, func(d Demotion) bool { return d.Sync })
 	for _, id := range slices.Sorted(maps.Keys(m.found)) {
 		funcs = append(funcs, m.found[id])
 	}

@@ -67,19 +67,16 @@ type monitor struct {
 	// remembered holds the functions the session started demoted (see
 	// memory.go), by id.
 	remembered map[int]bool
-	// syncDropped says the sync probe is not in: a round dropped it, or
-	// the session started without it (rememberSync).
-	syncDropped bool
-	err         error          // what stopped the loop
-	detachErr   error          // the first detach that failed in a round's background
-	own         float64        // the target's own CPU time per second in the last window (ns/s)
-	readings    int            // counter readings taken
-	rounds      int            // readings that demoted something
-	peak        float64        // highest predicted overhead seen
-	latest      float64        // predicted overhead after the last reading's demotions
-	floors      []floorReading // the readings of the last floorWindow
-	floorPeak   float64        // the highest floor measured (see monitor.floorAt)
-	floorSaid   bool           // the user was warned that the floor passes the budget
+	err        error          // what stopped the loop
+	detachErr  error          // the first detach that failed in a round's background
+	own        float64        // the target's own CPU time per second in the last window (ns/s)
+	readings   int            // counter readings taken
+	rounds     int            // readings that demoted something
+	peak       float64        // highest predicted overhead seen
+	latest     float64        // predicted overhead after the last reading's demotions
+	floors     []floorReading // the readings of the last floorWindow
+	floorPeak  float64        // the highest floor measured (see monitor.floorAt)
+	floorSaid  bool           // the user was warned that the floor passes the budget
 
 	stop chan struct{}
 	done chan struct{}
@@ -565,11 +562,6 @@ func (m *monitor) detach(ds []demotion, late []int, syncDem *Demotion, now time.
 		m.mu.Unlock()
 		return
 	}
-	if syncDem != nil {
-		m.mu.Lock()
-		m.syncDropped = true
-		m.mu.Unlock()
-	}
 	// The session is told of each demotion up to the first detach that
 	// failed, which stops the monitor.
 	for i, err := range errs {
@@ -668,7 +660,6 @@ func (m *monitor) remember(ds []demotion, t uint64, found *plan.Plan) {
 func (m *monitor) rememberSync(reason string) {
 	d := Demotion{Func: m.syncName(), Stage: StageSampled, Sync: true, Reason: reason, Remembered: true}
 	m.mu.Lock()
-	m.syncDropped = true
 	m.demotions = append(m.demotions, d)
 	m.mu.Unlock()
 	if m.s.cfg.Demoted != nil {
