@@ -263,7 +263,7 @@ func StartPrepared(pr *Prepared, cfg Config) (_ *Session, err error) {
 		}
 		// A sync probe the last session dropped is not attached, and
 		// the root's return address does its job from the start.
-		if _, ok := pr.Plan.SyncProbe(); ok && s.memory != nil && s.memory.Sync && pr.Plan.Exits == plan.ExitsRet {
+		if _, ok := droppableSync(pr.Plan); ok && s.memory != nil && s.memory.Sync {
 			if err := s.prog.SetSampleRootRule(); err != nil {
 				return nil, err
 			}
@@ -306,11 +306,7 @@ func StartPrepared(pr *Prepared, cfg Config) (_ *Session, err error) {
 			// kernel single-steps.
 			model.sites, model.siteCost = true, probeCost(cfg.Calibration, x86.ClassStepped)
 		}
-		// The sync probe may go where ret-site probes end the root:
-		// its job then falls to the root's return address, which a
-		// uretprobe would have replaced (see root_overwritten in
-		// kprofd.bpf.c).
-		if p, ok := pr.Plan.SyncProbe(); ok && pr.Plan.Exits == plan.ExitsRet && len(s.probes.syncBreakpoints()) > 0 {
+		if p, ok := droppableSync(pr.Plan); ok && len(s.probes.syncBreakpoints()) > 0 {
 			model.syncCost = probeCost(cfg.Calibration, p.Class)
 		}
 		model.burstShare = burstShare
@@ -331,6 +327,15 @@ func StartPrepared(pr *Prepared, cfg Config) (_ *Session, err error) {
 	go s.watchExit()
 	go s.run()
 	return s, nil
+}
+
+// droppableSync returns pl's sync probe when hybrid mode may drop it:
+// where ret-site probes end the root, its job falls to the root's return
+// address, which a uretprobe would have replaced (see root_overwritten
+// in kprofd.bpf.c).
+func droppableSync(pl *plan.Plan) (plan.ObjProbe, bool) {
+	p, ok := pl.SyncProbe()
+	return p, ok && pl.Exits == plan.ExitsRet
 }
 
 // Demotions returns the functions hybrid mode demoted so far.
