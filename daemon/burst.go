@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"math"
@@ -678,10 +679,12 @@ func (b *burster) burst(gen uint32, funcs []*plan.Func, set map[uint32]bool, len
 		return 0, 0, 0, err
 	}
 	nids := 0
+	ids := make([]uint32, 0, len(funcs))
 	for _, f := range funcs {
 		nids = max(nids, int(f.ID)+1)
+		ids = append(ids, f.ID)
 	}
-	before, err := b.counters(nids)
+	before, err := b.burstSamples()
 	if err != nil {
 		return 0, 0, 0, err
 	}
@@ -702,11 +705,22 @@ func (b *burster) burst(gen uint32, funcs []*plan.Func, set map[uint32]bool, len
 		links = append(links, ls...)
 	}
 	attach = time.Since(attachStart)
+	// The calls counted while every probe of the burst is in, for the
+	// load and the cross-check.
+	inRead := monotonicNow()
+	inCalls, err := s.prog.CallCounts(nil, nids)
+	if err != nil {
+		closeAll(links)
+		b.log.disarm(armed, monotonicNow())
+		return 0, 0, 0, errors.Join(err, b.setArmed(-1))
+	}
 	start := monotonicNow()
 	b.log.open(start, length, set)
 	b.window(start, length)
 	end := monotonicNow()
 	b.log.close(end)
+	outCalls, callsErr := s.prog.CallCounts(nil, nids)
+	outRead := monotonicNow()
 	// Closing removes the breakpoints at once; the rest of the close
 	// (a grace period) need not hold the next burst up.
 	go func() {
@@ -716,13 +730,16 @@ func (b *burster) burst(gen uint32, funcs []*plan.Func, set map[uint32]bool, len
 			s.cfg.warnf("burst of sampled instrumentation: %v", err)
 		}
 	}()
-	after, err := b.counters(nids)
-	if err != nil {
+	after, err := b.burstSamples()
+	if err = errors.Join(callsErr, err); err != nil {
 		return 0, 0, 0, err
 	}
+	// The hits counted outside the window: while the counters were
+	// read, and between the window's end and the second read.
+	s.check.window(ids, inCalls, outCalls, float64(start-inRead+outRead-end)/float64(outRead-inRead))
 	// What the burst cost as measured: its samples in the probe program
 	// and in the traps (those the event loop has placed by now).
-	measured := float64(after.samples-before.samples) * float64(s.sampler.Period)
+	measured := float64(after-before) * float64(s.sampler.Period)
 	b.mu.Lock()
 	b.bursts++
 	b.total += time.Duration(end - start)
@@ -732,8 +749,8 @@ func (b *burster) burst(gen uint32, funcs []*plan.Func, set map[uint32]bool, len
 	secs := float64(end-start) / 1e9
 	load := 0.0
 	for _, f := range funcs {
-		if j := 2 * int(f.ID); j < len(after.calls) && j < len(before.calls) {
-			load += float64(after.calls[j]-before.calls[j]) / secs * b.m.entryCost(int(f.ID))
+		if j := 2 * int(f.ID); j < len(outCalls) && j < len(inCalls) {
+			load += float64(outCalls[j]-min(inCalls[j], outCalls[j])) / secs * b.m.entryCost(int(f.ID))
 		}
 	}
 	load = math.Max(load, measured/secs)
@@ -777,26 +794,14 @@ catching:
 	}
 }
 
-// burstReading is what a burst's cost is measured by: the probe hits of
-// function ids below some n, and the samples taken in burst probes.
-type burstReading struct {
-	calls   []uint64
-	samples uint64
-}
-
-// counters reads the hits of function ids below n and the samples in
-// burst probes (their program and their traps, both counted in the
-// kernel).
-func (b *burster) counters(n int) (burstReading, error) {
-	calls, err := b.s.prog.CallCounts(nil, n)
-	if err != nil {
-		return burstReading{}, err
-	}
+// burstSamples returns the samples taken in burst probes so far: in
+// their program and in their traps, both counted in the kernel.
+func (b *burster) burstSamples() (uint64, error) {
 	st, err := b.s.prog.Stats()
 	if err != nil {
-		return burstReading{}, err
+		return 0, err
 	}
-	return burstReading{calls: calls, samples: st.BurstSamples + st.BurstTrapSamples}, nil
+	return st.BurstSamples + st.BurstTrapSamples, nil
 }
 
 // burstDuty returns the share of each period the next burst may take:

@@ -60,6 +60,10 @@ type burstCounts struct {
 	// the latest event's time.
 	physOf map[cct.FuncID]uint32
 	last   uint64
+	// exactAt holds, by function id, the calls of its contexts counted
+	// exactly up to its demotion, seenIn its entries in windows (see
+	// counterCheck).
+	exactAt, seenIn map[uint32]uint64
 }
 
 type burstAcc struct {
@@ -141,7 +145,7 @@ const minAnchorFrames = 3
 func newBurstCounts(l *burstLog, cost func(id uint32) float64) *burstCounts {
 	return &burstCounts{log: l, cost: cost, accs: map[*cct.Node]*burstAcc{},
 		anchors: map[*cct.Node]*anchorAcc{}, known: map[uint32]bool{}, sampled: map[cct.FuncID]map[*cct.Node]bool{},
-		callsAt: map[cct.FuncID]map[*cct.Node]uint64{}, physOf: map[cct.FuncID]uint32{}}
+		callsAt: map[cct.FuncID]map[*cct.Node]uint64{}, physOf: map[cct.FuncID]uint32{}, exactAt: map[uint32]uint64{}, seenIn: map[uint32]uint64{}}
 }
 
 func (b *burstCounts) acc(n *cct.Node) *burstAcc {
@@ -220,6 +224,7 @@ func (b *burstCounts) demoted(fns map[cct.FuncID]uint32, roots []*cct.Node, runn
 			if set[ch.Func] {
 				if a := b.acc(ch); !a.based {
 					a.based = true
+					b.exactAt[fns[ch.Func]] += ch.Calls
 					if anchor != nil {
 						a.exact.set(b, ch, anchor, anchor.Calls, false, from)
 					}
@@ -329,6 +334,7 @@ func (b *burstCounts) count(n *cct.Node, phys uint32, t uint64, anchor, top *fra
 	if !in {
 		return false
 	}
+	b.seenIn[phys]++
 	a := b.acc(n)
 	a.seen++
 	a.phys = phys
@@ -570,6 +576,16 @@ func (b *burstCounts) estimated(n *cct.Node) (calls, seen uint64, ok bool) {
 		return 0, 0, false
 	}
 	return a.estimate, a.seen, true
+}
+
+// tallies returns, by function id, what the event loop saw of each
+// function demoted to sampling (see counterCheck).
+func (b *burstCounts) tallies() map[uint32]eventTally {
+	out := map[uint32]eventTally{}
+	for _, id := range b.physOf {
+		out[id] = eventTally{exact: b.exactAt[id], seen: b.seenIn[id]}
+	}
+	return out
 }
 
 // estimatePerCall estimates context n's calls per call of a caller, the

@@ -154,6 +154,7 @@ func TestHybridDemotesHotLeaf(t *testing.T) {
 	if math.Abs(float64(leafCalls)-float64(made)) > 0.15*float64(made) {
 		t.Errorf("hot_leaf: ~%d calls, %d made", leafCalls, made)
 	}
+	checkCrossCheck(t, s, "hybrid:hot_leaf")
 	if l := labelOf(pp, "handle_request;hot_caller;hot_leaf", "calls"); l != "" {
 		t.Errorf("hot_leaf's calls label %q, want none (an estimate of all its calls)", l)
 	}
@@ -319,6 +320,27 @@ func labelOf(p *profile.Profile, ctx, key string) string {
 	return ""
 }
 
+// checkCrossCheck requires the session's cross-check of function name
+// by the kernel's call counters: there, and agreeing. Every call of
+// name is inside the root, and each of its hits in a burst's window is
+// an event the bursts' estimate counts, or one at the window's edges:
+// seen within 2% of hit. (A mutation that drops a tenth of the bursts'
+// events fails it.)
+func checkCrossCheck(t *testing.T, s *daemon.Session, name string) {
+	t.Helper()
+	xs := s.CrossChecks()
+	i := slices.IndexFunc(xs, func(x daemon.CrossCheck) bool { return x.Func == name })
+	if i < 0 {
+		t.Errorf("no cross-check of %s in %+v", name, xs)
+		return
+	}
+	x := xs[i]
+	t.Logf("cross-check %s", x)
+	if !x.Agree || x.Seen > x.Hits || float64(x.Seen) < 0.98*float64(x.Hits) {
+		t.Errorf("cross-check of %s: %d events of %d hits, agree %v; want all", name, x.Seen, x.Hits, x.Agree)
+	}
+}
+
 // checkCountErrors checks that exactly the contexts named carry a
 // count_error label (estimated calls), and with it timing=estimated.
 func checkCountErrors(t *testing.T, p *profile.Profile, estimated ...string) {
@@ -415,6 +437,7 @@ func TestHybridRemembers(t *testing.T) {
 	if math.Abs(float64(leafCalls)-float64(run.Leaves)) > 0.15*float64(run.Leaves) {
 		t.Errorf("hot_leaf: ~%d calls, %d made", leafCalls, run.Leaves)
 	}
+	checkCrossCheck(t, s, "hybrid:hot_leaf")
 	checkCountErrors(t, pp, "handle_request;hot_caller;hot_leaf")
 	// No call of hot_caller came before the demotion: none is missing.
 	if l := labelOf(pp, "handle_request;hot_caller;hot_leaf", "calls"); l != "" {
@@ -526,6 +549,7 @@ func TestHybridRemembersFound(t *testing.T) {
 	if math.Abs(float64(leafCalls)-float64(run.Leaves)) > 0.15*float64(run.Leaves) {
 		t.Errorf("hot_leaf: ~%d calls, %d made", leafCalls, run.Leaves)
 	}
+	checkCrossCheck(t, s, "hybrid:hot_leaf")
 	checkCountErrors(t, pp, leafCtx)
 	checkTiming(t, pp, map[string]string{leafCtx: "estimated", "handle_request;medium;mid_leaf": "exact"})
 }

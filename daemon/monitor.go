@@ -368,6 +368,7 @@ func (m *monitor) step(now time.Time) error {
 			// demoted to sampling later, the bursts' estimate
 			// starts there (the burst log keeps the first time).
 			m.bursts.demote(uint32(d.id), from)
+			m.s.check.demoted(uint32(d.id), c.calls, true)
 		}
 	}
 	var breakpoints []uint64
@@ -588,6 +589,14 @@ func (m *monitor) detach(ds []demotion, late []int, syncDem *Demotion, now time.
 	}
 }
 
+// funcName names function id, as demotions do.
+func (m *monitor) funcName(id uint32) string {
+	if f := m.funcOf(int(id)); f != nil {
+		return f.Node.Name()
+	}
+	return fmt.Sprintf("function %d", id)
+}
+
 // syncName names the sync probe's function, as demotions name functions.
 func (m *monitor) syncName() string {
 	if p, ok := m.s.prep.Plan.SyncProbe(); ok {
@@ -620,6 +629,7 @@ func (m *monitor) remember(ds []demotion, t uint64, found *plan.Plan) {
 			m.s.sim.Demote(uint32(d.id), d.stage, t)
 			if m.bursts != nil && d.stage == StageSampled {
 				m.bursts.demoteUnprobed(uint32(d.id), t)
+				m.s.check.demoted(uint32(d.id), nil, false)
 			}
 		}
 		if u := m.s.samples; u != nil && !d.idle {

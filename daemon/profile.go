@@ -342,6 +342,7 @@ func (s *Session) comments(st bpf.Stats) []string {
 		if s.burster != nil {
 			c = append(c, s.burster.summary())
 		}
+		c = append(c, crossCheckComments(s.crossChecks)...)
 		for _, d := range ds {
 			c = append(c, "demoted "+d.String())
 		}

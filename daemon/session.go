@@ -49,6 +49,10 @@ type Session struct {
 	// calls burstCounts scales into estimates.
 	burster     *burster
 	burstCounts *burstCounts
+	// check cross-checks the bursts' estimates with the call counters;
+	// crossChecks is what it found, once stopped.
+	check       *counterCheck
+	crossChecks []CrossCheck
 	monitor     *monitor // hybrid mode's demotions
 	stages      []Stage  // by function id: in sample mode from the start, in hybrid mode once stopped
 	// memory is what the last session on the program left (Config.Memory)
@@ -315,6 +319,7 @@ func StartPrepared(pr *Prepared, cfg Config) (_ *Session, err error) {
 		s.samples.bursts = s.monitor.bursts
 		s.burstCounts = newBurstCounts(s.monitor.bursts, func(id uint32) float64 { return s.monitor.entryCost(int(id)) })
 		s.sim.SetBurstCounts(s.burstCounts)
+		s.check = newCounterCheck()
 		s.burster = newBurster(s, s.monitor, s.monitor.bursts)
 		s.monitor.remember(remembered, attached, nil)
 		if rememberedSync {
@@ -336,6 +341,13 @@ func StartPrepared(pr *Prepared, cfg Config) (_ *Session, err error) {
 func droppableSync(pl *plan.Plan) (plan.ObjProbe, bool) {
 	p, ok := pl.SyncProbe()
 	return p, ok && pl.Exits == plan.ExitsRet
+}
+
+// CrossChecks returns, once the session is stopped, how the bursts'
+// estimated counts compare with the kernel's call counters, function by
+// function (hybrid mode; see CrossCheck).
+func (s *Session) CrossChecks() []CrossCheck {
+	return s.crossChecks
 }
 
 // Demotions returns the functions hybrid mode demoted so far.
@@ -561,6 +573,9 @@ func (s *Session) stop() (*cct.Profile, error) {
 		s.final.Store(&stats)
 	}
 	s.sim.Finish(end)
+	if s.burstCounts != nil {
+		s.crossChecks = s.check.checks(s.burstCounts.tallies(), s.monitor.funcName)
+	}
 	p := s.buildProfile(end, stats)
 	return p, errors.Join(monitorErr, pauseErr, detachErr, drainErr, s.runErr, statsErr)
 }
