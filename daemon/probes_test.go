@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/cilium/ebpf/link"
@@ -20,6 +21,8 @@ import (
 // half-way through on purpose: it refuses chosen offsets one by one, and
 // fails one whole call.
 type fakeAttacher struct {
+	// mu guards the counts: closeAll closes links side by side.
+	mu     sync.Mutex
 	refuse map[uint64]bool
 	// refuseAt, when set, refuses too the offsets it reports for a path.
 	refuseAt func(path string, off uint64) bool
@@ -37,11 +40,19 @@ type fakeLink struct {
 	n int
 }
 
-func (l *fakeLink) Close() error { l.a.open--; l.a.probes -= l.n; return nil }
+func (l *fakeLink) Close() error {
+	l.a.mu.Lock()
+	defer l.a.mu.Unlock()
+	l.a.open--
+	l.a.probes -= l.n
+	return nil
+}
 
 func (l *fakeLink) Info() (*link.Info, error) { return nil, link.ErrNotSupported }
 
 func (a *fakeAttacher) Attach(path string, pid int, probes []bpf.Probe) ([]link.Link, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
 	a.calls++
 	if a.calls == a.failAt {
 		return nil, errors.New("the kernel said no")
