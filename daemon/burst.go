@@ -708,18 +708,13 @@ func (b *burster) burst(gen uint32, funcs []*plan.Func, set map[uint32]bool, len
 	// The calls counted while every probe of the burst is in, for the
 	// load and the cross-check.
 	inRead := monotonicNow()
-	inCalls, err := s.prog.CallCounts(nil, nids)
-	if err != nil {
-		closeAll(links)
-		b.log.disarm(armed, monotonicNow())
-		return 0, 0, 0, errors.Join(err, b.setArmed(-1))
-	}
+	inCalls, inErr := s.prog.CallCounts(nil, nids)
 	start := monotonicNow()
 	b.log.open(start, length, set)
 	b.window(start, length)
 	end := monotonicNow()
 	b.log.close(end)
-	outCalls, callsErr := s.prog.CallCounts(nil, nids)
+	outCalls, outErr := s.prog.CallCounts(nil, nids)
 	outRead := monotonicNow()
 	// Closing removes the breakpoints at once; the rest of the close
 	// (a grace period) need not hold the next burst up.
@@ -731,7 +726,7 @@ func (b *burster) burst(gen uint32, funcs []*plan.Func, set map[uint32]bool, len
 		}
 	}()
 	after, err := b.burstSamples()
-	if err = errors.Join(callsErr, err); err != nil {
+	if err = errors.Join(inErr, outErr, err); err != nil {
 		return 0, 0, 0, err
 	}
 	// The hits counted outside the window: while the counters were

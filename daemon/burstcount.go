@@ -61,9 +61,8 @@ type burstCounts struct {
 	physOf map[cct.FuncID]uint32
 	last   uint64
 	// exactAt holds, by function id, the calls of its contexts counted
-	// exactly up to its demotion, seenIn its entries in windows (see
-	// counterCheck).
-	exactAt, seenIn map[uint32]uint64
+	// exactly up to its demotion (see counterCheck).
+	exactAt map[uint32]uint64
 }
 
 type burstAcc struct {
@@ -145,7 +144,7 @@ const minAnchorFrames = 3
 func newBurstCounts(l *burstLog, cost func(id uint32) float64) *burstCounts {
 	return &burstCounts{log: l, cost: cost, accs: map[*cct.Node]*burstAcc{},
 		anchors: map[*cct.Node]*anchorAcc{}, known: map[uint32]bool{}, sampled: map[cct.FuncID]map[*cct.Node]bool{},
-		callsAt: map[cct.FuncID]map[*cct.Node]uint64{}, physOf: map[cct.FuncID]uint32{}, exactAt: map[uint32]uint64{}, seenIn: map[uint32]uint64{}}
+		callsAt: map[cct.FuncID]map[*cct.Node]uint64{}, physOf: map[cct.FuncID]uint32{}, exactAt: map[uint32]uint64{}}
 }
 
 func (b *burstCounts) acc(n *cct.Node) *burstAcc {
@@ -334,7 +333,6 @@ func (b *burstCounts) count(n *cct.Node, phys uint32, t uint64, anchor, top *fra
 	if !in {
 		return false
 	}
-	b.seenIn[phys]++
 	a := b.acc(n)
 	a.seen++
 	a.phys = phys
@@ -583,7 +581,14 @@ func (b *burstCounts) estimated(n *cct.Node) (calls, seen uint64, ok bool) {
 func (b *burstCounts) tallies() map[uint32]eventTally {
 	out := map[uint32]eventTally{}
 	for _, id := range b.physOf {
-		out[id] = eventTally{exact: b.exactAt[id], seen: b.seenIn[id]}
+		out[id] = eventTally{exact: b.exactAt[id]}
+	}
+	for _, a := range b.accs {
+		if a.seen > 0 { // a.phys is set with the first
+			t := out[a.phys]
+			t.seen += a.seen
+			out[a.phys] = t
+		}
 	}
 	return out
 }

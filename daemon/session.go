@@ -49,8 +49,8 @@ type Session struct {
 	// calls burstCounts scales into estimates.
 	burster     *burster
 	burstCounts *burstCounts
-	// check cross-checks the bursts' estimates with the call counters;
-	// crossChecks is what it found, once stopped.
+	// check cross-checks the events the bursts' estimates are made of
+	// with the call counters; crossChecks is what it found, once stopped.
 	check       *counterCheck
 	crossChecks []CrossCheck
 	monitor     *monitor // hybrid mode's demotions
@@ -343,9 +343,9 @@ func droppableSync(pl *plan.Plan) (plan.ObjProbe, bool) {
 	return p, ok && pl.Exits == plan.ExitsRet
 }
 
-// CrossChecks returns, once the session is stopped, how the bursts'
-// estimated counts compare with the kernel's call counters, function by
-// function (hybrid mode; see CrossCheck).
+// CrossChecks returns, once the session is stopped, how the events the
+// bursts' estimates are made of compare with the kernel's call counters,
+// function by function (hybrid mode; see CrossCheck).
 func (s *Session) CrossChecks() []CrossCheck {
 	return s.crossChecks
 }
