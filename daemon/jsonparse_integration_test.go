@@ -27,7 +27,8 @@ import (
 // of requests under the probes against its twin's (convergence included:
 // every function starts fully probed), of the runs after it (the steady
 // state the budget is about; goal at 10%: 1.15 or less) in wall time and
-// in CPU time, and when the last demotion happened. Each budget runs
+// in CPU time, when the last demotion happened, and how many functions'
+// cross-checks by the call counters disagreed. Each budget runs
 // twice: a session that starts fully probed, then one that starts from
 // the stages the first one left (Config.Memory), as a user's next
 // session on the same program does. The program's output must not
@@ -81,15 +82,16 @@ func BenchmarkSampleJSON(b *testing.B) {
 
 // jsonRun is what one session of BenchmarkHybridJSON measured: its first
 // run's slowdown, the median of the others' in wall and CPU time, when
-// its last demotion came, and how many functions it started demoted.
+// its last demotion came, how many functions it started demoted, and
+// how many of its cross-checks disagreed (Session.CrossChecks).
 type jsonRun struct {
 	first, steady, steadyCPU, settle float64
-	remembered                       int
+	remembered, disagree             int
 }
 
 // jsonRuns collects the sessions of one budget.
 type jsonRuns struct {
-	first, steady, steadyCPU, settle, remembered []float64
+	first, steady, steadyCPU, settle, remembered, disagree []float64
 }
 
 func (r *jsonRuns) add(j jsonRun) {
@@ -98,6 +100,7 @@ func (r *jsonRuns) add(j jsonRun) {
 	r.steadyCPU = append(r.steadyCPU, j.steadyCPU)
 	r.settle = append(r.settle, j.settle)
 	r.remembered = append(r.remembered, float64(j.remembered))
+	r.disagree = append(r.disagree, float64(j.disagree))
 }
 
 func (r *jsonRuns) report(b *testing.B, name string) {
@@ -108,6 +111,7 @@ func (r *jsonRuns) report(b *testing.B, name string) {
 	if median(r.remembered) > 0 {
 		b.ReportMetric(median(r.remembered), name+"-started-demoted")
 	}
+	b.ReportMetric(slices.Max(r.disagree), name+"-checks-disagree-max")
 }
 
 // jsonSession runs one session of cfg (its target and root filled in) on
@@ -139,6 +143,12 @@ func jsonSession(b *testing.B, exe string, cfg daemon.Config) jsonRun {
 	probed.Exit(b)
 	twin.Exit(b)
 	run := jsonRun{first: wall[0], steady: median(wall[1:]), steadyCPU: median(cpu[1:])}
+	for _, x := range s.CrossChecks() {
+		if !x.Agree {
+			run.disagree++
+			b.Logf("cross-check disagrees: %d events of %d hits, %d bursts: %.150s", x.Seen, x.Hits, x.Bursts, x.Func)
+		}
+	}
 	for _, d := range ds {
 		if d.Remembered {
 			run.remembered++
