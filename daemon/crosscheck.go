@@ -51,9 +51,6 @@ func newCounterCheck() *counterCheck {
 // read then (entries at 2·id; nil: none read, all still 0); probed says
 // its calls were counted exactly before.
 func (c *counterCheck) demoted(id uint32, calls []uint64, probed bool) {
-	if c == nil {
-		return
-	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if _, ok := c.funcs[id]; ok {
@@ -72,9 +69,6 @@ func (c *counterCheck) demoted(id uint32, calls []uint64, probed bool) {
 // time between their starts: hits then are counted, but their events
 // fall outside the window.
 func (c *counterCheck) window(ids []uint32, before, after []uint64, edge float64) {
-	if c == nil {
-		return
-	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, id := range ids {
