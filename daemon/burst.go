@@ -62,8 +62,12 @@ const (
 // short ones.
 type burstWindow struct {
 	start, end uint64
-	catchEnd   uint64        // math.MaxUint64 while it takes new frames
-	length     time.Duration // the longest it may take new frames for
+	catchEnd   uint64 // math.MaxUint64 while it takes new frames
+	// inRead and outRead are when the call counters were read before it
+	// opened and after it closed (0: not yet, or not read): the calls
+	// between them and the window are the counterCheck's edges.
+	inRead, outRead uint64
+	length          time.Duration // the longest it may take new frames for
 	// funcs holds the function ids whose entries it had back: true for
 	// those it was for, false for companions (see burstLog.burstSet).
 	funcs map[uint32]bool
@@ -152,9 +156,15 @@ func (l *burstLog) demotions() map[uint32]uint64 {
 // to length: the event loop counts its calls as they come, before it
 // ends.
 func (l *burstLog) open(start uint64, length time.Duration, funcs map[uint32]bool) {
+	l.openCounted(0, start, length, funcs)
+}
+
+// openCounted is open for a window whose call counters were read at
+// inRead, before start (0: not read).
+func (l *burstLog) openCounted(inRead, start uint64, length time.Duration, funcs map[uint32]bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.windows = append(l.windows, burstWindow{start: start, end: math.MaxUint64, catchEnd: math.MaxUint64, length: length, funcs: funcs})
+	l.windows = append(l.windows, burstWindow{start: start, end: math.MaxUint64, catchEnd: math.MaxUint64, length: length, funcs: funcs, inRead: inRead})
 	l.openIndex.Store(int64(len(l.windows) - 1))
 	l.openFuncs.Store(&funcs)
 	l.awaited.Store(0)
@@ -395,6 +405,14 @@ func (l *burstLog) close(end uint64) {
 	l.openStart.Store(0)
 }
 
+// countedTo records that the call counters were read at t after the last
+// window closed.
+func (l *burstLog) countedTo(t uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.windows[len(l.windows)-1].outRead = t
+}
+
 // maxDetachOverlap is how many bursts' spans armedAt looks back over:
 // a detach takes tens of ms, and bursts come 100 ms or more apart.
 const maxDetachOverlap = 4
@@ -444,6 +462,31 @@ func (l *burstLog) locate(t uint64) (k int, in bool) {
 	defer l.mu.Unlock()
 	k = sort.Search(len(l.windows), func(i int) bool { return l.windows[i].end >= t })
 	return k, k < len(l.windows) && l.windows[k].start <= t
+}
+
+// atEdge reports whether t, outside every window, is at the edge of one
+// that had function id's entries back: between the call counters' read
+// before it and its start, or between its end and the read after it
+// (or, for the last window while that read is not recorded yet, after
+// its end: the event came before the record, if not quite before the
+// read). Those hits may be in the counters' count for the window.
+func (l *burstLog) atEdge(t uint64, id uint32) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := len(l.windows)
+	k := sort.Search(n, func(i int) bool { return l.windows[i].end >= t })
+	has := func(w burstWindow) bool {
+		_, ok := w.funcs[id]
+		return ok && w.inRead != 0
+	}
+	if k < n && has(l.windows[k]) && t >= l.windows[k].inRead && t < l.windows[k].start {
+		return true
+	}
+	if k == 0 || !has(l.windows[k-1]) {
+		return false
+	}
+	w := l.windows[k-1]
+	return w.outRead != 0 && t <= w.outRead || w.outRead == 0 && k == n
 }
 
 // inWindowOf reports whether t is in a window of a burst that had
@@ -710,12 +753,13 @@ func (b *burster) burst(gen uint32, funcs []*plan.Func, set map[uint32]bool, len
 	inRead := monotonicNow()
 	inCalls, inErr := s.prog.CallCounts(nil, nids)
 	start := monotonicNow()
-	b.log.open(start, length, set)
+	b.log.openCounted(inRead, start, length, set)
 	b.window(start, length)
 	end := monotonicNow()
 	b.log.close(end)
 	outCalls, outErr := s.prog.CallCounts(nil, nids)
 	outRead := monotonicNow()
+	b.log.countedTo(outRead)
 	// Closing removes the breakpoints at once; the rest of the close
 	// (a grace period) need not hold the next burst up.
 	go func() {
@@ -729,9 +773,7 @@ func (b *burster) burst(gen uint32, funcs []*plan.Func, set map[uint32]bool, len
 	if err = errors.Join(inErr, outErr, err); err != nil {
 		return 0, 0, 0, err
 	}
-	// The hits counted outside the window: while the counters were
-	// read, and between the window's end and the second read.
-	s.check.window(ids, inCalls, outCalls, float64(start-inRead+outRead-end)/float64(outRead-inRead))
+	s.check.window(ids, inCalls, outCalls)
 	// What the burst cost as measured: its samples in the probe program
 	// and in the traps (those the event loop has placed by now).
 	measured := float64(after-before) * float64(s.sampler.Period)

@@ -61,8 +61,9 @@ type burstCounts struct {
 	physOf map[cct.FuncID]uint32
 	last   uint64
 	// exactAt holds, by function id, the calls of its contexts counted
-	// exactly up to its demotion (see counterCheck).
-	exactAt map[uint32]uint64
+	// exactly up to its demotion, and edges its calls seen at the
+	// windows' edges (see counterCheck).
+	exactAt, edges map[uint32]uint64
 }
 
 type burstAcc struct {
@@ -144,7 +145,7 @@ const minAnchorFrames = 3
 func newBurstCounts(l *burstLog, cost func(id uint32) float64) *burstCounts {
 	return &burstCounts{log: l, cost: cost, accs: map[*cct.Node]*burstAcc{},
 		anchors: map[*cct.Node]*anchorAcc{}, known: map[uint32]bool{}, sampled: map[cct.FuncID]map[*cct.Node]bool{},
-		callsAt: map[cct.FuncID]map[*cct.Node]uint64{}, physOf: map[cct.FuncID]uint32{}, exactAt: map[uint32]uint64{}}
+		callsAt: map[cct.FuncID]map[*cct.Node]uint64{}, physOf: map[cct.FuncID]uint32{}, exactAt: map[uint32]uint64{}, edges: map[uint32]uint64{}}
 }
 
 func (b *burstCounts) acc(n *cct.Node) *burstAcc {
@@ -331,6 +332,9 @@ func (b *burstCounts) watch(node *cct.Node, from int, ctx *cct.Node) {
 func (b *burstCounts) count(n *cct.Node, phys uint32, t uint64, anchor, top *frame) bool {
 	k, in := b.log.locate(t)
 	if !in {
+		if b.log.atEdge(t, phys) {
+			b.edges[phys]++
+		}
 		return false
 	}
 	a := b.acc(n)
@@ -581,7 +585,7 @@ func (b *burstCounts) estimated(n *cct.Node) (calls, seen uint64, ok bool) {
 func (b *burstCounts) tallies() map[uint32]eventTally {
 	out := map[uint32]eventTally{}
 	for _, id := range b.physOf {
-		out[id] = eventTally{exact: b.exactAt[id]}
+		out[id] = eventTally{exact: b.exactAt[id], edges: b.edges[id]}
 	}
 	for _, a := range b.accs {
 		if a.seen > 0 { // a.phys is set with the first

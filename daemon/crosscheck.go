@@ -36,11 +36,9 @@ type checkAcc struct {
 	calls  uint64
 	probed bool
 	// bursts is how many windows had its entries in, hits its entries'
-	// hits counted around them, edge the part of those expected outside
-	// the windows (see window).
+	// hits counted around them (see window).
 	bursts int
 	hits   uint64
-	edge   float64
 }
 
 func newCounterCheck() *counterCheck {
@@ -65,10 +63,10 @@ func (c *counterCheck) demoted(id uint32, calls []uint64, probed bool) {
 
 // window takes a burst's window: the counters read before it opened
 // and after it closed, every probe of the burst in, for the function
-// ids whose entries it had back. The reads took the share edge of the
-// time between their starts: hits then are counted, but their events
-// fall outside the window.
-func (c *counterCheck) window(ids []uint32, before, after []uint64, edge float64) {
+// ids whose entries it had back. Hits between a read and the window
+// are counted, but their events fall outside it, at its edges
+// (burstLog.locateEdge).
+func (c *counterCheck) window(ids []uint32, before, after []uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, id := range ids {
@@ -80,7 +78,6 @@ func (c *counterCheck) window(ids []uint32, before, after []uint64, edge float64
 		h := after[j] - min(before[j], after[j])
 		a.bursts++
 		a.hits += h
-		a.edge += edge * float64(h)
 	}
 }
 
@@ -94,32 +91,31 @@ type CrossCheck struct {
 	ID   uint32
 	// Bursts is how many windows had its entries in. Hits is what the
 	// counters saw around them, Seen the events the event loop took in
-	// them. Edge is how many of Hits came, at the rate of the whole,
-	// while the counters were read: their events are outside the
-	// windows.
-	Bursts     int
-	Hits, Seen uint64
-	Edge       float64
+	// them, Edges its events between a window and a read of the
+	// counters, which Hits may or may not hold (the read took its
+	// snapshot at some instant in between).
+	Bursts            int
+	Hits, Seen, Edges uint64
 	// Inside is the share of its calls that were inside the roots while
 	// it was counted exactly, what Seen should be of Hits. ShareUnknown
 	// says it never was (demoted before any call, or remembered): only
 	// Seen ≤ Hits is checked then.
 	Inside       float64
 	ShareUnknown bool
-	// Agree says Seen is not below Inside·Hits by more than three
-	// standard errors (of a binomial draw of Hits at Inside) plus 2% of
-	// Hits (a share that changed since the demotion) plus the calls at
-	// the windows' edges (twice Edge, and one per window), nor above
-	// Hits by more than that. More events than the share predicts are
-	// calls that moved inside the roots, not lost.
+	// Agree says Seen+Edges, every event that may be among the hits,
+	// is not below Inside·Hits by more than three standard errors (of
+	// a binomial draw of Hits at Inside) plus 2% of Hits (a share that
+	// changed since the demotion), and Seen, events that are all among
+	// them, is not above Hits by more than that. More events than the
+	// share predicts are calls that moved inside the roots, not lost.
 	Agree bool
 }
 
 // eventTally is what the event loop saw of one demoted function: its
 // calls inside the roots counted exactly up to its demotion, and its
-// entries in the bursts' windows.
+// entries in the bursts' windows and at their edges.
 type eventTally struct {
-	exact, seen uint64
+	exact, seen, edges uint64
 }
 
 // checks compares the event loop's tallies, by function id, with the
@@ -133,7 +129,7 @@ func (c *counterCheck) checks(tallies map[uint32]eventTally, name func(uint32) s
 			continue
 		}
 		t := tallies[id]
-		x := CrossCheck{Func: name(id), ID: id, Bursts: a.bursts, Hits: a.hits, Seen: t.seen, Edge: a.edge, Inside: 1}
+		x := CrossCheck{Func: name(id), ID: id, Bursts: a.bursts, Hits: a.hits, Seen: t.seen, Edges: t.edges, Inside: 1}
 		if a.probed && a.calls > 0 {
 			x.Inside = math.Min(float64(t.exact)/float64(a.calls), 1)
 		} else {
@@ -150,15 +146,12 @@ func (c *counterCheck) checks(tallies map[uint32]eventTally, name func(uint32) s
 // CrossCheck.Agree).
 func agree(x CrossCheck) bool {
 	hits := float64(x.Hits)
-	// Twice the hits expected during the reads (calls come in bursts of
-	// their own), and one per window for a call the clock and the read
-	// see in different order.
-	tol := 3*math.Sqrt(hits*x.Inside*(1-x.Inside)) + 0.02*hits + 2*x.Edge + float64(x.Bursts)
+	tol := 3*math.Sqrt(hits*x.Inside*(1-x.Inside)) + 0.02*hits
 	seen := float64(x.Seen)
 	if seen > hits+tol {
 		return false
 	}
-	return x.ShareUnknown || seen >= x.Inside*hits-tol
+	return x.ShareUnknown || seen+float64(x.Edges) >= x.Inside*hits-tol
 }
 
 // String says what x found, in a line of the profile's comments.
@@ -175,8 +168,8 @@ func (x CrossCheck) String() string {
 	if x.Bursts == 1 {
 		bursts = "burst"
 	}
-	return fmt.Sprintf("%s: %d events of %d hits (%.1f%%), %d %s; %s: %s",
-		x.Func, x.Seen, x.Hits, 100*float64(x.Seen)/float64(x.Hits), x.Bursts, bursts, inside, verdict)
+	return fmt.Sprintf("%s: %d events of %d hits (%.1f%%) and %d at the windows' edges, %d %s; %s: %s",
+		x.Func, x.Seen, x.Hits, 100*float64(x.Seen)/float64(x.Hits), x.Edges, x.Bursts, bursts, inside, verdict)
 }
 
 // shownCrossChecks is how many agreeing checks the profile's comments

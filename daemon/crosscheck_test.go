@@ -18,11 +18,11 @@ func TestCounterCheck(t *testing.T) {
 	c.demoted(1, []uint64{0, 0, 5000, 0}, true) // again: the first counts
 	c.demoted(2, nil, false)
 	c.demoted(4, nil, false)
-	c.window([]uint32{1, 2, 3}, []uint64{0, 0, 1000, 0, 0, 0, 400, 0}, []uint64{0, 0, 1600, 0, 100, 0, 600, 0}, 0)
-	c.window([]uint32{1, 3}, []uint64{0, 0, 2000, 0, 100, 0, 700, 0}, []uint64{0, 0, 2400, 0, 100, 0, 900, 0}, 0)
-	c.window([]uint32{9}, []uint64{0}, []uint64{1}, 0) // not demoted: nothing
+	c.window([]uint32{1, 2, 3}, []uint64{0, 0, 1000, 0, 0, 0, 400, 0}, []uint64{0, 0, 1600, 0, 100, 0, 600, 0})
+	c.window([]uint32{1, 3}, []uint64{0, 0, 2000, 0, 100, 0, 700, 0}, []uint64{0, 0, 2400, 0, 100, 0, 900, 0})
+	c.window([]uint32{9}, []uint64{0}, []uint64{1}) // not demoted: nothing
 	tallies := map[uint32]eventTally{
-		1: {exact: 1000, seen: 995}, // all inside the roots, 5 at the edges
+		1: {exact: 1000, seen: 975, edges: 30}, // all inside the roots, 25 of them at the edges
 		2: {seen: 100},
 		3: {exact: 200, seen: 150}, // half inside, but 150 of 400 hits seen
 		4: {exact: 7},
@@ -33,9 +33,9 @@ func TestCounterCheck(t *testing.T) {
 		got[i] = x.String()
 	}
 	want := []string{
-		"f1: 995 events of 1000 hits (99.5%), 2 bursts; 100.0% of its calls were inside the roots while counted exactly: agree",
-		"f3: 150 events of 400 hits (37.5%), 2 bursts; 50.0% of its calls were inside the roots while counted exactly: DISAGREE",
-		"f2: 100 events of 100 hits (100.0%), 1 burst; never counted exactly: agree",
+		"f1: 975 events of 1000 hits (97.5%) and 30 at the windows' edges, 2 bursts; 100.0% of its calls were inside the roots while counted exactly: agree",
+		"f3: 150 events of 400 hits (37.5%) and 0 at the windows' edges, 2 bursts; 50.0% of its calls were inside the roots while counted exactly: DISAGREE",
+		"f2: 100 events of 100 hits (100.0%) and 0 at the windows' edges, 1 burst; never counted exactly: agree",
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("checks:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
@@ -56,26 +56,55 @@ func TestCrossCheckAgree(t *testing.T) {
 		inside     float64
 		unknown    bool
 		want       bool
-		edge       float64
-		bursts     int
+		edges      uint64
 	}{
-		{1000, 1000, 1, false, true, 0, 0},
-		{981, 1000, 1, false, true, 0, 0},   // within 2%: the windows' edges
-		{979, 1000, 1, false, false, 0, 0},  // a call in fifty lost
-		{1021, 1000, 1, false, false, 0, 0}, // more events than hits
-		{10000, 20000, 0.5, false, true, 0, 0},
-		{9700, 20000, 0.5, false, true, 0, 0},  // 3σ (212) + 2% (400) below half
-		{9300, 20000, 0.5, false, false, 0, 0}, // beyond both
-		{10, 1000, 0.5, true, true, 0, 0},      // share unknown: only an upper bound
-		{1100, 1000, 0.5, true, false, 0, 0},
-		// The windows' edges: 20 (2%) + 2·15 + 4 below 1000.
-		{947, 1000, 1, false, true, 15, 4},
-		{945, 1000, 1, false, false, 15, 4},
-		{35, 36, 1, false, true, 1, 2}, // one call at an edge
+		{1000, 1000, 1, false, true, 0},
+		{981, 1000, 1, false, true, 0},   // within 2%
+		{979, 1000, 1, false, false, 0},  // a call in fifty lost
+		{1021, 1000, 1, false, false, 0}, // more events than hits
+		{10000, 20000, 0.5, false, true, 0},
+		{9700, 20000, 0.5, false, true, 0},  // 3σ (212) + 2% (400) below half
+		{9300, 20000, 0.5, false, false, 0}, // beyond both
+		{10, 1000, 0.5, true, true, 0},      // share unknown: only an upper bound
+		{1100, 1000, 0.5, true, false, 0},
+		// Events at the windows' edges may be among the hits.
+		{900, 1000, 1, false, true, 80},
+		{900, 1000, 1, false, false, 79},
+		{0, 18, 1, false, true, 18},       // every call at an edge
+		{1021, 1000, 1, false, false, 50}, // but those in windows are all hits
 	} {
-		x := CrossCheck{Seen: tc.seen, Hits: tc.hits, Inside: tc.inside, ShareUnknown: tc.unknown, Edge: tc.edge, Bursts: tc.bursts}
+		x := CrossCheck{Seen: tc.seen, Hits: tc.hits, Inside: tc.inside, ShareUnknown: tc.unknown, Edges: tc.edges}
 		if got := agree(x); got != tc.want {
-			t.Errorf("agree(seen %d, hits %d, inside %g, unknown %v) = %v, want %v", tc.seen, tc.hits, tc.inside, tc.unknown, got, tc.want)
+			t.Errorf("agree(seen %d, edges %d, hits %d, inside %g, unknown %v) = %v, want %v", tc.seen, tc.edges, tc.hits, tc.inside, tc.unknown, got, tc.want)
+		}
+	}
+}
+
+// TestBurstLogEdges places events at the edges of windows: between the
+// counters' read before a window and its start, between its end and the
+// read after it, and after the last window before that read is recorded.
+func TestBurstLogEdges(t *testing.T) {
+	l := newBurstLog()
+	l.openCounted(90, 100, 0, map[uint32]bool{3: true, 7: false})
+	l.close(200)
+	l.countedTo(210)
+	l.open(300, 0, map[uint32]bool{3: true}) // counters not read
+	l.close(400)
+	l.openCounted(490, 500, 0, map[uint32]bool{3: true})
+	l.close(600) // the read after it not recorded yet
+	for _, tc := range []struct {
+		t    uint64
+		id   uint32
+		want bool
+	}{
+		{89, 3, false}, {90, 3, true}, {99, 3, true}, {100, 3, false}, // 100: in the window
+		{95, 7, true}, {95, 9, false}, // 9 not in the burst
+		{201, 3, true}, {210, 3, true}, {211, 3, false},
+		{299, 3, false}, {401, 3, false}, // a window without reads
+		{489, 3, false}, {495, 3, true}, {601, 3, true}, {10000, 3, true},
+	} {
+		if got := l.atEdge(tc.t, tc.id); got != tc.want {
+			t.Errorf("atEdge(%d, %d) = %v, want %v", tc.t, tc.id, got, tc.want)
 		}
 	}
 }

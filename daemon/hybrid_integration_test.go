@@ -336,8 +336,11 @@ func checkCrossCheck(t *testing.T, s *daemon.Session, name string) {
 	}
 	x := xs[i]
 	t.Logf("cross-check %s", x)
-	if !x.Agree || x.Seen > x.Hits || float64(x.Seen) < 0.98*float64(x.Hits) {
-		t.Errorf("cross-check of %s: %d events of %d hits, agree %v; want all", name, x.Seen, x.Hits, x.Agree)
+	// Every call of it is inside the root: each hit counted between the
+	// reads is an event, in a window or at its edges, give or take a
+	// hit whose probe ran across a read.
+	if !x.Agree || x.Seen > x.Hits || float64(x.Seen) < 0.98*float64(x.Hits) || x.Hits > x.Seen+x.Edges+uint64(x.Bursts) {
+		t.Errorf("cross-check of %s: %d events (%d more at the edges) of %d hits, agree %v; want all", name, x.Seen, x.Edges, x.Hits, x.Agree)
 	}
 }
 

@@ -146,7 +146,7 @@ func jsonSession(b *testing.B, exe string, cfg daemon.Config) jsonRun {
 	for _, x := range s.CrossChecks() {
 		if !x.Agree {
 			run.disagree++
-			b.Logf("cross-check disagrees: %d events of %d hits, %d bursts: %.150s", x.Seen, x.Hits, x.Bursts, x.Func)
+			b.Logf("cross-check disagrees: %d events (%d more at the edges) of %d hits, %d bursts: %.150s", x.Seen, x.Edges, x.Hits, x.Bursts, x.Func)
 		}
 	}
 	for _, d := range ds {
