@@ -469,12 +469,12 @@ func (l *burstLog) locate(t uint64) (k int, in bool) {
 // before it and its start, or between its end and the read after it
 // (or, for the last window while that read is not recorded yet, after
 // its end: the event came before the record, if not quite before the
-// read). Those hits may be in the counters' count for the window.
-func (l *burstLog) atEdge(t uint64, id uint32) bool {
+// read). Those hits may be in the counters' count for the window. k is
+// where locate put t (windows are only ever appended).
+func (l *burstLog) atEdge(k int, t uint64, id uint32) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	n := len(l.windows)
-	k := sort.Search(n, func(i int) bool { return l.windows[i].end >= t })
 	has := func(w burstWindow) bool {
 		_, ok := w.funcs[id]
 		return ok && w.inRead != 0

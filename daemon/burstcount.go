@@ -332,7 +332,7 @@ func (b *burstCounts) watch(node *cct.Node, from int, ctx *cct.Node) {
 func (b *burstCounts) count(n *cct.Node, phys uint32, t uint64, anchor, top *frame) bool {
 	k, in := b.log.locate(t)
 	if !in {
-		if b.log.atEdge(t, phys) {
+		if b.log.atEdge(k, t, phys) {
 			b.edges[phys]++
 		}
 		return false

@@ -65,7 +65,7 @@ func (c *counterCheck) demoted(id uint32, calls []uint64, probed bool) {
 // and after it closed, every probe of the burst in, for the function
 // ids whose entries it had back. Hits between a read and the window
 // are counted, but their events fall outside it, at its edges
-// (burstLog.locateEdge).
+// (burstLog.atEdge).
 func (c *counterCheck) window(ids []uint32, before, after []uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -103,7 +103,8 @@ func TestBurstLogEdges(t *testing.T) {
 		{299, 3, false}, {401, 3, false}, // a window without reads
 		{489, 3, false}, {495, 3, true}, {601, 3, true}, {10000, 3, true},
 	} {
-		if got := l.atEdge(tc.t, tc.id); got != tc.want {
+		k, in := l.locate(tc.t)
+		if got := !in && l.atEdge(k, tc.t, tc.id); got != tc.want {
 			t.Errorf("atEdge(%d, %d) = %v, want %v", tc.t, tc.id, got, tc.want)
 		}
 	}
