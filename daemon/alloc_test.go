@@ -267,7 +267,7 @@ func TestAllocBursts(t *testing.T) {
 		handle(in(1500, 900, A), bpf.Event{Time: 1510, Slot: 2000, Tid: 1, Func: bpf.AllocSample | uint32(Malloc)<<8, Kind: bpf.KindAlloc}, out(1600, 900, A))
 		// Sampling: a window sees three calls of A (whole, if it
 		// lasts); five more go unseen after it.
-		l.open(2000, 1000, map[uint32]bool{uint32(Malloc): true})
+		l.open(0, 2000, 1000, map[uint32]bool{uint32(Malloc): true})
 		l.close(tc.windowEnd)
 		for k := range 3 {
 			t0 := 2100 + uint64(k)*200

@@ -154,14 +154,9 @@ func (l *burstLog) demotions() map[uint32]uint64 {
 
 // open records the start of a burst's window, to take new frames for up
 // to length: the event loop counts its calls as they come, before it
-// ends.
-func (l *burstLog) open(start uint64, length time.Duration, funcs map[uint32]bool) {
-	l.openCounted(0, start, length, funcs)
-}
-
-// openCounted is open for a window whose call counters were read at
-// inRead, before start (0: not read).
-func (l *burstLog) openCounted(inRead, start uint64, length time.Duration, funcs map[uint32]bool) {
+// ends. The call counters were read at inRead, before start (0: not
+// read).
+func (l *burstLog) open(inRead, start uint64, length time.Duration, funcs map[uint32]bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.windows = append(l.windows, burstWindow{start: start, end: math.MaxUint64, catchEnd: math.MaxUint64, length: length, funcs: funcs, inRead: inRead})
@@ -753,7 +748,7 @@ func (b *burster) burst(gen uint32, funcs []*plan.Func, set map[uint32]bool, len
 	inRead := monotonicNow()
 	inCalls, inErr := s.prog.CallCounts(nil, nids)
 	start := monotonicNow()
-	b.log.openCounted(inRead, start, length, set)
+	b.log.open(inRead, start, length, set)
 	b.window(start, length)
 	end := monotonicNow()
 	b.log.close(end)

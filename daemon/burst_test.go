@@ -75,12 +75,12 @@ func TestBurstArmed(t *testing.T) {
 // that were for a function.
 func TestBurstLog(t *testing.T) {
 	l := newBurstLog()
-	l.open(100, 0, map[uint32]bool{3: true, 7: true})
+	l.open(0, 100, 0, map[uint32]bool{3: true, 7: true})
 	l.close(110)
 	l.demote(7, 150)
-	l.open(200, 0, map[uint32]bool{7: true})
+	l.open(0, 200, 0, map[uint32]bool{7: true})
 	l.close(210)
-	l.open(300, 0, nil) // still open
+	l.open(0, 300, 0, nil) // still open
 	for _, tc := range []struct {
 		t    uint64
 		k    int
@@ -129,7 +129,7 @@ func TestBurstLog(t *testing.T) {
 func TestBurstEstimate(t *testing.T) {
 	l := newBurstLog()
 	l.demote(3, 50)
-	l.open(100, 0, map[uint32]bool{3: true})
+	l.open(0, 100, 0, map[uint32]bool{3: true})
 	l.close(200)
 	b := newBurstCounts(l, nil)
 	tree := cct.NewTree()
@@ -207,7 +207,7 @@ func TestBurstPerAnchor(t *testing.T) {
 	}
 	l.demote(uint32(C), 1000)
 	l.demote(uint32(D), 1000)
-	l.open(2000, 1000, map[uint32]bool{uint32(C): true, uint32(D): true})
+	l.open(0, 2000, 1000, map[uint32]bool{uint32(C): true, uint32(D): true})
 	call(2100, 10, 0, seen)
 	call(2300, 10, 2, seen)
 	call(2500, 10, 4, seen)
@@ -221,7 +221,7 @@ func TestBurstPerAnchor(t *testing.T) {
 	for k := range 5 {
 		call(3200+uint64(k)*100, 10, 2, unseen)
 	}
-	l.open(4000, 1000, map[uint32]bool{uint32(C): true, uint32(D): true})
+	l.open(0, 4000, 1000, map[uint32]bool{uint32(C): true, uint32(D): true})
 	call(4100, 10, 0, seen)
 	call(4300, 10, 4, seen)
 	l.close(5000)
@@ -307,7 +307,7 @@ func TestBurstNeverProbed(t *testing.T) {
 	}
 	handle(in(900, 900, A)) // running when C is found
 	l.demoteUnprobed(uint32(C), 1000)
-	l.open(1000, 1000, map[uint32]bool{uint32(C): true})
+	l.open(0, 1000, 1000, map[uint32]bool{uint32(C): true})
 	for i := range 10 {
 		burst(1001+uint64(i), 800, C)
 	}
@@ -319,7 +319,7 @@ func TestBurstNeverProbed(t *testing.T) {
 	callA(2100, 10, false)
 	callA(2300, 10, false)
 	// The anchor A is watched from the next window on.
-	l.open(3000, 1000, map[uint32]bool{uint32(C): true})
+	l.open(0, 3000, 1000, map[uint32]bool{uint32(C): true})
 	for k := range 3 {
 		callA(3100+uint64(k)*100, 10, true)
 	}
@@ -361,7 +361,7 @@ func TestBurstPerParent(t *testing.T) {
 	l.demote(uint32(A), 1000)
 	l.demote(uint32(C), 1000)
 	// A's probes alone: three calls of D fit, 3 calls of A in each.
-	l.open(2000, 250, map[uint32]bool{uint32(A): true})
+	l.open(0, 2000, 250, map[uint32]bool{uint32(A): true})
 	for k := range 3 {
 		tm := 2010 + uint64(k)*70
 		handle(in(tm, 900, D))
@@ -568,7 +568,7 @@ func TestBurstWanted(t *testing.T) {
 // companion, in which a call of D made just before it makes three calls
 // of A, gap apart, of ten calls of C each.
 func openParentWindow(l *burstLog, handle func(bpf.Event), burst func(t, slot uint64, f cct.FuncID), start, gap uint64) {
-	l.open(start, 250, map[uint32]bool{uint32(A): false, uint32(C): true})
+	l.open(0, start, 250, map[uint32]bool{uint32(A): false, uint32(C): true})
 	handle(in(start-10, 900, D))
 	for i := range 3 {
 		tm := start + 10 + uint64(i)*gap
@@ -600,7 +600,7 @@ func TestBurstWindowWaits(t *testing.T) {
 	l.demote(uint32(C), 1000)
 	for k := range 3 {
 		start := 2000 + uint64(k)*1000
-		l.open(start, 100, map[uint32]bool{uint32(C): true})
+		l.open(0, start, 100, map[uint32]bool{uint32(C): true})
 		handle(in(start+10, 900, A))
 		if l.awaited.Load() != 1 || l.settled() {
 			t.Fatalf("window %d: awaits %d frames, settled %v; want 1, false", k, l.awaited.Load(), l.settled())

@@ -85,12 +85,12 @@ func TestCrossCheckAgree(t *testing.T) {
 // read after it, and after the last window before that read is recorded.
 func TestBurstLogEdges(t *testing.T) {
 	l := newBurstLog()
-	l.openCounted(90, 100, 0, map[uint32]bool{3: true, 7: false})
+	l.open(90, 100, 0, map[uint32]bool{3: true, 7: false})
 	l.close(200)
 	l.countedTo(210)
-	l.open(300, 0, map[uint32]bool{3: true}) // counters not read
+	l.open(0, 300, 0, map[uint32]bool{3: true}) // counters not read
 	l.close(400)
-	l.openCounted(490, 500, 0, map[uint32]bool{3: true})
+	l.open(490, 500, 0, map[uint32]bool{3: true})
 	l.close(600) // the read after it not recorded yet
 	for _, tc := range []struct {
 		t    uint64
