@@ -37,10 +37,11 @@ type body struct {
 	ranges        []symbolizer.Range
 	sites         []site
 	rets          []uint64
-	targets       []uint64 // branch targets inside the function, sorted
-	indirect      int      // register/memory calls and jumps it cannot follow
-	indirectJumps int      // of those, jumps (jump tables, or tail calls)
-	indirectSites []uint64 // addresses of the calls and jumps through a register or memory
+	targets       []uint64           // branch targets inside the function, sorted
+	loops         []symbolizer.Range // from a backward jump's target to the jump
+	indirect      int                // register/memory calls and jumps it cannot follow
+	indirectJumps int                // of those, jumps (jump tables, or tail calls)
+	indirectSites []uint64           // addresses of the calls and jumps through a register or memory
 	problems      []string
 	// refs are the addresses the code takes with a rip-relative lea (or
 	// an absolute immediate in a non-PIE object): functions passed as
@@ -170,6 +171,9 @@ func (b *body) decodeRange(obj *symbolizer.Object, fn *symbolizer.Func, r symbol
 			}
 			if b.inside(t) {
 				b.targets = append(b.targets, t)
+				if t <= addr && r.Contains(t) {
+					b.loops = append(b.loops, symbolizer.Range{Start: t, End: in.End()})
+				}
 				continue
 			}
 			owner := obj.FuncAt(t)

@@ -37,6 +37,10 @@ type Node struct {
 	// BranchTargets are the addresses inside the function that its own
 	// jumps lead to, sorted.
 	BranchTargets []uint64
+	// Loops are the spans of its code that a backward jump repeats, from
+	// the jump's target to the end of the jump: a call inside one may
+	// run many times per call of the function.
+	Loops []symbolizer.Range
 	// Indirect counts call and jump sites through registers or memory
 	// that the analysis cannot follow (function pointers, virtual calls,
 	// jump tables).
@@ -260,6 +264,7 @@ func (b *builder) analyze(n *Node) error {
 	}
 	n.Rets = body.rets
 	n.BranchTargets = body.targets
+	n.Loops = body.loops
 	n.Indirect = body.indirect
 	n.IndirectJumps = body.indirectJumps
 	n.IndirectSites = body.indirectSites

@@ -1,0 +1,67 @@
+package callgraph
+
+import (
+	"maps"
+	"testing"
+
+	"github.com/kprofd/kprofd/internal/testtarget"
+	"github.com/kprofd/kprofd/symbolizer"
+)
+
+// TestFrequencies checks the static estimate of calls per root call on
+// testdata/frequency, whose callees sit at known loop depths: once
+// outside any loop, inner in a loop, nested in two, rec recursive, and
+// leaf called from all four.
+func TestFrequencies(t *testing.T) {
+	exe := testtarget.BuildOne(t, "gcc", "frequency", "frequency/frequency.c")
+	p := open(t, exe)
+	g, err := Build(p, []Root{root(t, p, "root")}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for n, f := range g.Frequencies() {
+		got[n.Func.Name] = f
+	}
+	const l = LoopTrips
+	want := map[string]float64{
+		"root":   1,
+		"once":   1,
+		"inner":  1,
+		"nested": 1,
+		"rec":    l,                 // recursive: its own loop
+		"leaf":   1 + l + l*l + l*1, // once, inner, nested, and rec's calls
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("frequencies %v, want %v", got, want)
+	}
+}
+
+// TestFrequencyCap checks that chains of loops stop at MaxFrequency.
+func TestFrequencyCap(t *testing.T) {
+	// root -> a -> b -> c -> d -> e, each call in a loop of its caller.
+	names := []string{"root", "a", "b", "c", "d", "e"}
+	nodes := make([]*Node, len(names))
+	for i := range nodes {
+		nodes[i] = &Node{Loops: nil}
+	}
+	g := &Graph{Nodes: nodes, Roots: nodes[:1]}
+	for i := 0; i+1 < len(nodes); i++ {
+		caller, callee := nodes[i], nodes[i+1]
+		caller.Loops = append(caller.Loops, loopAround(0x100))
+		caller.Calls = append(caller.Calls, callee)
+		callee.CalledFrom = append(callee.CalledFrom, CallSite{Caller: caller, Addr: 0x100})
+	}
+	f := g.Frequencies()
+	for i, n := range nodes {
+		want := min(pow(LoopTrips, i), MaxFrequency)
+		if f[n] != want {
+			t.Errorf("%s: %g, want %g", names[i], f[n], want)
+		}
+	}
+}
+
+// loopAround returns a loop span holding addr.
+func loopAround(addr uint64) symbolizer.Range {
+	return symbolizer.Range{Start: addr - 0x10, End: addr + 0x10}
+}
