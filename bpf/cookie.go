@@ -27,8 +27,12 @@ const (
 	// CookieAlloc marks the entry and exit probes of an allocator (see
 	// Program.SetAllocs): KindAlloc events follow their events.
 	CookieAlloc uint64 = 1 << 42
+	// CookieCount marks a probe that only counts its hits, as an entry
+	// of its function id (see Program.CallCounts): it opens no context
+	// and sends nothing.
+	CookieCount uint64 = 1 << 43
 
-	cookieFlags = CookieRoot | CookieRootTail | CookieSlotRBP | CookieCapture | CookieBurst | CookieNoCheck | CookieAlloc
+	cookieFlags = CookieRoot | CookieRootTail | CookieSlotRBP | CookieCapture | CookieBurst | CookieNoCheck | CookieAlloc | CookieCount
 )
 
 // Cookie packs what the probe program needs to know about one probe into

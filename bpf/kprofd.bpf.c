@@ -111,6 +111,7 @@ struct bpf_perf_event_data {
 //   bit  40      a burst probe (sampled instrumentation)
 //   bit  41      the stack cannot be unwound here (a stack switch): a
 //                thread running at the attach is checked at its next hit
+//   bit  43      the probe only counts its hits (calls[2 * id])
 //   bits 48..63  signed adjustment that turns the probed stack pointer (or
 //                rbp) into the frame's return-address slot
 #define COOKIE_ROOT (1ULL << 36)
@@ -120,6 +121,7 @@ struct bpf_perf_event_data {
 #define COOKIE_BURST (1ULL << 40)
 #define COOKIE_NO_CHECK (1ULL << 41)
 #define COOKIE_ALLOC (1ULL << 42)
+#define COOKIE_COUNT (1ULL << 43)
 
 // Bytes of stack a capture copies at most, from the stack pointer up to
 // the root's frame. A power of two.
@@ -965,6 +967,11 @@ static __always_inline int handle(struct pt_regs *ctx)
 		if (c)
 			*c += 1;
 	}
+	// A probe that counts a root's calls before the session attaches
+	// below it: it shares the root's entry with the root's own probe
+	// later, and must not be taken for a call of its own.
+	if (cookie & COOKIE_COUNT)
+		return 0;
 	// A site's descriptor, looked up once for the count and the target.
 	struct kprofd_site *d = 0;
 	if (kind == KIND_SITE) {
