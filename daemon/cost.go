@@ -346,6 +346,9 @@ type demotion struct {
 	// calls in the window: its probes may stay until it is called
 	// (see monitor.lingering), its events dropped meanwhile.
 	idle bool
+	// predicted says the session started with it, as the code's loops
+	// predicted at the roots' measured call rate (Session.predict).
+	predicted bool
 }
 
 // decide takes the call rates of the last window (calls per second: of
@@ -553,6 +556,42 @@ func (m *costModel) decideRound(rates []float64, cpu float64, samples uint64, me
 	if meas.floor > 0 {
 		budgetText = fmt.Sprintf("%.0f%%, %.1f%% of it spent by the probes outside the root", 100*m.budget, 100*min(meas.floor, m.budget))
 	}
+	g := roundGoal{probe: probe, target: target, budget: budget, perOwn: perOwn, before: before, scale: scale, whole: whole,
+		measured: measured, budgetText: budgetText, syncLoad: syncLoad, syncs: meas.syncs, calls: meas.calls}
+	out := m.take(rates, &g)
+	return out, before, g.probe * perOwn
+}
+
+// roundGoal is what one round of demotions steers to: the probe time
+// (ns/s, scaled as measured) now and the target to bring it down to,
+// with what the reasons say of them.
+type roundGoal struct {
+	probe, target float64
+	// budget is the overhead left for the functions' probes, perOwn
+	// turns probe time into overhead, before is the overhead now.
+	budget, perOwn, before float64
+	// scale turns predicted probe time into measured.
+	scale float64
+	// whole says the target's own work is not measured: take whole
+	// steps (a function's exits and entries together).
+	whole bool
+	// measured and budgetText end the reasons: how the overhead was
+	// found, and the budget.
+	measured, budgetText string
+	// syncLoad is the sync probe's predicted time, syncs its hits/s.
+	syncLoad, syncs float64
+	// calls, when set, are the calls counted since the session began
+	// (see measurement.calls).
+	calls []uint64
+}
+
+// take demotes, most gain per function first, until g's probe time is
+// down to its target, and returns the demotions, merged per function
+// and in the order to detach them; g.probe is what is left.
+func (m *costModel) take(rates []float64, g *roundGoal) []demotion {
+	probe, target, budget, perOwn, before, scale, whole := g.probe, g.target, g.budget, g.perOwn, g.before, g.scale, g.whole
+	measured, budgetText, syncLoad := g.measured, g.budgetText, g.syncLoad
+	defer func() { g.probe = probe }()
 	var out []demotion
 	for probe > target || len(out) == 0 && probe*perOwn > budget {
 		// Rank by what a function's demotion can save in all (calibration
@@ -596,7 +635,7 @@ func (m *costModel) decideRound(rates []float64, cpu float64, samples uint64, me
 		if syncLoad > bestGain {
 			before := 100 * before
 			m.syncGone = fmt.Sprintf("%s caught exceptions/s × %s of sync probe = %.0f%% of the target's own CPU time (all probes %.0f%%%s, budget %s)",
-				rate(meas.syncs), time.Duration(m.syncCost).Round(time.Nanosecond), 100*scale*syncLoad*perOwn, before, measured, budgetText)
+				rate(g.syncs), time.Duration(m.syncCost).Round(time.Nanosecond), 100*scale*syncLoad*perOwn, before, measured, budgetText)
 			probe -= scale * syncLoad
 			m.syncCost, syncLoad = 0, 0
 			continue
@@ -647,7 +686,7 @@ func (m *costModel) decideRound(rates []float64, cpu float64, samples uint64, me
 			out = append(out, demotion{id: j, stage: st, reason: why, lead: j == best, idle: idle})
 		}
 	}
-	out = m.withSiblings(out, meas.calls)
+	out = m.withSiblings(out, g.calls)
 	out = m.allocatorsTogether(out)
 	// One demotion per function, to the last stage it reached, with the
 	// first reason (what its full probes cost).
@@ -664,7 +703,7 @@ func (m *costModel) decideRound(rates []float64, cpu float64, samples uint64, me
 	// before their callers: detaching in this order never leaves a
 	// callee's entries without its caller's.
 	slices.SortStableFunc(merged, func(a, b demotion) int { return cmp.Compare(a.stage, b.stage) })
-	return merged, before, probe * perOwn
+	return merged
 }
 
 // takeSync returns why a round demoted the sync probe, once, and whether
