@@ -152,6 +152,19 @@ func (l *burstLog) demotions() map[uint32]uint64 {
 	return maps.Clone(l.demoted)
 }
 
+// bursted reports whether a burst had function id's entries back, as one
+// it was for or as a companion.
+func (l *burstLog) bursted(id uint32) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, w := range l.windows {
+		if _, ok := w.funcs[id]; ok {
+			return true
+		}
+	}
+	return false
+}
+
 // open records the start of a burst's window, to take new frames for up
 // to length: the event loop counts its calls as they come, before it
 // ends. The call counters were read at inRead, before start (0: not

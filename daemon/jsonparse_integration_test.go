@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -24,35 +25,41 @@ import (
 // twin, ...): on these shared machines two identical runs a minute apart
 // differ by up to 1.5×, two runs side by side by a few percent. It
 // reports, as medians over the iterations: the slowdown of the first run
-// of requests under the probes against its twin's (convergence included:
-// every function starts fully probed), of the runs after it (the steady
-// state the budget is about; goal at 10%: 1.15 or less) in wall time and
-// in CPU time, when the last demotion happened, and how many functions'
-// cross-checks by the call counters disagreed. Each budget runs
-// twice: a session that starts fully probed, then one that starts from
-// the stages the first one left (Config.Memory), as a user's next
-// session on the same program does. The program's output must not
-// change.
+// of requests under the probes against its twin's (convergence
+// included), of the runs after it (the steady state the budget is about;
+// goal at 10%: 1.15 or less) in wall time and in CPU time, when the last
+// demotion happened, how many functions started demoted, and how many
+// functions' cross-checks by the call counters disagreed. Each budget
+// runs three sessions: one with nothing to start from that predicts, as
+// kprofd attach does by default (Config.Predict: the root's calls before
+// the attach, which the profile leaves out, are reported as
+// calls-before), one that starts from the stages the first one left
+// (Config.Memory), as a user's next session on the same program does,
+// and one that starts fully probed (-full). The program's output must
+// not change.
 func BenchmarkHybridJSON(b *testing.B) {
 	requireRoot(b)
 	exe := testtarget.BuildJSONParse(b)
 	cal := machineCalibration(b)
 	budgets := []float64{0.05, 0.10, 0.20}
-	// By budget: the fresh session's runs, then those of the session
-	// that starts from what the fresh one left (Config.Memory).
-	var fresh, again [3]jsonRuns
+	// By budget: the predicting session's runs, those of the session
+	// that starts from what it left (Config.Memory), and those of one
+	// that starts fully probed.
+	var fresh, again, full [3]jsonRuns
 	for range b.N {
 		for i, budget := range budgets {
-			memory := b.TempDir()
-			cfg := daemon.Config{Mode: daemon.ModeHybrid, Budget: budget, Calibration: cal, Memory: memory}
+			cfg := daemon.Config{Mode: daemon.ModeHybrid, Budget: budget, Calibration: cal, Memory: b.TempDir(), Predict: true}
 			fresh[i].add(jsonSession(b, exe, cfg))
 			again[i].add(jsonSession(b, exe, cfg))
+			cfg.Memory, cfg.Predict = "", false
+			full[i].add(jsonSession(b, exe, cfg))
 		}
 	}
 	for i, budget := range budgets {
 		name := fmt.Sprintf("%.0f%%", 100*budget)
 		fresh[i].report(b, name)
 		again[i].report(b, name+"-remembered")
+		full[i].report(b, name+"-full")
 	}
 }
 
@@ -87,11 +94,12 @@ func BenchmarkSampleJSON(b *testing.B) {
 type jsonRun struct {
 	first, steady, steadyCPU, settle float64
 	remembered, disagree             int
+	before                           uint64 // the root's calls before a predicting session attached
 }
 
 // jsonRuns collects the sessions of one budget.
 type jsonRuns struct {
-	first, steady, steadyCPU, settle, remembered, disagree []float64
+	first, steady, steadyCPU, settle, remembered, disagree, before []float64
 }
 
 func (r *jsonRuns) add(j jsonRun) {
@@ -101,6 +109,7 @@ func (r *jsonRuns) add(j jsonRun) {
 	r.settle = append(r.settle, j.settle)
 	r.remembered = append(r.remembered, float64(j.remembered))
 	r.disagree = append(r.disagree, float64(j.disagree))
+	r.before = append(r.before, float64(j.before))
 }
 
 func (r *jsonRuns) report(b *testing.B, name string) {
@@ -112,6 +121,9 @@ func (r *jsonRuns) report(b *testing.B, name string) {
 		b.ReportMetric(median(r.remembered), name+"-started-demoted")
 	}
 	b.ReportMetric(slices.Max(r.disagree), name+"-checks-disagree-max")
+	if median(r.before) > 0 {
+		b.ReportMetric(median(r.before), name+"-calls-before")
+	}
 }
 
 // jsonSession runs one session of cfg (its target and root filled in) on
@@ -142,7 +154,7 @@ func jsonSession(b *testing.B, exe string, cfg daemon.Config) jsonRun {
 	s.Close()
 	probed.Exit(b)
 	twin.Exit(b)
-	run := jsonRun{first: wall[0], steady: median(wall[1:]), steadyCPU: median(cpu[1:])}
+	run := jsonRun{first: wall[0], steady: median(wall[1:]), steadyCPU: median(cpu[1:]), before: s.Progress().CallsBefore}
 	for _, x := range s.CrossChecks() {
 		if !x.Agree {
 			run.disagree++
@@ -150,7 +162,7 @@ func jsonSession(b *testing.B, exe string, cfg daemon.Config) jsonRun {
 		}
 	}
 	for _, d := range ds {
-		if d.Remembered {
+		if d.Remembered || d.Predicted {
 			run.remembered++
 		} else {
 			run.settle = max(run.settle, float64(d.At.Milliseconds()))
@@ -161,7 +173,7 @@ func jsonSession(b *testing.B, exe string, cfg daemon.Config) jsonRun {
 
 // startPinned starts exe pinned to the last CPU, where the benchmark's
 // targets take turns while kprofd runs on the others.
-func startPinned(b *testing.B, exe string) *testtarget.Proc {
+func startPinned(b testing.TB, exe string) *testtarget.Proc {
 	p := testtarget.Start(b, exe)
 	if cpus := runtime.NumCPU(); cpus > 1 {
 		var set unix.CPUSet
@@ -175,7 +187,7 @@ func startPinned(b *testing.B, exe string) *testtarget.Proc {
 
 // timedRun runs n requests and returns the wall time and the target's CPU
 // time they took; the output must be want.
-func timedRun(b *testing.B, p *testtarget.Proc, n int, want string) (wall, cpu time.Duration) {
+func timedRun(b testing.TB, p *testtarget.Proc, n int, want string) (wall, cpu time.Duration) {
 	proc, err := procfs.NewProc(p.Pid())
 	if err != nil {
 		b.Fatal(err)
@@ -205,4 +217,146 @@ func median(v []float64) float64 {
 		return s[len(s)/2]
 	}
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// BenchmarkHybridJSONBusy attaches to testdata/jsonparse while it serves
+// requests, as a user attaches to a busy server, at a 10% budget: a
+// session that counts the roots' calls before it attaches and starts
+// demoted what the loops around their calls predict far too costly at
+// that rate (predict.go), and one that attaches every probe and demotes
+// round by round (Config.Predict false), in turns. Each session gets a fresh
+// process and an un-probed twin pinned to the same CPU. The probed one
+// serves requests in chunks of busyChunk, back to back, from before the
+// session starts until busyRequests have run after it returned; the twin
+// then runs as many alone. It reports, as medians over the iterations:
+// the slowdown of the requests after the attach (first-x: convergence
+// included), of the runs after them (steady-x), how many functions
+// started demoted, and how many cross-checks disagreed.
+func BenchmarkHybridJSONBusy(b *testing.B) {
+	requireRoot(b)
+	exe := testtarget.BuildJSONParse(b)
+	cal := machineCalibration(b)
+	names := []string{"predicted", "full"}
+	var first, steady, started, disagree [2][]float64
+	for range b.N {
+		for i, noPredict := range []bool{false, true} {
+			r := busySession(b, exe, daemon.Config{Mode: daemon.ModeHybrid, Budget: 0.10, Calibration: cal, Predict: !noPredict})
+			first[i] = append(first[i], r.first)
+			steady[i] = append(steady[i], r.steady)
+			started[i] = append(started[i], float64(r.remembered))
+			disagree[i] = append(disagree[i], float64(r.disagree))
+		}
+	}
+	for i, name := range names {
+		b.ReportMetric(median(first[i]), name+"-first-x")
+		b.ReportMetric(median(steady[i]), name+"-steady-x")
+		b.ReportMetric(median(started[i]), name+"-started-demoted")
+		b.ReportMetric(slices.Max(disagree[i]), name+"-checks-disagree-max")
+	}
+}
+
+// A busySession's probed process serves requests in chunks of busyChunk
+// from busyLead before the session starts until busyRequests have run
+// after it returned (about half a second un-probed).
+const (
+	busyChunk    = 50
+	busyRequests = 1000
+	busyLead     = 200 * time.Millisecond
+)
+
+// busySession runs one session of cfg (its target and root filled in) on
+// a fresh jsonparse process that is serving requests when it starts,
+// beside an un-probed twin (see BenchmarkHybridJSONBusy). Its first is
+// the slowdown of the busyRequests after the session started, remembered
+// the functions it started demoted (predicted or remembered).
+func busySession(b *testing.B, exe string, cfg daemon.Config) jsonRun {
+	const n = 1000 // requests per steady run
+	probed, twin := startPinned(b, exe), startPinned(b, exe)
+	want := probed.Run(b, n) // warms both up
+	if got := twin.Run(b, n); got != want {
+		b.Fatalf("twin printed %q, first process %q", got, want)
+	}
+	chunk := probed.Run(b, busyChunk)
+	cfg.PID, cfg.Roots = probed.Pid(), []string{"handle_request"}
+	// Chunks end one after another: a chunk starts when the one before
+	// it ends, and the first to start after the session did is the
+	// first counted.
+	var (
+		mu      sync.Mutex
+		started time.Time // zero until the session started
+		from    time.Time // when the first counted chunk started
+		ends    []time.Time
+	)
+	served := make(chan error, 1)
+	go func() {
+		last := time.Now()
+		for {
+			probed.Send(b, fmt.Sprintf("run %d", busyChunk))
+			line := probed.Line(b)
+			now := time.Now()
+			if line != chunk {
+				served <- fmt.Errorf("output changed under the probes: %q, un-probed %q", line, chunk)
+				return
+			}
+			mu.Lock()
+			if !started.IsZero() && !last.Before(started) {
+				if len(ends) == 0 {
+					from = last
+				}
+				ends = append(ends, now)
+			}
+			done := len(ends)*busyChunk >= busyRequests
+			mu.Unlock()
+			if done {
+				served <- nil
+				return
+			}
+			last = now
+		}
+	}()
+	time.Sleep(busyLead)
+	s, err := daemon.Start(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	mu.Lock()
+	started = time.Now()
+	mu.Unlock()
+	if err := <-served; err != nil {
+		b.Fatal(err)
+	}
+	pw := ends[len(ends)-1].Sub(from)
+	t1 := time.Now()
+	for range ends {
+		if got := twin.Run(b, busyChunk); got != chunk {
+			b.Fatalf("twin printed %q, first process %q", got, chunk)
+		}
+	}
+	run := jsonRun{first: pw.Seconds() / time.Since(t1).Seconds()}
+	var wall []float64
+	for range 3 {
+		pw, _ := timedRun(b, probed, n, want)
+		tw, _ := timedRun(b, twin, n, want)
+		wall = append(wall, pw.Seconds()/tw.Seconds())
+	}
+	run.steady = median(wall)
+	ds := s.Demotions()
+	if _, err := s.Stop(); err != nil {
+		b.Fatal(err)
+	}
+	s.Close()
+	probed.Exit(b)
+	twin.Exit(b)
+	for _, x := range s.CrossChecks() {
+		if !x.Agree {
+			run.disagree++
+			b.Logf("cross-check disagrees: %d events (%d more at the edges) of %d hits, %d bursts: %.150s", x.Seen, x.Edges, x.Hits, x.Bursts, x.Func)
+		}
+	}
+	for _, d := range ds {
+		if d.Remembered || d.Predicted {
+			run.remembered++
+		}
+	}
+	return run
 }

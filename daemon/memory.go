@@ -234,10 +234,12 @@ type sessionEnd struct {
 	stages  []Stage // by function id
 	noSites []bool  // by function id: its indirect calls' probes dropped
 	// remembered holds the functions it started demoted, lingering
-	// those whose probes stayed in until they would be called.
-	remembered, lingering map[int]bool
-	// called reports whether the counters saw a function called.
-	called func(id int) bool
+	// those whose probes stayed in until they would be called, predicted
+	// those the prior started demoted.
+	remembered, lingering, predicted map[int]bool
+	// called reports whether the counters saw a function called,
+	// bursted whether any burst had it.
+	called, bursted func(id int) bool
 	// syncDropped says the sync probe is not in: dropped, or never
 	// attached as remembered.
 	syncDropped bool
@@ -248,7 +250,10 @@ type sessionEnd struct {
 // indirect calls), but those whose probes linger (the
 // next session demotes them with their caller, lingering again) and
 // those that started demoted and that nothing saw called since, whose
-// memory goes stale.
+// memory goes stale. A function the prior started demoted that no burst
+// had is not known to be idle: in a short session the bursts reach few of
+// a thousand such functions, and forgetting the rest would attach them
+// all in the next session, which would not predict.
 func memorize(funcs []*plan.Func, exe string, roots []string, budget float64, e sessionEnd) *memoryFile {
 	mf := &memoryFile{Version: memoryVersion, Executable: exe, Roots: roots, Budget: budget, Saved: time.Now(), Sync: e.syncDropped}
 	for _, f := range funcs {
@@ -260,7 +265,7 @@ func memorize(funcs []*plan.Func, exe string, roots []string, budget float64, e 
 		if st == StageFull && !ns {
 			continue
 		}
-		if e.remembered[id] && !e.called(id) {
+		if e.remembered[id] && !e.called(id) && !(e.predicted[id] && !e.bursted(id)) {
 			continue
 		}
 		mf.Funcs = append(mf.Funcs, rememberedStage{Object: objectIdentity(f.Node.Obj), Addr: f.Node.Func.Addr,
@@ -325,7 +330,9 @@ func (s *Session) memorize() {
 		calls = m.history[len(m.history)-1].calls
 	}
 	e := sessionEnd{stages: m.model.stages(), noSites: noSites, remembered: m.remembered, lingering: map[int]bool{},
-		called: func(id int) bool { return 2*id < len(calls) && calls[2*id] > 0 }}
+		predicted: m.prior,
+		called:    func(id int) bool { return 2*id < len(calls) && calls[2*id] > 0 },
+		bursted:   func(id int) bool { return m.bursts != nil && m.bursts.bursted(uint32(id)) }}
 	for id := range m.lingering {
 		e.lingering[id] = true
 	}

@@ -156,6 +156,20 @@ func TestMemory(t *testing.T) {
 	if byName["handle_request"] == nil || names["handle_request"] {
 		t.Error("the root is remembered, or missing from the plan")
 	}
+
+	// A function the prior started demoted that nothing saw called is
+	// kept while no burst had it (it is not known idle), and goes stale
+	// once one had it and saw nothing.
+	end.predicted = map[int]bool{leaf: true}
+	for _, bursted := range []bool{false, true} {
+		end.bursted = func(int) bool { return bursted }
+		kept := slices.ContainsFunc(memorize(pl.Funcs, exe.Path(), nil, 0.10, end).Funcs, func(r rememberedStage) bool {
+			return r.Name == pl.Funcs[leaf].Node.Func.Name
+		})
+		if kept == bursted {
+			t.Errorf("predicted %s, not called, bursted %v: remembered %v", m.name(leaf), bursted, kept)
+		}
+	}
 }
 
 // TestMemorySync checks that a dropped sync probe is remembered, alone

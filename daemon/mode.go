@@ -113,6 +113,11 @@ type Demotion struct {
 	// session's start, or when found through an indirect call (At). Its
 	// lost probes were never attached. Round is 0.
 	Remembered bool `json:"remembered,omitempty"`
+	// Predicted says the function started demoted, as the loops around
+	// its calls predicted at the roots' call rate, counted before the
+	// attach (Config.Predict). Its lost probes were never attached.
+	// Round is 0.
+	Predicted bool `json:"predicted,omitempty"`
 }
 
 func (d Demotion) String() string {

@@ -77,6 +77,9 @@ type monitor struct {
 	floors     []floorReading // the readings of the last floorWindow
 	floorPeak  float64        // the highest floor measured (see monitor.floorAt)
 	floorSaid  bool           // the user was warned that the floor passes the budget
+	// prior holds the functions of remembered that the prior started
+	// demoted (see predict.go).
+	prior map[int]bool
 
 	stop chan struct{}
 	done chan struct{}
@@ -637,7 +640,7 @@ func (m *monitor) remember(ds []demotion, t uint64, found *plan.Plan) {
 		}
 		// At the start, or when found through an indirect call.
 		at := time.Duration(max(int64(t)-int64(m.s.startMono), 0))
-		dems = append(dems, Demotion{Func: f.Node.Name(), ID: f.ID, Stage: d.stage, At: at, Sites: d.sites, Reason: d.reason, Remembered: true})
+		dems = append(dems, Demotion{Func: f.Node.Name(), ID: f.ID, Stage: d.stage, At: at, Sites: d.sites, Reason: d.reason, Remembered: !d.predicted, Predicted: d.predicted})
 	}
 	m.mu.Lock()
 	if m.found == nil {
@@ -649,8 +652,12 @@ func (m *monitor) remember(ds []demotion, t uint64, found *plan.Plan) {
 	if m.remembered == nil {
 		m.remembered = map[int]bool{}
 	}
+	if m.prior == nil {
+		m.prior = map[int]bool{}
+	}
 	for _, d := range ds {
 		m.remembered[d.id] = true
+		m.prior[d.id] = d.predicted
 		if d.idle {
 			m.linger(d.id, 0) // its probes are in, counting from 0
 		}

@@ -86,6 +86,14 @@ type Config struct {
 	// where the next one starts from (see memory.go); "" for none.
 	// Sessions with Alloc neither read nor write it.
 	Memory string
+	// Predict, in hybrid mode with no memory to start from, counts the
+	// roots' calls before it attaches anything below them: once they have
+	// run for a moment, the session starts demoted what the loops around
+	// their calls predict far too costly at that rate, and attaches the
+	// rest (see predict.go). The roots' calls in that moment are not in
+	// the profile, which says how many there were. Sessions with Alloc,
+	// and on Go programs, never predict.
+	Predict bool
 	// Alloc profiles allocations: the allocators (package alloc) the
 	// roots reach are traced as leaves, whatever Exclude says, and
 	// report the blocks they allocate and free.

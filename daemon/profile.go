@@ -318,7 +318,10 @@ func (s *Session) comments(st bpf.Stats) []string {
 	pl := s.prep.Plan
 	ss := s.sim.Stats()
 	what := map[Mode]string{ModeExact: "exact trace", ModeHybrid: "hybrid trace", ModeSample: "sampled profile"}[s.cfg.Mode]
-	funcs, probes := s.probes.counts()
+	var funcs, probes int
+	if s.probes != nil {
+		funcs, probes = s.probes.counts()
+	}
 	c := []string{
 		fmt.Sprintf("kprofd %s of pid %d, root %s", what, s.cfg.PID, strings.Join(s.cfg.Roots, ", ")),
 		fmt.Sprintf("%d functions, %d probes, exits by %s", funcs, probes, pl.Exits),
@@ -336,7 +339,10 @@ func (s *Session) comments(st bpf.Stats) []string {
 				st.OutsideTrapSamples, 100*floorOverhead(st)))
 		}
 	}
-	if s.cfg.Mode == ModeHybrid {
+	if s.awaitDone != nil {
+		c = append(c, s.before.comment(s.cfg.Roots))
+	}
+	if s.cfg.Mode == ModeHybrid && s.monitor != nil {
 		ds := s.Demotions()
 		c = append(c, fmt.Sprintf("overhead budget %.0f%%: %d demotions; %s", 100*s.cfg.Budget, len(ds), s.monitor.summary()))
 		if s.burster != nil {

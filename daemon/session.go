@@ -55,6 +55,20 @@ type Session struct {
 	crossChecks []CrossCheck
 	monitor     *monitor // hybrid mode's demotions
 	stages      []Stage  // by function id: in sample mode from the start, in hybrid mode once stopped
+	// attachMu guards what a predicting session's attach sets while
+	// other goroutines may read it: probes, monitor, start.
+	attachMu sync.Mutex
+	// counting holds the probes that count the roots' calls before a
+	// predicting session attaches (Config.Predict); awaitStop stops its
+	// wait, awaitDone is closed when the wait and the attach are over.
+	counting             []link.Link
+	awaitStop, awaitDone chan struct{}
+	before               beforeAttach
+	attachErr            error // why the attach after the wait failed
+	// attached is closed once the session has attached all it will
+	// (Attached).
+	attached     chan struct{}
+	attachedOnce sync.Once
 	// memory is what the last session on the program left (Config.Memory)
 	// when this one starts from it: functions found through indirect
 	// calls start at their remembered stages too.
@@ -109,6 +123,12 @@ type Progress struct {
 	ThreadsInRoot int `json:"threads_in_root"`
 	// Elapsed is the time since the probes were attached.
 	Elapsed time.Duration `json:"elapsed_ns"`
+	// Waiting says a predicting session waits for its roots to be
+	// called before it attaches anything below them (Config.Predict);
+	// CallsBefore counts the roots' calls before that attach, which the
+	// profile leaves out.
+	Waiting     bool   `json:"waiting,omitempty"`
+	CallsBefore uint64 `json:"calls_before,omitempty"`
 	// Demotions counts the functions hybrid mode demoted.
 	Demotions int `json:"demotions"`
 	// RootEntered says a thread has been inside a root: it entered one,
@@ -162,7 +182,8 @@ func StartPrepared(pr *Prepared, cfg Config) (_ *Session, err error) {
 	if cfg.SampleHz == 0 {
 		cfg.SampleHz = DefaultSampleHz
 	}
-	s := &Session{cfg: cfg, prep: pr, done: make(chan struct{}), exited: make(chan struct{}), watchDone: make(chan struct{}), pidfd: -1}
+	s := &Session{cfg: cfg, prep: pr, done: make(chan struct{}), exited: make(chan struct{}), watchDone: make(chan struct{}), pidfd: -1,
+		attached: make(chan struct{})}
 	defer func() {
 		if err != nil {
 			s.release()
@@ -182,9 +203,10 @@ func StartPrepared(pr *Prepared, cfg Config) (_ *Session, err error) {
 		bcfg.Sites = maxSites
 	}
 	if cfg.Mode == ModeHybrid {
-		// For the cost model: the plan's functions, and ids for those
-		// found later (numbered after the plan's).
-		bcfg.Funcs = len(pr.Plan.Funcs) + maxFound
+		// For the cost model: the plan's functions, ids for those
+		// found later (numbered after the plan's), and the one that
+		// counts the roots' calls before a predicting session attaches.
+		bcfg.Funcs = int(countingID(pr.Plan)) + 1
 	}
 	if g := pr.Go; g != nil {
 		bcfg.Go = &bpf.GoLayout{GTLS: g.GTLS, GoidOff: g.GoidOff, StackHiOff: g.StackHiOff}
@@ -262,7 +284,8 @@ func StartPrepared(pr *Prepared, cfg Config) (_ *Session, err error) {
 	var rememberedSync bool
 	if cfg.Mode == ModeHybrid {
 		model = newCostModel(pr.Plan, callCosts(pr.Plan, cfg.Calibration), cfg.Budget)
-		if remembered = s.recall(model); len(remembered) > 0 {
+		remembered = s.recall(model)
+		if len(remembered) > 0 {
 			opt.omit = omitted(remembered)
 		}
 		// A sync probe the last session dropped is not attached, and
@@ -275,35 +298,75 @@ func StartPrepared(pr *Prepared, cfg Config) (_ *Session, err error) {
 		}
 	}
 	opt.noSites = !discover
-	if discover {
+	s.start, s.startMono = time.Now(), monotonicNow()
+	s.watching = true
+	go s.watchExit()
+	if cfg.Mode == ModeHybrid && s.memory == nil && cfg.Predict && !cfg.Alloc && pr.Go == nil {
+		// Nothing to start from: count the roots' calls first, and
+		// attach the rest once they have run (predict.go).
+		if err := s.countRoots(); err != nil {
+			return nil, errors.Join(err, closeAll(s.counting))
+		}
+		s.awaitStop, s.awaitDone = make(chan struct{}), make(chan struct{})
+		s.before.waiting = true
+		go s.awaitRoots(model, opt)
+		return s, nil
+	}
+	if err := s.attachAll(model, opt, remembered, rememberedSync); err != nil {
+		return nil, err
+	}
+	s.markAttached()
+	go s.run()
+	return s, nil
+}
+
+// Attached is closed once the session has attached all it will: at once,
+// but for a predicting session, which attaches below its roots once they
+// have run (Config.Predict), or never when stopped before; Progress says
+// which.
+func (s *Session) Attached() <-chan struct{} { return s.attached }
+
+func (s *Session) markAttached() { s.attachedOnce.Do(func() { close(s.attached) }) }
+
+// attachAll attaches the plan's probes but those opt leaves out, starts
+// discovery and, in hybrid mode, the monitor and the bursts, with model
+// and the demotions the session starts with (remembered, or predicted).
+// The event loop must not run yet. On error, what it attached is
+// released with the session.
+func (s *Session) attachAll(model *costModel, opt attachOptions, remembered []demotion, rememberedSync bool) error {
+	cfg, pr := s.cfg, s.prep
+	if !opt.noSites {
 		// The sites' descriptors must be in place before their probes.
 		s.disc = newDiscovery(s)
 		if err := s.disc.addSites(pr.Plan); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	attached := monotonicNow() // remembered demotions date from before any probe
-	s.probes, err = attachPlan(s.prog, cfg.PID, pr.Plan, opt, cfg.warnf)
+	probes, err := attachPlan(s.prog, cfg.PID, pr.Plan, opt, cfg.warnf)
 	if err != nil {
-		return nil, err
+		return err
 	}
+	s.attachMu.Lock()
+	s.probes = probes
+	s.start, s.startMono = time.Now(), monotonicNow()
+	s.attachMu.Unlock()
 	// The roots' probes are in: a thread started from now on enters a
 	// root under their eyes, and needs no check.
 	if err := s.prog.SeedBefore(monotonicNow()); err != nil {
-		return nil, err
+		return err
 	}
 	if pr.Go != nil {
 		s.seedGoroutinesBefore(pr)
 	}
 	if s.disc != nil {
 		if err := s.disc.start(pr.Plan); err != nil {
-			return nil, err
+			return err
 		}
 		if !cfg.NoPause {
 			s.pauseThreads()
 		}
 	}
-	s.start, s.startMono = time.Now(), monotonicNow()
 	if cfg.Mode == ModeHybrid {
 		if s.disc != nil {
 			// Site probes sit on indirect calls and jumps, which the
@@ -314,24 +377,24 @@ func StartPrepared(pr *Prepared, cfg Config) (_ *Session, err error) {
 			model.syncCost = probeCost(cfg.Calibration, p.Class)
 		}
 		model.burstShare = burstShare
-		s.monitor = newMonitor(s, model, s.sampler.Period)
-		s.monitor.bursts = newBurstLog()
-		s.samples.bursts = s.monitor.bursts
-		s.burstCounts = newBurstCounts(s.monitor.bursts, func(id uint32) float64 { return s.monitor.entryCost(int(id)) })
+		m := newMonitor(s, model, s.sampler.Period)
+		m.bursts = newBurstLog()
+		s.samples.bursts = m.bursts
+		s.burstCounts = newBurstCounts(m.bursts, func(id uint32) float64 { return m.entryCost(int(id)) })
 		s.sim.SetBurstCounts(s.burstCounts)
 		s.check = newCounterCheck()
-		s.burster = newBurster(s, s.monitor, s.monitor.bursts)
-		s.monitor.remember(remembered, attached, nil)
+		s.burster = newBurster(s, m, m.bursts)
+		s.attachMu.Lock()
+		s.monitor = m
+		s.attachMu.Unlock()
+		m.remember(remembered, attached, nil)
 		if rememberedSync {
-			s.monitor.rememberSync(s.memory.reason())
+			m.rememberSync(s.memory.reason())
 		}
-		go s.monitor.run()
+		go m.run()
 		go s.burster.run()
 	}
-	s.watching = true
-	go s.watchExit()
-	go s.run()
-	return s, nil
+	return nil
 }
 
 // droppableSync returns pl's sync probe when hybrid mode may drop it:
@@ -352,10 +415,13 @@ func (s *Session) CrossChecks() []CrossCheck {
 
 // Demotions returns the functions hybrid mode demoted so far.
 func (s *Session) Demotions() []Demotion {
-	if s.monitor == nil {
+	s.attachMu.Lock()
+	m := s.monitor
+	s.attachMu.Unlock()
+	if m == nil {
 		return nil
 	}
-	return s.monitor.Demotions()
+	return m.Demotions()
 }
 
 // stageOf returns the stage function id reached during the session; call
@@ -493,20 +559,28 @@ func (s *Session) publish() {
 
 // Progress returns a snapshot of the session.
 func (s *Session) Progress() Progress {
-	funcs, probes := s.probes.counts()
+	s.attachMu.Lock()
+	set, start, m, before := s.probes, s.start, s.monitor, s.before.calls
+	s.attachMu.Unlock()
+	var funcs, probes int
+	if set != nil {
+		funcs, probes = set.counts()
+	}
 	p := Progress{
 		Events:        s.events.Load(),
 		Functions:     funcs,
 		Probes:        probes,
 		Demotions:     len(s.Demotions()),
 		ThreadsInRoot: int(s.active.Load()),
-		Elapsed:       time.Since(s.start),
+		Elapsed:       time.Since(start),
+		Waiting:       set == nil && s.awaitDone != nil,
+		CallsBefore:   before,
 		RootEntered:   s.entered.Load(),
 		Nodes:         s.nodes.Load(),
 		Folded:        s.folded.Load(),
 	}
-	if s.monitor != nil {
-		p.PredictedOverhead = s.monitor.predicted()
+	if m != nil {
+		p.PredictedOverhead = m.predicted()
 	}
 	st, err := s.prog.Stats()
 	if final := s.final.Load(); final != nil {
@@ -533,6 +607,14 @@ func (s *Session) stop() (*cct.Profile, error) {
 	// threads, let the loop read the ring buffer dry, and only then
 	// replay the batched events, which come after any of the same
 	// thread in the ring buffer. The program and maps go in Close.
+	var attachErr error
+	if s.awaitDone != nil {
+		// A predicting session still waiting for its roots attaches
+		// nothing more; one attaching finishes first.
+		close(s.awaitStop)
+		<-s.awaitDone
+		attachErr = s.attachErr
+	}
 	var pauseErr error
 	if s.tracer != nil {
 		pauseErr = s.prog.SetPauseSignal(0)
@@ -554,7 +636,10 @@ func (s *Session) stop() (*cct.Profile, error) {
 		s.stages = s.monitor.model.stages()
 		s.memorize()
 	}
-	detachErr := s.probes.Close()
+	var detachErr error
+	if s.probes != nil {
+		detachErr = s.probes.Close()
+	}
 	if s.sampler != nil {
 		detachErr = errors.Join(detachErr, s.sampler.Close())
 	}
@@ -577,7 +662,7 @@ func (s *Session) stop() (*cct.Profile, error) {
 		s.crossChecks = s.check.checks(s.burstCounts.tallies(), s.monitor.funcName)
 	}
 	p := s.buildProfile(end, stats)
-	return p, errors.Join(monitorErr, pauseErr, detachErr, drainErr, s.runErr, statsErr)
+	return p, errors.Join(attachErr, monitorErr, pauseErr, detachErr, drainErr, s.runErr, statsErr)
 }
 
 // Close stops the session if needed and releases everything: probes,
@@ -624,7 +709,18 @@ func (s *Session) release() error {
 // KernelIDs returns the ids of the session's BPF programs and links, so a
 // test can prove they are gone after Close.
 func (s *Session) KernelIDs() ([]ebpf.ProgramID, []link.ID) {
-	return s.prog.IDs(), s.probes.ids
+	s.attachMu.Lock()
+	defer s.attachMu.Unlock()
+	var ids []link.ID
+	if s.probes != nil {
+		ids = s.probes.ids
+	}
+	for _, l := range s.counting {
+		if info, err := l.Info(); err == nil {
+			ids = append(ids, info.ID)
+		}
+	}
+	return s.prog.IDs(), ids
 }
 
 func monotonicNow() uint64 {

@@ -1,0 +1,278 @@
+package daemon
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/kprofd/kprofd/bpf"
+	"github.com/kprofd/kprofd/internal/plan"
+)
+
+// A fresh hybrid session attaches every probe and then spends its first
+// second taking most of them out again: on a template-heavy parser,
+// twenty rounds, one per phase of the first request, each at full probe
+// cost while it is measured, and some 1,200 breakpoints removed while the
+// target traps (see README, Hybrid mode). What those rounds find is mostly
+// written in the code: a function called inside loops, or below
+// recursion, runs many times per call of the root. So a predicting
+// session (Config.Predict) with no memory to start from attaches, at
+// first, one probe per root that only counts its calls (bpf.CookieCount). Once the roots have run for
+// predictWindow, it scales the code's static estimate of each function's
+// calls per root call (callgraph.Graph.Frequencies) by their measured
+// rate into a prior: a round of the cost model on predicted rates,
+// against the target's CPU time in the window. The functions it demotes
+// start demoted, as remembered ones do: their lost probes are never
+// attached, and the bursts estimate their calls from the start. Then the
+// session attaches the rest, and the monitor steers by what it measures,
+// as always.
+//
+// The profile counts from that attach: the roots' calls before it, which
+// ran with no probe below them, are left out, and the profile's comments
+// say how many (a thread inside a root at the attach is taken up there,
+// as at any attach). The prior only takes what it predicts far over the
+// budget (priorSlack): the static estimate knows nothing of which
+// branches run, and a function it overrates loses its exact count for the
+// session (the bursts estimate it).
+
+// predictWindow is how long a predicting session counts its roots' calls,
+// from the first, before it attaches the probes below them.
+const predictWindow = 100 * time.Millisecond
+
+// minPredictCalls is the fewest root calls in the window that measure a
+// rate to scale the static estimate by: with fewer, the session attaches
+// every probe.
+const minPredictCalls = 8
+
+// priorSlack is how far over the budget the prior lets the predicted
+// overhead stay: what it predicts within that much, the monitor measures.
+const priorSlack = 2
+
+// awaitPoll is how often a predicting session looks whether its roots
+// have been called.
+const awaitPoll = 5 * time.Millisecond
+
+// countingID returns the function id the probes that count the roots'
+// calls before the attach report as: past the plan's functions and those
+// found later, so that no other counter holds their calls.
+func countingID(pl *plan.Plan) uint32 { return uint32(len(pl.Funcs) + maxFound) }
+
+// beforeAttach is what a predicting session measured before it attached
+// the probes below its roots.
+type beforeAttach struct {
+	// waiting says the session was waiting for its roots when it was
+	// stopped: nothing below them was attached.
+	waiting bool
+	// calls counts the roots' calls that are not in the profile: those
+	// before the attach (an upper bound by the few counted while it
+	// ended).
+	calls uint64
+	// window is how long the roots ran before the attach, from their
+	// first call; rate their calls per second in it, 0 when too few to
+	// predict by.
+	window time.Duration
+	rate   float64
+	// predicted counts the functions the prior started demoted.
+	predicted int
+}
+
+// countRoots attaches a probe on every root's entry that only counts its
+// calls (at countingID).
+func (s *Session) countRoots() error {
+	pl := s.prep.Plan
+	for _, f := range pl.Funcs {
+		if !f.Root {
+			continue
+		}
+		for _, p := range f.EntryProbes() {
+			cookie, err := bpf.Cookie(countingID(pl), p.Kind, bpf.CookieCount, p.SlotAdjust)
+			if err != nil {
+				return err
+			}
+			links, err := s.prog.Attach(p.Obj.Path(), s.cfg.PID, []bpf.Probe{{Offset: p.Offset, Cookie: cookie}})
+			if err != nil {
+				return fmt.Errorf("counting the calls of %s: %w", f.Node.Name(), err)
+			}
+			s.counting = append(s.counting, links...)
+		}
+	}
+	return nil
+}
+
+// rootsCounted returns the roots' calls the counting probes saw so far,
+// and the target's cpu-clock samples.
+func (s *Session) rootsCounted() (calls, samples uint64, err error) {
+	id := int(countingID(s.prep.Plan))
+	c, err := s.prog.CallCounts(nil, id+1)
+	if err != nil {
+		return 0, 0, err
+	}
+	st, err := s.prog.Stats()
+	return c[2*id], st.TargetSamples, err
+}
+
+// awaitRoots waits for the roots to be called, counts their calls for
+// predictWindow, attaches the plan's probes with the prior's demotions
+// left out (attachAll) and starts the event loop. Stop ends the wait; a
+// failure is reported by Stop, and the roots are counted to the end.
+func (s *Session) awaitRoots(model *costModel, opt attachOptions) {
+	defer close(s.awaitDone)
+	defer s.markAttached()
+	err := s.awaitAndAttach(model, opt)
+	if err != nil {
+		s.cfg.warnf("%v", err)
+	}
+	s.attachMu.Lock()
+	s.attachErr = err
+	s.attachMu.Unlock()
+	go s.run()
+}
+
+// awaitAndAttach is awaitRoots but for the event loop.
+func (s *Session) awaitAndAttach(model *costModel, opt attachOptions) (err error) {
+	base, _, err := s.rootsCounted()
+	if err != nil {
+		return err
+	}
+	defer func() {
+		// What the counting probes saw is what the profile lacks: close
+		// them once the roots' own probes count.
+		calls, _, cerr := s.rootsCounted()
+		s.attachMu.Lock()
+		s.before.calls = calls - base
+		s.attachMu.Unlock()
+		err = errors.Join(err, cerr, closeAll(s.counting))
+	}()
+	wait := func(d time.Duration) bool {
+		select {
+		case <-s.awaitStop:
+			return false
+		case <-s.exited:
+			return false
+		case <-time.After(d):
+			return true
+		}
+	}
+	var c0, s0 uint64
+	for c0 <= base {
+		if !wait(awaitPoll) {
+			return nil
+		}
+		if c0, s0, err = s.rootsCounted(); err != nil {
+			return err
+		}
+	}
+	t0 := time.Now()
+	if !wait(predictWindow) {
+		return nil
+	}
+	c1, s1, err := s.rootsCounted()
+	if err != nil {
+		return err
+	}
+	took := time.Since(t0)
+	var ds []demotion
+	rootRate := 0.0
+	if c1-c0 >= minPredictCalls && s1-s0 >= minProbeSamples {
+		rootRate = float64(c1-c0) / took.Seconds()
+		prior := staticCalls(s.prep.Plan)
+		rates := make([]float64, 2*len(model.funcs))
+		for i, f := range prior {
+			rates[2*i] = rootRate * f
+		}
+		own := float64(s1-s0) * float64(s.sampler.Period) / took.Seconds()
+		ds = model.predictRound(rates, own, 1, fmt.Sprintf("predicted from the loops around its calls, at %s root calls/s", rate(rootRate)))
+		if len(ds) > 0 {
+			opt.omit = omitted(ds)
+		}
+	}
+	s.attachMu.Lock()
+	s.before = beforeAttach{window: took, rate: rootRate, predicted: len(ds)}
+	s.attachMu.Unlock()
+	return s.attachAll(model, opt, ds, false)
+}
+
+// staticCalls returns the static estimate of each planned function's
+// calls per root call, by id (callgraph.Graph.Frequencies).
+func staticCalls(pl *plan.Plan) []float64 {
+	freq := pl.Graph.Frequencies()
+	out := make([]float64, len(pl.Funcs))
+	for i, f := range pl.Funcs {
+		out[i] = freq[f.Node]
+	}
+	return out
+}
+
+// predictRound demotes, as a round would, what the predicted call rates
+// cost beyond priorSlack times the budget (less the bursts' share) of own,
+// the target's own CPU time (ns/s), with scale turning predicted probe
+// time into measured, and returns the demotions, marked predicted; why
+// ends their reasons.
+func (m *costModel) predictRound(rates []float64, own, scale float64, why string) []demotion {
+	if own <= 0 {
+		return nil
+	}
+	budget := priorSlack * m.budget * (1 - burstShare)
+	target := budget * own
+	budgetText := fmt.Sprintf("%.0f%%, the prior takes what is over %g times it", 100*m.budget, float64(priorSlack))
+	probe := 0.0
+	for i := range m.funcs {
+		probe += scale * m.load(rates, i, m.funcs[i].stage)
+	}
+	before := probe / own
+	// A function whose probes alone cost more than the target goes,
+	// whatever else does: taken in one pass, where the rounds' ranking
+	// (take) would rescan every function for each of them (on
+	// testdata/jsonparse, a thousand functions, for seconds).
+	var ds []demotion
+	for i := range m.funcs {
+		f := &m.funcs[i]
+		load := scale * m.load(rates, i, f.stage)
+		if f.pinned || f.alloc != 0 || f.stage == StageSampled || load <= target {
+			continue
+		}
+		reason := fmt.Sprintf("%s calls/s × %s of probes per call = %.0f%% of the target's own CPU time (all probes %.0f%%: %s, budget %s)",
+			rate(rates[2*i]), time.Duration(f.cost.at(f.stage)).Round(time.Nanosecond), 100*load/own, 100*before, why, budgetText)
+		for _, j := range m.subtree(i) {
+			if m.funcs[j].alloc != 0 {
+				continue
+			}
+			probe -= scale * (m.load(rates, j, m.funcs[j].stage) - m.load(rates, j, StageSampled))
+			m.clearFloor(j)
+			m.funcs[j].stage = StageSampled
+			why := reason
+			if j != i {
+				why = fmt.Sprintf("below %s, demoted to sampling", m.name(i))
+			}
+			ds = append(ds, demotion{id: j, stage: StageSampled, reason: why, lead: j == i})
+		}
+	}
+	g := roundGoal{probe: probe, target: target, budget: budget, perOwn: 1 / own, before: before, scale: scale,
+		measured: ": " + why, budgetText: budgetText}
+	ds = append(ds, m.take(rates, &g)...)
+	for i := range ds {
+		ds[i].predicted = true
+	}
+	return ds
+}
+
+// comment says, for the profile, what the roots ran before the attach.
+func (b beforeAttach) comment(roots []string) string {
+	root := strings.Join(roots, ", ")
+	if b.waiting {
+		if b.calls == 0 {
+			return fmt.Sprintf("%s was never called: nothing below it was attached (a predicting session attaches once the roots have run; --predict=false attaches at once)", root)
+		}
+		return fmt.Sprintf("stopped before the probes below %s went in: its %d calls are not in the profile (--predict=false attaches at once)", root, b.calls)
+	}
+	prior := "too few to predict by: every probe attached"
+	switch {
+	case b.rate > 0 && b.predicted > 0:
+		prior = fmt.Sprintf("%d functions started demoted, as the loops around their calls predict at %s calls/s", b.predicted, rate(b.rate))
+	case b.rate > 0:
+		prior = fmt.Sprintf("at %s calls/s, the loops around the calls predict no function over %d times the budget: every probe attached", rate(b.rate), priorSlack)
+	}
+	return fmt.Sprintf("the profile counts from the attach: %d calls of %s ran before it, from the first for %s, with no probe below it (%s; --predict=false attaches at once)",
+		b.calls, root, b.window.Round(time.Millisecond), prior)
+}
