@@ -51,6 +51,7 @@ type attachOptions struct {
 	maxNodesSet bool
 	alloc       bool
 	remember    bool
+	predict     bool
 }
 
 func newAttachCmd() *cobra.Command {
@@ -90,7 +91,12 @@ Modes (--mode):
           one on the same executable and roots, which starts from them
           without attaching the probes they lost (--remember).
           Functions it started demoted that nothing saw called are
-          forgotten at its end.
+          forgotten at its end. With nothing to start from, a session
+          first counts the root's calls (one cheap probe on it) and,
+          once the root has run for 100 ms, starts demoted what the
+          loops around their calls predict far too costly at that rate,
+          then attaches the rest: the profile counts from there, and says
+          how many root calls ran before (--predict).
   exact   probe every reachable function whatever it costs; no sampling.
   sample  probe only the roots (exact calls and time of the roots) and
           sample everything below them: a cheap first look.
@@ -135,6 +141,7 @@ Exits (--exits): ` + plan.ExitRule + `.`,
 	f.IntVar(&o.maxNodes, "max-nodes", daemon.DefaultMaxNodes, "calling contexts to keep, at most (about 120 bytes each); calls past them fold into their callers\nand the profile says how many (0: no bound; through the daemon, at most its own --max-nodes)")
 	f.BoolVar(&o.alloc, "alloc", false, "also profile allocations: objects and bytes allocated, and still in use, per calling context\n(malloc, calloc, realloc, free, operator new and delete, ... called inside the root)")
 	f.BoolVar(&o.remember, "remember", true, "hybrid mode: start with the demotions the last session on the same executable and roots ended with\n(their probes are never attached), and leave this session's for the next; --remember=false for neither")
+	f.BoolVar(&o.predict, "predict", true, "hybrid mode, with no remembered demotions: count the root's calls first and start demoted what the loops\naround their calls predict far too costly at that rate (the root's calls before the attach are not profiled);\n--predict=false attaches every probe at once")
 	f.BoolVarP(&o.verbose, "verbose", "v", false, "print warnings about every function and the kernel ids of what is attached")
 	f.BoolVar(&o.debug, "debug", false, "log hybrid mode's control decisions to stderr: each round of demotions (the window it measured,\nthe overhead, the breakpoints it takes out), when its breakpoints are gone and when its detaches return")
 	f.BoolVar(&o.recalibrate, "recalibrate", false, "measure the probes' costs again (quick mode) even when a calibration is cached")
@@ -160,7 +167,7 @@ func (o *attachOptions) request() *service.Request {
 		Exclude: o.exclude, MaxFunctions: o.maxFunctions, Exits: o.exits, PerThread: o.perThread,
 		NoDiscovery: !o.discover, NoPause: !o.pause, RingMiB: o.ringMiB, Format: o.format,
 		Folded: o.folded != "", Duration: durationString(o.duration), MaxNodes: o.maxNodesRequest(), Alloc: o.alloc,
-		Forget: !o.remember,
+		Forget: !o.remember, NoPredict: !o.predict,
 	}
 }
 
@@ -256,6 +263,10 @@ func runAttach(ctx context.Context, o *attachOptions, stdout, stderr io.Writer) 
 		Started: func(st service.Started) {
 			msg := fmt.Sprintf("kprofd: tracing pid %d below %s (%s): %d functions, %d probes, exits by %s; Ctrl-C to stop\n",
 				st.PID, strings.Join(st.Roots, ", "), st.How, st.Functions, st.Probes, st.Exits)
+			if st.Waiting {
+				msg = fmt.Sprintf("kprofd: counting the calls of %s in pid %d (%s): the probes below go in once it has run for a moment; Ctrl-C to stop\n",
+					strings.Join(st.Roots, ", "), st.PID, st.How)
+			}
 			if o.verbose {
 				msg += fmt.Sprintf("kprofd: bpf programs %v, links %v\n", st.Programs, st.Links)
 			}

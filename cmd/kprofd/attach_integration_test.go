@@ -141,22 +141,26 @@ func (r *kprofdRun) wait(t *testing.T) int {
 	return r.cmd.ProcessState.ExitCode()
 }
 
-// kernelIDs reads the program and link ids that -v prints.
+// kernelIDs reads the program and link ids that -v prints: once, or, for
+// a session that counted its root's calls before it attached the rest
+// (--predict), twice.
 func (r *kprofdRun) kernelIDs(t *testing.T) ([]ebpf.ProgramID, []link.ID) {
 	t.Helper()
-	m := regexp.MustCompile(`bpf programs \[([0-9 ]*)\], links \[([0-9 ]*)\]`).FindStringSubmatch(r.stderr.String())
-	if m == nil {
+	ms := regexp.MustCompile(`bpf programs \[([0-9 ]*)\], links \[([0-9 ]*)\]`).FindAllStringSubmatch(r.stderr.String(), -1)
+	if ms == nil {
 		t.Fatalf("no kernel ids in kprofd -v output:\n%s", r.stderr.String())
 	}
 	var progs []ebpf.ProgramID
 	var links []link.ID
-	for _, f := range strings.Fields(m[1]) {
-		id, _ := strconv.Atoi(f)
-		progs = append(progs, ebpf.ProgramID(id))
-	}
-	for _, f := range strings.Fields(m[2]) {
-		id, _ := strconv.Atoi(f)
-		links = append(links, link.ID(id))
+	for _, m := range ms {
+		for _, f := range strings.Fields(m[1]) {
+			id, _ := strconv.Atoi(f)
+			progs = append(progs, ebpf.ProgramID(id))
+		}
+		for _, f := range strings.Fields(m[2]) {
+			id, _ := strconv.Atoi(f)
+			links = append(links, link.ID(id))
+		}
 	}
 	return progs, links
 }
@@ -240,7 +244,8 @@ func TestAttachDuration(t *testing.T) {
 	build := testtarget.BuildCTree(t)
 	target := testtarget.Start(t, build.Exe)
 	out := filepath.Join(t.TempDir(), "p.pb.gz")
-	k := startKprofd(t, bin, "attach", "-p", fmt.Sprint(target.Pid()), "--root", "handle_request", "-o", out, "-d", "1s", "--format", "none")
+	k := startKprofd(t, bin, "attach", "-p", fmt.Sprint(target.Pid()), "--root", "handle_request", "-o", out, "-d", "1s", "--format", "none",
+		"--predict=false") // ten requests: a predicting session would attach after them
 	target.Run(t, 10)
 	if code := k.wait(t); code != 0 {
 		t.Fatalf("kprofd exited %d; stderr:\n%s", code, k.stderr.String())
@@ -505,7 +510,8 @@ func TestCalibrate(t *testing.T) {
 
 	build := testtarget.BuildCTree(t)
 	target := testtarget.Start(t, build.Exe)
-	k := startKprofd(t, bin, "attach", "-p", fmt.Sprint(target.Pid()), "--root", "handle_request", "-d", "1s", "-o", filepath.Join(t.TempDir(), "p.pb.gz"))
+	k := startKprofd(t, bin, "attach", "-p", fmt.Sprint(target.Pid()), "--root", "handle_request", "-d", "1s", "-o", filepath.Join(t.TempDir(), "p.pb.gz"),
+		"--predict=false")
 	target.Run(t, 10) // an empty profile would be an error
 	if code := k.wait(t); code != 0 {
 		t.Fatalf("kprofd exited %d; stderr:\n%s", code, k.stderr.String())
@@ -556,7 +562,7 @@ func (b *lockedBuffer) String() string {
 	return b.buf.String()
 }
 
-// TestAttachHybrid runs the default mode, hybrid, on testdata/hybrid: kprofd
+// TestAttachHybrid runs hybrid mode (the default) on testdata/hybrid: kprofd
 // reports hot_leaf's demotion as it happens, marks estimated times with ~
 // in the tree, and go tool pprof reads the samples sample type and can
 // focus on the estimated part by its label. A second session on the same
@@ -567,12 +573,7 @@ func TestAttachHybrid(t *testing.T) {
 	target := testtarget.Start(t, exe)
 	out := filepath.Join(t.TempDir(), "p.pb.gz")
 	// A cache of its own: no other session's memory of testdata/hybrid.
-	cache := t.TempDir()
-	if b, err := os.ReadFile(filepath.Join(os.Getenv("KPROFD_CACHE_DIR"), "calibration.json")); err == nil {
-		if err := os.WriteFile(filepath.Join(cache, "calibration.json"), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	cache := cacheWithCalibration(t)
 	attach := func(pid int, out string, extra ...string) *kprofdRun {
 		args := append([]string{"attach", "-p", fmt.Sprint(pid), "--root", "handle_request", "-o", out, "--exclude", ":untraced$"}, extra...)
 		cmd := exec.Command(bin, args...)
@@ -581,7 +582,9 @@ func TestAttachHybrid(t *testing.T) {
 		k.waitAttached(t)
 		return k
 	}
-	k := attach(target.Pid(), out, "--debug")
+	// Fully probed from the start: the rounds find hot_leaf, and every
+	// request is in the profile (TestAttachPredicts is the default's).
+	k := attach(target.Pid(), out, "--debug", "--predict=false")
 	target.Run(t, testtarget.HybridRequests)
 	k.cmd.Process.Signal(os.Interrupt)
 	if code := k.wait(t); code != 0 {
@@ -680,4 +683,58 @@ func TestAttachGo(t *testing.T) {
 	if status := target.Exit(t); status != 3 {
 		t.Errorf("exit status %d, want 3", status)
 	}
+}
+
+// TestAttachPredicts runs the default on testdata/jsonparse with nothing
+// remembered: kprofd counts the root's calls first and says so, attaches
+// below it once the root has run, starting demoted what the loops predict
+// too costly, says that too, profiles from there (the profile says how
+// many calls it left out), and leaves nothing attached of either stage.
+func TestAttachPredicts(t *testing.T) {
+	bin := buildKprofd(t)
+	target := testtarget.Start(t, testtarget.BuildJSONParse(t))
+	out := filepath.Join(t.TempDir(), "p.pb.gz")
+	cmd := exec.Command(bin, "attach", "-v", "-p", fmt.Sprint(target.Pid()), "--root", "handle_request", "-o", out, "--format", "none")
+	cmd.Env = append(os.Environ(), "KPROFD_CACHE_DIR="+cacheWithCalibration(t))
+	k := launchKprofd(t, cmd)
+	k.waitFor(t, "kprofd: counting the calls of handle_request in pid")
+	for !strings.Contains(k.stderr.String(), "kprofd: tracing pid") {
+		if k.exited() {
+			t.Fatalf("kprofd exited; stderr:\n%s", k.stderr.String())
+		}
+		target.Run(t, 20)
+	}
+	target.Run(t, 200)
+	k.cmd.Process.Signal(os.Interrupt)
+	if code := k.wait(t); code != 0 {
+		t.Fatalf("kprofd exited %d; stderr:\n%s", code, k.stderr.String())
+	}
+	stderr := k.stderr.String()
+	if !regexp.MustCompile(`(?m)^kprofd: \+0s: started with \d+ functions demoted \(\d+ to sampling.*\), as the loops around their calls predict them far too costly at the root's call rate \(--predict=false to attach every probe\)$`).MatchString(stderr) {
+		t.Errorf("stderr does not say what the prediction demoted:\n%s", stderr)
+	}
+	p := readProfile(t, out)
+	if c := strings.Join(p.Comments, "\n"); !regexp.MustCompile(`the profile counts from the attach: [1-9]\d* calls of handle_request ran before it`).MatchString(c) {
+		t.Errorf("the profile's comments do not say what it left out:\n%s", c)
+	}
+	progs, links := k.kernelIDs(t)
+	if len(links) < 2 {
+		t.Errorf("links %v: want the counting probe's and the others'", links)
+	}
+	testtarget.CheckGone(t, progs, links)
+	testtarget.CheckNoProbes(t, target.Pid())
+	target.Exit(t)
+}
+
+// cacheWithCalibration returns a cache directory of a test's own (no
+// other session's memory) holding the shared calibration, if there is one.
+func cacheWithCalibration(t *testing.T) string {
+	t.Helper()
+	cache := t.TempDir()
+	if b, err := os.ReadFile(filepath.Join(os.Getenv("KPROFD_CACHE_DIR"), "calibration.json")); err == nil {
+		if err := os.WriteFile(filepath.Join(cache, "calibration.json"), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return cache
 }

@@ -52,16 +52,24 @@ func (r *demotionReporter) flush() {
 		r.timer.Stop()
 		r.timer = nil
 	}
-	// A session's remembered demotions all come at its start.
-	var remembered, rounds []daemon.Demotion
+	// A session's remembered or predicted demotions all come at its
+	// attach.
+	var remembered, predicted, rounds []daemon.Demotion
 	for _, d := range r.pending {
-		if d.Remembered {
+		switch {
+		case d.Remembered:
 			remembered = append(remembered, d)
-		} else {
+		case d.Predicted:
+			predicted = append(predicted, d)
+		default:
 			rounds = append(rounds, d)
 		}
 	}
 	r.pending = nil
+	if len(predicted) > 0 {
+		fmt.Fprintf(r.w, "%skprofd: +%s: started with %s demoted (%s), as the loops around their calls predict them far too costly at the root's call rate (--predict=false to attach every probe)\n",
+			r.prefix, predicted[0].At.Round(time.Millisecond), plural(len(predicted), "function"), demotedParts(predicted))
+	}
 	if len(remembered) > 0 {
 		funcs := 0 // the sync probe is not one: demotedParts names it
 		for _, d := range remembered {

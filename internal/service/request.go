@@ -50,6 +50,10 @@ type Request struct {
 	// earlier session on the same executable and roots ended with, and
 	// leaves none for the next (daemon.Config.Memory).
 	Forget bool `json:"forget,omitempty"`
+	// NoPredict attaches every probe of a hybrid session with nothing to
+	// start from at once, rather than after counting the roots' calls
+	// (daemon.Config.Predict).
+	NoPredict bool `json:"no_predict,omitempty"`
 	// Format is the text view the session ends with: tree (default), top
 	// or none. Folded asks for folded stacks (flame graphs) too.
 	Format string `json:"format,omitempty"`
@@ -103,6 +107,7 @@ func (r *Request) Config() (daemon.Config, time.Duration, error) {
 	if cfg.Mode == daemon.ModeHybrid && !r.Forget {
 		cfg.Memory = MemoryDir()
 	}
+	cfg.Predict = cfg.Mode == daemon.ModeHybrid && !r.NoPredict
 	if cfg.SampleHz < 1 || cfg.SampleHz > 100000 {
 		return cfg, 0, fmt.Errorf("--sample-hz must be between 1 and 100000, not %d", cfg.SampleHz)
 	}

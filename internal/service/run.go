@@ -24,7 +24,8 @@ type Hooks struct {
 	// Prepared is called with the plan before anything is attached; an
 	// error ends the session there.
 	Prepared func(*daemon.Prepared) error
-	// Started is called once the probes are in.
+	// Started is called once the probes are in; for a predicting session
+	// also first, once the roots' calls are counted (Started.Waiting).
 	Started func(Started)
 	// Progress is called every ProgressInterval while the session runs.
 	Progress func(daemon.Progress)
@@ -50,6 +51,10 @@ type Started struct {
 	// Programs and Links are the kernel's ids of what is attached.
 	Programs []ebpf.ProgramID `json:"programs"`
 	Links    []link.ID        `json:"links"`
+	// Waiting says only the roots' calls are counted yet: a predicting
+	// session attaches below them once they have run, and says Started
+	// again then (daemon.Config.Predict).
+	Waiting bool `json:"waiting,omitempty"`
 }
 
 // Outcome is how a session ended.
@@ -71,8 +76,13 @@ type Outcome struct {
 // cost the target and recorded nothing).
 func (o *Outcome) Err(roots []string) error {
 	if o.Profile != nil && !o.Final.RootEntered {
+		root := strings.Join(roots, " or ")
+		if n := o.Final.CallsBefore; n > 0 {
+			return errors.Join(fmt.Errorf("%s ran %d times, all before the probes below it went in: a session with nothing to start from counts the root's calls for a moment first, to start demoted what they predict too costly; keep it running longer, or use --predict=false to attach every probe at once",
+				root, n), o.StopErr)
+		}
 		return errors.Join(fmt.Errorf("no thread was inside %s during the session: %d probe hits outside it recorded nothing",
-			strings.Join(roots, " or "), o.Final.OutsideHits), o.StopErr)
+			root, o.Final.OutsideHits), o.StopErr)
 	}
 	return o.StopErr
 }
@@ -112,14 +122,35 @@ func Run(ctx context.Context, req *Request, calibration func() *calibrate.Result
 		return nil, err
 	}
 	defer s.Close()
-	if h.Started != nil {
+	started := func() Started {
 		pr := s.Progress()
 		st := Started{PID: cfg.PID, Roots: cfg.Roots, How: describe(cfg), Functions: pr.Functions, Probes: pr.Probes,
-			Exits: prep.Plan.Exits.String()}
+			Exits: prep.Plan.Exits.String(), Waiting: pr.Waiting}
 		st.Programs, st.Links = s.KernelIDs()
-		h.Started(st)
+		return st
 	}
+	quit, attached := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(attached)
+		if h.Started == nil {
+			return
+		}
+		st := started()
+		h.Started(st)
+		if !st.Waiting {
+			return
+		}
+		select {
+		case <-s.Attached():
+			if st := started(); !st.Waiting {
+				h.Started(st)
+			}
+		case <-quit:
+		}
+	}()
 	why := wait(ctx, s, d, h.Progress)
+	close(quit)
+	<-attached
 	if h.Stopping != nil {
 		h.Stopping(why)
 	}
