@@ -55,11 +55,11 @@ func probedAt(t *testing.T, pid int, f *plan.Func) bool {
 	return on
 }
 
-// planFunc returns the planned function named name.
+// planFunc returns the planned function named, or shown as, name.
 func planFunc(t *testing.T, pl *plan.Plan, name string) *plan.Func {
 	t.Helper()
 	for _, f := range pl.Funcs {
-		if f.Node.Func.Name == name {
+		if f.Node.Func.Name == name || f.Node.Func.Display == name {
 			return f
 		}
 	}

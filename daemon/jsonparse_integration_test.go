@@ -147,14 +147,24 @@ func jsonSession(b *testing.B, exe string, cfg daemon.Config) jsonRun {
 		wall = append(wall, pw.Seconds()/tw.Seconds())
 		cpu = append(cpu, pc.Seconds()/tc.Seconds())
 	}
+	run := jsonRun{first: wall[0], steady: median(wall[1:]), steadyCPU: median(cpu[1:])}
+	endJSONSession(b, s, &run, probed, twin)
+	return run
+}
+
+// endJSONSession stops s, ends its processes, and fills in run what the
+// session reports: the functions it started demoted, its last demotion,
+// its cross-checks that disagreed, its root's calls before the attach.
+func endJSONSession(b *testing.B, s *daemon.Session, run *jsonRun, procs ...*testtarget.Proc) {
 	ds := s.Demotions()
 	if _, err := s.Stop(); err != nil {
 		b.Fatal(err)
 	}
 	s.Close()
-	probed.Exit(b)
-	twin.Exit(b)
-	run := jsonRun{first: wall[0], steady: median(wall[1:]), steadyCPU: median(cpu[1:]), before: s.Progress().CallsBefore}
+	for _, p := range procs {
+		p.Exit(b)
+	}
+	run.before = s.Progress().CallsBefore
 	for _, x := range s.CrossChecks() {
 		if !x.Agree {
 			run.disagree++
@@ -168,7 +178,6 @@ func jsonSession(b *testing.B, exe string, cfg daemon.Config) jsonRun {
 			run.settle = max(run.settle, float64(d.At.Milliseconds()))
 		}
 	}
-	return run
 }
 
 // startPinned starts exe pinned to the last CPU, where the benchmark's
@@ -340,23 +349,6 @@ func busySession(b *testing.B, exe string, cfg daemon.Config) jsonRun {
 		wall = append(wall, pw.Seconds()/tw.Seconds())
 	}
 	run.steady = median(wall)
-	ds := s.Demotions()
-	if _, err := s.Stop(); err != nil {
-		b.Fatal(err)
-	}
-	s.Close()
-	probed.Exit(b)
-	twin.Exit(b)
-	for _, x := range s.CrossChecks() {
-		if !x.Agree {
-			run.disagree++
-			b.Logf("cross-check disagrees: %d events (%d more at the edges) of %d hits, %d bursts: %.150s", x.Seen, x.Edges, x.Hits, x.Bursts, x.Func)
-		}
-	}
-	for _, d := range ds {
-		if d.Remembered || d.Predicted {
-			run.remembered++
-		}
-	}
+	endJSONSession(b, s, &run, probed, twin)
 	return run
 }

@@ -140,9 +140,12 @@ func (s *Session) awaitAndAttach(model *costModel, opt attachOptions) (err error
 		// them once the roots' own probes count.
 		calls, _, cerr := s.rootsCounted()
 		s.attachMu.Lock()
-		s.before.calls = calls - base
-		s.attachMu.Unlock()
+		defer s.attachMu.Unlock()
+		if cerr == nil {
+			s.before.calls = calls - base
+		}
 		err = errors.Join(err, cerr, closeAll(s.counting))
+		s.counting = nil
 	}()
 	wait := func(d time.Duration) bool {
 		select {

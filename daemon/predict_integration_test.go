@@ -9,21 +9,8 @@ import (
 	"testing"
 
 	"github.com/kprofd/kprofd/daemon"
-	"github.com/kprofd/kprofd/internal/plan"
 	"github.com/kprofd/kprofd/internal/testtarget"
 )
-
-// displayed returns the planned function shown as name.
-func displayed(t *testing.T, pl *plan.Plan, name string) *plan.Func {
-	t.Helper()
-	for _, f := range pl.Funcs {
-		if f.Node.Func.Display == name {
-			return f
-		}
-	}
-	t.Fatalf("%s is not in the plan", name)
-	return nil
-}
 
 // TestHybridPredicts runs a predicting session (Config.Predict) on
 // testdata/jsonparse, idle when it attaches: only the root's calls are
@@ -44,7 +31,7 @@ func TestHybridPredicts(t *testing.T) {
 	}
 	defer s.Close()
 	pl := s.Prepared().Plan
-	isWS := displayed(t, pl, "json::is_ws(char)")
+	isWS := planFunc(t, pl, "json::is_ws(char)")
 	if p := s.Progress(); !p.Waiting || p.Functions != 0 || p.Probes != 0 {
 		t.Errorf("before the root ran: %+v, want waiting with nothing attached below it", p)
 	}
