@@ -18,8 +18,9 @@ import (
 // written in the code: a function called inside loops, or below
 // recursion, runs many times per call of the root. So a predicting
 // session (Config.Predict) with no memory to start from attaches, at
-// first, one probe per root that only counts its calls (bpf.CookieCount). Once the roots have run for
-// predictWindow, it scales the code's static estimate of each function's
+// first, one probe per root that only counts its calls (bpf.CookieCount).
+// Once the roots have run for predictWindow, it scales the code's static
+// estimate of each function's
 // calls per root call (callgraph.Graph.Frequencies) by their measured
 // rate into a prior: a round of the cost model on predicted rates,
 // against the target's CPU time in the window. The functions it demotes
@@ -115,7 +116,7 @@ func (s *Session) rootsCounted() (calls, samples uint64, err error) {
 // awaitRoots waits for the roots to be called, counts their calls for
 // predictWindow, attaches the plan's probes with the prior's demotions
 // left out (attachAll) and starts the event loop. Stop ends the wait; a
-// failure is reported by Stop, and the roots are counted to the end.
+// failure is warned of at once, and Stop returns it.
 func (s *Session) awaitRoots(model *costModel, opt attachOptions) {
 	defer close(s.awaitDone)
 	defer s.markAttached()
@@ -185,7 +186,7 @@ func (s *Session) awaitAndAttach(model *costModel, opt attachOptions) (err error
 			rates[2*i] = rootRate * f
 		}
 		own := float64(s1-s0) * float64(s.sampler.Period) / took.Seconds()
-		ds = model.predictRound(rates, own, 1, fmt.Sprintf("predicted from the loops around its calls, at %s root calls/s", rate(rootRate)))
+		ds = model.predictRound(rates, own, fmt.Sprintf("predicted from the loops around its calls, at %s root calls/s", rate(rootRate)))
 		if len(ds) > 0 {
 			opt.omit = omitted(ds)
 		}
@@ -209,10 +210,9 @@ func staticCalls(pl *plan.Plan) []float64 {
 
 // predictRound demotes, as a round would, what the predicted call rates
 // cost beyond priorSlack times the budget (less the bursts' share) of own,
-// the target's own CPU time (ns/s), with scale turning predicted probe
-// time into measured, and returns the demotions, marked predicted; why
-// ends their reasons.
-func (m *costModel) predictRound(rates []float64, own, scale float64, why string) []demotion {
+// the target's own CPU time (ns/s), and returns the demotions, marked
+// predicted; why ends their reasons.
+func (m *costModel) predictRound(rates []float64, own float64, why string) []demotion {
 	if own <= 0 {
 		return nil
 	}
@@ -221,7 +221,7 @@ func (m *costModel) predictRound(rates []float64, own, scale float64, why string
 	budgetText := fmt.Sprintf("%.0f%%, the prior takes what is over %g times it", 100*m.budget, float64(priorSlack))
 	probe := 0.0
 	for i := range m.funcs {
-		probe += scale * m.load(rates, i, m.funcs[i].stage)
+		probe += m.load(rates, i, m.funcs[i].stage)
 	}
 	before := probe / own
 	// A function whose probes alone cost more than the target goes,
@@ -231,7 +231,7 @@ func (m *costModel) predictRound(rates []float64, own, scale float64, why string
 	var ds []demotion
 	for i := range m.funcs {
 		f := &m.funcs[i]
-		load := scale * m.load(rates, i, f.stage)
+		load := m.load(rates, i, f.stage)
 		if f.pinned || f.alloc != 0 || f.stage == StageSampled || load <= target {
 			continue
 		}
@@ -241,7 +241,7 @@ func (m *costModel) predictRound(rates []float64, own, scale float64, why string
 			if m.funcs[j].alloc != 0 {
 				continue
 			}
-			probe -= scale * (m.load(rates, j, m.funcs[j].stage) - m.load(rates, j, StageSampled))
+			probe -= m.load(rates, j, m.funcs[j].stage) - m.load(rates, j, StageSampled)
 			m.clearFloor(j)
 			m.funcs[j].stage = StageSampled
 			why := reason
@@ -251,7 +251,7 @@ func (m *costModel) predictRound(rates []float64, own, scale float64, why string
 			ds = append(ds, demotion{id: j, stage: StageSampled, reason: why, lead: j == i})
 		}
 	}
-	g := roundGoal{probe: probe, target: target, budget: budget, perOwn: 1 / own, before: before, scale: scale,
+	g := roundGoal{probe: probe, target: target, budget: budget, perOwn: 1 / own, before: before, scale: 1,
 		measured: ": " + why, budgetText: budgetText}
 	ds = append(ds, m.take(rates, &g)...)
 	for i := range ds {

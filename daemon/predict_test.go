@@ -50,12 +50,12 @@ func TestPredictRound(t *testing.T) {
 		for name, r := range tc.rates {
 			rates[2*byName[name].ID] = r
 		}
-		if got := names(m.predictRound(rates, own, 1, "test")); got != tc.want {
+		if got := names(m.predictRound(rates, own, "test")); got != tc.want {
 			t.Errorf("%s: demoted %q, want %q", tc.what, got, tc.want)
 		}
 	}
 	m := newCostModel(pl, costs, 0.10)
-	if ds := m.predictRound(make([]float64, 2*len(pl.Funcs)), 0, 1, "test"); ds != nil {
+	if ds := m.predictRound(make([]float64, 2*len(pl.Funcs)), 0, "test"); ds != nil {
 		t.Errorf("no CPU time measured: demoted %s", names(ds))
 	}
 }

@@ -173,8 +173,11 @@ func Start(cfg Config) (*Session, error) {
 }
 
 // StartPrepared loads the probe program, attaches the plan's probes and
-// starts reading events. On error nothing stays attached. pr stays the
-// caller's: Close leaves it open, so one plan can serve several sessions.
+// starts reading events. On error nothing stays attached. A predicting
+// session (Config.Predict) returns with only its roots' calls counted and
+// attaches the rest once they have run (Attached); an error then is
+// Stop's. pr stays the caller's: Close leaves it open, so one plan can
+// serve several sessions.
 func StartPrepared(pr *Prepared, cfg Config) (_ *Session, err error) {
 	if cfg.Budget == 0 {
 		cfg.Budget = DefaultBudget
