@@ -306,14 +306,17 @@ func StartPrepared(pr *Prepared, cfg Config) (_ *Session, err error) {
 	go s.watchExit()
 	if cfg.Mode == ModeHybrid && s.memory == nil && cfg.Predict && !cfg.Alloc && pr.Go == nil {
 		// Nothing to start from: count the roots' calls first, and
-		// attach the rest once they have run (predict.go).
-		if err := s.countRoots(); err != nil {
-			return nil, errors.Join(err, closeAll(s.counting))
+		// attach the rest once they have run (predict.go). A root
+		// entry the kernel refuses is for attachPlan to place again.
+		cerr := s.countRoots()
+		if cerr == nil {
+			s.awaitStop, s.awaitDone = make(chan struct{}), make(chan struct{})
+			s.before.waiting = true
+			go s.awaitRoots(model, opt)
+			return s, nil
 		}
-		s.awaitStop, s.awaitDone = make(chan struct{}), make(chan struct{})
-		s.before.waiting = true
-		go s.awaitRoots(model, opt)
-		return s, nil
+		cfg.warnf("attaching every probe at once: %v", errors.Join(cerr, closeAll(s.counting)))
+		s.counting = nil
 	}
 	if err := s.attachAll(model, opt, remembered, rememberedSync); err != nil {
 		return nil, err
