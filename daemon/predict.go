@@ -194,7 +194,13 @@ func (s *Session) awaitAndAttach(model *costModel, opt attachOptions) (err error
 	s.attachMu.Lock()
 	s.before = beforeAttach{window: took, rate: rootRate, predicted: len(ds)}
 	s.attachMu.Unlock()
-	return s.attachAll(model, opt, ds, false)
+	t1 := time.Now()
+	if err := s.attachAll(model, opt, ds, false); err != nil {
+		return err
+	}
+	s.cfg.log().Debug("hybrid: attached below the roots", "window", took, "root_calls", c1-c0, "predicted", len(ds),
+		"decided", t1.Sub(t0)-took, "attach", time.Since(t1))
+	return nil
 }
 
 // staticCalls returns the static estimate of each planned function's
