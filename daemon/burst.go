@@ -625,17 +625,25 @@ func (b *burster) run() {
 		var attach time.Duration
 		if len(funcs) > 0 {
 			var err error
+			t0 := time.Now()
 			if duty, attach, took, err = b.burst(gen, funcs, set, length); err != nil {
 				b.mu.Lock()
 				b.err = err
 				b.mu.Unlock()
 				return
 			}
+			isFors := 0
 			for id, isFor := range set {
-				if isFor && duty > 0 {
+				if !isFor {
+					continue
+				}
+				isFors++
+				if duty > 0 {
 					duties[id] = duty
 				}
 			}
+			b.m.log.Debug("hybrid: burst", "at", t0.Sub(b.s.start), "for", isFors, "functions", len(funcs), "length", length,
+				"window", took, "attach", attach, "next_duty", duty)
 			// Detaching costs about what attaching did.
 			perFunc = 2 * attach / time.Duration(len(funcs))
 		}
