@@ -265,7 +265,9 @@ func memorize(funcs []*plan.Func, exe string, roots []string, budget float64, e 
 		if st == StageFull && !ns {
 			continue
 		}
-		if e.remembered[id] && !e.called(id) && !(e.predicted[id] && !e.bursted(id)) {
+		// Started demoted and not seen called since: stale, unless
+		// only predicted and never looked at by a burst.
+		if e.remembered[id] && !e.called(id) && (!e.predicted[id] || e.bursted(id)) {
 			continue
 		}
 		mf.Funcs = append(mf.Funcs, rememberedStage{Object: objectIdentity(f.Node.Obj), Addr: f.Node.Func.Addr,
