@@ -591,7 +591,6 @@ type roundGoal struct {
 func (m *costModel) take(rates []float64, g *roundGoal) []demotion {
 	probe, target, budget, perOwn, before, scale, whole := g.probe, g.target, g.budget, g.perOwn, g.before, g.scale, g.whole
 	measured, budgetText, syncLoad := g.measured, g.budgetText, g.syncLoad
-	defer func() { g.probe = probe }()
 	var out []demotion
 	for probe > target || len(out) == 0 && probe*perOwn > budget {
 		// Rank by what a function's demotion can save in all (calibration
@@ -703,6 +702,7 @@ func (m *costModel) take(rates []float64, g *roundGoal) []demotion {
 	// before their callers: detaching in this order never leaves a
 	// callee's entries without its caller's.
 	slices.SortStableFunc(merged, func(a, b demotion) int { return cmp.Compare(a.stage, b.stage) })
+	g.probe = probe
 	return merged
 }
 

@@ -62,9 +62,6 @@ func countingID(pl *plan.Plan) uint32 { return uint32(len(pl.Funcs) + maxFound) 
 // beforeAttach is what a predicting session measured before it attached
 // the probes below its roots.
 type beforeAttach struct {
-	// waiting says the session was waiting for its roots when it was
-	// stopped: nothing below them was attached.
-	waiting bool
 	// calls counts the roots' calls that are not in the profile: those
 	// before the attach (an upper bound by the few counted while it
 	// ended).
@@ -266,10 +263,11 @@ func (m *costModel) predictRound(rates []float64, own float64, why string) []dem
 	return ds
 }
 
-// comment says, for the profile, what the roots ran before the attach.
-func (b beforeAttach) comment(roots []string) string {
+// comment says, for the profile, what the roots ran before the attach,
+// or, when nothing was attached below them, before the session stopped.
+func (b beforeAttach) comment(roots []string, attached bool) string {
 	root := strings.Join(roots, ", ")
-	if b.waiting {
+	if !attached {
 		if b.calls == 0 {
 			return fmt.Sprintf("%s was never called: nothing below it was attached (a predicting session attaches once the roots have run; --predict=false attaches at once)", root)
 		}

@@ -340,7 +340,7 @@ func (s *Session) comments(st bpf.Stats) []string {
 		}
 	}
 	if s.awaitDone != nil {
-		c = append(c, s.before.comment(s.cfg.Roots))
+		c = append(c, s.before.comment(s.cfg.Roots, s.probes != nil))
 	}
 	if s.cfg.Mode == ModeHybrid && s.monitor != nil {
 		ds := s.Demotions()

@@ -311,7 +311,6 @@ func StartPrepared(pr *Prepared, cfg Config) (_ *Session, err error) {
 		cerr := s.countRoots()
 		if cerr == nil {
 			s.awaitStop, s.awaitDone = make(chan struct{}), make(chan struct{})
-			s.before.waiting = true
 			go s.awaitRoots(model, opt)
 			return s, nil
 		}
