@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"maps"
@@ -45,6 +46,14 @@ const (
 	// to end, settlePoll how often it looks.
 	maxSettle  = maxBurst
 	settlePoll = time.Millisecond
+	// A whole burst's window waits up to maxWholeSettle for the roots'
+	// calls to end: with every demoted function's entries in, one takes
+	// a hundred times as long (250 ms on the parser). Whole bursts come
+	// at most every maxWholePeriod, and the first after maxPeriod: before
+	// one has measured what it costs, nothing says how often the budget
+	// pays for one.
+	maxWholeSettle = 2 * time.Second
+	maxWholePeriod = 60 * time.Second
 	// burstShare is the part of the overhead budget kept for the bursts
 	// and for what no model prices (attach stalls, kprofd's own work):
 	// the cost model steers the steady probes to the rest, and the
@@ -71,6 +80,10 @@ type burstWindow struct {
 	// funcs holds the function ids whose entries it had back: true for
 	// those it was for, false for companions (see burstLog.burstSet).
 	funcs map[uint32]bool
+	// whole marks a window of a whole burst (see burster.run): it had
+	// every demoted function's entries back and waited for the roots'
+	// frames, so every frame that began and ended in it was seen whole.
+	whole bool
 }
 
 // burstLog is the bursts of a session and when each function was demoted
@@ -108,6 +121,7 @@ type burstLog struct {
 	openIndex           atomic.Int64
 	openStart, openStop atomic.Uint64
 	openFuncs           atomic.Pointer[map[uint32]bool] // read only
+	wholeOpen           atomic.Bool
 	awaited, caught     atomic.Int64
 	reached             atomic.Uint64
 }
@@ -170,15 +184,26 @@ func (l *burstLog) bursted(id uint32) bool {
 // ends. The call counters were read at inRead, before start (0: not
 // read).
 func (l *burstLog) open(inRead, start uint64, length time.Duration, funcs map[uint32]bool) {
+	l.begin(burstWindow{start: start, end: math.MaxUint64, catchEnd: math.MaxUint64, length: length, funcs: funcs, inRead: inRead})
+}
+
+// openWhole is open for the window of a whole burst: it takes the roots'
+// frames that begin in it, and every frame that fits in it.
+func (l *burstLog) openWhole(inRead, start uint64, length time.Duration, funcs map[uint32]bool) {
+	l.begin(burstWindow{start: start, end: math.MaxUint64, catchEnd: math.MaxUint64, length: length, funcs: funcs, inRead: inRead, whole: true})
+}
+
+func (l *burstLog) begin(w burstWindow) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.windows = append(l.windows, burstWindow{start: start, end: math.MaxUint64, catchEnd: math.MaxUint64, length: length, funcs: funcs, inRead: inRead})
+	l.windows = append(l.windows, w)
 	l.openIndex.Store(int64(len(l.windows) - 1))
-	l.openFuncs.Store(&funcs)
+	l.openFuncs.Store(&w.funcs)
+	l.wholeOpen.Store(w.whole)
 	l.awaited.Store(0)
 	l.caught.Store(0)
 	l.openStop.Store(math.MaxUint64)
-	l.openStart.Store(start)
+	l.openStart.Store(w.start)
 }
 
 // stopCatching records that the open window takes no new frames after t.
@@ -190,13 +215,14 @@ func (l *burstLog) stopCatching(t uint64) {
 }
 
 // catching returns the index of the open window if it takes frames that
-// begin at t, and the functions it has back (true: those it is for).
-func (l *burstLog) catching(t uint64) (k int, funcs map[uint32]bool, ok bool) {
+// begin at t, the functions it has back (true: those it is for) and
+// whether it is a whole burst's.
+func (l *burstLog) catching(t uint64) (k int, funcs map[uint32]bool, whole, ok bool) {
 	start := l.openStart.Load()
 	if start == 0 || t < start || t > l.openStop.Load() {
-		return 0, nil, false
+		return 0, nil, false, false
 	}
-	return int(l.openIndex.Load()), *l.openFuncs.Load(), true
+	return int(l.openIndex.Load()), *l.openFuncs.Load(), l.wholeOpen.Load(), true
 }
 
 // await counts a frame the open window waits for: it began while the
@@ -222,8 +248,12 @@ func (l *burstLog) settled() bool {
 
 // fits returns the window that took the frame from start to end, and
 // whether the frame ended before the window closed: one that did was
-// seen whole.
-func (l *burstLog) fits(start, end uint64) (k int, ok bool) {
+// seen whole. A whole burst's window waited for the roots' frames that
+// began in it, not for the frames inside them: it takes a frame inside
+// one of those (within is the window its thread's outermost frame was
+// awaited by, -1 if none), so that the frames it takes are those of
+// whole calls of the roots, not the ends of the calls it opened in.
+func (l *burstLog) fits(start, end uint64, within int) (k int, ok bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	k = sort.Search(len(l.windows), func(i int) bool { return l.windows[i].start > start }) - 1
@@ -231,7 +261,17 @@ func (l *burstLog) fits(start, end uint64) (k int, ok bool) {
 		return 0, false
 	}
 	w := l.windows[k]
+	if w.whole {
+		return k, k == within && end <= w.end
+	}
 	return k, start <= w.catchEnd && end <= w.end
+}
+
+// isWhole reports whether window k is a whole burst's.
+func (l *burstLog) isWhole(k int) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return k < len(l.windows) && l.windows[k].whole
 }
 
 // had reports whether window k had function id's entries back.
@@ -567,6 +607,7 @@ type burster struct {
 
 	mu     sync.Mutex
 	bursts int
+	wholes int           // of them whole (see run)
 	total  time.Duration // the bursts' windows, summed
 	err    error
 	armed  uint32 // bursts whose probes are going in, in or going out
@@ -593,20 +634,37 @@ func newBurster(s *Session, m *monitor, l *burstLog) *burster {
 // it out again stalls the target (the kernel rewrites the page under the
 // process's memory lock), so each burst takes as many as the bursts'
 // share of the budget pays for, at the attach time the last one measured.
+// When taking them in turn would reach each less often than once per
+// maxPeriod (hundreds demoted, most below others that are), a burst is
+// whole instead (wholeBurst): it has every demoted function's entries
+// back for the whole of one call of the roots, as Arnold and Ryder's
+// sampling of whole invocations.
 func (b *burster) run() {
 	defer close(b.done)
 	// duties holds what each function's last burst measured: sets cost
 	// very differently (a hot leaf's burst traps at every call, its
 	// caller's a few times a request).
 	duties := map[uint32]float64{}
+	wholeDuty := 0.0            // what the last whole burst measured
 	perFunc := time.Duration(0) // attaching and detaching one function's entries, as measured
-	next := 0                   // where in the demoted functions the next burst starts
+	perBurst := 0.0             // the functions a burst taken in turn was for, on average
+	began := time.Now()
+	next := 0 // where in the demoted functions the next burst starts
 	for gen := uint32(1); ; gen++ {
 		all := b.m.sampledFuncs()
 		var set map[uint32]bool
 		var funcs []*plan.Func
-		if len(all) > 0 {
-			set, next = b.log.burstSet(all, next%len(all), burstFuncs(len(all), perFunc, b.s.cfg.Budget), b.m.sampledCallers())
+		n := burstFuncs(len(all), perFunc, b.s.cfg.Budget)
+		whole := wholeBurst(len(all), n, perBurst)
+		switch {
+		case whole:
+			set = map[uint32]bool{}
+			for _, f := range all {
+				set[f.ID] = true
+			}
+			funcs = all
+		case len(all) > 0:
+			set, next = b.log.burstSet(all, next%len(all), n, b.m.sampledCallers())
 			for id := range set {
 				if f := b.m.funcOf(int(id)); f != nil {
 					funcs = append(funcs, f)
@@ -615,7 +673,16 @@ func (b *burster) run() {
 		}
 		duty := setDuty(duties, set)
 		length := burstLength(duty, b.log.wanted(set))
+		if whole {
+			// Long enough for a call of the roots to begin, with the
+			// one running at the attach slowed by every probe.
+			duty, length = cmp.Or(wholeDuty, initialDuty), maxWholeSettle/2
+		}
 		offset := time.Duration(rand.Int64N(int64(max(burstPeriod-length, 1))))
+		if whole && wholeDuty == 0 {
+			// The first whole burst: see maxWholeSettle.
+			offset = max(offset, maxPeriod-time.Since(began))
+		}
 		select {
 		case <-b.stop:
 			return
@@ -626,7 +693,7 @@ func (b *burster) run() {
 		if len(funcs) > 0 {
 			var err error
 			t0 := time.Now()
-			if duty, attach, took, err = b.burst(gen, funcs, set, length); err != nil {
+			if duty, attach, took, err = b.burst(gen, funcs, set, length, whole); err != nil {
 				b.mu.Lock()
 				b.err = err
 				b.mu.Unlock()
@@ -638,11 +705,18 @@ func (b *burster) run() {
 					continue
 				}
 				isFors++
-				if duty > 0 {
+				if duty > 0 && !whole {
 					duties[id] = duty
 				}
 			}
-			b.m.log.Debug("hybrid: burst", "at", t0.Sub(b.s.start), "for", isFors, "functions", len(funcs), "length", length,
+			if whole {
+				if duty > 0 {
+					wholeDuty = duty
+				}
+			} else {
+				perBurst = cmp.Or(perBurst, float64(isFors))*(1-burstAverage) + float64(isFors)*burstAverage
+			}
+			b.m.log.Debug("hybrid: burst", "at", t0.Sub(b.s.start), "whole", whole, "for", isFors, "functions", len(funcs), "length", length,
 				"window", took, "attach", attach, "next_duty", duty)
 			// Detaching costs about what attaching did.
 			perFunc = 2 * attach / time.Duration(len(funcs))
@@ -653,12 +727,41 @@ func (b *burster) run() {
 		// them takes longer than the window.
 		armed := took + 2*attach
 		period := burstPeriodAfter(armed, duty)
+		if whole {
+			period = wholePeriodAfter(armed, duty)
+		}
 		select {
 		case <-b.stop:
 			return
 		case <-time.After(period - offset - armed):
 		}
 	}
+}
+
+// wholePeriodAfter returns the period a whole burst whose probes were in
+// for armed belongs to: as long as keeps its duty cycle, at least
+// burstPeriod and up to maxWholePeriod.
+func wholePeriodAfter(armed time.Duration, duty float64) time.Duration {
+	return min(maxWholePeriod, max(burstPeriod, time.Duration(float64(armed)/cmp.Or(duty, initialDuty))))
+}
+
+// burstAverage is the weight of the latest burst in perBurst's moving
+// average.
+const burstAverage = 0.25
+
+// wholeBurst reports whether the next burst should be whole: when bursts
+// of n functions (perBurst on average so far, 0 if none yet: they stop
+// at functions below others the burst is for) would take longer than
+// maxPeriod to come round all demoted functions, of which there are
+// demoted. Each function's estimate rests on the calls of its anchor
+// seen in its bursts, and with hundreds demoted, taken in turn, a
+// session of seconds would give most of them none.
+func wholeBurst(demoted, n int, perBurst float64) bool {
+	if demoted == 0 {
+		return false
+	}
+	each := min(float64(n), cmp.Or(perBurst, firstBurstFuncs))
+	return float64(demoted)/max(each, 1)*float64(burstPeriod) > float64(maxPeriod)
 }
 
 // setDuty returns the duty cycle of a burst for the functions set marks
@@ -714,12 +817,16 @@ func burstPeriodAfter(took time.Duration, duty float64) time.Duration {
 	return min(maxPeriod, max(burstPeriod, time.Duration(float64(took)/duty)))
 }
 
+// firstBurstFuncs is how many functions a burst takes before one has
+// measured what attaching them costs.
+const firstBurstFuncs = 16
+
 // burstFuncs returns how many of n demoted functions the next burst may
 // take: as many as burstShare of the budget pays for in one period at
 // perFunc each (attach and detach), at least one; 16 before anything is
 // measured.
 func burstFuncs(n int, perFunc time.Duration, budget float64) int {
-	k := 16
+	k := firstBurstFuncs
 	if perFunc > 0 {
 		k = int(burstShare * budget * float64(burstPeriod) / float64(perFunc))
 	}
@@ -732,7 +839,7 @@ func burstFuncs(n int, perFunc time.Duration, budget float64) int {
 // duty cycle the next burst may have (what keeps the bursts' cost within
 // their share of the budget, at the call rates this one measured), how
 // long attaching took and how long the window was.
-func (b *burster) burst(gen uint32, funcs []*plan.Func, set map[uint32]bool, length time.Duration) (duty float64, attach, took time.Duration, err error) {
+func (b *burster) burst(gen uint32, funcs []*plan.Func, set map[uint32]bool, length time.Duration, whole bool) (duty float64, attach, took time.Duration, err error) {
 	s := b.s
 	if err := s.prog.SetBurst(gen); err != nil {
 		return 0, 0, 0, err
@@ -769,8 +876,14 @@ func (b *burster) burst(gen uint32, funcs []*plan.Func, set map[uint32]bool, len
 	inRead := monotonicNow()
 	inCalls, inErr := s.prog.CallCounts(nil, nids)
 	start := monotonicNow()
-	b.log.open(inRead, start, length, set)
-	b.window(start, length)
+	settleFor := maxSettle
+	if whole {
+		b.log.openWhole(inRead, start, length, set)
+		settleFor = maxWholeSettle
+	} else {
+		b.log.open(inRead, start, length, set)
+	}
+	b.window(start, length, settleFor)
 	end := monotonicNow()
 	b.log.close(end)
 	outCalls, outErr := s.prog.CallCounts(nil, nids)
@@ -795,6 +908,9 @@ func (b *burster) burst(gen uint32, funcs []*plan.Func, set map[uint32]bool, len
 	measured := float64(after-before) * float64(s.sampler.Period)
 	b.mu.Lock()
 	b.bursts++
+	if whole {
+		b.wholes++
+	}
 	b.total += time.Duration(end - start)
 	b.mu.Unlock()
 	// The probe time per second the bursted functions would cost fully
@@ -813,9 +929,9 @@ func (b *burster) burst(gen uint32, funcs []*plan.Func, set map[uint32]bool, len
 // window holds the open window, from start, while it takes new frames
 // (up to length, or minBurst once one has begun: the first frames to
 // begin after a random time are as long as any) and then until the
-// frames it took have ended (up to maxSettle): those frames are seen
+// frames it took have ended (up to settleFor): those frames are seen
 // whole, and their calls are what the estimates are made of.
-func (b *burster) window(start uint64, length time.Duration) {
+func (b *burster) window(start uint64, length, settleFor time.Duration) {
 	tick := time.NewTicker(settlePoll)
 	defer tick.Stop()
 	catch := time.NewTimer(length)
@@ -834,7 +950,7 @@ catching:
 		}
 	}
 	b.log.stopCatching(monotonicNow())
-	settle := time.NewTimer(maxSettle)
+	settle := time.NewTimer(settleFor)
 	defer settle.Stop()
 	for !b.log.settled() {
 		select {
@@ -875,6 +991,13 @@ func (b *burster) Stop() {
 	<-b.done
 }
 
+// count returns how many bursts have ended.
+func (b *burster) count() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.bursts
+}
+
 // summary says what the bursts did.
 func (b *burster) summary() string {
 	b.mu.Lock()
@@ -882,10 +1005,14 @@ func (b *burster) summary() string {
 	if b.bursts == 0 {
 		return "no bursts of sampled instrumentation"
 	}
-	return fmt.Sprintf("%d bursts of sampled instrumentation (%s of entry probes of the functions demoted to sampling, one burst per %s or more); "+
+	whole := ""
+	if b.wholes > 0 {
+		whole = fmt.Sprintf(", %d of them whole: every demoted function's entry probes back for one whole call of the roots", b.wholes)
+	}
+	return fmt.Sprintf("%d bursts of sampled instrumentation (%s of entry probes of the functions demoted to sampling, one burst per %s or more%s); "+
 		"the calls of a context they saw per call of its nearest caller still probed, or of its caller demoted with it, in at least %d of that caller's calls that began and ended inside a burst, times that caller's calls, make its estimated count (~ in text views, pprof labels timing=estimated and count_error); "+
 		"otherwise the calls they saw are a lower bound (≥, pprof label calls=incomplete)",
-		b.bursts, b.total.Round(time.Millisecond), burstPeriod, minAnchorFrames)
+		b.bursts, b.total.Round(time.Millisecond), burstPeriod, whole, minAnchorFrames)
 }
 
 // burstProbes returns the entry probes of funcs, by object, marked as a

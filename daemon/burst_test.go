@@ -137,11 +137,11 @@ func TestBurstEstimate(t *testing.T) {
 	exact := tree.Root.Child(4) // never demoted
 	often.Calls = 1000          // counted before the demotion
 	for i := range 400 {
-		if !b.count(often, uint32(often.Func), 100+uint64(i)/4, nil, nil) {
+		if !b.count(often, uint32(often.Func), 100+uint64(i)/4, nil, nil, nil) {
 			t.Fatal("a call in a window not counted")
 		}
 	}
-	if b.count(often, uint32(often.Func), 500, nil, nil) {
+	if b.count(often, uint32(often.Func), 500, nil, nil, nil) {
 		t.Error("a call outside the windows counted")
 	}
 	b.estimate()
@@ -647,5 +647,164 @@ func TestBurstBudget(t *testing.T) {
 		if got := m.burstBudget(0.1); math.Abs(got-tc.want) > 1e-12 {
 			t.Errorf("steady probes at %g: bursts get %g, want %g", tc.steady, got, tc.want)
 		}
+	}
+}
+
+// TestBurstWhole drives the simulator through whole bursts: each window
+// has C (below A, which stays probed) and D (below the root W) back,
+// waits for a call of W to begin and end in it, and counts the contexts
+// new in it per call of W, the outermost frame, not of A: C, 10 per
+// call of A, A once per W: 10 per W; D 0, 2 and 4 times in the three
+// whole calls of W, 2 on average, with the standard error of the mean
+// over three frames, sqrt(8/9)/2. The first window opens on a call of W
+// already running: its calls are seen, not counted per call (it began
+// before the window), and it makes W an anchor that counts from that
+// window on, whose first awaited frame is after it.
+func TestBurstWhole(t *testing.T) {
+	l, b, s, handle, burst := burstSimulator()
+	l.demoteUnprobed(uint32(C), 10)
+	l.demoteUnprobed(uint32(D), 10)
+	request := func(tm uint64, ds int, seen bool) {
+		handle(in(tm, 1000, W))
+		handle(in(tm+1, 900, A))
+		for i := range 10 {
+			if seen {
+				burst(tm+2+uint64(i), 800, C)
+			}
+		}
+		handle(out(tm+20, 900, A))
+		for i := range ds {
+			burst(tm+21+uint64(i), 900, D)
+		}
+		handle(out(tm+50, 1000, W))
+	}
+	request(100, 0, false)
+	request(200, 0, false)
+	whole := map[uint32]bool{uint32(C): true, uint32(D): true}
+	// Opens on a call of W begun before it.
+	handle(in(950, 1000, W))
+	handle(in(951, 900, A))
+	l.openWhole(0, 1000, time.Millisecond, whole)
+	for i := range 5 {
+		burst(1001+uint64(i), 800, C)
+	}
+	handle(out(1010, 900, A))
+	handle(out(1020, 1000, W))
+	request(1100, 0, true)
+	l.close(1200)
+	request(1300, 0, false)
+	request(1400, 0, false)
+	l.openWhole(0, 2000, time.Millisecond, whole)
+	request(2100, 2, true)
+	l.close(2200)
+	l.openWhole(0, 3000, time.Millisecond, whole)
+	request(3100, 4, true)
+	l.close(3200)
+	request(3300, 0, false)
+	b.estimate()
+
+	w := s.Merged().Root.Lookup(W)
+	if w == nil || w.Calls != 9 {
+		t.Fatalf("W: %v, want 9 exact calls", w)
+	}
+	nc, nd := w.Lookup(A).Lookup(C), w.Lookup(D)
+	if nc.Calls != 90 || !nc.CallsEstimated || nc.CallsError != 0 || nc.Incomplete {
+		t.Errorf("C: %d calls, estimated %v, error %g, incomplete %v; want 90 estimated, no error", nc.Calls, nc.CallsEstimated, nc.CallsError, nc.Incomplete)
+	}
+	if want := math.Sqrt(8.0/9) / 2; nd.Calls != 18 || !nd.CallsEstimated || math.Abs(nd.CallsError-want) > 1e-9 || nd.Incomplete {
+		t.Errorf("D: %d calls, estimated %v, error %g, incomplete %v; want 18 estimated, error %g", nd.Calls, nd.CallsEstimated, nd.CallsError, nd.Incomplete, want)
+	}
+}
+
+// TestWholeBurst checks when bursts turn whole: when taking the demoted
+// functions in turn, n or (once measured) perBurst at a time, one per
+// burstPeriod, would come round them less often than once per maxPeriod.
+func TestWholeBurst(t *testing.T) {
+	for _, tc := range []struct {
+		demoted, n int
+		perBurst   float64
+		want       bool
+	}{
+		{0, 16, 0, false},
+		{3, 1, 0, false},      // a hot leaf and its callers
+		{20, 1, 0, false},     // 2 s round, not over it
+		{21, 1, 0, true},      // one at a time
+		{320, 16, 0, false},   // 16 at a time before any measure
+		{321, 16, 0, true},    //
+		{1043, 66, 0, true},   // cheap attaches, but 16 before a measure
+		{1043, 66, 2.5, true}, // the parser: bursts stopped at their companions
+		{40, 66, 2.5, false},
+	} {
+		if got := wholeBurst(tc.demoted, tc.n, tc.perBurst); got != tc.want {
+			t.Errorf("wholeBurst(%d, %d, %g) = %v, want %v", tc.demoted, tc.n, tc.perBurst, got, tc.want)
+		}
+	}
+	// Paced by their duty cycle, up to maxWholePeriod.
+	for _, tc := range []struct {
+		armed time.Duration
+		duty  float64
+		want  time.Duration
+	}{
+		{500 * time.Millisecond, 0.08, 6250 * time.Millisecond},
+		{500 * time.Millisecond, 0, 25 * time.Second}, // nothing measured: initialDuty
+		{500 * time.Millisecond, 0.001, maxWholePeriod},
+		{time.Millisecond, 0.5, burstPeriod},
+	} {
+		if got := wholePeriodAfter(tc.armed, tc.duty); got != tc.want {
+			t.Errorf("wholePeriodAfter(%v, %g) = %v, want %v", tc.armed, tc.duty, got, tc.want)
+		}
+	}
+}
+
+// TestBurstWholeWithin checks which frames a whole burst's window takes:
+// those inside the outermost frames it awaited. C was counted exactly
+// below A before its demotion, so its calls after it count per call of
+// A (10 each). The first window opens on a call of W already running,
+// in which A begins after the window opens and calls C 5 times before
+// it ends: that frame is the end of a call of W, not a whole one, and
+// must not count (it would make the mean 7.5).
+func TestBurstWholeWithin(t *testing.T) {
+	l, b, s, handle, burst := burstSimulator()
+	request := func(tm uint64, how int) {
+		handle(in(tm, 1000, W))
+		handle(in(tm+1, 900, A))
+		for i := range 10 {
+			switch how {
+			case 0: // probed
+				handle(in(tm+2+uint64(i), 800, C))
+			case 1: // seen by a burst
+				burst(tm+2+uint64(i), 800, C)
+			}
+		}
+		handle(out(tm+20, 900, A))
+		handle(out(tm+50, 1000, W))
+	}
+	request(100, 0)
+	request(200, 0)
+	l.demote(uint32(C), 300)
+	whole := map[uint32]bool{uint32(C): true}
+	handle(in(950, 1000, W))
+	l.openWhole(0, 1000, time.Millisecond, whole)
+	handle(in(1001, 900, A))
+	for i := range 5 {
+		burst(1002+uint64(i), 800, C)
+	}
+	handle(out(1010, 900, A))
+	handle(out(1020, 1000, W))
+	request(1100, 1)
+	l.close(1200)
+	for k := range 2 {
+		l.openWhole(0, 2000+uint64(k)*1000, time.Millisecond, whole)
+		request(2100+uint64(k)*1000, 1)
+		l.close(2200 + uint64(k)*1000)
+	}
+	request(4000, 2)
+	b.estimate()
+
+	a := s.Merged().Root.Lookup(W).Lookup(A)
+	// 20 exact calls, then 10 for each of the 5 calls of A after the
+	// demotion.
+	if nc := a.Lookup(C); nc.Calls != 20+50 || !nc.CallsEstimated || nc.CallsError != 0 {
+		t.Errorf("C: %d calls, estimated %v, error %g; want 70 estimated, no error", nc.Calls, nc.CallsEstimated, nc.CallsError)
 	}
 }

@@ -99,10 +99,10 @@ type anchorRef struct {
 }
 
 // set makes node the caller context ctx counts per, from window from on,
-// with calls base.
-func (r *anchorRef) set(b *burstCounts, ctx, node *cct.Node, base uint64, late bool, from int) {
+// with calls base, and reports whether node became an anchor with it.
+func (r *anchorRef) set(b *burstCounts, ctx, node *cct.Node, base uint64, late bool, from int) bool {
 	r.node, r.base, r.late = node, base, late
-	b.watch(node, from, ctx)
+	return b.watch(node, from, ctx)
 }
 
 // add takes one of its frames that fitted, with c calls of the context.
@@ -116,7 +116,10 @@ func (r *anchorRef) add(c float64) {
 // anchor was not known as one yet) and do not count.
 type anchorAcc struct {
 	from int
-	wins map[int]int
+	// madeIn is the window a burst's call made it an anchor in (-1:
+	// made otherwise), from madeIn+1: see burstCounts.started.
+	madeIn int
+	wins   map[int]int
 	// counted holds the contexts counted per its calls.
 	counted map[*cct.Node]bool
 }
@@ -315,21 +318,31 @@ func (b *burstCounts) nextWindow(t uint64) int {
 }
 
 // watch makes node an anchor, whose frames count from window from on,
-// of context ctx.
-func (b *burstCounts) watch(node *cct.Node, from int, ctx *cct.Node) {
+// of context ctx (nil: of none yet), and reports whether it was not one
+// before.
+func (b *burstCounts) watch(node *cct.Node, from int, ctx *cct.Node) (made bool) {
 	an := b.anchors[node]
 	if an == nil {
-		an = &anchorAcc{from: from, wins: map[int]int{}, counted: map[*cct.Node]bool{}}
+		an = &anchorAcc{from: from, madeIn: -1, wins: map[int]int{}, counted: map[*cct.Node]bool{}}
 		b.anchors[node] = an
+		made = true
 	}
-	an.counted[ctx] = true
+	if ctx != nil {
+		an.counted[ctx] = true
+	}
+	return made
 }
 
 // count takes a call of function phys in context n that a burst probe
-// saw at t, below the exact frame anchor and the frame top (either nil:
+// saw at t, below the exact frame anchor, the thread's outermost frame
+// outer if its call was counted exactly, and the frame top (each nil:
 // none); calls outside every window (probes half in or half out) only
-// keep the stacks: it reports false for those.
-func (b *burstCounts) count(n *cct.Node, phys uint32, t uint64, anchor, top *frame) bool {
+// keep the stacks: it reports false for those. A context new in a whole
+// burst's window is counted per call of outer: the window waits for
+// those, and every frame inside one is seen, but an anchor made inside
+// it would count its frames from the next window on (and one whose
+// exits were dropped never fits in a window).
+func (b *burstCounts) count(n *cct.Node, phys uint32, t uint64, anchor, outer, top *frame) bool {
 	k, in := b.log.locate(t)
 	if !in {
 		if b.log.atEdge(k, t, phys) {
@@ -361,9 +374,15 @@ func (b *burstCounts) count(n *cct.Node, phys uint32, t uint64, anchor, top *fra
 			}
 			return 0 // a new tree: every call of it came after
 		}
-		if anchor != nil {
+		an := anchor
+		if outer != nil && b.log.isWhole(k) {
+			an = outer
+		}
+		if an != nil {
 			// The anchor's call running now is in its Calls.
-			a.exact.set(b, n, anchor.node, base(anchor.node, 1), late, k+1)
+			if a.exact.set(b, n, an.node, base(an.node, 1), late, k+1) {
+				b.anchors[an.node].madeIn = k
+			}
 		}
 		if top != nil {
 			// A demoted parent's calls since its demotion are all
@@ -373,6 +392,9 @@ func (b *burstCounts) count(n *cct.Node, phys uint32, t uint64, anchor, top *fra
 		b.route(phys, a)
 	}
 	a.exact.tally(anchor, n, phys)
+	if outer != anchor {
+		a.exact.tally(outer, n, phys)
+	}
 	a.parent.tally(top, n, phys)
 	return true
 }
@@ -408,17 +430,18 @@ func rootOf(n *cct.Node) *cct.Node {
 }
 
 // frameEnd takes a frame of node that ran from start to end, its call
-// counted exactly or seen by a burst, with the calls bursts saw below it.
-// One that fitted in a window is a sample of the anchor estimator. Each
-// sizes the windows of the functions counted per its calls (see
-// askWindows).
-func (b *burstCounts) frameEnd(node *cct.Node, start, end uint64, tally *burstTally) {
+// counted exactly or seen by a burst, with the calls bursts saw below it;
+// within is the window that awaited its thread's outermost frame (-1:
+// none). One that fitted in a window is a sample of the anchor
+// estimator. Each sizes the windows of the functions counted per its
+// calls (see askWindows).
+func (b *burstCounts) frameEnd(node *cct.Node, start, end uint64, tally *burstTally, within int) {
 	an := b.anchors[node]
 	if an == nil {
 		return
 	}
 	d := end - start
-	k, ok := b.log.fits(start, end)
+	k, ok := b.log.fits(start, end, within)
 	// A frame that outlived its window ended when the next event at its
 	// slot or above came, which may be long after: it asks by what the
 	// window saw of it, and the windows grow until such frames fit.
@@ -494,12 +517,30 @@ func (b *burstCounts) routedBy(an *anchorAcc, node *cct.Node) iter.Seq[uint32] {
 // the open window waits for it (see burstWindow): it is the frame of an
 // anchor that the contexts of a function the window is for are counted
 // per, by their shortest route (as askWindows), and began while the
-// window took new frames. The frame must then tell the log its end
-// (burstLog.ended).
-func (b *burstCounts) started(node *cct.Node, t uint64) (window int, ok bool) {
-	k, funcs, in := b.log.catching(t)
+// window took new frames. A whole burst's window waits for the threads'
+// outermost frames (outermost: the frame has no caller below it), the
+// calls of the roots, and holds everything called in them. The frame
+// must then tell the log its end (burstLog.ended).
+func (b *burstCounts) started(node *cct.Node, t uint64, outermost bool) (window int, ok bool) {
+	k, funcs, whole, in := b.log.catching(t)
 	if !in {
 		return 0, false
+	}
+	if whole {
+		if !outermost {
+			return 0, false
+		}
+		// Its frames count from this one on: the first in this window
+		// that fits in it (see burstLog.fits). One made an anchor by a
+		// burst's call earlier in this window, in a frame begun before
+		// it, counts from here, not from the next.
+		if an := b.anchors[node]; an == nil {
+			b.watch(node, k, nil)
+		} else if an.madeIn == k && an.from == k+1 {
+			an.from = k
+		}
+		b.log.await()
+		return k, true
 	}
 	an := b.anchors[node]
 	if an == nil {
@@ -628,7 +669,10 @@ func (b *burstCounts) estimatePerCall(n *cct.Node, a *burstAcc) bool {
 		n.Unprobed += a.estimate - a.seen
 		n.CallsEstimated = true
 		n.CallsError = math.Hypot(relErr, r.node.CallsError)
-		n.Incomplete = n.Incomplete || r.late || r.node.Incomplete
+		// An anchor that is a lower bound only for its calls running
+		// at the attach (uncounted, at most one per thread) leaves the
+		// estimate short by their share, far inside its error.
+		n.Incomplete = n.Incomplete || r.late || r.node.Incomplete && !r.node.Running
 		return true
 	}
 	return false

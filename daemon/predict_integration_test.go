@@ -4,11 +4,14 @@ package daemon_test
 
 import (
 	"fmt"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/kprofd/kprofd/daemon"
+	"github.com/kprofd/kprofd/internal/export"
 	"github.com/kprofd/kprofd/internal/testtarget"
 )
 
@@ -98,4 +101,76 @@ func TestHybridPredicts(t *testing.T) {
 			t.Errorf("cross-check disagrees: %s", x)
 		}
 	}
+}
+
+// TestHybridWholeBursts runs a predicting session on testdata/jsonparse
+// until its bursts have been whole often enough to estimate from:
+// with a thousand functions demoted at the start, most below others
+// that are, bursts taken in turn would reach few of them, so each burst
+// has every demoted function's entries back for one whole request. The
+// parser's entry, parse(), is called exactly once per request: its
+// estimate, calls per request seen times requests, must be the
+// requests counted, with no error. No context below it may be left a
+// lower bound, and the cross-checks must agree.
+func TestHybridWholeBursts(t *testing.T) {
+	requireRoot(t)
+	exe := testtarget.BuildJSONParse(t)
+	ref, target := testtarget.Start(t, exe), testtarget.Start(t, exe)
+	s, err := daemon.Start(daemon.Config{PID: target.Pid(), Roots: []string{"handle_request"}, Mode: daemon.ModeHybrid,
+		Budget: 0.10, Predict: true, Warnf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	run := func(n int) {
+		t.Helper()
+		if got, want := target.Run(t, n), ref.Run(t, n); got != want {
+			t.Fatalf("output changed under the probes: %q, un-probed %q", got, want)
+		}
+	}
+	for requests := 0; s.Progress().Bursts < 3; requests += 500 {
+		if requests > 200000 {
+			t.Fatalf("%d requests made: %+v", requests, s.Progress())
+		}
+		run(500)
+	}
+	p := stopAndCheckGone(t, s, target.Pid())
+	target.Exit(t)
+	ref.Exit(t)
+	comment := burstComment(p)
+	if m := regexp.MustCompile(`(\d+) of them whole`).FindStringSubmatch(comment); m == nil || atoi(m[1]) < 3 {
+		t.Errorf("bursts: %q, want 3 or more whole", comment)
+	}
+	pp := roundTrip(t, p)
+	counts := testtarget.PprofCounts(pp, nil)
+	const parse = "handle_request(int);parse(std::__cxx11::basic_string<char, std::char_traits<char>, std::allocator<char> > const&, int)"
+	root := counts["handle_request(int)"]
+	t.Logf("parse: ~%d calls (%s), %d requests; %s", counts[parse], labelOf(pp, parse, "count_error"), root, comment)
+	if counts[parse] != root || labelOf(pp, parse, "count_error") != export.CountError(0) {
+		t.Errorf("parse: ~%d calls (%s), want %d (one per request), ±0.0%%", counts[parse], labelOf(pp, parse, "count_error"), root)
+	}
+	below := 0
+	for _, smp := range pp.Sample {
+		ctx := testtarget.SampleContext(smp)
+		if !strings.HasPrefix(ctx, parse+";") {
+			continue
+		}
+		below++
+		if slices.Contains(smp.Label["calls"], "incomplete") {
+			t.Errorf("%s: a lower bound", ctx)
+		}
+	}
+	if below < 100 {
+		t.Errorf("%d contexts below parse, want the parser's hundreds", below)
+	}
+	for _, x := range s.CrossChecks() {
+		if !x.Agree {
+			t.Errorf("cross-check disagrees: %s", x)
+		}
+	}
+}
+
+func atoi(s string) int {
+	n, _ := strconv.Atoi(s)
+	return n
 }

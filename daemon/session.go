@@ -129,8 +129,11 @@ type Progress struct {
 	// profile leaves out.
 	Waiting     bool   `json:"waiting,omitempty"`
 	CallsBefore uint64 `json:"calls_before,omitempty"`
-	// Demotions counts the functions hybrid mode demoted.
+	// Demotions counts the functions hybrid mode demoted, Bursts the
+	// bursts of sampled instrumentation that have ended so far (their
+	// calls make the demoted functions' estimated counts).
 	Demotions int `json:"demotions"`
+	Bursts    int `json:"bursts"`
 	// RootEntered says a thread has been inside a root: it entered one,
 	// or was inside one at the attach. OutsideHits counts the probe hits
 	// of threads outside every root, which cost and record nothing.
@@ -586,6 +589,7 @@ func (s *Session) Progress() Progress {
 	}
 	if m != nil {
 		p.PredictedOverhead = m.predicted()
+		p.Bursts = s.burster.count()
 	}
 	st, err := s.prog.Stats()
 	if final := s.final.Load(); final != nil {

@@ -587,7 +587,11 @@ func (s *Simulator) end(fr []frame, i int, t uint64) {
 		f.node.WallSq += float64(d) * float64(d)
 	}
 	if s.burst != nil && f.flags&(noTime|frameSignal|frameEntered) == 0 {
-		s.burst.frameEnd(f.node, f.start, t, f.tally)
+		within := -1
+		if fr[0].flags&frameAwaited != 0 {
+			within = int(fr[0].win)
+		}
+		s.burst.frameEnd(f.node, f.start, t, f.tally, within)
 	}
 	if f.flags&frameAwaited != 0 {
 		s.burst.log.ended(int(f.win))
@@ -642,7 +646,7 @@ func (s *Simulator) entry(th *thread, ev *bpf.Event) {
 	case ev.Flags&bpf.FlagBurst != 0 && s.burst != nil:
 		// A demoted function's call, seen by a burst: estimated.
 		flags = frameBurst
-		if s.burst.count(node, ev.Func, t, anchorFrame(fr), top) {
+		if s.burst.count(node, ev.Func, t, anchorFrame(fr), outermostExact(fr), top) {
 			s.stats.BurstCalls++
 			flags |= frameCounted
 		} else {
@@ -665,12 +669,21 @@ func (s *Simulator) entry(th *thread, ev *bpf.Event) {
 	}
 	var win int
 	if s.burst != nil && flags&frameFolded == 0 {
-		if k, ok := s.burst.started(node, t); ok {
+		if k, ok := s.burst.started(node, t, top == nil); ok {
 			flags |= frameAwaited
 			win = k
 		}
 	}
 	th.frames = append(fr, frame{slot: slot, start: t, node: node, phys: ev.Func, fn: lf, flags: flags, win: int32(win)})
+}
+
+// outermostExact returns the thread's outermost frame in fr if its call
+// was counted exactly (a root's), else nil.
+func outermostExact(fr []frame) *frame {
+	if len(fr) > 0 && fr[0].flags&notAnchor == 0 {
+		return &fr[0]
+	}
+	return nil
 }
 
 // anchorFrame returns the innermost frame of fr whose call was counted
