@@ -166,17 +166,18 @@ func (l *burstLog) demotions() map[uint32]uint64 {
 	return maps.Clone(l.demoted)
 }
 
-// bursted reports whether a burst had function id's entries back, as one
-// it was for or as a companion.
-func (l *burstLog) bursted(id uint32) bool {
+// bursted returns how many bursts had function id's entries back, as
+// one they were for or as a companion.
+func (l *burstLog) bursted(id uint32) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	n := 0
 	for _, w := range l.windows {
 		if _, ok := w.funcs[id]; ok {
-			return true
+			n++
 		}
 	}
-	return false
+	return n
 }
 
 // open records the start of a burst's window, to take new frames for up

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -351,4 +352,92 @@ func busySession(b *testing.B, exe string, cfg daemon.Config) jsonRun {
 	run.steady = median(wall)
 	endJSONSession(b, s, &run, probed, twin)
 	return run
+}
+
+// BenchmarkHybridJSONCounts measures how close the whole bursts'
+// estimates come to the truth on testdata/jsonparse: a predicting
+// session at a 10% budget (nearly everything below the root starts
+// demoted, so its bursts are whole) serves requests in chunks until
+// wholeBursts bursts have ended, and the estimated calls of json::is_ws,
+// summed over its contexts, are set against the calls the program
+// counted in the requests after the attach. It reports, as medians: the
+// estimate over the truth (ws-ratio, the request chunk the attach fell
+// in counted half), the error the profile claims for that sum (the
+// contexts' errors added up, as if they were one: they rest on the same
+// requests), the contexts estimated and those left a lower bound, and
+// the session's length.
+func BenchmarkHybridJSONCounts(b *testing.B) {
+	requireRoot(b)
+	exe := testtarget.BuildJSONParse(b)
+	cal := machineCalibration(b)
+	const wholeBursts = 5
+	var ratio, claimed, estimated, lower, secs []float64
+	for range b.N {
+		target := startPinned(b, exe)
+		s, err := daemon.Start(daemon.Config{PID: target.Pid(), Roots: []string{"handle_request"}, Mode: daemon.ModeHybrid,
+			Budget: 0.10, Calibration: cal, Predict: true})
+		if err != nil {
+			b.Fatal(err)
+		}
+		start := time.Now()
+		ws := func(n int) uint64 {
+			_, _, w, err := testtarget.ParseJSONDone(target.Run(b, n))
+			if err != nil {
+				b.Fatal(err)
+			}
+			return w
+		}
+		var atAttach uint64 // the calls of the chunk the attach fell in
+		for attached := false; !attached; {
+			atAttach = ws(20)
+			select {
+			case <-s.Attached():
+				attached = true
+			default:
+			}
+		}
+		var truth uint64
+		for s.Progress().Bursts < wholeBursts {
+			truth += ws(500)
+		}
+		p, err := s.Stop()
+		if err != nil {
+			b.Fatal(err)
+		}
+		s.Close()
+		target.Exit(b)
+		var est, errSum float64
+		var nest, nlower int
+		for _, smp := range roundTrip(b, p).Sample {
+			ctx := testtarget.SampleContext(smp)
+			switch {
+			case len(smp.Label["count_error"]) == 1:
+				nest++
+			case slices.Contains(smp.Label["calls"], "incomplete"):
+				nlower++
+			}
+			if !strings.HasSuffix(ctx, ";json::is_ws(char)") {
+				continue
+			}
+			est += float64(smp.Value[0])
+			if e := smp.Label["count_error"]; len(e) == 1 {
+				var pct float64
+				fmt.Sscanf(e[0], "±%g%%", &pct)
+				errSum += pct / 100 * float64(smp.Value[0])
+			}
+		}
+		want := float64(truth) + float64(atAttach)/2
+		b.Logf("json::is_ws: ~%.0f calls, ±%.0f claimed; %d made after the attach (+%d in the chunk it fell in); %d contexts estimated, %d lower bounds; %s",
+			est, errSum, truth, atAttach, nest, nlower, time.Since(start).Round(time.Second))
+		ratio = append(ratio, est/want)
+		claimed = append(claimed, 100*errSum/max(est, 1))
+		estimated = append(estimated, float64(nest))
+		lower = append(lower, float64(nlower))
+		secs = append(secs, time.Since(start).Seconds())
+	}
+	b.ReportMetric(median(ratio), "ws-ratio")
+	b.ReportMetric(median(claimed), "ws-claimed-err-%")
+	b.ReportMetric(median(estimated), "contexts-estimated")
+	b.ReportMetric(median(lower), "contexts-lower-bound")
+	b.ReportMetric(median(secs), "session-s")
 }

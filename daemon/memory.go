@@ -229,6 +229,13 @@ func omitted(ds []demotion) func(f *plan.Func, part int) bool {
 	return func(f *plan.Func, part int) bool { return slices.Contains(parts[int(f.ID)], part) }
 }
 
+// staleBursts is how many bursts must have had a function the prior
+// started demoted, none of them seeing it called, for its memory to go
+// stale (see memorize): one that runs in a fifth of the requests is
+// missing from 20 whole bursts' one request each about once in a hundred
+// sessions.
+const staleBursts = 20
+
 // sessionEnd is what memorize takes of a stopped hybrid session.
 type sessionEnd struct {
 	stages  []Stage // by function id
@@ -237,9 +244,10 @@ type sessionEnd struct {
 	// those whose probes stayed in until they would be called, predicted
 	// those the prior started demoted.
 	remembered, lingering, predicted map[int]bool
-	// called reports whether the counters saw a function called,
-	// bursted whether any burst had it.
-	called, bursted func(id int) bool
+	// called reports whether the counters saw a function called;
+	// bursted returns how many bursts had it.
+	called  func(id int) bool
+	bursted func(id int) int
 	// syncDropped says the sync probe is not in: dropped, or never
 	// attached as remembered.
 	syncDropped bool
@@ -250,10 +258,13 @@ type sessionEnd struct {
 // indirect calls), but those whose probes linger (the
 // next session demotes them with their caller, lingering again) and
 // those that started demoted and that nothing saw called since, whose
-// memory goes stale. A function the prior started demoted that no burst
-// had is not known to be idle: in a short session the bursts reach few of
-// a thousand such functions, and forgetting the rest would attach them
-// all in the next session, which would not predict.
+// memory goes stale. A function the prior started demoted goes stale
+// only once staleBursts bursts had it and saw it called in none: a whole
+// burst sees one call of the roots, and a function that runs in one
+// request of five (one of the parser's five kinds of input, each with
+// its own hot character-level helpers) is missing from a few of them
+// half the time. Forgetting it would attach it in the next session,
+// which would not predict, and its rounds would demote it again.
 func memorize(funcs []*plan.Func, exe string, roots []string, budget float64, e sessionEnd) *memoryFile {
 	mf := &memoryFile{Version: memoryVersion, Executable: exe, Roots: roots, Budget: budget, Saved: time.Now(), Sync: e.syncDropped}
 	for _, f := range funcs {
@@ -267,7 +278,7 @@ func memorize(funcs []*plan.Func, exe string, roots []string, budget float64, e 
 		}
 		// Started demoted and not seen called since: stale, unless
 		// only predicted and never looked at by a burst.
-		if e.remembered[id] && !e.called(id) && (!e.predicted[id] || e.bursted(id)) {
+		if e.remembered[id] && !e.called(id) && (!e.predicted[id] || e.bursted(id) >= staleBursts) {
 			continue
 		}
 		mf.Funcs = append(mf.Funcs, rememberedStage{Object: objectIdentity(f.Node.Obj), Addr: f.Node.Func.Addr,
@@ -334,7 +345,12 @@ func (s *Session) memorize() {
 	e := sessionEnd{stages: m.model.stages(), noSites: noSites, remembered: m.remembered, lingering: map[int]bool{},
 		predicted: m.prior,
 		called:    func(id int) bool { return 2*id < len(calls) && calls[2*id] > 0 },
-		bursted:   func(id int) bool { return m.bursts != nil && m.bursts.bursted(uint32(id)) }}
+		bursted: func(id int) int {
+			if m.bursts == nil {
+				return 0
+			}
+			return m.bursts.bursted(uint32(id))
+		}}
 	for id := range m.lingering {
 		e.lingering[id] = true
 	}

@@ -158,16 +158,16 @@ func TestMemory(t *testing.T) {
 	}
 
 	// A function the prior started demoted that nothing saw called is
-	// kept while no burst had it (it is not known idle), and goes stale
-	// once one had it and saw nothing.
+	// kept until staleBursts bursts had it (it is not known idle), and
+	// goes stale once that many had it and saw nothing.
 	end.predicted = map[int]bool{leaf: true}
-	for _, bursted := range []bool{false, true} {
-		end.bursted = func(int) bool { return bursted }
+	for _, bursts := range []int{0, 1, staleBursts - 1, staleBursts} {
+		end.bursted = func(int) int { return bursts }
 		kept := slices.ContainsFunc(memorize(pl.Funcs, exe.Path(), nil, 0.10, end).Funcs, func(r rememberedStage) bool {
 			return r.Name == pl.Funcs[leaf].Node.Func.Name
 		})
-		if kept == bursted {
-			t.Errorf("predicted %s, not called, bursted %v: remembered %v", m.name(leaf), bursted, kept)
+		if kept != (bursts < staleBursts) {
+			t.Errorf("predicted %s, not called, in %d bursts: remembered %v", m.name(leaf), bursts, kept)
 		}
 	}
 }

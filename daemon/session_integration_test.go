@@ -241,7 +241,7 @@ func requireRoot(t testing.TB) {
 }
 
 // roundTrip writes the profile as pprof and parses it back.
-func roundTrip(t *testing.T, p *cct.Profile) *profile.Profile {
+func roundTrip(t testing.TB, p *cct.Profile) *profile.Profile {
 	t.Helper()
 	var buf bytes.Buffer
 	if err := export.WritePprof(&buf, p); err != nil {

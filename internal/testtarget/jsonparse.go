@@ -1,6 +1,7 @@
 package testtarget
 
 import (
+	"cmp"
 	"fmt"
 	"strconv"
 	"strings"
@@ -17,18 +18,19 @@ func BuildJSONParse(t testing.TB) string {
 }
 
 // ParseJSONDone parses testdata/jsonparse's answer to "run N", "done SUM
-// ERRORS": the sum of handle_request's results (modulo 2^64) and the
-// number of documents that failed to parse (N/10, rounded down).
-func ParseJSONDone(line string) (sum uint64, errors int, err error) {
+// ERRORS WS": the sum of handle_request's results (modulo 2^64), the
+// number of documents that failed to parse (N/10, rounded down) and the
+// calls of json::is_ws the run made.
+func ParseJSONDone(line string) (sum uint64, errors int, ws uint64, err error) {
 	f := strings.Fields(line)
-	if len(f) != 3 || f[0] != "done" {
-		return 0, 0, fmt.Errorf("parsing %q: want \"done SUM ERRORS\"", line)
+	if len(f) != 4 || f[0] != "done" {
+		return 0, 0, 0, fmt.Errorf("parsing %q: want \"done SUM ERRORS WS\"", line)
 	}
-	if sum, err = strconv.ParseUint(f[1], 10, 64); err != nil {
-		return 0, 0, fmt.Errorf("parsing %q: %w", line, err)
+	sum, err1 := strconv.ParseUint(f[1], 10, 64)
+	errors, err2 := strconv.Atoi(f[2])
+	ws, err3 := strconv.ParseUint(f[3], 10, 64)
+	if err := cmp.Or(err1, err2, err3); err != nil {
+		return 0, 0, 0, fmt.Errorf("parsing %q: %w", line, err)
 	}
-	if errors, err = strconv.Atoi(f[2]); err != nil {
-		return 0, 0, fmt.Errorf("parsing %q: %w", line, err)
-	}
-	return sum, errors, nil
+	return sum, errors, ws, nil
 }

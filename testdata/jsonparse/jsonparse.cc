@@ -14,9 +14,10 @@
 //
 // Protocol on stdin/stdout: it prints "ready", then for each line
 //   run N   makes N calls handle_request(i), i in [0, N); prints
-//           "done SUM ERRORS", SUM the sum of their results modulo 2^64
-//           and ERRORS the ParseErrors caught: one for every i with
-//           i % 10 == 9, so N/10 rounded down
+//           "done SUM ERRORS WS", SUM the sum of their results modulo
+//           2^64, ERRORS the ParseErrors caught: one for every i with
+//           i % 10 == 9, so N/10 rounded down, and WS the calls of
+//           json::is_ws they made
 //   exit    exits with status 3
 // and at end of input exits with status 4. The output depends only on
 // the input lines: every document comes from an LCG seeded by its index.
@@ -140,8 +141,15 @@ private:
 };
 
 // Character-level helpers, kept out of line so each use is a real call.
+// is_ws counts its calls, which "run N" reports: the truth kprofd's
+// estimates of a hot function's calls are checked against.
+unsigned long is_ws_calls;
 NOINLINE bool is_digit(char c) { return c >= '0' && c <= '9'; }
-NOINLINE bool is_ws(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
+NOINLINE bool is_ws(char c)
+{
+	is_ws_calls++;
+	return c == ' ' || c == '\n' || c == '\t' || c == '\r';
+}
 NOINLINE int digit_value(char c) { return c - '0'; }
 
 NOINLINE int hex_value(char c)
@@ -1369,9 +1377,10 @@ int main()
 		if (sscanf(line, "run %d", &n) == 1) {
 			uint64_t sum = 0;
 			parse_errors = 0;
+			json::is_ws_calls = 0;
 			for (int i = 0; i < n; i++)
 				sum += handle_request(i);
-			printf("done %llu %ld\n", static_cast<unsigned long long>(sum), parse_errors);
+			printf("done %llu %ld %lu\n", static_cast<unsigned long long>(sum), parse_errors, json::is_ws_calls);
 			fflush(stdout);
 		} else if (strncmp(line, "exit", 4) == 0) {
 			return 3;
