@@ -148,7 +148,9 @@ enum {
 	STAT_BURST_TRAP_SAMPLES = 13, // of those, samples while a burst was armed
 	STAT_OUTSIDE_TRAP_SAMPLES = 14, // samples of threads outside every root in a uprobe's trap
 	STAT_SYNC_HITS = 15,	 // hits of the sync probe (__cxa_begin_catch), inside the root or not
-	STAT_MAX = 16,
+	STAT_ROOT_ENTRIES = 16,	 // threads entering a root
+	STAT_ROOT_EXITS = 17,	 // threads leaving one (returned, left, or exited)
+	STAT_MAX = 18,
 };
 
 struct kprofd_event {
@@ -903,6 +905,7 @@ static __always_inline void leave_root(struct kprofd_thread *th, __u64 now, __u3
 	th->root_slot = 0;
 	flush(th);
 	count(STAT_STALE_ROOT, 1);
+	count(STAT_ROOT_EXITS, 1);
 }
 
 // root_overwritten reports, once the sync probe is gone (sample_root_rule),
@@ -942,6 +945,8 @@ static __always_inline void settle(struct kprofd_thread *th, __u32 tid, __u64 co
 		// daemon's to drop.
 		flush(th);
 		th->depth = 0;
+	} else {
+		count(STAT_ROOT_ENTRIES, 1); // inside one since before the attach
 	}
 }
 
@@ -1098,6 +1103,7 @@ static __always_inline void handle_thread(struct pt_regs *ctx, struct kprofd_thr
 		th->root_slot = slot;
 		th->root_ret = 0;
 		bpf_probe_read_user(&th->root_ret, sizeof(th->root_ret), (void *)slot);
+		count(STAT_ROOT_ENTRIES, 1);
 		th->last_check = now;
 		th->depth = 0;
 		th->sigdepth = 0;
@@ -1145,6 +1151,7 @@ static __always_inline void handle_thread(struct pt_regs *ctx, struct kprofd_thr
 	if ((kind == KIND_EXIT || kind == KIND_RETURN) && slot == th->root_slot) {
 		th->root_slot = 0;
 		flush(th);
+		count(STAT_ROOT_EXITS, 1);
 		return;
 	}
 	int matched = shadow(th, kind, slot);
@@ -1215,6 +1222,7 @@ int kprofd_exec(void *ctx)
 	e->kind = KIND_THREAD_EXIT;
 	th->root_slot = 0;
 	flush(th);
+	count(STAT_ROOT_EXITS, 1);
 	return 0;
 }
 

@@ -110,6 +110,11 @@ type Stats struct {
 	// per exception caught anywhere in the process), when call counting
 	// is on (Config.Funcs is set).
 	SyncHits uint64
+	// RootEntries and RootExits count the times threads entered a root
+	// and left it (returned from it, were found above it, or exited in
+	// it): a burst waits by them for the roots' calls it took to end
+	// without waiting for their events.
+	RootEntries, RootExits uint64
 	// Outside counts probe hits of threads outside every root: they cost
 	// the target and record nothing.
 	Outside uint64
@@ -137,6 +142,8 @@ const (
 	statBurstTrapSamples
 	statOutsideTrapSamples
 	statSyncHits
+	statRootEntries
+	statRootExits
 	statMax
 )
 
@@ -329,7 +336,8 @@ func (p *Program) Stats() (Stats, error) {
 		statRootSamples: &s.RootSamples, statProbeSamples: &s.ProbeSamples, statBurstSamples: &s.BurstSamples,
 		statOutside: &s.Outside, statSeeds: &s.Seeds, statSeedsLost: &s.SeedsLost,
 		statTrapSamples: &s.TrapSamples, statBurstTrapSamples: &s.BurstTrapSamples,
-		statOutsideTrapSamples: &s.OutsideTrapSamples, statSyncHits: &s.SyncHits}
+		statOutsideTrapSamples: &s.OutsideTrapSamples, statSyncHits: &s.SyncHits,
+		statRootEntries: &s.RootEntries, statRootExits: &s.RootExits}
 	for i, dst := range counters {
 		var perCPU []uint64
 		if err := p.objs.Stats.Lookup(uint32(i), &perCPU); err != nil {

@@ -49,9 +49,9 @@ const (
 	// A whole burst's window waits up to maxWholeSettle for the roots'
 	// calls to end: with every demoted function's entries in, one takes
 	// a hundred times as long (250 ms on the parser). Whole bursts come
-	// at most every maxWholePeriod, and the first after maxPeriod: before
-	// one has measured what it costs, nothing says how often the budget
-	// pays for one.
+	// at least every maxWholePeriod (see wholePeriodAfter), and the first
+	// after maxPeriod: before one has run, nothing says how long its
+	// probes will be in.
 	maxWholeSettle = 2 * time.Second
 	maxWholePeriod = 60 * time.Second
 	// burstShare is the part of the overhead budget kept for the bursts
@@ -451,7 +451,9 @@ func (l *burstLog) close(end uint64) {
 	w := &l.windows[len(l.windows)-1]
 	w.end = end
 	w.catchEnd = min(w.catchEnd, end)
-	l.openStart.Store(0)
+	// The event loop may take the window's events after it closed: it
+	// still places the frames begun while it took new ones (catching).
+	l.openStop.Store(w.catchEnd)
 }
 
 // countedTo records that the call counters were read at t after the last
@@ -646,7 +648,7 @@ func (b *burster) run() {
 	// very differently (a hot leaf's burst traps at every call, its
 	// caller's a few times a request).
 	duties := map[uint32]float64{}
-	wholeDuty := 0.0            // what the last whole burst measured
+	wholes := 0                 // whole bursts so far
 	perFunc := time.Duration(0) // attaching and detaching one function's entries, as measured
 	perBurst := 0.0             // the functions a burst taken in turn was for, on average
 	began := time.Now()
@@ -677,17 +679,20 @@ func (b *burster) run() {
 		if whole {
 			// Long enough for a call of the roots to begin, with the
 			// one running at the attach slowed by every probe.
-			duty, length = cmp.Or(wholeDuty, initialDuty), maxWholeSettle/2
+			length = maxWholeSettle / 2
 		}
 		offset := time.Duration(rand.Int64N(int64(max(burstPeriod-length, 1))))
-		if whole && wholeDuty == 0 {
+		if whole && wholes == 0 {
 			// The first whole burst: see maxWholeSettle.
-			offset = max(offset, maxPeriod-time.Since(began))
+			offset += max(maxPeriod-time.Since(began), 0)
 		}
 		select {
 		case <-b.stop:
 			return
 		case <-time.After(offset):
+		}
+		if whole && wholes == 0 {
+			offset = 0 // its period starts here
 		}
 		took := time.Duration(0)
 		var attach time.Duration
@@ -711,9 +716,7 @@ func (b *burster) run() {
 				}
 			}
 			if whole {
-				if duty > 0 {
-					wholeDuty = duty
-				}
+				wholes++
 			} else {
 				perBurst = cmp.Or(perBurst, float64(isFors))*(1-burstAverage) + float64(isFors)*burstAverage
 			}
@@ -729,7 +732,7 @@ func (b *burster) run() {
 		armed := took + 2*attach
 		period := burstPeriodAfter(armed, duty)
 		if whole {
-			period = wholePeriodAfter(armed, duty)
+			period = wholePeriodAfter(armed, b.s.cfg.Budget)
 		}
 		select {
 		case <-b.stop:
@@ -740,10 +743,16 @@ func (b *burster) run() {
 }
 
 // wholePeriodAfter returns the period a whole burst whose probes were in
-// for armed belongs to: as long as keeps its duty cycle, at least
-// burstPeriod and up to maxWholePeriod.
-func wholePeriodAfter(armed time.Duration, duty float64) time.Duration {
-	return min(maxWholePeriod, max(burstPeriod, time.Duration(float64(armed)/cmp.Or(duty, initialDuty))))
+// for armed belongs to: one in which they were in for burstShare of the
+// budget, at least burstPeriod and up to maxWholePeriod. A whole burst
+// slows the target for about as long as its probes are in (a request of
+// the parser spends nine tenths of its time in them, and the attach and
+// the detach stall it), and neither the samples nor the probes' calls
+// measure all of that; nor do the steady probes leave it the rest of the
+// budget they were predicted to (on the parser, pacing by them ran the
+// target 1.25x slower at 10%).
+func wholePeriodAfter(armed time.Duration, budget float64) time.Duration {
+	return min(maxWholePeriod, max(burstPeriod, time.Duration(float64(armed)/(burstShare*budget)).Round(time.Millisecond)))
 }
 
 // burstAverage is the weight of the latest burst in perBurst's moving
@@ -877,14 +886,15 @@ func (b *burster) burst(gen uint32, funcs []*plan.Func, set map[uint32]bool, len
 	inRead := monotonicNow()
 	inCalls, inErr := s.prog.CallCounts(nil, nids)
 	start := monotonicNow()
-	settleFor := maxSettle
 	if whole {
 		b.log.openWhole(inRead, start, length, set)
-		settleFor = maxWholeSettle
+		if err := b.wholeWindow(); err != nil {
+			s.cfg.warnf("burst of sampled instrumentation: %v", err)
+		}
 	} else {
 		b.log.open(inRead, start, length, set)
+		b.window(start, length)
 	}
-	b.window(start, length, settleFor)
 	end := monotonicNow()
 	b.log.close(end)
 	outCalls, outErr := s.prog.CallCounts(nil, nids)
@@ -930,9 +940,9 @@ func (b *burster) burst(gen uint32, funcs []*plan.Func, set map[uint32]bool, len
 // window holds the open window, from start, while it takes new frames
 // (up to length, or minBurst once one has begun: the first frames to
 // begin after a random time are as long as any) and then until the
-// frames it took have ended (up to settleFor): those frames are seen
+// frames it took have ended (up to maxSettle): those frames are seen
 // whole, and their calls are what the estimates are made of.
-func (b *burster) window(start uint64, length, settleFor time.Duration) {
+func (b *burster) window(start uint64, length time.Duration) {
 	tick := time.NewTicker(settlePoll)
 	defer tick.Stop()
 	catch := time.NewTimer(length)
@@ -951,7 +961,7 @@ catching:
 		}
 	}
 	b.log.stopCatching(monotonicNow())
-	settle := time.NewTimer(settleFor)
+	settle := time.NewTimer(maxSettle)
 	defer settle.Stop()
 	for !b.log.settled() {
 		select {
@@ -962,6 +972,63 @@ catching:
 		case <-tick.C:
 		}
 	}
+}
+
+// wholeWindow holds a whole burst's window open until a call of a root
+// has begun in it (up to maxWholeSettle/2) and then until as many calls
+// of the roots have ended as were running by then (up to
+// maxWholeSettle), going by the kernel's counts of both: with every
+// probe in, the event loop runs far behind the target (a request of the
+// parser makes 200,000 events, which take longer to take than to make),
+// and waiting for it to see the call end kept the probes in for several
+// more requests (a window of 1.4 s instead of 0.3). The event loop places
+// the frames by their times later (burstLog.catching, fits).
+func (b *burster) wholeWindow() error {
+	st, err := b.s.prog.Stats()
+	if err != nil {
+		return err
+	}
+	entered := st.RootEntries
+	// The calls running at the start (those of threads seeded at the
+	// attach are counted as entered).
+	running := st.RootEntries - min(st.RootExits, st.RootEntries)
+	exited := st.RootExits
+	tick := time.NewTicker(settlePoll)
+	defer tick.Stop()
+	catch := time.NewTimer(maxWholeSettle / 2)
+	defer catch.Stop()
+	for st.RootEntries == entered {
+		select {
+		case <-b.stop:
+			return nil
+		case <-catch.C:
+			b.log.stopCatching(monotonicNow())
+			return nil // no call of a root began
+		case <-tick.C:
+		}
+		if st, err = b.s.prog.Stats(); err != nil {
+			return err
+		}
+	}
+	b.log.stopCatching(monotonicNow())
+	// Every call running at the start, and every one begun since, must
+	// have ended: as many exits.
+	need := running + st.RootEntries - entered
+	settle := time.NewTimer(maxWholeSettle)
+	defer settle.Stop()
+	for st.RootExits-exited < need {
+		select {
+		case <-b.stop:
+			return nil
+		case <-settle.C:
+			return nil
+		case <-tick.C:
+		}
+		if st, err = b.s.prog.Stats(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // burstSamples returns the samples taken in burst probes so far: in

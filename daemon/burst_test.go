@@ -739,19 +739,20 @@ func TestWholeBurst(t *testing.T) {
 			t.Errorf("wholeBurst(%d, %d, %g) = %v, want %v", tc.demoted, tc.n, tc.perBurst, got, tc.want)
 		}
 	}
-	// Paced by their duty cycle, up to maxWholePeriod.
+	// Armed for burstShare of the budget, up to maxWholePeriod.
 	for _, tc := range []struct {
-		armed time.Duration
-		duty  float64
-		want  time.Duration
+		armed  time.Duration
+		budget float64
+		want   time.Duration
 	}{
-		{500 * time.Millisecond, 0.08, 6250 * time.Millisecond},
-		{500 * time.Millisecond, 0, 25 * time.Second}, // nothing measured: initialDuty
-		{500 * time.Millisecond, 0.001, maxWholePeriod},
+		{500 * time.Millisecond, 0.10, 25 * time.Second},
+		{500 * time.Millisecond, 0.20, 12500 * time.Millisecond},
+		{500 * time.Millisecond, 0.05, 50 * time.Second},
+		{2 * time.Second, 0.05, maxWholePeriod},
 		{time.Millisecond, 0.5, burstPeriod},
 	} {
-		if got := wholePeriodAfter(tc.armed, tc.duty); got != tc.want {
-			t.Errorf("wholePeriodAfter(%v, %g) = %v, want %v", tc.armed, tc.duty, got, tc.want)
+		if got := wholePeriodAfter(tc.armed, tc.budget); got != tc.want {
+			t.Errorf("wholePeriodAfter(%v, %g) = %v, want %v", tc.armed, tc.budget, got, tc.want)
 		}
 	}
 }

@@ -356,8 +356,10 @@ func busySession(b *testing.B, exe string, cfg daemon.Config) jsonRun {
 
 // BenchmarkHybridJSONCounts measures how close the whole bursts'
 // estimates come to the truth on testdata/jsonparse: a predicting
-// session at a 10% budget (nearly everything below the root starts
-// demoted, so its bursts are whole) serves requests in chunks until
+// session (nearly everything below the root starts demoted, so its
+// bursts are whole) at a 30% budget (whole bursts every 6-9 s, not 20-30
+// s as at 10%: the estimates rest on how many there were, not on how
+// fast they came) serves requests in chunks until
 // wholeBursts bursts have ended, and the estimated calls of json::is_ws,
 // summed over its contexts, are set against the calls the program
 // counted in the requests after the attach. It reports, as medians: the
@@ -375,7 +377,7 @@ func BenchmarkHybridJSONCounts(b *testing.B) {
 	for range b.N {
 		target := startPinned(b, exe)
 		s, err := daemon.Start(daemon.Config{PID: target.Pid(), Roots: []string{"handle_request"}, Mode: daemon.ModeHybrid,
-			Budget: 0.10, Calibration: cal, Predict: true})
+			Budget: 0.30, Calibration: cal, Predict: true})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -440,4 +442,51 @@ func BenchmarkHybridJSONCounts(b *testing.B) {
 	b.ReportMetric(median(estimated), "contexts-estimated")
 	b.ReportMetric(median(lower), "contexts-lower-bound")
 	b.ReportMetric(median(secs), "session-s")
+}
+
+// BenchmarkHybridJSONLong measures what a long predicting session costs
+// on testdata/jsonparse, whole bursts included: a whole burst is a lump
+// (a request with every probe in, hundreds of ms) that its pacing
+// spreads over seconds, so the runs of BenchmarkHybridJSON, 2 s each,
+// see it or not. Per budget, a session beside its un-probed twin runs
+// longRuns runs of 1,000 requests after its first, in turns, and
+// reports the probed runs' total wall time over the twin's, the median
+// over the iterations, and the whole bursts it had.
+func BenchmarkHybridJSONLong(b *testing.B) {
+	requireRoot(b)
+	exe := testtarget.BuildJSONParse(b)
+	cal := machineCalibration(b)
+	const n, longRuns = 1000, 12
+	budgets := []float64{0.10, 0.20}
+	ratios, bursts := make([][]float64, len(budgets)), make([][]float64, len(budgets))
+	for range b.N {
+		for i, budget := range budgets {
+			probed, twin := startPinned(b, exe), startPinned(b, exe)
+			want := probed.Run(b, n)
+			if got := twin.Run(b, n); got != want {
+				b.Fatalf("twin printed %q, first process %q", got, want)
+			}
+			s, err := daemon.Start(daemon.Config{PID: probed.Pid(), Roots: []string{"handle_request"}, Mode: daemon.ModeHybrid,
+				Budget: budget, Calibration: cal, Predict: true})
+			if err != nil {
+				b.Fatal(err)
+			}
+			timedRun(b, probed, n, want) // the attach's run
+			var pw, tw time.Duration
+			for range longRuns {
+				p, _ := timedRun(b, probed, n, want)
+				t, _ := timedRun(b, twin, n, want)
+				pw, tw = pw+p, tw+t
+			}
+			ratios[i] = append(ratios[i], pw.Seconds()/tw.Seconds())
+			bursts[i] = append(bursts[i], float64(s.Progress().Bursts))
+			var run jsonRun
+			endJSONSession(b, s, &run, probed, twin)
+		}
+	}
+	for i, budget := range budgets {
+		name := fmt.Sprintf("%.0f%%", 100*budget)
+		b.ReportMetric(median(ratios[i]), name+"-long-x")
+		b.ReportMetric(median(bursts[i]), name+"-bursts")
+	}
 }
