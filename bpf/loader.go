@@ -70,7 +70,12 @@ type GoLayout struct {
 
 // Defaults for Config's zero values.
 const (
-	DefaultRingBytes   = 8 << 20
+	// DefaultRingBytes holds a whole burst of hybrid mode's sampled
+	// instrumentation (every demoted function's entries in for one call
+	// of the roots: some 300,000 events, 10 MB, in a few hundred ms on
+	// testdata/jsonparse) while the reader falls behind: with 8 MiB,
+	// such bursts lost events.
+	DefaultRingBytes   = 32 << 20
 	DefaultWakeupBytes = 256 << 10
 )
 

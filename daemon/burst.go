@@ -84,6 +84,9 @@ type burstWindow struct {
 	// every demoted function's entries back and waited for the roots'
 	// frames, so every frame that began and ended in it was seen whole.
 	whole bool
+	// lossy marks a window the ring buffer lost events in (see
+	// burstLog.lost): no frame fits in it from then on.
+	lossy bool
 }
 
 // burstLog is the bursts of a session and when each function was demoted
@@ -112,6 +115,8 @@ type burstLog struct {
 	// from the start of its attach to the end of its detach, wider than
 	// its window (see armedAt).
 	armed []span
+	// lossy counts the windows marked lossy.
+	lossy int
 
 	// The open window, for the event loop to read without the lock:
 	// its index, start and catchEnd (openStart is 0 with none open),
@@ -262,10 +267,53 @@ func (l *burstLog) fits(start, end uint64, within int) (k int, ok bool) {
 		return 0, false
 	}
 	w := l.windows[k]
-	if w.whole {
+	switch {
+	case w.lossy:
+		return k, false
+	case w.whole:
 		return k, k == within && end <= w.end
 	}
 	return k, start <= w.catchEnd && end <= w.end
+}
+
+// lossLookback is how far back from the first event after a loss the
+// lost events may go: a thread's batch waits a few ms at most, and a
+// whole burst's window lasts up to maxWholeSettle and a half.
+const lossLookback = 3 * maxWholeSettle
+
+// lost records that the ring buffer lost events up to t: every window
+// that overlaps the lookback before t takes no frame from now on. The
+// first event a thread sends after a loss says so (bpf.FlagLostBefore),
+// before any event after the lost ones: a frame the loss cut into ends
+// after it, and no longer fits. (The frames that fitted before are
+// whole: they ended before the loss.)
+func (l *burstLog) lost(t uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	from := t - min(t, uint64(lossLookback))
+	for k := len(l.windows) - 1; k >= 0 && l.windows[k].end >= from; k-- {
+		if l.windows[k].start <= t && !l.windows[k].lossy {
+			l.windows[k].lossy = true
+			l.lossy++
+		}
+	}
+}
+
+// lostLast marks the last window lossy (see lost).
+func (l *burstLog) lostLast() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if w := &l.windows[len(l.windows)-1]; !w.lossy {
+		w.lossy = true
+		l.lossy++
+	}
+}
+
+// lossyWindows returns how many windows lost events.
+func (l *burstLog) lossyWindows() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.lossy
 }
 
 // isWhole reports whether window k is a whole burst's.
@@ -860,7 +908,7 @@ func (b *burster) burst(gen uint32, funcs []*plan.Func, set map[uint32]bool, len
 		nids = max(nids, int(f.ID)+1)
 		ids = append(ids, f.ID)
 	}
-	before, err := b.burstSamples()
+	before, lostBefore, err := b.burstSamples()
 	if err != nil {
 		return 0, 0, 0, err
 	}
@@ -909,9 +957,14 @@ func (b *burster) burst(gen uint32, funcs []*plan.Func, set map[uint32]bool, len
 			s.cfg.warnf("burst of sampled instrumentation: %v", err)
 		}
 	}()
-	after, err := b.burstSamples()
+	after, lostAfter, err := b.burstSamples()
 	if err = errors.Join(inErr, outErr, err); err != nil {
 		return 0, 0, 0, err
+	}
+	if lostAfter > lostBefore {
+		// Events of some thread were lost while this burst's probes
+		// were in: its frames may lack calls.
+		b.log.lostLast()
 	}
 	s.check.window(ids, inCalls, outCalls)
 	// What the burst cost as measured: its samples in the probe program
@@ -1031,14 +1084,15 @@ func (b *burster) wholeWindow() error {
 	return nil
 }
 
-// burstSamples returns the samples taken in burst probes so far: in
-// their program and in their traps, both counted in the kernel.
-func (b *burster) burstSamples() (uint64, error) {
+// burstSamples returns the samples taken in burst probes so far (in
+// their program and in their traps, both counted in the kernel) and the
+// events the ring buffer lost so far.
+func (b *burster) burstSamples() (samples, lost uint64, err error) {
 	st, err := b.s.prog.Stats()
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	return st.BurstSamples + st.BurstTrapSamples, nil
+	return st.BurstSamples + st.BurstTrapSamples, st.Lost, nil
 }
 
 // burstDuty returns the share of each period the next burst may take:
@@ -1076,6 +1130,9 @@ func (b *burster) summary() string {
 	whole := ""
 	if b.wholes > 0 {
 		whole = fmt.Sprintf(", %d of them whole: every demoted function's entry probes back for one whole call of the roots", b.wholes)
+	}
+	if n := b.log.lossyWindows(); n > 0 {
+		whole += fmt.Sprintf("; %d lost events in the ring buffer and were left out", n)
 	}
 	return fmt.Sprintf("%d bursts of sampled instrumentation (%s of entry probes of the functions demoted to sampling, one burst per %s or more%s); "+
 		"the calls of a context they saw per call of its nearest caller still probed, or of its caller demoted with it, in at least %d of that caller's calls that began and ended inside a burst, times that caller's calls, make its estimated count (~ in text views, pprof labels timing=estimated and count_error); "+

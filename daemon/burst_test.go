@@ -661,10 +661,39 @@ func TestBurstBudget(t *testing.T) {
 // before the window), and it makes W an anchor that counts from that
 // window on, whose first awaited frame is after it.
 func TestBurstWhole(t *testing.T) {
+	w, nc, nd := wholeBursts(false)
+	if w == nil || w.Calls != 9 {
+		t.Fatalf("W: %v, want 9 exact calls", w)
+	}
+	if nc.Calls != 90 || !nc.CallsEstimated || nc.CallsError != 0 || nc.Incomplete {
+		t.Errorf("C: %d calls, estimated %v, error %g, incomplete %v; want 90 estimated, no error", nc.Calls, nc.CallsEstimated, nc.CallsError, nc.Incomplete)
+	}
+	if want := math.Sqrt(8.0/9) / 2; nd.Calls != 18 || !nd.CallsEstimated || math.Abs(nd.CallsError-want) > 1e-9 || nd.Incomplete {
+		t.Errorf("D: %d calls, estimated %v, error %g, incomplete %v; want 18 estimated, error %g", nd.Calls, nd.CallsEstimated, nd.CallsError, nd.Incomplete, want)
+	}
+}
+
+// TestBurstWholeLossy runs TestBurstWhole's bursts with events lost in
+// the last window (the first event after them flagged
+// bpf.FlagLostBefore): the windows within lossLookback of it (here all
+// three) take no frame after it, too few calls of W are left to estimate
+// from, and C and D are lower bounds of the calls seen.
+func TestBurstWholeLossy(t *testing.T) {
+	_, nc, nd := wholeBursts(true)
+	if nc.CallsEstimated || !nc.Incomplete || nc.Calls != 35 || nd.CallsEstimated || !nd.Incomplete || nd.Calls != 6 {
+		t.Errorf("C: %d calls, estimated %v, incomplete %v; D: %d calls, estimated %v, incomplete %v; want 35 and 6 seen, lower bounds",
+			nc.Calls, nc.CallsEstimated, nc.Incomplete, nd.Calls, nd.CallsEstimated, nd.Incomplete)
+	}
+}
+
+// wholeBursts drives the simulator through TestBurstWhole's bursts,
+// losing events in the last window if lose, and returns W's, C's and
+// D's nodes.
+func wholeBursts(lose bool) (w, nc, nd *cct.Node) {
 	l, b, s, handle, burst := burstSimulator()
 	l.demoteUnprobed(uint32(C), 10)
 	l.demoteUnprobed(uint32(D), 10)
-	request := func(tm uint64, ds int, seen bool) {
+	request := func(tm uint64, ds int, seen, lost bool) {
 		handle(in(tm, 1000, W))
 		handle(in(tm+1, 900, A))
 		for i := range 10 {
@@ -674,12 +703,17 @@ func TestBurstWhole(t *testing.T) {
 		}
 		handle(out(tm+20, 900, A))
 		for i := range ds {
-			burst(tm+21+uint64(i), 900, D)
+			e := in(tm+21+uint64(i), 900, D)
+			e.Flags |= bpf.FlagBurst
+			if lost && i == 0 {
+				e.Flags |= bpf.FlagLostBefore
+			}
+			handle(e)
 		}
 		handle(out(tm+50, 1000, W))
 	}
-	request(100, 0, false)
-	request(200, 0, false)
+	request(100, 0, false, false)
+	request(200, 0, false, false)
 	whole := map[uint32]bool{uint32(C): true, uint32(D): true}
 	// Opens on a call of W begun before it.
 	handle(in(950, 1000, W))
@@ -690,30 +724,21 @@ func TestBurstWhole(t *testing.T) {
 	}
 	handle(out(1010, 900, A))
 	handle(out(1020, 1000, W))
-	request(1100, 0, true)
+	request(1100, 0, true, false)
 	l.close(1200)
-	request(1300, 0, false)
-	request(1400, 0, false)
+	request(1300, 0, false, false)
+	request(1400, 0, false, false)
 	l.openWhole(0, 2000, time.Millisecond, whole)
-	request(2100, 2, true)
+	request(2100, 2, true, false)
 	l.close(2200)
 	l.openWhole(0, 3000, time.Millisecond, whole)
-	request(3100, 4, true)
+	request(3100, 4, true, lose)
 	l.close(3200)
-	request(3300, 0, false)
+	request(3300, 0, false, false)
 	b.estimate()
 
-	w := s.Merged().Root.Lookup(W)
-	if w == nil || w.Calls != 9 {
-		t.Fatalf("W: %v, want 9 exact calls", w)
-	}
-	nc, nd := w.Lookup(A).Lookup(C), w.Lookup(D)
-	if nc.Calls != 90 || !nc.CallsEstimated || nc.CallsError != 0 || nc.Incomplete {
-		t.Errorf("C: %d calls, estimated %v, error %g, incomplete %v; want 90 estimated, no error", nc.Calls, nc.CallsEstimated, nc.CallsError, nc.Incomplete)
-	}
-	if want := math.Sqrt(8.0/9) / 2; nd.Calls != 18 || !nd.CallsEstimated || math.Abs(nd.CallsError-want) > 1e-9 || nd.Incomplete {
-		t.Errorf("D: %d calls, estimated %v, error %g, incomplete %v; want 18 estimated, error %g", nd.Calls, nd.CallsEstimated, nd.CallsError, nd.Incomplete, want)
-	}
+	w = s.Merged().Root.Lookup(W)
+	return w, w.Lookup(A).Lookup(C), w.Lookup(D)
 }
 
 // TestWholeBurst checks when bursts turn whole: when taking the demoted

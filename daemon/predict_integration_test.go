@@ -139,6 +139,9 @@ func TestHybridWholeBursts(t *testing.T) {
 	p := stopAndCheckGone(t, s, target.Pid())
 	target.Exit(t)
 	ref.Exit(t)
+	if lost := s.Progress().Lost; lost > 0 {
+		t.Errorf("%d events lost", lost)
+	}
 	comment := burstComment(p)
 	if m := regexp.MustCompile(`(\d+) of them whole`).FindStringSubmatch(comment); m == nil || atoi(m[1]) < 3 {
 		t.Errorf("bursts: %q, want 3 or more whole", comment)

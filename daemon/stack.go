@@ -483,6 +483,9 @@ func (s *Simulator) Handle(ev *bpf.Event) {
 	}
 	if ev.Flags&bpf.FlagLostBefore != 0 {
 		s.stats.LostMarks++
+		if s.burst != nil {
+			s.burst.log.lost(ev.Time)
+		}
 	}
 	if s.checked > 0 && s.dropOutside(ev) {
 		return

@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"time"
 
+	"github.com/kprofd/kprofd/bpf"
 	"github.com/kprofd/kprofd/calibrate"
 	"github.com/kprofd/kprofd/daemon"
 	"github.com/kprofd/kprofd/internal/plan"
@@ -63,7 +64,7 @@ type Request struct {
 // Defaults of the fields a Request leaves zero.
 const (
 	DefaultMaxFunctions = 5000
-	DefaultRingMiB      = 8
+	DefaultRingMiB      = bpf.DefaultRingBytes >> 20
 )
 
 // Config checks the request and returns the session's configuration,
