@@ -112,7 +112,8 @@ func TestHybridPredicts(t *testing.T) {
 // it encoded, or on the message of the error it caught): its estimate,
 // calls per request seen times requests, must be the requests counted,
 // with no error. No context below parse() of a function predicted from
-// the start may be left a lower bound, and the cross-checks must agree.
+// the start that the bursts saw called may be left a lower bound, and
+// the cross-checks must agree.
 func TestHybridWholeBursts(t *testing.T) {
 	requireRoot(t)
 	exe := testtarget.BuildJSONParse(t)
@@ -175,7 +176,9 @@ func TestHybridWholeBursts(t *testing.T) {
 			continue
 		}
 		below++
-		if slices.Contains(smp.Label["calls"], "incomplete") {
+		// (One the samples alone found, no burst saw called, has
+		// calls unknown: ≥0.)
+		if slices.Contains(smp.Label["calls"], "incomplete") && smp.Value[0] > 0 {
 			t.Errorf("%s: a lower bound", ctx)
 		}
 	}

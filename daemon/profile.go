@@ -110,18 +110,21 @@ func (s *Session) estimate(t *cct.Tree) {
 	t.EstimateTimes(s.sampler.Period)
 }
 
-// markSampledCounts marks the counted contexts of functions hybrid mode
-// demoted to sampling that the bursts' estimates did not take: their
-// calls after the demotion are missing (a lower bound).
+// markSampledCounts marks the contexts of functions hybrid mode demoted
+// to sampling that the bursts' estimates did not take: their calls after
+// the demotion are missing (a lower bound). One known from samples only
+// (0 calls: no probe or burst of its saw it called) is marked too: its
+// calls are not 0 but unknown.
 func (s *Session) markSampledCounts(t *cct.Tree) {
 	funcs := s.prep.Plan.Funcs
 	t.Root.Walk(func(n *cct.Node) {
-		if n.Func == cct.NoFunc || n.CallsEstimated || n.Incomplete || n.Calls == 0 {
+		if n.Func == cct.NoFunc || n.CallsEstimated || n.Incomplete {
 			return
 		}
 		switch st := s.stageOf(int(n.Func)); {
 		case st == StageSampled && s.burster != nil:
 			n.Incomplete = true
+		case n.Calls == 0:
 		case st != StageFull && int(n.Func) < len(funcs) && funcs[n.Func].Alloc != nil:
 			// Its entries went silent when it turned to byte sampling.
 			n.Incomplete = true
