@@ -659,6 +659,7 @@ type burster struct {
 	mu     sync.Mutex
 	bursts int
 	wholes int           // of them whole (see run)
+	idle   bool          // the last whole window saw no call of a root run (run's own)
 	total  time.Duration // the bursts' windows, summed
 	err    error
 	armed  uint32 // bursts whose probes are going in, in or going out
@@ -780,6 +781,11 @@ func (b *burster) run() {
 		armed := took + 2*attach
 		period := burstPeriodAfter(armed, duty)
 		if whole {
+			// A window in which no call of a root ran cost the
+			// target only the attach and the detach.
+			if b.idle {
+				armed = 2 * attach
+			}
 			period = wholePeriodAfter(armed, b.s.cfg.Budget)
 		}
 		select {
@@ -1035,7 +1041,8 @@ catching:
 // parser makes 200,000 events, which take longer to take than to make),
 // and waiting for it to see the call end kept the probes in for several
 // more requests (a window of 1.4 s instead of 0.3). The event loop places
-// the frames by their times later (burstLog.catching, fits).
+// the frames by their times later (burstLog.catching, fits). It sets
+// b.idle when no call of a root ran while it was open.
 func (b *burster) wholeWindow() error {
 	st, err := b.s.prog.Stats()
 	if err != nil {
@@ -1046,6 +1053,7 @@ func (b *burster) wholeWindow() error {
 	// attach are counted as entered).
 	running := st.RootEntries - min(st.RootExits, st.RootEntries)
 	exited := st.RootExits
+	b.idle = running == 0
 	tick := time.NewTicker(settlePoll)
 	defer tick.Stop()
 	catch := time.NewTimer(maxWholeSettle / 2)
@@ -1063,6 +1071,7 @@ func (b *burster) wholeWindow() error {
 			return err
 		}
 	}
+	b.idle = false
 	b.log.stopCatching(monotonicNow())
 	// Every call running at the start, and every one begun since, must
 	// have ended: as many exits.
