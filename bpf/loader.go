@@ -72,7 +72,7 @@ type GoLayout struct {
 const (
 	// DefaultRingBytes holds a whole burst of hybrid mode's sampled
 	// instrumentation (every demoted function's entries in for one call
-	// of the roots: some 300,000 events, 10 MB, in a few hundred ms on
+	// of the roots: 200,000-300,000 events, 6-10 MB, in a few hundred ms on
 	// testdata/jsonparse) while the reader falls behind: with 8 MiB,
 	// such bursts lost events.
 	DefaultRingBytes   = 32 << 20

@@ -48,7 +48,7 @@ const (
 	settlePoll = time.Millisecond
 	// A whole burst's window waits up to maxWholeSettle for the roots'
 	// calls to end: with every demoted function's entries in, one takes
-	// a hundred times as long (250 ms on the parser). Whole bursts come
+	// a hundred times as long (hundreds of ms on the parser, README). Whole bursts come
 	// at least every maxWholePeriod (see wholePeriodAfter), and the first
 	// after maxPeriod: before one has run, nothing says how long its
 	// probes will be in.
@@ -115,8 +115,6 @@ type burstLog struct {
 	// from the start of its attach to the end of its detach, wider than
 	// its window (see armedAt).
 	armed []span
-	// lossy counts the windows marked lossy.
-	lossy int
 
 	// The open window, for the event loop to read without the lock:
 	// its index, start and catchEnd (openStart is 0 with none open),
@@ -292,9 +290,8 @@ func (l *burstLog) lost(t uint64) {
 	defer l.mu.Unlock()
 	from := t - min(t, uint64(lossLookback))
 	for k := len(l.windows) - 1; k >= 0 && l.windows[k].end >= from; k-- {
-		if l.windows[k].start <= t && !l.windows[k].lossy {
+		if l.windows[k].start <= t {
 			l.windows[k].lossy = true
-			l.lossy++
 		}
 	}
 }
@@ -303,17 +300,20 @@ func (l *burstLog) lost(t uint64) {
 func (l *burstLog) lostLast() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if w := &l.windows[len(l.windows)-1]; !w.lossy {
-		w.lossy = true
-		l.lossy++
-	}
+	l.windows[len(l.windows)-1].lossy = true
 }
 
 // lossyWindows returns how many windows lost events.
 func (l *burstLog) lossyWindows() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.lossy
+	n := 0
+	for _, w := range l.windows {
+		if w.lossy {
+			n++
+		}
+	}
+	return n
 }
 
 // isWhole reports whether window k is a whole burst's.
@@ -656,10 +656,13 @@ type burster struct {
 	stop chan struct{}
 	done chan struct{}
 
+	// idle says no call of a root ran in the last whole window (set by
+	// wholeWindow, read by run: both on run's goroutine).
+	idle bool
+
 	mu     sync.Mutex
 	bursts int
 	wholes int           // of them whole (see run)
-	idle   bool          // the last whole window saw no call of a root run (run's own)
 	total  time.Duration // the bursts' windows, summed
 	err    error
 	armed  uint32 // bursts whose probes are going in, in or going out
@@ -697,7 +700,6 @@ func (b *burster) run() {
 	// very differently (a hot leaf's burst traps at every call, its
 	// caller's a few times a request).
 	duties := map[uint32]float64{}
-	wholes := 0                 // whole bursts so far
 	perFunc := time.Duration(0) // attaching and detaching one function's entries, as measured
 	perBurst := 0.0             // the functions a burst taken in turn was for, on average
 	began := time.Now()
@@ -708,30 +710,32 @@ func (b *burster) run() {
 		var funcs []*plan.Func
 		n := burstFuncs(len(all), perFunc, b.s.cfg.Budget)
 		whole := wholeBurst(len(all), n, perBurst)
-		switch {
-		case whole:
+		var duty float64
+		var length time.Duration
+		if whole {
 			set = map[uint32]bool{}
 			for _, f := range all {
 				set[f.ID] = true
 			}
 			funcs = all
-		case len(all) > 0:
-			set, next = b.log.burstSet(all, next%len(all), n, b.m.sampledCallers())
-			for id := range set {
-				if f := b.m.funcOf(int(id)); f != nil {
-					funcs = append(funcs, f)
-				}
-			}
-		}
-		duty := setDuty(duties, set)
-		length := burstLength(duty, b.log.wanted(set))
-		if whole {
 			// Long enough for a call of the roots to begin, with the
 			// one running at the attach slowed by every probe.
 			length = maxWholeSettle / 2
+		} else {
+			if len(all) > 0 {
+				set, next = b.log.burstSet(all, next%len(all), n, b.m.sampledCallers())
+				for id := range set {
+					if f := b.m.funcOf(int(id)); f != nil {
+						funcs = append(funcs, f)
+					}
+				}
+			}
+			duty = setDuty(duties, set)
+			length = burstLength(duty, b.log.wanted(set))
 		}
 		offset := time.Duration(rand.Int64N(int64(max(burstPeriod-length, 1))))
-		if whole && wholes == 0 {
+		first := whole && b.count(true) == 0
+		if first {
 			// The first whole burst: see maxWholeSettle.
 			offset += max(maxPeriod-time.Since(began), 0)
 		}
@@ -740,7 +744,7 @@ func (b *burster) run() {
 			return
 		case <-time.After(offset):
 		}
-		if whole && wholes == 0 {
+		if first {
 			offset = 0 // its period starts here
 		}
 		took := time.Duration(0)
@@ -764,9 +768,7 @@ func (b *burster) run() {
 					duties[id] = duty
 				}
 			}
-			if whole {
-				wholes++
-			} else {
+			if !whole {
 				perBurst = cmp.Or(perBurst, float64(isFors))*(1-burstAverage) + float64(isFors)*burstAverage
 			}
 			b.m.log.Debug("hybrid: burst", "at", t0.Sub(b.s.start), "whole", whole, "for", isFors, "functions", len(funcs), "length", length,
@@ -783,10 +785,11 @@ func (b *burster) run() {
 		if whole {
 			// A window in which no call of a root ran cost the
 			// target only the attach and the detach.
+			cost := armed
 			if b.idle {
-				armed = 2 * attach
+				cost = 2 * attach
 			}
-			period = wholePeriodAfter(armed, b.s.cfg.Budget)
+			period = wholePeriodAfter(cost, b.s.cfg.Budget)
 		}
 		select {
 		case <-b.stop:
@@ -799,12 +802,11 @@ func (b *burster) run() {
 // wholePeriodAfter returns the period a whole burst whose probes were in
 // for armed belongs to: one in which they were in for burstShare of the
 // budget, at least burstPeriod and up to maxWholePeriod. A whole burst
-// slows the target for about as long as its probes are in (a request of
-// the parser spends nine tenths of its time in them, and the attach and
-// the detach stall it), and neither the samples nor the probes' calls
-// measure all of that; nor do the steady probes leave it the rest of the
-// budget they were predicted to (on the parser, pacing by them ran the
-// target 1.25x slower at 10%).
+// slows the target for about as long as its probes are in (every call
+// below the roots traps, and the attach and the detach stall it), and
+// neither the samples nor the probes' calls measure all of that; nor do
+// the steady probes leave it the rest of the budget they were predicted
+// to (paced by that, BenchmarkHybridJSONLong ran 1.37x at 10%).
 func wholePeriodAfter(armed time.Duration, budget float64) time.Duration {
 	return min(maxWholePeriod, max(burstPeriod, time.Duration(float64(armed)/(burstShare*budget)).Round(time.Millisecond)))
 }
@@ -1037,10 +1039,11 @@ catching:
 // has begun in it (up to maxWholeSettle/2) and then until as many calls
 // of the roots have ended as were running by then (up to
 // maxWholeSettle), going by the kernel's counts of both: with every
-// probe in, the event loop runs far behind the target (a request of the
-// parser makes 200,000 events, which take longer to take than to make),
-// and waiting for it to see the call end kept the probes in for several
-// more requests (a window of 1.4 s instead of 0.3). The event loop places
+// probe in, the event loop runs far behind the target (a whole burst on
+// the parser makes 200,000-300,000 events, which take longer to take
+// than to make), and waiting for it to see the call end kept the probes
+// in for several more requests (windows of 1.37 s, against 0.22-0.53 s
+// closed by the counts). The event loop places
 // the frames by their times later (burstLog.catching, fits). It sets
 // b.idle when no call of a root ran while it was open.
 func (b *burster) wholeWindow() error {
@@ -1122,10 +1125,14 @@ func (b *burster) Stop() {
 	<-b.done
 }
 
-// count returns how many bursts have ended.
-func (b *burster) count() int {
+// count returns how many bursts have ended, or how many of them were
+// whole.
+func (b *burster) count(whole bool) int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if whole {
+		return b.wholes
+	}
 	return b.bursts
 }
 

@@ -131,11 +131,7 @@ func (r *jsonRuns) report(b *testing.B, name string) {
 // a fresh jsonparse process, beside an un-probed twin.
 func jsonSession(b *testing.B, exe string, cfg daemon.Config) jsonRun {
 	const n = 1000 // requests per run: about half a second un-probed
-	probed, twin := startPinned(b, exe), startPinned(b, exe)
-	want := probed.Run(b, n) // warms both up
-	if got := twin.Run(b, n); got != want {
-		b.Fatalf("twin printed %q, first process %q", got, want)
-	}
+	probed, twin, want := startTwins(b, exe, n)
 	cfg.PID, cfg.Roots = probed.Pid(), []string{"handle_request"}
 	s, err := daemon.Start(cfg)
 	if err != nil {
@@ -179,6 +175,18 @@ func endJSONSession(b *testing.B, s *daemon.Session, run *jsonRun, procs ...*tes
 			run.settle = max(run.settle, float64(d.At.Milliseconds()))
 		}
 	}
+}
+
+// startTwins starts a target of exe to probe and its un-probed twin,
+// both pinned (startPinned), warms both up with n requests, and returns
+// what they printed, which must agree.
+func startTwins(b *testing.B, exe string, n int) (probed, twin *testtarget.Proc, want string) {
+	probed, twin = startPinned(b, exe), startPinned(b, exe)
+	want = probed.Run(b, n)
+	if got := twin.Run(b, n); got != want {
+		b.Fatalf("twin printed %q, first process %q", got, want)
+	}
+	return probed, twin, want
 }
 
 // startPinned starts exe pinned to the last CPU, where the benchmark's
@@ -281,11 +289,7 @@ const (
 // the functions it started demoted (predicted or remembered).
 func busySession(b *testing.B, exe string, cfg daemon.Config) jsonRun {
 	const n = 1000 // requests per steady run
-	probed, twin := startPinned(b, exe), startPinned(b, exe)
-	want := probed.Run(b, n) // warms both up
-	if got := twin.Run(b, n); got != want {
-		b.Fatalf("twin printed %q, first process %q", got, want)
-	}
+	probed, twin, want := startTwins(b, exe, n)
 	chunk := probed.Run(b, busyChunk)
 	cfg.PID, cfg.Roots = probed.Pid(), []string{"handle_request"}
 	// Chunks end one after another: a chunk starts when the one before
@@ -424,7 +428,9 @@ func BenchmarkHybridJSONCounts(b *testing.B) {
 			est += float64(smp.Value[0])
 			if e := smp.Label["count_error"]; len(e) == 1 {
 				var pct float64
-				fmt.Sscanf(e[0], "±%g%%", &pct)
+				if _, err := fmt.Sscanf(e[0], "±%g%%", &pct); err != nil {
+					b.Fatalf("%s: count_error %q: %v", ctx, e[0], err)
+				}
 				errSum += pct / 100 * float64(smp.Value[0])
 			}
 		}
@@ -461,11 +467,7 @@ func BenchmarkHybridJSONLong(b *testing.B) {
 	ratios, bursts := make([][]float64, len(budgets)), make([][]float64, len(budgets))
 	for range b.N {
 		for i, budget := range budgets {
-			probed, twin := startPinned(b, exe), startPinned(b, exe)
-			want := probed.Run(b, n)
-			if got := twin.Run(b, n); got != want {
-				b.Fatalf("twin printed %q, first process %q", got, want)
-			}
+			probed, twin, want := startTwins(b, exe, n)
 			s, err := daemon.Start(daemon.Config{PID: probed.Pid(), Roots: []string{"handle_request"}, Mode: daemon.ModeHybrid,
 				Budget: budget, Calibration: cal, Predict: true})
 			if err != nil {

@@ -124,8 +124,7 @@ func (s *Session) markSampledCounts(t *cct.Tree) {
 		switch st := s.stageOf(int(n.Func)); {
 		case st == StageSampled && s.burster != nil:
 			n.Incomplete = true
-		case n.Calls == 0:
-		case st != StageFull && int(n.Func) < len(funcs) && funcs[n.Func].Alloc != nil:
+		case n.Calls > 0 && st != StageFull && int(n.Func) < len(funcs) && funcs[n.Func].Alloc != nil:
 			// Its entries went silent when it turned to byte sampling.
 			n.Incomplete = true
 		}

@@ -589,7 +589,7 @@ func (s *Session) Progress() Progress {
 	}
 	if m != nil {
 		p.PredictedOverhead = m.predicted()
-		p.Bursts = s.burster.count()
+		p.Bursts = s.burster.count(false)
 	}
 	st, err := s.prog.Stats()
 	if final := s.final.Load(); final != nil {
