@@ -25,14 +25,7 @@ import (
 // it left out, and nothing may stay attached.
 func TestHybridPredicts(t *testing.T) {
 	requireRoot(t)
-	exe := testtarget.BuildJSONParse(t)
-	ref, target := testtarget.Start(t, exe), testtarget.Start(t, exe)
-	s, err := daemon.Start(daemon.Config{PID: target.Pid(), Roots: []string{"handle_request"}, Mode: daemon.ModeHybrid,
-		Budget: 0.10, Predict: true, Warnf: t.Logf})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s, target, ref, run := predictJSON(t, 0.10)
 	pl := s.Prepared().Plan
 	isWS := planFunc(t, pl, "json::is_ws(char)")
 	if p := s.Progress(); !p.Waiting || p.Functions != 0 || p.Probes != 0 {
@@ -40,12 +33,6 @@ func TestHybridPredicts(t *testing.T) {
 	}
 	if probedAt(t, target.Pid(), isWS) {
 		t.Error("json::is_ws probed before the root ran")
-	}
-	run := func(n int) {
-		t.Helper()
-		if got, want := target.Run(t, n), ref.Run(t, n); got != want {
-			t.Fatalf("output changed under the probes: %q, un-probed %q", got, want)
-		}
 	}
 	// Chunks of requests until the session has attached: the root must
 	// have run for predictWindow, some hundred requests.
@@ -116,21 +103,8 @@ func TestHybridPredicts(t *testing.T) {
 // the cross-checks must agree.
 func TestHybridWholeBursts(t *testing.T) {
 	requireRoot(t)
-	exe := testtarget.BuildJSONParse(t)
-	ref, target := testtarget.Start(t, exe), testtarget.Start(t, exe)
 	// At 30%, whole bursts come every 6-9 s (at 10%, every 20-30 s).
-	s, err := daemon.Start(daemon.Config{PID: target.Pid(), Roots: []string{"handle_request"}, Mode: daemon.ModeHybrid,
-		Budget: 0.30, Predict: true, Warnf: t.Logf})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	run := func(n int) {
-		t.Helper()
-		if got, want := target.Run(t, n), ref.Run(t, n); got != want {
-			t.Fatalf("output changed under the probes: %q, un-probed %q", got, want)
-		}
-	}
+	s, target, ref, run := predictJSON(t, 0.30)
 	for requests := 0; s.Progress().Bursts < 3; requests += 500 {
 		if requests > 200000 {
 			t.Fatalf("%d requests made: %+v", requests, s.Progress())
@@ -195,4 +169,25 @@ func TestHybridWholeBursts(t *testing.T) {
 func atoi(s string) int {
 	n, _ := strconv.Atoi(s)
 	return n
+}
+
+// predictJSON starts testdata/jsonparse twice and a predicting session
+// at budget on the first (closed when the test ends), and returns them
+// with run, which makes n requests of both and requires the same output.
+func predictJSON(t *testing.T, budget float64) (s *daemon.Session, target, ref *testtarget.Proc, run func(n int)) {
+	t.Helper()
+	exe := testtarget.BuildJSONParse(t)
+	ref, target = testtarget.Start(t, exe), testtarget.Start(t, exe)
+	s, err := daemon.Start(daemon.Config{PID: target.Pid(), Roots: []string{"handle_request"}, Mode: daemon.ModeHybrid,
+		Budget: budget, Predict: true, Warnf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s, target, ref, func(n int) {
+		t.Helper()
+		if got, want := target.Run(t, n), ref.Run(t, n); got != want {
+			t.Fatalf("output changed under the probes: %q, un-probed %q", got, want)
+		}
+	}
 }
