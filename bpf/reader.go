@@ -80,11 +80,12 @@ func (r *Reader) Stack(ev *Event) *Stack {
 	return &r.stacks[ev.Func]
 }
 
-const eventSize = int(unsafe.Sizeof(Event{}))
+// EventSize is the bytes an Event takes in the ring buffer.
+const EventSize = int(unsafe.Sizeof(Event{}))
 
 // isStack reports a KIND_STACK or KIND_SAMPLE record.
 func isStack(raw []byte) bool {
-	if len(raw) < eventSize {
+	if len(raw) < EventSize {
 		return false
 	}
 	k := Kind(raw[unsafe.Offsetof(Event{}.Kind)])
@@ -99,7 +100,7 @@ func decodeStack(raw []byte) (Event, Stack, error) {
 		return Event{}, Stack{}, fmt.Errorf("stack record of %d bytes", len(raw))
 	}
 	ev := (*Event)(unsafe.Pointer(&raw[0]))
-	regs := (*[4]uint64)(unsafe.Pointer(&raw[eventSize]))
+	regs := (*[4]uint64)(unsafe.Pointer(&raw[EventSize]))
 	n := int(ev.Func)
 	if n > StackMax || header+n > len(raw) {
 		return Event{}, Stack{}, fmt.Errorf("stack record of %d bytes claims %d bytes of stack", len(raw), n)
@@ -113,10 +114,10 @@ func decodeStack(raw []byte) (Event, Stack, error) {
 
 // appendEvents decodes a batch of events.
 func appendEvents(dst []Event, raw []byte) ([]Event, error) {
-	if len(raw)%eventSize != 0 {
-		return dst, fmt.Errorf("ring buffer record of %d bytes is not a batch of %d-byte events", len(raw), eventSize)
+	if len(raw)%EventSize != 0 {
+		return dst, fmt.Errorf("ring buffer record of %d bytes is not a batch of %d-byte events", len(raw), EventSize)
 	}
-	for off := 0; off < len(raw); off += eventSize {
+	for off := 0; off < len(raw); off += EventSize {
 		dst = append(dst, *(*Event)(unsafe.Pointer(&raw[off])))
 	}
 	return dst, nil

@@ -657,15 +657,20 @@ type burster struct {
 	done chan struct{}
 
 	// idle says no call of a root ran in the last whole window (set by
-	// wholeWindow, read by run: both on run's goroutine).
-	idle bool
+	// wholeWindow, read by run: both on run's goroutine); take is what
+	// that window took, and calls how many calls of the roots the next
+	// one waits for, at most maxCalls (see wholeCallsAfter).
+	idle            bool
+	take            wholeTake
+	calls, maxCalls int
 
-	mu     sync.Mutex
-	bursts int
-	wholes int           // of them whole (see run)
-	total  time.Duration // the bursts' windows, summed
-	err    error
-	armed  uint32 // bursts whose probes are going in, in or going out
+	mu         sync.Mutex
+	bursts     int
+	wholes     int           // of them whole (see run)
+	wholeCalls int           // the calls of the roots the whole ones took
+	total      time.Duration // the bursts' windows, summed
+	err        error
+	armed      uint32 // bursts whose probes are going in, in or going out
 }
 
 // setArmed adds delta to the bursts armed and tells the sampler, which
@@ -678,7 +683,7 @@ func (b *burster) setArmed(delta int) error {
 }
 
 func newBurster(s *Session, m *monitor, l *burstLog) *burster {
-	return &burster{s: s, m: m, log: l, stop: make(chan struct{}), done: make(chan struct{})}
+	return &burster{s: s, m: m, log: l, calls: minAnchorFrames, maxCalls: maxWholeCalls, stop: make(chan struct{}), done: make(chan struct{})}
 }
 
 // run starts a burst once per period, at a random point of it (so that
@@ -718,9 +723,10 @@ func (b *burster) run() {
 				set[f.ID] = true
 			}
 			funcs = all
-			// Long enough for a call of the roots to begin, with the
-			// one running at the attach slowed by every probe.
-			length = maxWholeSettle / 2
+			// Long enough for the calls of the roots it waits for
+			// to begin, with the one running at the attach slowed
+			// by every probe.
+			length = maxWholeSettle
 		} else {
 			if len(all) > 0 {
 				set, next = b.log.burstSet(all, next%len(all), n, b.m.sampledCallers())
@@ -771,8 +777,12 @@ func (b *burster) run() {
 			if !whole {
 				perBurst = cmp.Or(perBurst, float64(isFors))*(1-burstAverage) + float64(isFors)*burstAverage
 			}
-			b.m.log.Debug("hybrid: burst", "at", t0.Sub(b.s.start), "whole", whole, "for", isFors, "functions", len(funcs), "length", length,
-				"window", took, "attach", attach, "next_duty", duty)
+			args := []any{"at", t0.Sub(b.s.start), "whole", whole, "for", isFors, "functions", len(funcs), "length", length,
+				"window", took, "attach", attach, "next_duty", duty}
+			if whole {
+				args = append(args, "root_calls", b.take.calls, "root_calls_wanted", b.calls, "hits", b.take.hits)
+			}
+			b.m.log.Debug("hybrid: burst", args...)
 			// Detaching costs about what attaching did.
 			perFunc = 2 * attach / time.Duration(len(funcs))
 		}
@@ -790,6 +800,9 @@ func (b *burster) run() {
 				cost = 2 * attach
 			}
 			period = wholePeriodAfter(cost, b.s.cfg.Budget)
+			if !b.idle {
+				b.calls, b.maxCalls = wholeCallsAfter(b.take, attach, ringEvents(b.s.cfg.RingBytes), b.maxCalls)
+			}
 		}
 		select {
 		case <-b.stop:
@@ -809,6 +822,58 @@ func (b *burster) run() {
 // to (paced by that, BenchmarkHybridJSONLong ran 1.37x at 10%).
 func wholePeriodAfter(armed time.Duration, budget float64) time.Duration {
 	return min(maxWholePeriod, max(burstPeriod, time.Duration(float64(armed)/(burstShare*budget)).Round(time.Millisecond)))
+}
+
+// wholeTake is what a whole burst's window took: it opened at start and
+// closed at end (monotonic ns); calls of the roots began while it took
+// new ones, the first seen at first (0: none); the entry probes it was
+// for were hit hits times in it; lossy says the ring buffer lost events
+// while its probes were in.
+type wholeTake struct {
+	start, first, end uint64
+	calls             int
+	hits              uint64
+	lossy             bool
+}
+
+// maxWholeCalls bounds the calls of the roots a whole burst waits for.
+const maxWholeCalls = 32
+
+// wholeCallsAfter returns how many calls of the roots the whole burst
+// after the one that took t waits for, and the most any later one may
+// (ceiling, lowered for good by a window that lost events). Every whole
+// burst pays for its attach and its detach (attach each) and for the end
+// of the call that was running when it opened (its frames are not a
+// sample, see burstLog.fits), whatever it takes after: on the parser,
+// together, about as long as one call with every probe in (README). So
+// a burst takes enough calls for those to be a third of its time at
+// most, and at least minAnchorFrames, which gives every context it sees
+// an estimate from the first burst on. It takes no more calls than
+// would fill half the ring buffer, ring events, at the hits per call
+// measured (the event loop falls far behind a whole burst).
+func wholeCallsAfter(t wholeTake, attach time.Duration, ring int, ceiling int) (calls, newCeiling int) {
+	if t.lossy {
+		ceiling = max(1, min(ceiling, t.calls-1))
+	}
+	if t.calls == 0 || t.first <= t.start || t.end <= t.first {
+		return min(minAnchorFrames, ceiling), ceiling
+	}
+	perCall := float64(t.end-t.first) / float64(t.calls)
+	fixed := float64(t.first-t.start) + 2*float64(attach)
+	calls = int(math.Ceil(2 * fixed / perCall))
+	calls = min(max(calls, minAnchorFrames), maxWholeCalls)
+	// The window's hits came at about one rate, the end of the call it
+	// opened in included.
+	if hits := float64(t.hits) * perCall / float64(t.end-t.start); hits > 0 {
+		calls = min(calls, max(1, int(float64(ring)/2/hits)))
+	}
+	return min(calls, ceiling), ceiling
+}
+
+// ringEvents returns how many events a ring buffer of bytes (0: the
+// default) holds.
+func ringEvents(bytes int) int {
+	return cmp.Or(bytes, bpf.DefaultRingBytes) / bpf.EventSize
 }
 
 // burstAverage is the weight of the latest burst in perBurst's moving
@@ -944,9 +1009,12 @@ func (b *burster) burst(gen uint32, funcs []*plan.Func, set map[uint32]bool, len
 	start := monotonicNow()
 	if whole {
 		b.log.openWhole(inRead, start, length, set)
-		if err := b.wholeWindow(); err != nil {
+		take, err := b.wholeWindow(b.calls, length)
+		if err != nil {
 			s.cfg.warnf("burst of sampled instrumentation: %v", err)
 		}
+		b.take = take
+		b.take.start = start
 	} else {
 		b.log.open(inRead, start, length, set)
 		b.window(start, length)
@@ -974,6 +1042,14 @@ func (b *burster) burst(gen uint32, funcs []*plan.Func, set map[uint32]bool, len
 		// were in: its frames may lack calls.
 		b.log.lostLast()
 	}
+	if whole {
+		b.take.end, b.take.lossy = end, lostAfter > lostBefore
+		for _, id := range ids {
+			if j := 2 * int(id); j < len(outCalls) && j < len(inCalls) {
+				b.take.hits += outCalls[j] - min(inCalls[j], outCalls[j])
+			}
+		}
+	}
 	s.check.window(ids, inCalls, outCalls)
 	// What the burst cost as measured: its samples in the probe program
 	// and in the traps (those the event loop has placed by now).
@@ -982,6 +1058,7 @@ func (b *burster) burst(gen uint32, funcs []*plan.Func, set map[uint32]bool, len
 	b.bursts++
 	if whole {
 		b.wholes++
+		b.wholeCalls += b.take.calls
 	}
 	b.total += time.Duration(end - start)
 	b.mu.Unlock()
@@ -1035,21 +1112,22 @@ catching:
 	}
 }
 
-// wholeWindow holds a whole burst's window open until a call of a root
-// has begun in it (up to maxWholeSettle/2) and then until as many calls
-// of the roots have ended as were running by then (up to
+// wholeWindow holds a whole burst's window open until calls of the roots
+// have begun in it (up to length; fewer if that passes) and then until
+// as many calls of the roots have ended as were running by then (up to
 // maxWholeSettle), going by the kernel's counts of both: with every
 // probe in, the event loop runs far behind the target (a whole burst on
 // the parser makes 200,000-300,000 events, which take longer to take
 // than to make), and waiting for it to see the call end kept the probes
 // in for several more requests (windows of 1.37 s, against 0.22-0.53 s
-// closed by the counts). The event loop places
-// the frames by their times later (burstLog.catching, fits). It sets
-// b.idle when no call of a root ran while it was open.
-func (b *burster) wholeWindow() error {
+// closed by the counts). The event loop places the frames by their
+// times later (burstLog.catching, fits). It sets b.idle when no call of
+// a root ran while it was open, and returns what it took.
+func (b *burster) wholeWindow(calls int, length time.Duration) (wholeTake, error) {
+	var took wholeTake
 	st, err := b.s.prog.Stats()
 	if err != nil {
-		return err
+		return took, err
 	}
 	entered := st.RootEntries
 	// The calls running at the start (those of threads seeded at the
@@ -1059,23 +1137,30 @@ func (b *burster) wholeWindow() error {
 	b.idle = running == 0
 	tick := time.NewTicker(settlePoll)
 	defer tick.Stop()
-	catch := time.NewTimer(maxWholeSettle / 2)
+	catch := time.NewTimer(length)
 	defer catch.Stop()
-	for st.RootEntries == entered {
+catching:
+	for st.RootEntries-entered < uint64(calls) {
 		select {
 		case <-b.stop:
-			return nil
+			return took, nil
 		case <-catch.C:
-			b.log.stopCatching(monotonicNow())
-			return nil // no call of a root began
+			break catching
 		case <-tick.C:
 		}
 		if st, err = b.s.prog.Stats(); err != nil {
-			return err
+			return took, err
+		}
+		if took.first == 0 && st.RootEntries > entered {
+			took.first = monotonicNow()
 		}
 	}
-	b.idle = false
 	b.log.stopCatching(monotonicNow())
+	took.calls = int(st.RootEntries - entered)
+	if took.calls == 0 {
+		return took, nil // no call of a root began
+	}
+	b.idle = false
 	// Every call running at the start, and every one begun since, must
 	// have ended: as many exits.
 	need := running + st.RootEntries - entered
@@ -1084,16 +1169,16 @@ func (b *burster) wholeWindow() error {
 	for st.RootExits-exited < need {
 		select {
 		case <-b.stop:
-			return nil
+			return took, nil
 		case <-settle.C:
-			return nil
+			return took, nil
 		case <-tick.C:
 		}
 		if st, err = b.s.prog.Stats(); err != nil {
-			return err
+			return took, err
 		}
 	}
-	return nil
+	return took, nil
 }
 
 // burstSamples returns the samples taken in burst probes so far (in
@@ -1136,6 +1221,14 @@ func (b *burster) count(whole bool) int {
 	return b.bursts
 }
 
+// wholeCallsTaken returns how many calls of the roots the whole bursts
+// have taken.
+func (b *burster) wholeCallsTaken() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.wholeCalls
+}
+
 // summary says what the bursts did.
 func (b *burster) summary() string {
 	b.mu.Lock()
@@ -1145,7 +1238,7 @@ func (b *burster) summary() string {
 	}
 	whole := ""
 	if b.wholes > 0 {
-		whole = fmt.Sprintf(", %d of them whole: every demoted function's entry probes back for one whole call of the roots", b.wholes)
+		whole = fmt.Sprintf(", %d of them whole: every demoted function's entry probes back for whole calls of the roots, %d calls in all", b.wholes, b.wholeCalls)
 	}
 	if n := b.log.lossyWindows(); n > 0 {
 		whole += fmt.Sprintf("; %d lost events in the ring buffer and were left out", n)

@@ -782,6 +782,43 @@ func TestWholeBurst(t *testing.T) {
 	}
 }
 
+// TestWholeCalls checks how many calls of the roots the next whole burst
+// waits for: enough that its attach, detach and the end of the call it
+// opened in are a third of its time at most, at least minAnchorFrames,
+// at most what fills half the ring, and fewer for good after a loss.
+func TestWholeCalls(t *testing.T) {
+	const ms = uint64(time.Millisecond)
+	// The parser: the window opened 150 ms into a request, took 3 of
+	// 300 ms each, with 142,500 hits a call (1,050 ms of hits in all).
+	parser := wholeTake{start: 0, first: 150 * ms, end: 1050 * ms, calls: 3, hits: 498750}
+	short := wholeTake{start: 0, first: 2 * ms, end: 32 * ms, calls: 3, hits: 3200} // 10 ms calls
+	lossy := parser
+	lossy.lossy = true
+	for _, tc := range []struct {
+		name        string
+		take        wholeTake
+		attach      time.Duration
+		ring, ceil  int
+		want, wantC int
+	}{
+		{"none taken", wholeTake{}, 40 * time.Millisecond, 1 << 20, maxWholeCalls, minAnchorFrames, maxWholeCalls},
+		// 2×(150+90)/300 = 1.6: the least, 3.
+		{"parser", parser, 45 * time.Millisecond, 1 << 20, maxWholeCalls, 3, maxWholeCalls},
+		// Half of 2^18 events hold under one call.
+		{"parser, small ring", parser, 45 * time.Millisecond, 1 << 18, maxWholeCalls, 1, maxWholeCalls},
+		{"parser, lost", lossy, 45 * time.Millisecond, 1 << 20, maxWholeCalls, 2, 2},
+		// 2×(2+80)/10 = 16.4: 17.
+		{"short calls", short, 40 * time.Millisecond, 1 << 20, maxWholeCalls, 17, maxWholeCalls},
+		{"short calls, slow attach", short, 400 * time.Millisecond, 1 << 20, maxWholeCalls, maxWholeCalls, maxWholeCalls},
+		{"short calls, lost before", short, 40 * time.Millisecond, 1 << 20, 5, 5, 5},
+	} {
+		got, gotC := wholeCallsAfter(tc.take, tc.attach, tc.ring, tc.ceil)
+		if got != tc.want || gotC != tc.wantC {
+			t.Errorf("%s: wholeCallsAfter = %d, ceiling %d; want %d, %d", tc.name, got, gotC, tc.want, tc.wantC)
+		}
+	}
+}
+
 // TestBurstWholeWithin checks which frames a whole burst's window takes:
 // those inside the outermost frames it awaited. C was counted exactly
 // below A before its demotion, so its calls after it count per call of

@@ -361,10 +361,10 @@ func busySession(b *testing.B, exe string, cfg daemon.Config) jsonRun {
 // BenchmarkHybridJSONCounts measures how close the whole bursts'
 // estimates come to the truth on testdata/jsonparse: a predicting
 // session (nearly everything below the root starts demoted, so its
-// bursts are whole) at a 30% budget (whole bursts every 6-9 s, not 20-30
-// s as at 10%: the estimates rest on how many there were, not on how
-// fast they came) serves requests in chunks until
-// wholeBursts bursts have ended, and the estimated calls of json::is_ws,
+// bursts are whole) at a 30% budget (whole bursts every 20-25 s, not
+// 60 s as at 10%: the estimates rest on how many requests they took,
+// not on how fast) serves requests in chunks until the whole bursts
+// have taken wholeCalls requests, and the estimated calls of json::is_ws,
 // summed over its contexts, are set against the calls the program
 // counted in the requests after the attach. It reports, as medians: the
 // estimate over the truth (ws-ratio, the request chunk the attach fell
@@ -376,7 +376,9 @@ func BenchmarkHybridJSONCounts(b *testing.B) {
 	requireRoot(b)
 	exe := testtarget.BuildJSONParse(b)
 	cal := machineCalibration(b)
-	const wholeBursts = 5
+	// The per-request counts spread by about half their mean: 15
+	// requests make a sum's error 15%.
+	const wholeCalls = 15
 	var ratio, claimed, estimated, lower, secs []float64
 	for range b.N {
 		target := startPinned(b, exe)
@@ -403,7 +405,7 @@ func BenchmarkHybridJSONCounts(b *testing.B) {
 			}
 		}
 		var truth uint64
-		for s.Progress().Bursts < wholeBursts {
+		for s.Progress().WholeCalls < wholeCalls {
 			truth += ws(500)
 		}
 		p, err := s.Stop()

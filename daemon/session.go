@@ -131,9 +131,11 @@ type Progress struct {
 	CallsBefore uint64 `json:"calls_before,omitempty"`
 	// Demotions counts the functions hybrid mode demoted, Bursts the
 	// bursts of sampled instrumentation that have ended so far (their
-	// calls make the demoted functions' estimated counts).
-	Demotions int `json:"demotions"`
-	Bursts    int `json:"bursts"`
+	// calls make the demoted functions' estimated counts), and
+	// WholeCalls the calls of the roots whole bursts took.
+	Demotions  int `json:"demotions"`
+	Bursts     int `json:"bursts"`
+	WholeCalls int `json:"whole_calls,omitempty"`
 	// RootEntered says a thread has been inside a root: it entered one,
 	// or was inside one at the attach. OutsideHits counts the probe hits
 	// of threads outside every root, which cost and record nothing.
@@ -590,6 +592,7 @@ func (s *Session) Progress() Progress {
 	if m != nil {
 		p.PredictedOverhead = m.predicted()
 		p.Bursts = s.burster.count(false)
+		p.WholeCalls = s.burster.wholeCallsTaken()
 	}
 	st, err := s.prog.Stats()
 	if final := s.final.Load(); final != nil {
