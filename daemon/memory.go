@@ -232,8 +232,8 @@ func omitted(ds []demotion) func(f *plan.Func, part int) bool {
 // staleBursts is how many bursts must have had a function the prior
 // started demoted, none of them seeing it called, for its memory to go
 // stale (see memorize): one that runs in a fifth of the requests is
-// missing from 20 whole bursts' one request each about once in a hundred
-// sessions.
+// missing from 20 whole bursts of one request each about once in a
+// hundred sessions (0.8^20), and whole bursts take three or more.
 const staleBursts = 20
 
 // sessionEnd is what memorize takes of a stopped hybrid session.

@@ -808,7 +808,25 @@ func decodeAt(obj *symbolizer.Mapped, addr uint64) (x86.Inst, error) {
 	return x86.Decode(code, addr)
 }
 
-// Write prints the plan as a table, for --dry-run.
+// maxNameWidth bounds the function column of the plan's table: one
+// instantiation of a standard container's template spells out its
+// arguments in thousands of characters (3,447 in testdata/jsonparse),
+// and the table pads every row to its longest name.
+const maxNameWidth = 100
+
+// elide returns s, or its first and last runes with "…" between them
+// when it has more than n.
+func elide(s string, n int) string {
+	r := []rune(s)
+	if len(r) <= n {
+		return s
+	}
+	head := (n - 1) / 2
+	return string(r[:head]) + "…" + string(r[len(r)-(n-1-head):])
+}
+
+// Write prints the plan as a table, for --dry-run; names longer than
+// maxNameWidth keep their two ends.
 func (pl *Plan) Write(w io.Writer) error {
 	fmt.Fprintf(w, "%d functions, exits by %s", len(pl.Funcs), pl.Exits)
 	if pl.ExitsReason != "" {
@@ -844,7 +862,7 @@ func (pl *Plan) Write(w io.Writer) error {
 		case len(f.CallSites) > 0:
 			entry = plural(len(f.CallSites), "call site")
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", f.ID, f.Node.Func.Display, f.Node.Obj.Base(),
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", f.ID, elide(f.Node.Func.Display, maxNameWidth), f.Node.Obj.Base(),
 			entry, class, exitSummary(f), strings.Join(flags, "; "))
 	}
 	if err := tw.Flush(); err != nil {

@@ -181,3 +181,24 @@ func TestPlanSIMD(t *testing.T) {
 		}
 	}
 }
+
+func TestElide(t *testing.T) {
+	for _, tc := range []struct {
+		s    string
+		n    int
+		want string
+	}{
+		{"handle_request(int)", 100, "handle_request(int)"},
+		{"abcdefghij", 10, "abcdefghij"},
+		{"abcdefghijk", 10, "abcd…ghijk"},
+		{"std::map<ä, ö>::find()", 11, "std::…ind()"},
+	} {
+		got := elide(tc.s, tc.n)
+		if got != tc.want {
+			t.Errorf("elide(%q, %d) = %q, want %q", tc.s, tc.n, got, tc.want)
+		}
+		if n := len([]rune(got)); n > tc.n {
+			t.Errorf("elide(%q, %d) has %d runes", tc.s, tc.n, n)
+		}
+	}
+}
