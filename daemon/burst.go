@@ -47,8 +47,9 @@ const (
 	maxSettle  = maxBurst
 	settlePoll = time.Millisecond
 	// A whole burst's window waits up to maxWholeSettle for the roots'
-	// calls to end: with every demoted function's entries in, one takes
-	// a hundred times as long (hundreds of ms on the parser, README). Whole bursts come
+	// calls it takes to begin, and as long again for them to end: with
+	// every demoted function's entries in, one takes a hundred times as
+	// long (hundreds of ms on the parser, README). Whole bursts come
 	// at least every maxWholePeriod (see wholePeriodAfter), and the first
 	// after maxPeriod: before one has run, nothing says how long its
 	// probes will be in.
@@ -276,7 +277,7 @@ func (l *burstLog) fits(start, end uint64, within int) (k int, ok bool) {
 
 // lossLookback is how far back from the first event after a loss the
 // lost events may go: a thread's batch waits a few ms at most, and a
-// whole burst's window lasts up to maxWholeSettle and a half.
+// whole burst's window lasts up to twice maxWholeSettle.
 const lossLookback = 3 * maxWholeSettle
 
 // lost records that the ring buffer lost events up to t: every window
