@@ -150,7 +150,9 @@ enum {
 	STAT_SYNC_HITS = 15,	 // hits of the sync probe (__cxa_begin_catch), inside the root or not
 	STAT_ROOT_ENTRIES = 16,	 // threads entering a root
 	STAT_ROOT_EXITS = 17,	 // threads leaving one (returned, left, or exited)
-	STAT_MAX = 18,
+	STAT_AWAITED_ENTRIES = 18, // of the entries, those a whole burst's window awaits
+	STAT_AWAITED_EXITS = 19,   // the exits of those calls
+	STAT_MAX = 20,
 };
 
 struct kprofd_event {
@@ -202,6 +204,7 @@ struct kprofd_thread {
 	__u32 sigshadow;  // depth when the outermost of them started
 	__u32 busy;	  // the probe program runs on this thread: a sample now is kprofd's time
 	__u32 burst_gen;  // the burst this thread last had its stack captured in
+	__u32 awaited;	  // the whole window (whole_gen) awaiting its call of a root, 0: none
 	__u64 popped;	  // slot of the last frame an exit popped (uretprobes return once per tail call)
 	// A thread kprofd found running (its first hit, FLAG_SEED) waits for
 	// the daemon's verdict on its real stack: until then root_slot is
@@ -351,6 +354,13 @@ volatile __u32 burst_gen = 0;
 // How many bursts' probes are going in, are in, or are going out (kprofd
 // sets it): a sample in a trap then may be a burst's.
 volatile __u32 bursts_armed = 0;
+
+// A whole burst's window, numbered whole_gen, awaits the calls of the
+// roots that begin at or before catch_until (ktime ns; 0: no window
+// awaits any): it closes when as many of them have ended as began, each
+// counted on its own thread, not when as many calls of any thread ended.
+volatile __u32 whole_gen = 0;
+volatile __u64 catch_until = 0;
 
 // Set once the sync probe is detached (hybrid mode demoted it): the
 // samples then tell a thread that left its root by an exception caught
@@ -892,6 +902,16 @@ static __always_inline void seed(struct pt_regs *ctx, struct kprofd_thread *th, 
 	count(STAT_SEEDS_LOST, 1);
 }
 
+// left_root counts a thread leaving its root, and the end of the call a
+// whole window awaited, if it was one.
+static __always_inline void left_root(struct kprofd_thread *th)
+{
+	count(STAT_ROOT_EXITS, 1);
+	if (th->awaited && th->awaited == whole_gen)
+		count(STAT_AWAITED_EXITS, 1);
+	th->awaited = 0;
+}
+
 // leave_root tells the daemon that thread tid has left its root by now,
 // with no exit event (longjmp, an exception caught outside it): every
 // simulated frame ended (a sync event at the top of the stack).
@@ -905,7 +925,7 @@ static __always_inline void leave_root(struct kprofd_thread *th, __u64 now, __u3
 	th->root_slot = 0;
 	flush(th);
 	count(STAT_STALE_ROOT, 1);
-	count(STAT_ROOT_EXITS, 1);
+	left_root(th);
 }
 
 // root_overwritten reports, once the sync probe is gone (sample_root_rule),
@@ -1104,6 +1124,12 @@ static __always_inline void handle_thread(struct pt_regs *ctx, struct kprofd_thr
 		th->root_ret = 0;
 		bpf_probe_read_user(&th->root_ret, sizeof(th->root_ret), (void *)slot);
 		count(STAT_ROOT_ENTRIES, 1);
+		th->awaited = 0;
+		__u64 until = catch_until;
+		if (until && now <= until) {
+			th->awaited = whole_gen;
+			count(STAT_AWAITED_ENTRIES, 1);
+		}
 		th->last_check = now;
 		th->depth = 0;
 		th->sigdepth = 0;
@@ -1151,7 +1177,7 @@ static __always_inline void handle_thread(struct pt_regs *ctx, struct kprofd_thr
 	if ((kind == KIND_EXIT || kind == KIND_RETURN) && slot == th->root_slot) {
 		th->root_slot = 0;
 		flush(th);
-		count(STAT_ROOT_EXITS, 1);
+		left_root(th);
 		return;
 	}
 	int matched = shadow(th, kind, slot);
@@ -1222,7 +1248,7 @@ int kprofd_exec(void *ctx)
 	e->kind = KIND_THREAD_EXIT;
 	th->root_slot = 0;
 	flush(th);
-	count(STAT_ROOT_EXITS, 1);
+	left_root(th);
 	return 0;
 }
 

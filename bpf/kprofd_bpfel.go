@@ -76,7 +76,7 @@ type kprofdKprofdThread struct {
 	Sigshadow uint32
 	Busy      uint32
 	BurstGen  uint32
-	_         [4]byte
+	Awaited   uint32
 	Popped    uint64
 	Entered   uint64
 	AllocOut  uint64
@@ -115,6 +115,7 @@ const (
 	kprofdVarBatchAgeNs        = "batch_age_ns"
 	kprofdVarBurstGen          = "burst_gen"
 	kprofdVarBurstsArmed       = "bursts_armed"
+	kprofdVarCatchUntil        = "catch_until"
 	kprofdVarCheckIntervalNs   = "check_interval_ns"
 	kprofdVarCountCalls        = "count_calls"
 	kprofdVarGoG_tls           = "go_g_tls"
@@ -135,6 +136,7 @@ const (
 	kprofdVarUnusedStack       = "unused_stack"
 	kprofdVarUnusedThread      = "unused_thread"
 	kprofdVarWakeupBytes       = "wakeup_bytes"
+	kprofdVarWholeGen          = "whole_gen"
 )
 
 // loadKprofd returns the embedded CollectionSpec for kprofd.
@@ -216,6 +218,7 @@ type kprofdVariableSpecs struct {
 	BatchAgeNs      *ebpf.VariableSpec `ebpf:"batch_age_ns"`
 	BurstGen        *ebpf.VariableSpec `ebpf:"burst_gen"`
 	BurstsArmed     *ebpf.VariableSpec `ebpf:"bursts_armed"`
+	CatchUntil      *ebpf.VariableSpec `ebpf:"catch_until"`
 	CheckIntervalNs *ebpf.VariableSpec `ebpf:"check_interval_ns"`
 	CountCalls      *ebpf.VariableSpec `ebpf:"count_calls"`
 	GoG_tls         *ebpf.VariableSpec `ebpf:"go_g_tls"`
@@ -236,6 +239,7 @@ type kprofdVariableSpecs struct {
 	UnusedStack     *ebpf.VariableSpec `ebpf:"unused_stack"`
 	UnusedThread    *ebpf.VariableSpec `ebpf:"unused_thread"`
 	WakeupBytes     *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
+	WholeGen        *ebpf.VariableSpec `ebpf:"whole_gen"`
 }
 
 // kprofdObjects contains all objects after they have been loaded into the kernel.
@@ -300,6 +304,7 @@ type kprofdVariables struct {
 	BatchAgeNs      *ebpf.Variable `ebpf:"batch_age_ns"`
 	BurstGen        *ebpf.Variable `ebpf:"burst_gen"`
 	BurstsArmed     *ebpf.Variable `ebpf:"bursts_armed"`
+	CatchUntil      *ebpf.Variable `ebpf:"catch_until"`
 	CheckIntervalNs *ebpf.Variable `ebpf:"check_interval_ns"`
 	CountCalls      *ebpf.Variable `ebpf:"count_calls"`
 	GoG_tls         *ebpf.Variable `ebpf:"go_g_tls"`
@@ -320,6 +325,7 @@ type kprofdVariables struct {
 	UnusedStack     *ebpf.Variable `ebpf:"unused_stack"`
 	UnusedThread    *ebpf.Variable `ebpf:"unused_thread"`
 	WakeupBytes     *ebpf.Variable `ebpf:"wakeup_bytes"`
+	WholeGen        *ebpf.Variable `ebpf:"whole_gen"`
 }
 
 // kprofdPrograms contains all programs after they have been loaded into the kernel.

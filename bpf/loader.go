@@ -120,6 +120,11 @@ type Stats struct {
 	// it): a burst waits by them for the roots' calls it took to end
 	// without waiting for their events.
 	RootEntries, RootExits uint64
+	// AwaitedEntries counts the root entries a whole burst's window
+	// awaited (SetWholeWindow), AwaitedExits those calls' ends: by the
+	// two a window waits for its own calls, whatever other threads' calls
+	// do meanwhile.
+	AwaitedEntries, AwaitedExits uint64
 	// Outside counts probe hits of threads outside every root: they cost
 	// the target and record nothing.
 	Outside uint64
@@ -149,6 +154,8 @@ const (
 	statSyncHits
 	statRootEntries
 	statRootExits
+	statAwaitedEntries
+	statAwaitedExits
 	statMax
 )
 
@@ -342,7 +349,8 @@ func (p *Program) Stats() (Stats, error) {
 		statOutside: &s.Outside, statSeeds: &s.Seeds, statSeedsLost: &s.SeedsLost,
 		statTrapSamples: &s.TrapSamples, statBurstTrapSamples: &s.BurstTrapSamples,
 		statOutsideTrapSamples: &s.OutsideTrapSamples, statSyncHits: &s.SyncHits,
-		statRootEntries: &s.RootEntries, statRootExits: &s.RootExits}
+		statRootEntries: &s.RootEntries, statRootExits: &s.RootExits,
+		statAwaitedEntries: &s.AwaitedEntries, statAwaitedExits: &s.AwaitedExits}
 	for i, dst := range counters {
 		var perCPU []uint64
 		if err := p.objs.Stats.Lookup(uint32(i), &perCPU); err != nil {
@@ -743,6 +751,21 @@ func (p *Program) SetBurst(gen uint32) error {
 func (p *Program) SetBurstsArmed(n uint32) error {
 	if err := p.objs.BurstsArmed.Set(n); err != nil {
 		return fmt.Errorf("setting bursts_armed: %w", err)
+	}
+	return nil
+}
+
+// SetWholeWindow makes the calls of the roots that begin at or before
+// until (monotonic ns; 0: none, math.MaxUint64: all from now) the
+// whole burst window gen's (not 0): Stats counts them and their ends in
+// AwaitedEntries and AwaitedExits. A new gen forgets the calls of the
+// windows before.
+func (p *Program) SetWholeWindow(gen uint32, until uint64) error {
+	if err := p.objs.WholeGen.Set(gen); err != nil {
+		return fmt.Errorf("setting whole_gen: %w", err)
+	}
+	if err := p.objs.CatchUntil.Set(until); err != nil {
+		return fmt.Errorf("setting catch_until: %w", err)
 	}
 	return nil
 }

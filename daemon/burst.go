@@ -1007,10 +1007,23 @@ func (b *burster) burst(gen uint32, funcs []*plan.Func, set map[uint32]bool, len
 	// load and the cross-check.
 	inRead := monotonicNow()
 	inCalls, inErr := s.prog.CallCounts(nil, nids)
+	var base bpf.Stats
+	if whole {
+		// The kernel counts the calls of the roots the window awaits
+		// from here on (see wholeWindow).
+		if base, err = s.prog.Stats(); err == nil {
+			err = s.prog.SetWholeWindow(gen, math.MaxUint64)
+		}
+		if err != nil {
+			closeAll(links)
+			b.log.disarm(armed, monotonicNow())
+			return 0, 0, 0, errors.Join(err, b.setArmed(-1))
+		}
+	}
 	start := monotonicNow()
 	if whole {
 		b.log.openWhole(inRead, start, length, set)
-		take, err := b.wholeWindow(b.calls, length)
+		take, err := b.wholeWindow(gen, base, b.calls, length)
 		if err != nil {
 			s.cfg.warnf("burst of sampled instrumentation: %v", err)
 		}
@@ -1113,35 +1126,33 @@ catching:
 	}
 }
 
-// wholeWindow holds a whole burst's window open until calls of the roots
-// have begun in it (up to length; fewer if that passes) and then until
-// as many calls of the roots have ended as were running by then (up to
-// maxWholeSettle), going by the kernel's counts of both: with every
-// probe in, the event loop runs far behind the target (a whole burst on
-// the parser makes 200,000-300,000 events, which take longer to take
-// than to make), and waiting for it to see the call end kept the probes
-// in for several more requests (windows of 1.37 s, against 0.22-0.53 s
-// closed by the counts). The event loop places the frames by their
-// times later (burstLog.catching, fits). It sets b.idle when no call of
-// a root ran while it was open, and returns what it took.
-func (b *burster) wholeWindow(calls int, length time.Duration) (wholeTake, error) {
+// wholeWindow holds whole burst gen's window open until calls of the
+// roots have begun in it (up to length; fewer if that passes) and then
+// until they have ended (up to maxWholeSettle), going by the kernel's
+// counts of both since base (bpf.Stats.AwaitedEntries, AwaitedExits):
+// with every probe in, the event loop runs far behind the target (a
+// whole burst on the parser makes 150,000-200,000 events a request,
+// which take longer to take than to make), and waiting for it to see the
+// calls end kept the probes in for several more requests (windows of
+// 1.37 s, against 0.22-0.53 s closed by the counts, one request each).
+// The kernel counts the ends of the calls the window awaited, each on its
+// own thread: counting every thread's calls, another thread's short
+// call, begun after the window stopped taking new ones, could stand for
+// an awaited one still running. The event loop places the frames by
+// their times later (burstLog.catching, fits). It sets b.idle when no
+// call of a root was running at base and none began while it was open,
+// and returns what it took.
+func (b *burster) wholeWindow(gen uint32, base bpf.Stats, calls int, length time.Duration) (wholeTake, error) {
 	var took wholeTake
-	st, err := b.s.prog.Stats()
-	if err != nil {
-		return took, err
-	}
-	entered := st.RootEntries
-	// The calls running at the start (those of threads seeded at the
-	// attach are counted as entered).
-	running := st.RootEntries - min(st.RootExits, st.RootEntries)
-	exited := st.RootExits
-	b.idle = running == 0
+	b.idle = base.RootEntries <= base.RootExits
+	st := base
 	tick := time.NewTicker(settlePoll)
 	defer tick.Stop()
 	catch := time.NewTimer(length)
 	defer catch.Stop()
+	var err error
 catching:
-	for st.RootEntries-entered < uint64(calls) {
+	for st.AwaitedEntries-base.AwaitedEntries < uint64(calls) {
 		select {
 		case <-b.stop:
 			return took, nil
@@ -1152,22 +1163,20 @@ catching:
 		if st, err = b.s.prog.Stats(); err != nil {
 			return took, err
 		}
-		if took.first == 0 && st.RootEntries > entered {
+		if took.first == 0 && st.AwaitedEntries > base.AwaitedEntries {
 			took.first = monotonicNow()
 		}
 	}
-	b.log.stopCatching(monotonicNow())
-	took.calls = int(st.RootEntries - entered)
-	if took.calls == 0 {
-		return took, nil // no call of a root began
+	stop := monotonicNow()
+	b.log.stopCatching(stop)
+	if err := b.s.prog.SetWholeWindow(gen, stop); err != nil {
+		return took, err
 	}
-	b.idle = false
-	// Every call running at the start, and every one begun since, must
-	// have ended: as many exits.
-	need := running + st.RootEntries - entered
+	// A call that began by stop may still be counted a moment after:
+	// the counts are read again after the next tick.
 	settle := time.NewTimer(maxWholeSettle)
 	defer settle.Stop()
-	for st.RootExits-exited < need {
+	for {
 		select {
 		case <-b.stop:
 			return took, nil
@@ -1178,8 +1187,15 @@ catching:
 		if st, err = b.s.prog.Stats(); err != nil {
 			return took, err
 		}
+		took.calls = int(st.AwaitedEntries - base.AwaitedEntries)
+		if took.calls == 0 {
+			return took, nil // no call of a root began
+		}
+		b.idle = false
+		if st.AwaitedExits-base.AwaitedExits >= st.AwaitedEntries-base.AwaitedEntries {
+			return took, nil
+		}
 	}
-	return took, nil
 }
 
 // burstSamples returns the samples taken in burst probes so far (in

@@ -26,3 +26,24 @@ func DropSync(s *Session) error {
 	}
 	return errors.New("the sync probe's demotion was not recorded within 10 s")
 }
+
+// SetWholeWindow marks the calls of the roots of session s that begin by
+// until (math.MaxUint64: all from now; 0: none) as whole window gen's,
+// as a whole burst does, and returns the kernel's counts of such calls
+// begun and ended so far.
+func SetWholeWindow(s *Session, gen uint32, until uint64) (entries, exits uint64, err error) {
+	if err := s.prog.SetWholeWindow(gen, until); err != nil {
+		return 0, 0, err
+	}
+	return AwaitedCounts(s)
+}
+
+// AwaitedCounts returns the kernel's counts of the calls of the roots of
+// session s that whole windows awaited, and of their ends.
+func AwaitedCounts(s *Session) (entries, exits uint64, err error) {
+	st, err := s.prog.Stats()
+	return st.AwaitedEntries, st.AwaitedExits, err
+}
+
+// MonotonicNow is the events' clock now.
+func MonotonicNow() uint64 { return monotonicNow() }
