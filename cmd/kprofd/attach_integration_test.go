@@ -608,7 +608,7 @@ func TestAttachHybrid(t *testing.T) {
 		t.Errorf("a line per demotion without -v:\n%s", stderr)
 	}
 	tree := k.stdout.String()
-	for _, re := range []string{`(?m)^ *[≥~]?\d+ +~\S+ +~\S+ +│  └─ hot_leaf$`, `(?m)^ *0 +~\S+ +~\S+ +├─ untraced$`, `(?m)^ *10 +\d\S* +\d\S* +├─ heavy_rare$`} {
+	for _, re := range []string{`(?m)^ *[≥~]?\d+ +(±\S+ +)?~\S+ +~\S+ +│  └─ hot_leaf$`, `(?m)^ *0 +~\S+ +~\S+ +├─ untraced$`, `(?m)^ *10 +\d\S* +\d\S* +├─ heavy_rare$`} {
 		if !regexp.MustCompile(re).MatchString(tree) {
 			t.Errorf("the tree does not match %s:\n%s", re, tree)
 		}
@@ -640,7 +640,7 @@ func TestAttachHybrid(t *testing.T) {
 	if stderr := k.stderr.String(); !regexp.MustCompile(`(?m)^kprofd: started with \d+ functions? demoted \(\d+ to sampling.*\), as the last session on this executable and roots ended \(--remember=false to start fully probed\)$`).MatchString(stderr) {
 		t.Errorf("the second session does not say it started from the first one's demotions:\n%s", stderr)
 	}
-	if tree := k.stdout.String(); !regexp.MustCompile(`(?m)^ *[≥~]?\d+ +~\S+ +~\S+ +│  └─ hot_leaf$`).MatchString(tree) {
+	if tree := k.stdout.String(); !regexp.MustCompile(`(?m)^ *[≥~]?\d+ +(±\S+ +)?~\S+ +~\S+ +│  └─ hot_leaf$`).MatchString(tree) {
 		t.Errorf("the second session's tree does not estimate hot_leaf:\n%s", tree)
 	}
 	p = readProfile(t, out)

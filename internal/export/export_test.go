@@ -271,8 +271,9 @@ func TestTextFromThreadsOnly(t *testing.T) {
 }
 
 // sampledProfile is testProfile with compute's memcpy demoted: its node
-// estimated from 30 samples of 1 µs, and an unprobed context main;compute;
-// memcpy;memmove that only samples found.
+// estimated from 30 samples of 1 µs, its calls from bursts (±12.5%), and
+// an unprobed context main;compute;memcpy;memmove that only samples
+// found.
 func sampledProfile() *cct.Profile {
 	p := testProfile(false)
 	p.SamplePeriod = time.Microsecond
@@ -281,6 +282,8 @@ func sampledProfile() *cct.Profile {
 	mc := compute.Lookup(fMemcpy)
 	mc.Estimated = true
 	mc.Samples = 20
+	// Its 10 calls estimated from bursts.
+	mc.CallsEstimated, mc.CallsError = true, 0.125
 	mm := mc.Child(fUnused)
 	mm.Estimated = true
 	mm.Samples = 10

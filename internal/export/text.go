@@ -31,7 +31,9 @@ type TreeOptions struct {
 //
 // Times estimated from samples and estimated calls (Node.CallsEstimated)
 // are marked with a leading ~, calls that are a lower bound
-// (Node.Incomplete) with ≥, and a context that holds calls folded past the
+// (Node.Incomplete) with ≥; a tree with estimated calls has a ±calls
+// column, their relative standard errors (Node.CallsError, as the pprof
+// label count_error has them); and a context that holds calls folded past the
 // node budget (Node.Folded) says how many after its name. An allocation
 // profile (p.Alloc) adds the blocks and bytes allocated in each context
 // and below it, and the bytes of them still in use.
@@ -39,6 +41,10 @@ func WriteTree(w io.Writer, p *cct.Profile, opt TreeOptions) error {
 	t := treeOf(p)
 	_, total := t.Total()
 	header := []string{"calls", "total", "self"}
+	errs := hasEstimatedCalls(t.Root)
+	if errs {
+		header = slices.Insert(header, 1, "±calls")
+	}
 	var incl map[*cct.Node]allocs
 	if p.Alloc {
 		header = append(header, allocHeader...)
@@ -74,6 +80,9 @@ func WriteTree(w io.Writer, p *cct.Profile, opt TreeOptions) error {
 				estimated(ch.Estimated) + Duration(ch.Wall),
 				selfTime(ch.Self(), ch.SelfError, ch.Estimated),
 			}
+			if errs {
+				row = slices.Insert(row, 1, callsError(ch))
+			}
 			if p.Alloc {
 				row = append(row, incl[ch].columns()...)
 			}
@@ -107,16 +116,19 @@ func WriteTree(w io.Writer, p *cct.Profile, opt TreeOptions) error {
 // functions with the most self time (all functions if n <= 0): calls,
 // self, self%, cum, cum% and function. A function's cum is its inclusive
 // time, counted once per calling context: a recursive call inside the
-// function adds nothing.
+// function adds nothing. With estimated calls, a ±calls column bounds the
+// relative standard error of each function's (≤: its contexts' errors
+// added up).
 func WriteTop(w io.Writer, p *cct.Profile, n int) error {
 	t := treeOf(p)
 	_, total := t.Total()
 	type stat struct {
 		id               cct.FuncID
 		calls, self, cum uint64
-		selfErr          uint64 // the compensated self time's error bound
-		estimated        bool   // some of its time comes from samples
-		callsEstimated   bool   // some of its calls are estimates
+		selfErr          uint64  // the compensated self time's error bound
+		estimated        bool    // some of its time comes from samples
+		callsEstimated   bool    // some of its calls are estimates
+		callsErr         float64 // their standard errors, in calls, summed
 		allocs           allocs
 	}
 	stats := make(map[cct.FuncID]*stat)
@@ -133,6 +145,9 @@ func WriteTop(w io.Writer, p *cct.Profile, n int) error {
 		st.selfErr += n.SelfError
 		st.estimated = st.estimated || n.Estimated
 		st.callsEstimated = st.callsEstimated || n.CallsEstimated
+		if n.CallsEstimated {
+			st.callsErr += n.CallsError * float64(n.Calls)
+		}
 		st.allocs.add(n)
 		if onPath[n.Func] == 0 {
 			st.cum += n.Wall
@@ -159,6 +174,10 @@ func WriteTop(w io.Writer, p *cct.Profile, n int) error {
 		list = list[:n]
 	}
 	header := []string{"calls", "self", "self%", "cum", "cum%"}
+	errs := slices.ContainsFunc(list, func(st *stat) bool { return st.callsEstimated })
+	if errs {
+		header = slices.Insert(header, 1, "±calls")
+	}
 	if p.Alloc {
 		header = append(header, allocHeader...)
 	}
@@ -170,6 +189,16 @@ func WriteTop(w io.Writer, p *cct.Profile, n int) error {
 			percent(st.self, total),
 			estimated(st.estimated) + Duration(st.cum),
 			percent(st.cum, total),
+		}
+		if errs {
+			// The contexts' errors rest on the same bursts: their sum
+			// bounds the function's (the standard deviation of a sum
+			// is at most the sum of theirs).
+			e := ""
+			if st.callsEstimated {
+				e = "≤" + CountError(st.callsErr/max(float64(st.calls), 1))
+			}
+			row = slices.Insert(row, 1, e)
 		}
 		if p.Alloc {
 			row = append(row, st.allocs.columns()...)
@@ -380,6 +409,26 @@ func estimated(e bool) string {
 		return "~"
 	}
 	return ""
+}
+
+// hasEstimatedCalls reports whether any node below n has an estimated
+// count.
+func hasEstimatedCalls(n *cct.Node) bool {
+	for _, ch := range n.Children {
+		if ch.CallsEstimated || hasEstimatedCalls(ch) {
+			return true
+		}
+	}
+	return false
+}
+
+// callsError formats an estimated count's relative standard error, as the
+// count_error label has it ("±2.5%"); blank for an exact count.
+func callsError(n *cct.Node) string {
+	if !n.CallsEstimated {
+		return ""
+	}
+	return CountError(n.CallsError)
 }
 
 // folded notes the calls folded into a context past the node budget.
