@@ -784,8 +784,8 @@ func TestWholeBurst(t *testing.T) {
 
 // TestWholeCalls checks how many calls of the roots the next whole burst
 // waits for: enough that its attach, detach and the end of the call it
-// opened in are a third of its time at most, at least minAnchorFrames,
-// at most what fills half the ring, and fewer for good after a loss.
+// opened in are a third of its time at most, at least one, at most what
+// fills half the ring, and fewer for good after a loss.
 func TestWholeCalls(t *testing.T) {
 	const ms = uint64(time.Millisecond)
 	// The parser: the window opened 150 ms into a request, took 3 of
@@ -794,6 +794,10 @@ func TestWholeCalls(t *testing.T) {
 	short := wholeTake{start: 0, first: 2 * ms, end: 32 * ms, calls: 3, hits: 3200} // 10 ms calls
 	lossy := parser
 	lossy.lossy = true
+	shortLossy := short
+	shortLossy.lossy = true
+	between := parser
+	between.first = 10 * ms
 	for _, tc := range []struct {
 		name        string
 		take        wholeTake
@@ -801,12 +805,15 @@ func TestWholeCalls(t *testing.T) {
 		ring, ceil  int
 		want, wantC int
 	}{
-		{"none taken", wholeTake{}, 40 * time.Millisecond, 1 << 20, maxWholeCalls, minAnchorFrames, maxWholeCalls},
-		// 2×(150+90)/300 = 1.6: the least, 3.
-		{"parser", parser, 45 * time.Millisecond, 1 << 20, maxWholeCalls, 3, maxWholeCalls},
+		{"none taken", wholeTake{}, 40 * time.Millisecond, 1 << 20, maxWholeCalls, 1, maxWholeCalls},
+		// 2×(150+90)/300 = 1.6.
+		{"parser", parser, 45 * time.Millisecond, 1 << 20, maxWholeCalls, 2, maxWholeCalls},
+		// 2×(10+10)/347 = 0.12.
+		{"parser, opened between requests", between, 5 * time.Millisecond, 1 << 20, maxWholeCalls, 1, maxWholeCalls},
 		// Half of 2^18 events hold under one call.
 		{"parser, small ring", parser, 45 * time.Millisecond, 1 << 18, maxWholeCalls, 1, maxWholeCalls},
 		{"parser, lost", lossy, 45 * time.Millisecond, 1 << 20, maxWholeCalls, 2, 2},
+		{"short calls, lost", shortLossy, 40 * time.Millisecond, 1 << 20, maxWholeCalls, 2, 2},
 		// 2×(2+80)/10 = 16.4: 17.
 		{"short calls", short, 40 * time.Millisecond, 1 << 20, maxWholeCalls, 17, maxWholeCalls},
 		{"short calls, slow attach", short, 400 * time.Millisecond, 1 << 20, maxWholeCalls, maxWholeCalls, maxWholeCalls},
