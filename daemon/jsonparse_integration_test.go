@@ -361,8 +361,8 @@ func busySession(b *testing.B, exe string, cfg daemon.Config) jsonRun {
 // BenchmarkHybridJSONCounts measures how close the whole bursts'
 // estimates come to the truth on testdata/jsonparse: a predicting
 // session (nearly everything below the root starts demoted, so its
-// bursts are whole) at a 30% budget (whole bursts every 20-25 s, not
-// 60 s as at 10%: the estimates rest on how many requests they took,
+// bursts are whole) at a 30% budget (whole bursts every 7-13 s, not
+// 20-40 s as at 10%: the estimates rest on how many requests they took,
 // not on how fast) serves requests in chunks until the whole bursts
 // have taken wholeCalls requests, and the estimated calls of json::is_ws,
 // summed over its contexts, are set against the calls the program

@@ -92,7 +92,7 @@ func TestHybridPredicts(t *testing.T) {
 
 // TestHybridWholeBursts runs a predicting session on testdata/jsonparse
 // until its whole bursts have taken enough requests to estimate from
-// (the first one takes minAnchorFrames, 3): with a thousand functions
+// (minAnchorFrames, 3): with a thousand functions
 // demoted at the start, most below others that are, bursts taken in
 // turn would reach few of them, so each burst has every demoted
 // function's entries back for whole requests.
@@ -105,8 +105,8 @@ func TestHybridPredicts(t *testing.T) {
 func TestHybridWholeBursts(t *testing.T) {
 	requireRoot(t)
 	// The first whole burst comes 2 s after the bursts start, whatever
-	// the budget; at 30% a second, were the first cut short, comes
-	// 20-25 s later (at 10%, 60 s).
+	// the budget, and takes one request; at 30% the next come every
+	// 7-13 s and take one or two each (at 10%, every 20-40 s).
 	s, target, ref, run := predictJSON(t, 0.30)
 	for requests := 0; s.Progress().WholeCalls < 3; requests += 500 {
 		if requests > 200000 {
