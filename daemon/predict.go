@@ -110,14 +110,15 @@ func (s *Session) rootsCounted() (calls, samples uint64, err error) {
 	return c[2*id], st.TargetSamples, err
 }
 
-// awaitRoots waits for the roots to be called, counts their calls for
-// predictWindow, attaches the plan's probes with the prior's demotions
-// left out (attachAll) and starts the event loop. Stop ends the wait; a
-// failure is warned of at once, and Stop returns it.
-func (s *Session) awaitRoots(model *costModel, opt attachOptions) {
+// awaitRoots waits for the roots to be called (their calls counted from
+// base), counts their calls for predictWindow, attaches the plan's
+// probes with the prior's demotions left out (attachAll) and starts the
+// event loop. Stop ends the wait; a failure is warned of at once, and
+// Stop returns it.
+func (s *Session) awaitRoots(model *costModel, opt attachOptions, base uint64) {
 	defer close(s.awaitDone)
 	defer s.markAttached()
-	err := s.awaitAndAttach(model, opt)
+	err := s.awaitAndAttach(model, opt, base)
 	if err != nil {
 		s.cfg.warnf("%v", err)
 	}
@@ -127,12 +128,12 @@ func (s *Session) awaitRoots(model *costModel, opt attachOptions) {
 	go s.run()
 }
 
-// awaitAndAttach is awaitRoots but for the event loop.
-func (s *Session) awaitAndAttach(model *costModel, opt attachOptions) (err error) {
-	base, _, err := s.rootsCounted()
-	if err != nil {
-		return err
-	}
+// awaitAndAttach is awaitRoots but for the event loop. base is the
+// counting probes' count before they went in: read here, on a goroutine
+// that may start late, it missed the calls made meanwhile (up to a dozen
+// of the parser's, in TestHybridPredicts on a loaded machine), which
+// were then in neither the profile nor the count before it.
+func (s *Session) awaitAndAttach(model *costModel, opt attachOptions, base uint64) (err error) {
 	defer func() {
 		// What the counting probes saw is what the profile lacks: close
 		// them once the roots' own probes count.

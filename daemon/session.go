@@ -313,10 +313,15 @@ func StartPrepared(pr *Prepared, cfg Config) (_ *Session, err error) {
 		// Nothing to start from: count the roots' calls first, and
 		// attach the rest once they have run (predict.go). A root
 		// entry the kernel refuses is for attachPlan to place again.
-		cerr := s.countRoots()
+		// The count starts before the probes go in: every call they
+		// count is one the profile lacks.
+		base, _, cerr := s.rootsCounted()
+		if cerr == nil {
+			cerr = s.countRoots()
+		}
 		if cerr == nil {
 			s.awaitStop, s.awaitDone = make(chan struct{}), make(chan struct{})
-			go s.awaitRoots(model, opt)
+			go s.awaitRoots(model, opt, base)
 			return s, nil
 		}
 		cfg.warnf("attaching every probe at once: %v", errors.Join(cerr, closeAll(s.counting)))
