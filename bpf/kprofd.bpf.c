@@ -152,7 +152,8 @@ enum {
 	STAT_ROOT_EXITS = 17,	 // threads leaving one (returned, left, or exited)
 	STAT_AWAITED_ENTRIES = 18, // of the entries, those a whole burst's window awaits
 	STAT_AWAITED_EXITS = 19,   // the exits of those calls
-	STAT_MAX = 20,
+	STAT_BURST_DROPPED = 20,   // burst probe hits dropped: the ring buffer was crowded
+	STAT_MAX = 21,
 };
 
 struct kprofd_event {
@@ -395,6 +396,12 @@ volatile const __u32 target_tgid;
 // Wake the reader once this many bytes wait in the ring buffer; below it,
 // the reader finds the events when it polls (every few tens of ms).
 volatile const __u64 wakeup_bytes = 256 << 10;
+
+// A burst's events are samples, exact events are not: past this many
+// bytes waiting in the ring buffer (half of it), a burst probe's hit is
+// dropped, so that the roots' and the probed functions' events keep
+// the rest when the reader falls behind a whole burst.
+volatile const __u64 burst_ring_limit = 0;
 // Flush a batch whose first event is older than this.
 volatile const __u64 batch_age_ns = 10 * 1000 * 1000;
 // Capture a thread's real stack at most this often to check its simulated
@@ -1153,6 +1160,14 @@ static __always_inline void handle_thread(struct pt_regs *ctx, struct kprofd_thr
 
 	__u8 flags = 0;
 	if (cookie & COOKIE_BURST) {
+		if (burst_ring_limit && bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) > burst_ring_limit) {
+			// The thread's next batch says events went missing
+			// (FLAG_LOST_BEFORE): the burst's windows then take no
+			// frame after it.
+			th->lost++;
+			count(STAT_BURST_DROPPED, 1);
+			return;
+		}
 		flags = FLAG_BURST;
 		__u32 gen = burst_gen;
 		if (th->burst_gen != gen && !go_mode) {

@@ -114,6 +114,7 @@ const (
 	kprofdProgKprofdSingle     = "kprofd_single"
 	kprofdVarBatchAgeNs        = "batch_age_ns"
 	kprofdVarBurstGen          = "burst_gen"
+	kprofdVarBurstRingLimit    = "burst_ring_limit"
 	kprofdVarBurstsArmed       = "bursts_armed"
 	kprofdVarCatchUntil        = "catch_until"
 	kprofdVarCheckIntervalNs   = "check_interval_ns"
@@ -217,6 +218,7 @@ type kprofdMapSpecs struct {
 type kprofdVariableSpecs struct {
 	BatchAgeNs      *ebpf.VariableSpec `ebpf:"batch_age_ns"`
 	BurstGen        *ebpf.VariableSpec `ebpf:"burst_gen"`
+	BurstRingLimit  *ebpf.VariableSpec `ebpf:"burst_ring_limit"`
 	BurstsArmed     *ebpf.VariableSpec `ebpf:"bursts_armed"`
 	CatchUntil      *ebpf.VariableSpec `ebpf:"catch_until"`
 	CheckIntervalNs *ebpf.VariableSpec `ebpf:"check_interval_ns"`
@@ -303,6 +305,7 @@ func (m *kprofdMaps) Close() error {
 type kprofdVariables struct {
 	BatchAgeNs      *ebpf.Variable `ebpf:"batch_age_ns"`
 	BurstGen        *ebpf.Variable `ebpf:"burst_gen"`
+	BurstRingLimit  *ebpf.Variable `ebpf:"burst_ring_limit"`
 	BurstsArmed     *ebpf.Variable `ebpf:"bursts_armed"`
 	CatchUntil      *ebpf.Variable `ebpf:"catch_until"`
 	CheckIntervalNs *ebpf.Variable `ebpf:"check_interval_ns"`

@@ -125,6 +125,11 @@ type Stats struct {
 	// two a window waits for its own calls, whatever other threads' calls
 	// do meanwhile.
 	AwaitedEntries, AwaitedExits uint64
+	// BurstDropped counts burst probe hits dropped because the ring
+	// buffer was half full: a burst's events are samples, and leave
+	// the rest to exact ones. The thread's next event says events went
+	// missing (FlagLostBefore).
+	BurstDropped uint64
 	// Outside counts probe hits of threads outside every root: they cost
 	// the target and record nothing.
 	Outside uint64
@@ -156,6 +161,7 @@ const (
 	statRootExits
 	statAwaitedEntries
 	statAwaitedExits
+	statBurstDropped
 	statMax
 )
 
@@ -206,6 +212,9 @@ func Load(cfg Config) (*Program, error) {
 	}
 	if err := spec.Variables[kprofdVarTargetTgid].Set(uint32(cfg.PID)); err != nil {
 		return nil, fmt.Errorf("setting target_tgid: %w", err)
+	}
+	if err := spec.Variables[kprofdVarBurstRingLimit].Set(uint64(cfg.RingBytes / 2)); err != nil {
+		return nil, fmt.Errorf("setting burst_ring_limit: %w", err)
 	}
 	if err := spec.Variables[kprofdVarWakeupBytes].Set(uint64(cfg.WakeupBytes)); err != nil {
 		return nil, fmt.Errorf("setting wakeup_bytes: %w", err)
@@ -350,7 +359,7 @@ func (p *Program) Stats() (Stats, error) {
 		statTrapSamples: &s.TrapSamples, statBurstTrapSamples: &s.BurstTrapSamples,
 		statOutsideTrapSamples: &s.OutsideTrapSamples, statSyncHits: &s.SyncHits,
 		statRootEntries: &s.RootEntries, statRootExits: &s.RootExits,
-		statAwaitedEntries: &s.AwaitedEntries, statAwaitedExits: &s.AwaitedExits}
+		statAwaitedEntries: &s.AwaitedEntries, statAwaitedExits: &s.AwaitedExits, statBurstDropped: &s.BurstDropped}
 	for i, dst := range counters {
 		var perCPU []uint64
 		if err := p.objs.Stats.Lookup(uint32(i), &perCPU); err != nil {

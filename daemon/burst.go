@@ -1142,7 +1142,9 @@ catching:
 // The kernel counts the ends of the calls the window awaited, each on its
 // own thread: counting every thread's calls, another thread's short
 // call, begun after the window stopped taking new ones, could stand for
-// an awaited one still running. The event loop places the frames by
+// an awaited one still running. A window in which the probe program
+// dropped burst hits (the ring buffer half full) closes at once: its
+// frames are left out. The event loop places the frames by
 // their times later (burstLog.catching, fits). It sets b.idle when no
 // call of a root was running at base and none began while it was open,
 // and returns what it took.
@@ -1170,6 +1172,9 @@ catching:
 		if took.first == 0 && st.AwaitedEntries > base.AwaitedEntries {
 			took.first = monotonicNow()
 		}
+		if st.BurstDropped > base.BurstDropped {
+			break catching // its frames are lost: the sooner out, the better
+		}
 	}
 	stop := monotonicNow()
 	b.log.stopCatching(stop)
@@ -1196,7 +1201,7 @@ catching:
 			return took, nil // no call of a root began
 		}
 		b.idle = false
-		if st.AwaitedExits-base.AwaitedExits >= st.AwaitedEntries-base.AwaitedEntries {
+		if st.AwaitedExits-base.AwaitedExits >= st.AwaitedEntries-base.AwaitedEntries || st.BurstDropped > base.BurstDropped {
 			return took, nil
 		}
 	}
@@ -1204,13 +1209,14 @@ catching:
 
 // burstSamples returns the samples taken in burst probes so far (in
 // their program and in their traps, both counted in the kernel) and the
-// events the ring buffer lost so far.
+// events the ring buffer lost so far, or the probe program dropped to
+// keep its room for exact events.
 func (b *burster) burstSamples() (samples, lost uint64, err error) {
 	st, err := b.s.prog.Stats()
 	if err != nil {
 		return 0, 0, err
 	}
-	return st.BurstSamples + st.BurstTrapSamples, st.Lost, nil
+	return st.BurstSamples + st.BurstTrapSamples, st.Lost + st.BurstDropped, nil
 }
 
 // burstDuty returns the share of each period the next burst may take:

@@ -398,6 +398,9 @@ func (s *Session) comments(st bpf.Stats) []string {
 		c = append(c, fmt.Sprintf("bursts saw %d calls of demoted functions in their windows (%d more while their probes went in or out, not counted); real stacks put back %d frames entered before a burst",
 			ss.BurstCalls, ss.BurstOutside, ss.Resynced))
 	}
+	if st.BurstDropped > 0 {
+		c = append(c, fmt.Sprintf("%d calls the bursts' probes saw were dropped with the ring buffer half full (the rest is kept for exact events): the windows they fell in are left out of the estimates", st.BurstDropped))
+	}
 	if st.StacksLost > 0 {
 		c = append(c, fmt.Sprintf("WARNING: %d stack captures dropped (ring buffer full)", st.StacksLost))
 	}
