@@ -47,4 +47,3 @@ func AwaitedCounts(s *Session) (entries, exits uint64, err error) {
 
 // MonotonicNow is the events' clock now.
 func MonotonicNow() uint64 { return monotonicNow() }
-
