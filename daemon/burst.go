@@ -1268,7 +1268,7 @@ func (b *burster) summary() string {
 		whole = fmt.Sprintf(", %d of them whole: every demoted function's entry probes back for whole calls of the roots, %d calls in all", b.wholes, b.wholeCalls)
 	}
 	if n := b.log.lossyWindows(); n > 0 {
-		whole += fmt.Sprintf("; %d lost events in the ring buffer and were left out", n)
+		whole += fmt.Sprintf("; %d of their windows missed events (the ring buffer full, or half full and burst hits dropped) and were left out", n)
 	}
 	return fmt.Sprintf("%d bursts of sampled instrumentation (%s of entry probes of the functions demoted to sampling, one burst per %s or more%s); "+
 		"the calls of a context they saw per call of its nearest caller still probed, or of its caller demoted with it, in at least %d of that caller's calls that began and ended inside a burst, times that caller's calls, make its estimated count (~ in text views, pprof labels timing=estimated and count_error); "+
