@@ -317,6 +317,20 @@ func (l *burstLog) lossyWindows() int {
 	return n
 }
 
+// last returns the index of the latest window.
+func (l *burstLog) last() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.windows) - 1
+}
+
+// isLossy reports whether window k missed events (see lost).
+func (l *burstLog) isLossy(k int) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return k < len(l.windows) && l.windows[k].lossy
+}
+
 // isWhole reports whether window k is a whole burst's.
 func (l *burstLog) isWhole(k int) bool {
 	l.mu.Lock()
@@ -1027,12 +1041,11 @@ func (b *burster) burst(gen uint32, funcs []*plan.Func, set map[uint32]bool, len
 	start := monotonicNow()
 	if whole {
 		b.log.openWhole(inRead, start, length, set)
-		take, err := b.wholeWindow(gen, base, b.calls, length)
+		take, err := b.wholeWindow(gen, base, start, b.calls, length)
 		if err != nil {
 			s.cfg.warnf("burst of sampled instrumentation: %v", err)
 		}
 		b.take = take
-		b.take.start = start
 	} else {
 		b.log.open(inRead, start, length, set)
 		b.window(start, length)
@@ -1068,7 +1081,7 @@ func (b *burster) burst(gen uint32, funcs []*plan.Func, set map[uint32]bool, len
 			}
 		}
 	}
-	s.check.window(ids, inCalls, outCalls)
+	s.check.window(b.log.last(), ids, inCalls, outCalls)
 	// What the burst cost as measured: its samples in the probe program
 	// and in the traps (those the event loop has placed by now).
 	measured := float64(after-before) * float64(s.sampler.Period)
@@ -1130,10 +1143,11 @@ catching:
 	}
 }
 
-// wholeWindow holds whole burst gen's window open until calls of the
-// roots have begun in it (up to length; fewer if that passes) and then
-// until they have ended (up to maxWholeSettle), going by the kernel's
-// counts of both since base (bpf.Stats.AwaitedEntries, AwaitedExits):
+// wholeWindow holds whole burst gen's window, open since start, until
+// calls of the roots have begun in it (up to length; fewer if that
+// passes) and then until they have ended (up to maxWholeSettle), going
+// by the kernel's counts of both since base (bpf.Stats.AwaitedEntries,
+// AwaitedExits):
 // with every probe in, the event loop runs far behind the target (a
 // whole burst on the parser makes 150,000-200,000 events a request,
 // which take longer to take than to make), and waiting for it to see the
@@ -1148,8 +1162,8 @@ catching:
 // their times later (burstLog.catching, fits). It sets b.idle when no
 // call of a root was running at base and none began while it was open,
 // and returns what it took.
-func (b *burster) wholeWindow(gen uint32, base bpf.Stats, calls int, length time.Duration) (wholeTake, error) {
-	var took wholeTake
+func (b *burster) wholeWindow(gen uint32, base bpf.Stats, start uint64, calls int, length time.Duration) (wholeTake, error) {
+	took := wholeTake{start: start}
 	b.idle = base.RootEntries <= base.RootExits
 	st := base
 	tick := time.NewTicker(settlePoll)

@@ -661,7 +661,7 @@ func TestBurstBudget(t *testing.T) {
 // before the window), and it makes W an anchor that counts from that
 // window on, whose first awaited frame is after it.
 func TestBurstWhole(t *testing.T) {
-	w, nc, nd := wholeBursts(false)
+	w, nc, nd, _ := wholeBursts(false)
 	if w == nil || w.Calls != 9 {
 		t.Fatalf("W: %v, want 9 exact calls", w)
 	}
@@ -679,17 +679,50 @@ func TestBurstWhole(t *testing.T) {
 // three) take no frame after it, too few calls of W are left to estimate
 // from, and C and D are lower bounds of the calls seen.
 func TestBurstWholeLossy(t *testing.T) {
-	_, nc, nd := wholeBursts(true)
+	_, nc, nd, tallies := wholeBursts(true)
 	if nc.CallsEstimated || !nc.Incomplete || nc.Calls != 35 || nd.CallsEstimated || !nd.Incomplete || nd.Calls != 6 {
 		t.Errorf("C: %d calls, estimated %v, incomplete %v; D: %d calls, estimated %v, incomplete %v; want 35 and 6 seen, lower bounds",
 			nc.Calls, nc.CallsEstimated, nc.Incomplete, nd.Calls, nd.CallsEstimated, nd.Incomplete)
+	}
+	// The loss marks every window within lossLookback before it, here
+	// all three: the cross-check leaves them out (see TestTalliesLossy).
+	if c, d := tallies[uint32(C)].seen, tallies[uint32(D)].seen; c != 0 || d != 0 {
+		t.Errorf("events tallied for the cross-check: C %d, D %d; want none", c, d)
+	}
+}
+
+// TestTalliesLossy checks that the events the cross-check sets against
+// the kernel's counters leave out a window that missed events (the
+// burster found the kernel's lost or dropped count risen while its probes
+// were in): as the estimates do, since the probe program drops a burst's
+// hits on purpose once the ring buffer is half full.
+func TestTalliesLossy(t *testing.T) {
+	l, b, _, handle, burst := burstSimulator()
+	l.demoteUnprobed(uint32(C), 10)
+	whole := map[uint32]bool{uint32(C): true}
+	for k, n := range []int{3, 5} {
+		at := uint64(1000 * (k + 1))
+		l.openWhole(0, at, time.Millisecond, whole)
+		handle(in(at+1, 1000, W))
+		for i := range n {
+			burst(at+2+uint64(i), 800, C)
+		}
+		handle(out(at+20, 1000, W))
+		l.close(at + 100)
+	}
+	if got := b.tallies()[uint32(C)].seen; got != 8 {
+		t.Errorf("before the loss: %d events tallied, want 8", got)
+	}
+	l.lostLast()
+	if got := b.tallies()[uint32(C)].seen; got != 3 {
+		t.Errorf("after the last window lost events: %d events tallied, want the first window's 3", got)
 	}
 }
 
 // wholeBursts drives the simulator through TestBurstWhole's bursts,
 // losing events in the last window if lose, and returns W's, C's and
-// D's nodes.
-func wholeBursts(lose bool) (w, nc, nd *cct.Node) {
+// D's nodes, and what the event loop tallied for the cross-check.
+func wholeBursts(lose bool) (w, nc, nd *cct.Node, tallies map[uint32]eventTally) {
 	l, b, s, handle, burst := burstSimulator()
 	l.demoteUnprobed(uint32(C), 10)
 	l.demoteUnprobed(uint32(D), 10)
@@ -738,7 +771,7 @@ func wholeBursts(lose bool) (w, nc, nd *cct.Node) {
 	b.estimate()
 
 	w = s.Merged().Root.Lookup(W)
-	return w, w.Lookup(A).Lookup(C), w.Lookup(D)
+	return w, w.Lookup(A).Lookup(C), w.Lookup(D), b.tallies()
 }
 
 // TestWholeBurst checks when bursts turn whole: when taking the demoted

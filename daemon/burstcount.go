@@ -62,8 +62,10 @@ type burstCounts struct {
 	last   uint64
 	// exactAt holds, by function id, the calls of its contexts counted
 	// exactly up to its demotion, and edges its calls seen at the
-	// windows' edges (see counterCheck).
+	// windows' edges; seenIn, by window, the calls seen in it (see
+	// counterCheck).
 	exactAt, edges map[uint32]uint64
+	seenIn         []map[uint32]uint64
 }
 
 type burstAcc struct {
@@ -353,6 +355,13 @@ func (b *burstCounts) count(n *cct.Node, phys uint32, t uint64, anchor, outer, t
 	a := b.acc(n)
 	a.seen++
 	a.phys = phys
+	for len(b.seenIn) <= k {
+		b.seenIn = append(b.seenIn, nil)
+	}
+	if b.seenIn[k] == nil {
+		b.seenIn[k] = map[uint32]uint64{}
+	}
+	b.seenIn[k][phys]++
 	if top == anchor || top != nil && (top.flags&frameBurst == 0 || top.node != n.Parent) {
 		// The parent is the anchor, or no burst saw it called.
 		top = nil
@@ -628,11 +637,14 @@ func (b *burstCounts) tallies() map[uint32]eventTally {
 	for _, id := range b.physOf {
 		out[id] = eventTally{exact: b.exactAt[id], edges: b.edges[id]}
 	}
-	for _, a := range b.accs {
-		if a.seen > 0 { // a.phys is set with the first
-			t := out[a.phys]
-			t.seen += a.seen
-			out[a.phys] = t
+	for k, seen := range b.seenIn {
+		if b.log.isLossy(k) {
+			continue
+		}
+		for id, n := range seen {
+			t := out[id]
+			t.seen += n
+			out[id] = t
 		}
 	}
 	return out
