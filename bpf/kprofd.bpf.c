@@ -402,6 +402,7 @@ volatile const __u64 wakeup_bytes = 256 << 10;
 // dropped, so that the roots' and the probed functions' events keep
 // the rest when the reader falls behind a whole burst.
 volatile const __u64 burst_ring_limit = 0;
+
 // Flush a batch whose first event is older than this.
 volatile const __u64 batch_age_ns = 10 * 1000 * 1000;
 // Capture a thread's real stack at most this often to check its simulated

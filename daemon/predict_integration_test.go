@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/kprofd/kprofd/daemon"
+	"github.com/kprofd/kprofd/internal/cct"
 	"github.com/kprofd/kprofd/internal/export"
 	"github.com/kprofd/kprofd/internal/testtarget"
 )
@@ -34,34 +35,14 @@ func TestHybridPredicts(t *testing.T) {
 	if probedAt(t, target.Pid(), isWS) {
 		t.Error("json::is_ws probed before the root ran")
 	}
-	// Chunks of requests until the session has attached: the root must
-	// have run for predictWindow, some hundred requests.
-	requests := 0
-	for attached := false; !attached; {
-		if requests > 100000 {
-			t.Fatalf("not attached after %d requests: %+v", requests, s.Progress())
-		}
-		run(20)
-		requests += 20
-		select {
-		case <-s.Attached():
-			attached = true
-		default:
-		}
-	}
+	requests := runUntilAttached(t, s, run)
 	const after = 1000
 	run(after)
 	requests += after
-	before := s.Progress().CallsBefore
-	p := stopAndCheckGone(t, s, target.Pid())
-	target.Exit(t)
-	ref.Exit(t)
 	// A whole burst may come while the requests run (2 s after the
 	// attach): its events are samples, and must not crowd out the
-	// root's, which the count below needs.
-	if lost := s.Progress().Lost; lost > 0 {
-		t.Errorf("%d events lost: %q", lost, p.Comments)
-	}
+	// root's, which the count needs.
+	p, before := stopCountingRequests(t, s, target, ref, requests, after)
 
 	ds := s.Demotions()
 	predicted := 0
@@ -75,15 +56,6 @@ func TestHybridPredicts(t *testing.T) {
 		t.Errorf("json::is_ws: demotion %+v, want predicted to sampling at the attach", ds[min(max(i, 0), len(ds)-1)])
 	} else {
 		t.Logf("%d functions predicted, %d demotions in all; %s", predicted, len(ds), ds[i])
-	}
-	// Every request after the attach is in the profile, every one before
-	// it counted: their sum is the requests made, give or take the few
-	// counted both ways while the attach ended.
-	counts := testtarget.PprofCounts(roundTrip(t, p), nil)
-	got := counts["handle_request(int)"]
-	t.Logf("handle_request: %d calls in the profile, %d before the attach, %d requests made", got, before, requests)
-	if got < after || got > uint64(requests) || got+before < uint64(requests) {
-		t.Errorf("handle_request: %d calls in the profile, %d before the attach; %d requests made, %d of them after it", got, before, requests, after)
 	}
 	want := fmt.Sprintf("the profile counts from the attach: %d calls of handle_request ran before it", before)
 	if !slices.ContainsFunc(p.Comments, func(c string) bool { return strings.HasPrefix(c, want) }) {
@@ -185,18 +157,7 @@ func TestHybridWholeBursts(t *testing.T) {
 func TestHybridBurstsKeepExactEvents(t *testing.T) {
 	requireRoot(t)
 	s, target, ref, run := predictJSON(t, 0.30, 2<<20)
-	requests := 0
-	for attached := false; !attached; requests += 20 {
-		if requests > 100000 {
-			t.Fatalf("not attached after %d requests: %+v", requests, s.Progress())
-		}
-		run(20)
-		select {
-		case <-s.Attached():
-			attached = true
-		default:
-		}
-	}
+	requests := runUntilAttached(t, s, run)
 	after := 0
 	for ; s.Progress().Bursts < 2; after += 500 {
 		if after > 200000 {
@@ -205,22 +166,53 @@ func TestHybridBurstsKeepExactEvents(t *testing.T) {
 		run(500)
 	}
 	requests += after
-	before := s.Progress().CallsBefore
-	p := stopAndCheckGone(t, s, target.Pid())
-	target.Exit(t)
-	ref.Exit(t)
-	if lost := s.Progress().Lost; lost > 0 {
-		t.Errorf("%d events lost", lost)
-	}
+	p, _ := stopCountingRequests(t, s, target, ref, requests, after)
 	comment := strings.Join(p.Comments, "\n")
 	m := regexp.MustCompile(`(?m)^(\d+) calls the bursts' probes saw were dropped with the ring buffer half full`).FindStringSubmatch(comment)
 	if m == nil || atoi(m[1]) == 0 {
 		t.Errorf("no burst hits dropped: %s", burstComment(p))
 	}
+}
+
+// stopCountingRequests stops predicting session s on target (and ref, its
+// twin), and requires that no event was lost and that every request is
+// counted: of the requests made, the last after ran after the attach and
+// are in the profile, and every one before it was counted; the sum is
+// the requests made, give or take the few counted both ways while the
+// attach ended. It returns the profile and the calls before the attach.
+func stopCountingRequests(t *testing.T, s *daemon.Session, target, ref *testtarget.Proc, requests, after int) (*cct.Profile, uint64) {
+	t.Helper()
+	before := s.Progress().CallsBefore
+	p := stopAndCheckGone(t, s, target.Pid())
+	target.Exit(t)
+	ref.Exit(t)
+	if lost := s.Progress().Lost; lost > 0 {
+		t.Errorf("%d events lost: %s", lost, burstComment(p))
+	}
 	got := testtarget.PprofCounts(roundTrip(t, p), nil)["handle_request(int)"]
-	t.Logf("handle_request: %d calls in the profile, %d before the attach, %d requests made; %s", got, before, requests, burstComment(p))
+	t.Logf("handle_request: %d calls in the profile, %d before the attach, %d requests made", got, before, requests)
 	if got < uint64(after) || got > uint64(requests) || got+before < uint64(requests) {
 		t.Errorf("handle_request: %d calls in the profile, %d before the attach; %d requests made, %d of them after it", got, before, requests, after)
+	}
+	return p, before
+}
+
+// runUntilAttached makes requests with run, in chunks of 20, until the
+// predicting session s has attached (its root must have run for
+// predictWindow, some hundred requests), and returns how many it made.
+func runUntilAttached(t *testing.T, s *daemon.Session, run func(n int)) int {
+	t.Helper()
+	for requests := 0; ; {
+		if requests > 100000 {
+			t.Fatalf("not attached after %d requests: %+v", requests, s.Progress())
+		}
+		run(20)
+		requests += 20
+		select {
+		case <-s.Attached():
+			return requests
+		default:
+		}
 	}
 }
 
