@@ -671,8 +671,8 @@ type burster struct {
 	stop chan struct{}
 	done chan struct{}
 
-	// idle says no call of a root ran in the last whole window (set by
-	// wholeWindow, read by run: both on run's goroutine); take is what
+	// idle says no call of a root ran in the last window (set by burst
+	// and wholeWindow, read by run: all on run's goroutine); take is what
 	// that window took, and calls how many calls of the roots the next
 	// one waits for, at most maxCalls (see wholeCallsAfter).
 	idle            bool
@@ -806,14 +806,16 @@ func (b *burster) run() {
 		// in the window: with hundreds of functions demoted, attaching
 		// them takes longer than the window.
 		armed := took + 2*attach
-		period := burstPeriodAfter(armed, duty)
+		// A window in which no call of a root ran cost the target
+		// only the attach and the detach: an idle target (a server
+		// between requests) is not to hold the bursts off for seconds
+		// of its next work.
+		cost := armed
+		if b.idle {
+			cost = 2 * attach
+		}
+		period := burstPeriodAfter(cost, duty)
 		if whole {
-			// A window in which no call of a root ran cost the
-			// target only the attach and the detach.
-			cost := armed
-			if b.idle {
-				cost = 2 * attach
-			}
 			period = wholePeriodAfter(cost, b.s.cfg.Budget)
 			if !b.idle {
 				b.calls, b.maxCalls = wholeCallsAfter(b.take, attach, ringEvents(b.s.cfg.RingBytes), b.maxCalls)
@@ -1025,18 +1027,16 @@ func (b *burster) burst(gen uint32, funcs []*plan.Func, set map[uint32]bool, len
 	// load and the cross-check.
 	inRead := monotonicNow()
 	inCalls, inErr := s.prog.CallCounts(nil, nids)
-	var base bpf.Stats
-	if whole {
-		// The kernel counts the calls of the roots the window awaits
-		// from here on (see wholeWindow).
-		if base, err = s.prog.Stats(); err == nil {
-			err = s.prog.SetWholeWindow(gen, math.MaxUint64)
-		}
-		if err != nil {
-			closeAll(links)
-			b.log.disarm(armed, monotonicNow())
-			return 0, 0, 0, errors.Join(err, b.setArmed(-1))
-		}
+	// The kernel counts the calls of the roots a whole window awaits
+	// from here on (see wholeWindow).
+	base, err := s.prog.Stats()
+	if err == nil && whole {
+		err = s.prog.SetWholeWindow(gen, math.MaxUint64)
+	}
+	if err != nil {
+		closeAll(links)
+		b.log.disarm(armed, monotonicNow())
+		return 0, 0, 0, errors.Join(err, b.setArmed(-1))
 	}
 	start := monotonicNow()
 	if whole {
@@ -1049,6 +1049,10 @@ func (b *burster) burst(gen uint32, funcs []*plan.Func, set map[uint32]bool, len
 	} else {
 		b.log.open(inRead, start, length, set)
 		b.window(start, length)
+		// No call of a root ran while its probes were in: they cost
+		// the target their attach and detach alone.
+		st, err := s.prog.Stats()
+		b.idle = err == nil && base.RootEntries <= base.RootExits && st.RootEntries == base.RootEntries
 	}
 	end := monotonicNow()
 	b.log.close(end)
