@@ -65,7 +65,7 @@ demo: build
 	$(DEMO)/hybrid < $(DEMO)/hybrid.in > /dev/null & pid=$$!; exec 3>$(DEMO)/hybrid.in; \
 	trap "kill $$pid 2>/dev/null; rm -f $(DEMO)/hybrid.in" EXIT; sleep 0.3; \
 	$(KPROFD) attach -p $$pid --root handle_request --exclude ':untraced$$' -o $(DEMO)/hybrid.pb.gz & k=$$!; \
-	sleep 1; echo "run 200" >&3; echo exit >&3; wait $$k
+	sleep 1; echo "run 600" >&3; echo exit >&3; wait $$k
 
 clean:
 	rm -rf $(BIN)
