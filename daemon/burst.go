@@ -1151,21 +1151,20 @@ catching:
 // calls of the roots have begun in it (up to length; fewer if that
 // passes) and then until they have ended (up to maxWholeSettle), going
 // by the kernel's counts of both since base (bpf.Stats.AwaitedEntries,
-// AwaitedExits):
-// with every probe in, the event loop runs far behind the target (a
-// whole burst on the parser makes 150,000-200,000 events a request,
-// which take longer to take than to make), and waiting for it to see the
-// calls end kept the probes in for several more requests (windows of
-// 1.37 s, against 0.22-0.53 s closed by the counts, one request each).
-// The kernel counts the ends of the calls the window awaited, each on its
-// own thread: counting every thread's calls, another thread's short
-// call, begun after the window stopped taking new ones, could stand for
-// an awaited one still running. A window in which the probe program
-// dropped burst hits (the ring buffer half full) closes at once: its
-// frames are left out. The event loop places the frames by
-// their times later (burstLog.catching, fits). It sets b.idle when no
-// call of a root was running at base and none began while it was open,
-// and returns what it took.
+// AwaitedExits). With every probe in, the event loop runs far behind
+// the target (a whole burst on the parser makes 150,000-200,000 events
+// a request, which take longer to take than to make), and waiting for
+// it to see the calls end kept the probes in for several more requests
+// (windows of 1.37 s, against 0.22-0.53 s closed by the counts, one
+// request each). The kernel counts the ends of the calls the window
+// awaited, each on its own thread: counting every thread's calls,
+// another thread's short call, begun after the window stopped taking
+// new ones, could stand for an awaited one still running. A window in
+// which the probe program dropped burst hits (the ring buffer half
+// full) closes at once: its frames are left out. The event loop places
+// the frames by their times later (burstLog.catching, fits). It sets
+// b.idle when no call of a root was running at base and none began
+// while it was open, and returns what it took.
 func (b *burster) wholeWindow(gen uint32, base bpf.Stats, start uint64, calls int, length time.Duration) (wholeTake, error) {
 	took := wholeTake{start: start}
 	b.idle = base.RootEntries <= base.RootExits
