@@ -153,7 +153,8 @@ enum {
 	STAT_AWAITED_ENTRIES = 18, // of the entries, those a whole burst's window awaits
 	STAT_AWAITED_EXITS = 19,   // the exits of those calls
 	STAT_BURST_DROPPED = 20,   // burst probe hits dropped: the ring buffer was crowded
-	STAT_MAX = 21,
+	STAT_OUTSIDE_CALLEE_SAMPLES = 21, // samples of threads outside every root in another function's probe
+	STAT_MAX = 22,
 };
 
 struct kprofd_event {
@@ -206,6 +207,8 @@ struct kprofd_thread {
 	__u32 busy;	  // the probe program runs on this thread: a sample now is kprofd's time
 	__u32 burst_gen;  // the burst this thread last had its stack captured in
 	__u32 awaited;	  // the whole window (whole_gen) awaiting its call of a root, 0: none
+	__u32 root_probe; // the probe this thread last hit was a root's own (sampling only)
+	__u32 pad;
 	__u64 popped;	  // slot of the last frame an exit popped (uretprobes return once per tail call)
 	// A thread kprofd found running (its first hit, FLAG_SEED) waits for
 	// the daemon's verdict on its real stack: until then root_slot is
@@ -1069,6 +1072,7 @@ static __always_inline int handle(struct pt_regs *ctx)
 	}
 	if (sampling) {
 		th->busy = (cookie & COOKIE_BURST) ? 2 : 1;
+		th->root_probe = (cookie & COOKIE_ROOT) != 0;
 	}
 	handle_thread(ctx, th, now, tid, cookie, kind, slot, delta, d);
 	if (sampling) {
@@ -1376,12 +1380,21 @@ int kprofd_sample(struct bpf_perf_event_data *ctx)
 		// root in its entry probe and leaves it in its exit probe, so
 		// most of their traps fall outside), and probed functions
 		// called outside the root. Hybrid mode cannot demote the
-		// root's: they set the floor of its budget.
+		// root's: they set the floor of its budget. The others' it
+		// can, and counts as the cost of the probes it steers.
+		// A trap is put down to the probe the thread hit last: its
+		// program runs in the middle of the trap, so a sample before
+		// it goes to the one before, mostly of the same kind.
 		// (In user mode it is in no trap: no need to read its registers.)
 		if (th->busy ||
 		    (!(ctx->regs.cs & 3) && !bpf_probe_read_kernel(&regs, sizeof(regs), (void *)bpf_task_pt_regs(task)) &&
-		     in_trap(ctx, &regs, task, th)))
-			count(STAT_OUTSIDE_TRAP_SAMPLES, 1);
+		     in_trap(ctx, &regs, task, th))) {
+			if (th->root_probe)
+				count(STAT_OUTSIDE_TRAP_SAMPLES, 1);
+			else if (th->busy != 2 && !bursts_armed)
+				// A burst's are the bursts' cost, paced apart.
+				count(STAT_OUTSIDE_CALLEE_SAMPLES, 1);
+		}
 		return 0;
 	}
 	count(STAT_ROOT_SAMPLES, 1);

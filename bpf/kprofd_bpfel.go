@@ -77,6 +77,8 @@ type kprofdKprofdThread struct {
 	Busy      uint32
 	BurstGen  uint32
 	Awaited   uint32
+	RootProbe uint32
+	Pad       uint32
 	Popped    uint64
 	Entered   uint64
 	AllocOut  uint64

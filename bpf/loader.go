@@ -107,10 +107,16 @@ type Stats struct {
 	TrapSamples, BurstTrapSamples uint64
 	// OutsideTrapSamples counts the samples of threads that were inside a
 	// root before and are outside every root now, taken in a uprobe's
-	// trap or probe program: most of the root's own entry and exit
-	// traps, and probes hit outside the root. Goroutines are not
-	// counted: their context goes when they leave the root.
+	// trap or probe program of a root's own probe: most of the root's
+	// own entry and exit traps. A trap is put down to the probe the
+	// thread hit last. Goroutines are not counted: their context goes
+	// when they leave the root.
 	OutsideTrapSamples uint64
+	// OutsideCalleeSamples counts the samples of such threads in the
+	// trap or program of any other probe (functions below the root
+	// called from outside it), bursts' left out. Threads that never
+	// entered a root are not sampled.
+	OutsideCalleeSamples uint64
 	// SyncHits counts the hits of the sync probe on __cxa_begin_catch (one
 	// per exception caught anywhere in the process), when call counting
 	// is on (Config.Funcs is set).
@@ -162,6 +168,7 @@ const (
 	statAwaitedEntries
 	statAwaitedExits
 	statBurstDropped
+	statOutsideCalleeSamples
 	statMax
 )
 
@@ -359,7 +366,8 @@ func (p *Program) Stats() (Stats, error) {
 		statTrapSamples: &s.TrapSamples, statBurstTrapSamples: &s.BurstTrapSamples,
 		statOutsideTrapSamples: &s.OutsideTrapSamples, statSyncHits: &s.SyncHits,
 		statRootEntries: &s.RootEntries, statRootExits: &s.RootExits,
-		statAwaitedEntries: &s.AwaitedEntries, statAwaitedExits: &s.AwaitedExits, statBurstDropped: &s.BurstDropped}
+		statAwaitedEntries: &s.AwaitedEntries, statAwaitedExits: &s.AwaitedExits, statBurstDropped: &s.BurstDropped,
+		statOutsideCalleeSamples: &s.OutsideCalleeSamples}
 	for i, dst := range counters {
 		var perCPU []uint64
 		if err := p.objs.Stats.Lookup(uint32(i), &perCPU); err != nil {

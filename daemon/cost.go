@@ -391,9 +391,9 @@ type measurement struct {
 	// syncs is the sync probe's hits per second: one per exception
 	// caught anywhere in the process.
 	syncs float64
-	// floor is the overhead of the probes no demotion takes: those
-	// threads meet outside the root, the root's own entry and exits
-	// among them. It is spent of the budget before any function's probes.
+	// floor is the overhead of the probes no demotion takes: the
+	// root's own entry and exits, whose traps fall mostly outside the
+	// root. It is spent of the budget before any function's probes.
 	floor float64
 }
 
@@ -491,7 +491,7 @@ func (m *costModel) decideRound(rates []float64, cpu float64, samples uint64, me
 		scale = m.scale
 	}
 	probe *= scale
-	// What the probes outside the root take is spent: with nothing left,
+	// What the root's own probes take is spent: with nothing left,
 	// every function below the root goes, the closest the budget can be
 	// come.
 	budget := max(m.budget-meas.floor, 0)
@@ -554,7 +554,7 @@ func (m *costModel) decideRound(rates []float64, cpu float64, samples uint64, me
 	}
 	budgetText := fmt.Sprintf("%.0f%%", 100*budget)
 	if meas.floor > 0 {
-		budgetText = fmt.Sprintf("%.0f%%, %.1f%% of it spent by the probes outside the root", 100*m.budget, 100*min(meas.floor, m.budget))
+		budgetText = fmt.Sprintf("%.0f%%, %.1f%% of it spent by the root's own probes", 100*m.budget, 100*min(meas.floor, m.budget))
 	}
 	g := roundGoal{probe: probe, target: target, budget: budget, perOwn: perOwn, before: before, scale: scale, whole: whole,
 		measured: measured, budgetText: budgetText, syncLoad: syncLoad, syncs: meas.syncs, calls: meas.calls}

@@ -382,7 +382,7 @@ func TestCostModelFloor(t *testing.T) {
 			t.Errorf("floor %.2f: demoted %q, want %q", tc.floor, got, tc.want)
 		}
 		for _, d := range ds {
-			if !strings.Contains(d.reason, "budget 10%") || tc.floor > 0 && !strings.Contains(d.reason, "outside the root") {
+			if !strings.Contains(d.reason, "budget 10%") || tc.floor > 0 && !strings.Contains(d.reason, "the root's own probes") {
 				t.Errorf("floor %.2f: reason %q does not give the budget and what the floor took", tc.floor, d.reason)
 			}
 		}

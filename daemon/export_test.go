@@ -3,6 +3,8 @@ package daemon
 import (
 	"errors"
 	"time"
+
+	"github.com/kprofd/kprofd/bpf"
 )
 
 // DropSync makes hybrid session s's monitor demote the sync probe at its
@@ -47,3 +49,6 @@ func AwaitedCounts(s *Session) (entries, exits uint64, err error) {
 
 // MonotonicNow is the events' clock now.
 func MonotonicNow() uint64 { return monotonicNow() }
+
+// KernelStats returns the probe program's counters of session s.
+func KernelStats(s *Session) (bpf.Stats, error) { return s.prog.Stats() }

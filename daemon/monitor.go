@@ -128,11 +128,14 @@ type counts struct {
 	syncs uint64
 }
 
-// probeCounters are the kernel's counters of samples in probes: in the
-// probe program (inProgram) or in its trap (inTrap), and of each, those
-// taken in a burst's probes.
+// probeCounters are the kernel's counters of samples in probes: inside
+// the root, in the probe program (inProgram) or in its trap (inTrap), and
+// of each, those taken in a burst's probes; outside it, in the probes of
+// functions below the root called from there (outsideCallees, bursts'
+// left out), which demotions take away as they take those inside.
 type probeCounters struct {
 	inProgram, inBurstProgram, inTrap, inBurstTrap uint64
+	outsideCallees                                 uint64
 }
 
 // since returns the samples in probes outside bursts between old and p.
@@ -150,12 +153,13 @@ func (p probeCounters) since(old probeCounters) uint64 {
 		return d - db
 	}
 	return outside(p.inProgram, p.inBurstProgram, old.inProgram, old.inBurstProgram) +
-		outside(p.inTrap, p.inBurstTrap, old.inTrap, old.inBurstTrap)
+		outside(p.inTrap, p.inBurstTrap, old.inTrap, old.inBurstTrap) +
+		p.outsideCallees - old.outsideCallees
 }
 
-// total returns the samples in any probe, bursts' included, inside the
-// root.
-func (p probeCounters) total() uint64 { return p.inProgram + p.inTrap }
+// total returns the samples in any probe but the root's own outside it,
+// bursts' inside the root included.
+func (p probeCounters) total() uint64 { return p.inProgram + p.inTrap + p.outsideCallees }
 
 func newMonitor(s *Session, model *costModel, period time.Duration) *monitor {
 	m := &monitor{s: s, model: model, period: period, log: s.cfg.log(), stop: make(chan struct{}), done: make(chan struct{})}
@@ -225,7 +229,7 @@ func (m *monitor) read(now time.Time) (counts, error) {
 	// event loop, which places them by function, may run far behind
 	// while the probes fire at full rate).
 	c.probe = probeCounters{inProgram: st.ProbeSamples, inBurstProgram: st.BurstSamples,
-		inTrap: st.TrapSamples, inBurstTrap: st.BurstTrapSamples}
+		inTrap: st.TrapSamples, inBurstTrap: st.BurstTrapSamples, outsideCallees: st.OutsideCalleeSamples}
 	c.trapByFunc = m.s.sim.TrapSamples()
 	c.outside = st.OutsideTrapSamples
 	c.syncs = st.SyncHits
@@ -238,8 +242,8 @@ const floorWindow = time.Second
 
 // floorReading is what the floor is measured from in one reading.
 type floorReading struct {
-	at                       time.Time
-	samples, inRoot, outside uint64
+	at                         time.Time
+	samples, inProbes, outside uint64
 }
 
 // floorAt takes in reading c and returns the lower bound of the overhead
@@ -248,13 +252,13 @@ type floorReading struct {
 // bound, since demotions are never undone and a floor read too high would
 // take functions for good.
 func (m *monitor) floorAt(c counts) float64 {
-	m.floors = append(m.floors, floorReading{at: c.at, samples: c.samples, inRoot: c.probe.total(), outside: c.outside})
+	m.floors = append(m.floors, floorReading{at: c.at, samples: c.samples, inProbes: c.probe.total(), outside: c.outside})
 	for len(m.floors) > 2 && c.at.Sub(m.floors[1].at) >= floorWindow {
 		m.floors = m.floors[1:]
 	}
 	old := m.floors[0]
 	outside := c.outside - old.outside
-	others := c.samples - old.samples - (c.probe.total() - old.inRoot)
+	others := c.samples - old.samples - (c.probe.total() - old.inProbes)
 	if outside == 0 || others <= outside {
 		return 0
 	}
@@ -304,7 +308,7 @@ func (m *monitor) step(now time.Time) error {
 	m.floorPeak = max(m.floorPeak, meas.floor)
 	if meas.floor > m.model.budget && !m.floorSaid {
 		m.floorSaid = true
-		m.s.cfg.warnf("the probes threads meet outside the root (the root's own entry and exits, and probed functions called from outside it) cost at least %.1f%% of the target's CPU time, more than the %.0f%% overhead budget: every function below the root is demoted as it is called; what the root's own probes cost stays, and a root called less often (one of its callers) costs less",
+		m.s.cfg.warnf("the root's own entry and exit probes cost at least %.1f%% of the target's CPU time, more than the %.0f%% overhead budget: every function below the root is demoted as it is called; what the root's own probes cost stays, and a root called less often (one of its callers) costs less",
 			100*meas.floor, 100*m.model.budget)
 	}
 	if long := m.long[0]; long.at.Before(old.at) {
@@ -829,7 +833,7 @@ func (m *monitor) summary() string {
 		s += fmt.Sprintf("; %d demoted along with a caller before they were called kept their probes until called, %d called since", m.lingered, m.called)
 	}
 	if m.floorPeak > 0 {
-		s += fmt.Sprintf("; the probes outside the root took up to %.1f%% of the budget (the lower bounds of 1 s windows; no demotion takes them)", 100*min(m.floorPeak, m.model.budget))
+		s += fmt.Sprintf("; the root's own probes took up to %.1f%% of the budget (the lower bounds of 1 s windows; no demotion takes them)", 100*min(m.floorPeak, m.model.budget))
 	}
 	return s
 }

@@ -337,8 +337,12 @@ func (s *Session) comments(st bpf.Stats) []string {
 		c = append(c, fmt.Sprintf("sampled every %s of CPU time: %d samples inside the root, %d of them in kprofd's probes (not the target's time), %d unplaced; estimated times (pprof label timing=estimated, ~ in text views) are CPU time from samples",
 			s.sampler.Period, ss.Samples+st.ProbeSamples, ss.ProbeSamples+st.ProbeSamples, ss.UnplacedSamples))
 		if st.OutsideTrapSamples > 0 {
-			c = append(c, fmt.Sprintf("%d samples of threads outside the root were in kprofd's probes (the root's own entry and exits, and probed functions called outside the root): %.1f%% of the target's own CPU time",
+			c = append(c, fmt.Sprintf("%d samples of threads outside the root were in the root's own entry and exit probes: %.1f%% of the target's own CPU time",
 				st.OutsideTrapSamples, 100*floorOverhead(st)))
+		}
+		if st.OutsideCalleeSamples > 0 {
+			c = append(c, fmt.Sprintf("%d samples of threads outside the root were in the probes of functions below it called from outside it (not the target's time, nor the profile's)",
+				st.OutsideCalleeSamples))
 		}
 	}
 	if s.awaitDone != nil {
@@ -522,14 +526,14 @@ func uncertain(t *cct.Tree) int {
 	return n
 }
 
-// floorOverhead returns the cost of the probes that threads meet outside
-// the root (the root's own traps among them) over the target's own CPU
-// time, from the samples of the whole session.
+// floorOverhead returns the cost of the root's own probes to threads
+// outside the root (most of their traps) over the target's own CPU time,
+// from the samples of the whole session.
 func floorOverhead(st bpf.Stats) float64 {
-	inRoot := st.ProbeSamples + st.TrapSamples
-	if st.TargetSamples <= inRoot {
+	inProbes := st.ProbeSamples + st.TrapSamples + st.OutsideCalleeSamples
+	if st.TargetSamples <= inProbes {
 		return 0
 	}
-	point, _ := overheadBounds(st.OutsideTrapSamples, st.TargetSamples-inRoot)
+	point, _ := overheadBounds(st.OutsideTrapSamples, st.TargetSamples-inProbes)
 	return point
 }

@@ -9,6 +9,9 @@
 // function pointer, an indirect call) and it prints "ns W C": the mean wall
 // time and the mean
 // thread CPU time per leaf call (over both threads, each timing itself).
+// "mixed N": each thread makes N calls of LEAVES leaf calls, the first and
+// then every MIXED_EVERY-th through root, the others through outside, which
+// no root reaches: a probed leaf called mostly outside the root.
 // The trap handling of uprobes runs on the thread and counts in C; time the
 // profiler's own threads take from the CPUs counts only in W. "exit" exits 0.
 
@@ -50,9 +53,22 @@ __attribute__((noinline)) int root_ptr(int n)
 	return s;
 }
 
+// outside calls leaf as root does, but is no root's callee.
+__attribute__((noinline)) int outside(int n)
+{
+	int s = 0;
+	asm volatile("" ::: "rbx");
+	for (int i = 0; i < n; i++)
+		s += leaf(i);
+	return s;
+}
+
+#define MIXED_EVERY 4096
+
 struct job {
 	int n;
-	int ptr; // call root_ptr
+	int ptr;   // call root_ptr
+	int mixed; // call outside but every MIXED_EVERY-th
 	double wall, cpu;
 };
 
@@ -67,8 +83,12 @@ static void *worker(void *arg)
 {
 	struct job *j = arg;
 	double w0 = now(CLOCK_MONOTONIC), c0 = now(CLOCK_THREAD_CPUTIME_ID);
-	for (int i = 0; i < j->n; i++)
-		sink += j->ptr ? root_ptr(LEAVES) : root(LEAVES);
+	for (int i = 0; i < j->n; i++) {
+		if (j->mixed && i % MIXED_EVERY)
+			sink += outside(LEAVES);
+		else
+			sink += j->ptr ? root_ptr(LEAVES) : root(LEAVES);
+	}
 	double calls = (double)j->n * LEAVES;
 	j->wall = (now(CLOCK_MONOTONIC) - w0) / calls;
 	j->cpu = (now(CLOCK_THREAD_CPUTIME_ID) - c0) / calls;
@@ -84,9 +104,11 @@ int main(void)
 	while (fgets(line, sizeof line, stdin)) {
 		if (strcmp(line, "exit\n") == 0)
 			return 0;
-		int ptr = 0;
+		int ptr = 0, mixed = 0;
 		if (sscanf(line, "runp %d", &n) == 1)
 			ptr = 1;
+		else if (sscanf(line, "mixed %d", &n) == 1)
+			mixed = 1;
 		else if (sscanf(line, "run %d", &n) != 1)
 			return 2;
 		pthread_t th[THREADS];
@@ -94,6 +116,7 @@ int main(void)
 		for (int t = 0; t < THREADS; t++) {
 			jobs[t].n = n;
 			jobs[t].ptr = ptr;
+			jobs[t].mixed = mixed;
 			pthread_create(&th[t], NULL, worker, &jobs[t]);
 		}
 		double wall = 0, cpu = 0;
