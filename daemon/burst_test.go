@@ -238,13 +238,75 @@ func TestBurstPerAnchor(t *testing.T) {
 	if nc.Calls != 30+10*11 || !nc.CallsEstimated || nc.CallsError != 0 || nc.Incomplete {
 		t.Errorf("C: %d calls, estimated %v, error %g, incomplete %v; want 140 estimated, no error", nc.Calls, nc.CallsEstimated, nc.CallsError, nc.Incomplete)
 	}
-	if nd.Calls != 6+2*11 || !nd.CallsEstimated || math.Abs(nd.CallsError-0.4) > 1e-9 {
-		t.Errorf("D: %d calls, estimated %v, error %g; want 28 estimated, error 0.4", nd.Calls, nd.CallsEstimated, nd.CallsError)
+	// The estimate's error is 0.4 of its 22 calls, of 28 in all.
+	if nd.Calls != 6+2*11 || !nd.CallsEstimated || math.Abs(nd.CallsError-0.4*22/28) > 1e-9 {
+		t.Errorf("D: %d calls, estimated %v, error %g; want 28 estimated, error 0.4 of 22", nd.Calls, nd.CallsEstimated, nd.CallsError)
+	}
+	if errs := b.funcErrors(); math.Abs(errs[D]-0.4*22) > 1e-9 || errs[C] != 0 {
+		t.Errorf("function errors %v, want D's 8.8 calls, C's none", errs)
 	}
 	// The frame that did not fit asks for windows four times what the
 	// window saw of it (50 of its 100).
 	if w := l.wanted(map[uint32]bool{uint32(C): true}); w != 4*50 {
 		t.Errorf("C's windows wanted %v long, want 200ns", w)
+	}
+}
+
+// TestBurstFuncError checks the error of a function's estimated calls, all
+// its contexts together. Every call of A (the anchor, probed) makes 4
+// calls of D (demoted): in one kind of call directly, in the other
+// through C (demoted too). Each of D's two contexts is called 4 times in
+// half of A's frames, 0 in the others: ±50% apiece. Their sum is called 4
+// times in every frame: D's estimate has no error at all. (The contexts'
+// errors added up, the top view's bound without it, say ±50%.)
+func TestBurstFuncError(t *testing.T) {
+	l, b, s, handle, burst := burstSimulator()
+	call := func(tm uint64, viaC, seen bool) {
+		handle(in(tm, 900, A))
+		if seen {
+			slot := uint64(800)
+			if viaC {
+				burst(tm+1, 800, C)
+				slot = 700
+			}
+			for i := range 4 {
+				burst(tm+2+uint64(i), slot, D)
+			}
+		}
+		handle(out(tm+100, 900, A))
+	}
+	handle(in(0, 1000, W))
+	l.demote(uint32(C), 10)
+	l.demote(uint32(D), 10)
+	// The first window finds the contexts, the second counts A's
+	// frames for them; four calls of A come between.
+	for _, w := range []uint64{2000, 4000} {
+		l.open(0, w, 1000, map[uint32]bool{uint32(C): true, uint32(D): true})
+		for k := range 4 {
+			call(w+100+uint64(k)*200, k%2 == 1, w == 4000 || k < 2)
+		}
+		l.close(w + 1000)
+	}
+	for k := range 4 {
+		call(5100+uint64(k)*200, k%2 == 1, false)
+	}
+	handle(out(7000, 1000, W))
+	b.estimate()
+
+	a := s.Merged().Root.Lookup(W).Lookup(A)
+	direct, viaC := a.Lookup(D), a.Lookup(C).Lookup(D)
+	// Twice per call of A: 12 calls of A since the first was found, 11
+	// since the second was.
+	for _, tc := range []struct {
+		n    *cct.Node
+		want uint64
+	}{{direct, 24}, {viaC, 22}} {
+		if n := tc.n; n.Calls != tc.want || !n.CallsEstimated || math.Abs(n.CallsError-0.5) > 1e-9 {
+			t.Errorf("a context of D: %d calls, estimated %v, error %g; want %d, ±50%%", n.Calls, n.CallsEstimated, n.CallsError, tc.want)
+		}
+	}
+	if errs := b.funcErrors(); errs[D] != 0 {
+		t.Errorf("D's 46 calls estimated with an error of %g calls, want 0", errs[D])
 	}
 }
 

@@ -3,6 +3,7 @@ package daemon
 import (
 	"cmp"
 	"iter"
+	"maps"
 	"math"
 	"slices"
 	"time"
@@ -66,6 +67,20 @@ type burstCounts struct {
 	// counterCheck).
 	exactAt, edges map[uint32]uint64
 	seenIn         []map[uint32]uint64
+	// groups sums, over an anchor's frames that fitted in a window,
+	// the calls of all a function's contexts counted per that anchor
+	// (see funcErrors).
+	groups map[groupKey]*anchorRef
+	// funcErr holds, once estimate ran, each function's estimated
+	// calls' standard error in calls (see funcErrors).
+	funcErr map[cct.FuncID]float64
+}
+
+// groupKey names the contexts of function phys counted per calls of the
+// exact anchor.
+type groupKey struct {
+	anchor *cct.Node
+	phys   uint32
 }
 
 type burstAcc struct {
@@ -150,7 +165,8 @@ const minAnchorFrames = 3
 func newBurstCounts(l *burstLog, cost func(id uint32) float64) *burstCounts {
 	return &burstCounts{log: l, cost: cost, accs: map[*cct.Node]*burstAcc{},
 		anchors: map[*cct.Node]*anchorAcc{}, known: map[uint32]bool{}, sampled: map[cct.FuncID]map[*cct.Node]bool{},
-		callsAt: map[cct.FuncID]map[*cct.Node]uint64{}, physOf: map[cct.FuncID]uint32{}, exactAt: map[uint32]uint64{}, edges: map[uint32]uint64{}}
+		callsAt: map[cct.FuncID]map[*cct.Node]uint64{}, physOf: map[cct.FuncID]uint32{}, exactAt: map[uint32]uint64{}, edges: map[uint32]uint64{},
+		groups: map[groupKey]*anchorRef{}}
 }
 
 func (b *burstCounts) acc(n *cct.Node) *burstAcc {
@@ -466,17 +482,32 @@ func (b *burstCounts) frameEnd(node *cct.Node, start, end uint64, tally *burstTa
 	}
 	// Every frame a window took is seen whole: all weigh the same.
 	an.wins[k]++
-	if tally != nil {
-		for _, e := range tally.calls {
-			a := b.accs[e.node]
-			switch {
-			case a == nil:
-			case a.exact.node == node:
-				a.exact.add(float64(e.calls))
-			case a.parent.node == node:
-				a.parent.add(float64(e.calls))
+	if tally == nil {
+		return
+	}
+	var group map[uint32]float64 // by function, the calls of its contexts anchored here
+	for _, e := range tally.calls {
+		a := b.accs[e.node]
+		switch {
+		case a == nil:
+		case a.exact.node == node:
+			a.exact.add(float64(e.calls))
+			if group == nil {
+				group = map[uint32]float64{}
 			}
+			group[e.phys] += float64(e.calls)
+		case a.parent.node == node:
+			a.parent.add(float64(e.calls))
 		}
+	}
+	for phys, c := range group {
+		k := groupKey{anchor: node, phys: phys}
+		g := b.groups[k]
+		if g == nil {
+			g = &anchorRef{node: node}
+			b.groups[k] = g
+		}
+		g.add(c)
 	}
 }
 
@@ -609,14 +640,93 @@ func (b *burstCounts) estimate() {
 		depth[n] = d
 	}
 	slices.SortFunc(nodes, func(x, y *cct.Node) int { return depth[x] - depth[y] })
+	var errs funcErrors
 	for _, n := range nodes {
 		a := b.accs[n]
-		if !b.estimatePerCall(n, a) && (a.seen > 0 || n.Calls > 0) {
+		if !b.estimatePerCall(n, a, &errs) && (a.seen > 0 || n.Calls > 0) {
 			// Its calls since the demotion are known only in part.
 			n.Calls += a.seen
 			n.Incomplete = true
 		}
 	}
+	b.funcErr = errs.total(b)
+}
+
+// funcErrors returns, once estimate ran, the standard error in calls of
+// each function's estimated calls, all its contexts together (see
+// funcErrors).
+func (b *burstCounts) funcErrors() map[cct.FuncID]float64 { return b.funcErr }
+
+// funcErrors gathers the standard errors of functions' estimated calls,
+// all contexts of each together. The contexts of a function counted per
+// calls of the same exact anchor rest on the same frames: their sum's
+// error is that of the mean of the frames' sums (groupKey), much less
+// than the sum of the contexts' errors where they split the frames'
+// calls between them (a parser's helper, called in the context of one
+// of several kinds of input per request). Groups of one thread's tree
+// (nested anchors, whose frames overlap) and contexts counted per a
+// demoted parent add up, an upper bound; threads' trees are independent
+// and add in quadrature.
+type funcErrors struct {
+	// estimated sums each group's estimated calls; linear the errors,
+	// in calls, of contexts counted per a demoted parent, by tree and
+	// function.
+	estimated map[groupKey]float64
+	linear    map[treeFunc]float64
+}
+
+type treeFunc struct {
+	root *cct.Node
+	fn   cct.FuncID
+}
+
+// exact takes the estimate of a context of function fn counted per its
+// exact anchor.
+func (e *funcErrors) exact(k groupKey, estimate uint64) {
+	if e.estimated == nil {
+		e.estimated = map[groupKey]float64{}
+	}
+	e.estimated[k] += float64(estimate)
+}
+
+// viaParent takes the error, in calls, of a context n counted per its
+// demoted parent.
+func (e *funcErrors) viaParent(n *cct.Node, err float64) {
+	if e.linear == nil {
+		e.linear = map[treeFunc]float64{}
+	}
+	e.linear[treeFunc{rootOf(n), n.Func}] += err
+}
+
+// total returns, by function, its estimated calls' standard error in
+// calls.
+func (e *funcErrors) total(b *burstCounts) map[cct.FuncID]float64 {
+	byTree := maps.Clone(e.linear)
+	if byTree == nil {
+		byTree = map[treeFunc]float64{}
+	}
+	fnOf := map[uint32]cct.FuncID{}
+	for fn, phys := range b.physOf {
+		fnOf[phys] = fn
+	}
+	for k, est := range e.estimated {
+		g := b.groups[k]
+		if g == nil {
+			continue // no frame held a call: every context's is 0
+		}
+		_, relErr, _ := b.perCall(g, k.phys)
+		fn, ok := fnOf[k.phys]
+		if !ok {
+			continue
+		}
+		// An anchor demoted later passes its own estimate's error on.
+		byTree[treeFunc{rootOf(k.anchor), fn}] += math.Hypot(relErr, k.anchor.CallsError) * est
+	}
+	out := map[cct.FuncID]float64{}
+	for k, v := range byTree {
+		out[k.fn] = math.Hypot(out[k.fn], v)
+	}
+	return out
 }
 
 // estimated returns context n's estimated calls after its function's
@@ -654,7 +764,7 @@ func (b *burstCounts) tallies() map[uint32]eventTally {
 // exact one if enough of its frames fitted in windows, else the parent,
 // whose own estimate (made before, callers first) it scales, and reports
 // whether it could.
-func (b *burstCounts) estimatePerCall(n *cct.Node, a *burstAcc) bool {
+func (b *burstCounts) estimatePerCall(n *cct.Node, a *burstAcc, errs *funcErrors) bool {
 	for _, r := range []*anchorRef{&a.exact, &a.parent} {
 		if r.node == nil {
 			continue
@@ -680,7 +790,15 @@ func (b *burstCounts) estimatePerCall(n *cct.Node, a *burstAcc) bool {
 		// Only the calls the bursts saw paid for a probe.
 		n.Unprobed += a.estimate - a.seen
 		n.CallsEstimated = true
-		n.CallsError = math.Hypot(relErr, r.node.CallsError)
+		// The error is the estimated part's; Calls holds those
+		// counted before the demotion too.
+		errCalls := math.Hypot(relErr, r.node.CallsError) * float64(a.estimate)
+		n.CallsError = errCalls / float64(max(n.Calls, 1))
+		if r == &a.exact {
+			errs.exact(groupKey{anchor: r.node, phys: a.phys}, a.estimate)
+		} else {
+			errs.viaParent(n, errCalls)
+		}
 		// An anchor that is a lower bound only for its calls running
 		// at the attach (uncounted, at most one per thread) leaves the
 		// estimate short by their share, far inside its error.

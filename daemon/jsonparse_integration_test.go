@@ -368,10 +368,11 @@ func busySession(b *testing.B, exe string, cfg daemon.Config) jsonRun {
 // summed over its contexts, are set against the calls the program
 // counted in the requests after the attach. It reports, as medians: the
 // estimate over the truth (ws-ratio, the request chunk the attach fell
-// in counted half), the error the profile claims for that sum (the
-// contexts' errors added up, as if they were one: they rest on the same
-// requests), the contexts estimated and those left a lower bound with
-// calls seen, and the session's length.
+// in counted half), the error the profile claims for that sum
+// (cct.Function.CallsError, over the estimate) and the contexts' errors
+// added up (the bound the top view fell back on before), the contexts
+// estimated and those left a lower bound with calls seen, and the
+// session's length.
 func BenchmarkHybridJSONCounts(b *testing.B) {
 	requireRoot(b)
 	exe := testtarget.BuildJSONParse(b)
@@ -379,7 +380,7 @@ func BenchmarkHybridJSONCounts(b *testing.B) {
 	// The per-request counts spread by about half their mean: 15
 	// requests make a sum's error 15%.
 	const wholeCalls = 15
-	var ratio, claimed, estimated, lower, secs []float64
+	var ratio, claimed, summed, estimated, lower, secs []float64
 	for range b.N {
 		target := startPinned(b, exe)
 		s, err := daemon.Start(daemon.Config{PID: target.Pid(), Roots: []string{"handle_request"}, Mode: daemon.ModeHybrid,
@@ -437,17 +438,25 @@ func BenchmarkHybridJSONCounts(b *testing.B) {
 				errSum += pct / 100 * float64(smp.Value[0])
 			}
 		}
+		var funcErr float64
+		for _, f := range p.Functions {
+			if f.Name == "json::is_ws(char)" && f.CallsEstimated {
+				funcErr = f.CallsError
+			}
+		}
 		want := float64(truth) + float64(atAttach)/2
-		b.Logf("json::is_ws: ~%.0f calls, ±%.0f claimed; %d made after the attach (+%d in the chunk it fell in); %d contexts estimated, %d lower bounds; %s",
-			est, errSum, truth, atAttach, nest, nlower, time.Since(start).Round(time.Second))
+		b.Logf("json::is_ws: ~%.0f calls, ±%.0f claimed (±%.0f its contexts' added up); %d made after the attach (+%d in the chunk it fell in); %d contexts estimated, %d lower bounds; %s",
+			est, funcErr, errSum, truth, atAttach, nest, nlower, time.Since(start).Round(time.Second))
 		ratio = append(ratio, est/want)
-		claimed = append(claimed, 100*errSum/max(est, 1))
+		claimed = append(claimed, 100*funcErr/max(est, 1))
+		summed = append(summed, 100*errSum/max(est, 1))
 		estimated = append(estimated, float64(nest))
 		lower = append(lower, float64(nlower))
 		secs = append(secs, time.Since(start).Seconds())
 	}
 	b.ReportMetric(median(ratio), "ws-ratio")
 	b.ReportMetric(median(claimed), "ws-claimed-err-%")
+	b.ReportMetric(median(summed), "ws-contexts-err-sum-%")
 	b.ReportMetric(median(estimated), "contexts-estimated")
 	b.ReportMetric(median(lower), "contexts-lower-bound")
 	b.ReportMetric(median(secs), "session-s")

@@ -71,6 +71,13 @@ func (s *Session) buildProfile(end uint64, st bpf.Stats) *cct.Profile {
 	for _, e := range s.outside.list() {
 		p.Functions = append(p.Functions, e.function(addMapping(e.obj)))
 	}
+	if s.sim.burst != nil {
+		for id, err := range s.sim.burst.funcErrors() {
+			if int(id) < len(p.Functions) {
+				p.Functions[id].CallsEstimated, p.Functions[id].CallsError = true, err
+			}
+		}
+	}
 	if s.samples != nil {
 		p.SamplePeriod = s.sampler.Period
 		for _, t := range p.AllTrees() {

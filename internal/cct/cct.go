@@ -27,6 +27,12 @@ type Function struct {
 	Mapping int
 	// Addr is the function's entry address in the running process.
 	Addr uint64
+	// CallsEstimated says CallsError was found: the standard error, in
+	// calls, of the function's estimated calls (Node.CallsEstimated) in
+	// Tree, all its contexts together, less than their errors added up
+	// where they rest on the same bursts.
+	CallsEstimated bool
+	CallsError     float64
 }
 
 // Mapping is one executable mapping of the profiled process.

@@ -327,6 +327,27 @@ func TestSampled(t *testing.T) {
 	}
 }
 
+// TestTopFuncError checks the top view's ±calls of a function whose
+// error the bursts found for all its contexts together: that error (0.9
+// of memcpy's 15 calls), not the bound of the contexts' errors added up.
+func TestTopFuncError(t *testing.T) {
+	p := sampledProfile()
+	p.Functions[fMemcpy].CallsEstimated, p.Functions[fMemcpy].CallsError = true, 0.9
+	var b bytes.Buffer
+	if err := WriteTop(&b, p, 0); err != nil {
+		t.Fatal(err)
+	}
+	var row string
+	for line := range strings.Lines(b.String()) {
+		if strings.HasSuffix(line, "memcpy\n") {
+			row = line
+		}
+	}
+	if f := strings.Fields(row); len(f) < 2 || f[0] != "~15" || f[1] != "±6.0%" {
+		t.Errorf("memcpy's row %q, want ~15 calls ±6.0%%", row)
+	}
+}
+
 // TestIncomplete: a context whose calls are a lower bound (its function
 // was traced only from some point on) carries the pprof label
 // calls=incomplete and a ≥ before its calls in the tree view.

@@ -116,9 +116,10 @@ func WriteTree(w io.Writer, p *cct.Profile, opt TreeOptions) error {
 // functions with the most self time (all functions if n <= 0): calls,
 // self, self%, cum, cum% and function. A function's cum is its inclusive
 // time, counted once per calling context: a recursive call inside the
-// function adds nothing. With estimated calls, a ±calls column bounds the
-// relative standard error of each function's (≤: its contexts' errors
-// added up).
+// function adds nothing. With estimated calls, a ±calls column gives the
+// relative standard error of each function's, all contexts together
+// (cct.Function.CallsError), or, where that is not known, bounds it (≤:
+// its contexts' errors added up).
 func WriteTop(w io.Writer, p *cct.Profile, n int) error {
 	t := treeOf(p)
 	_, total := t.Total()
@@ -195,7 +196,11 @@ func WriteTop(w io.Writer, p *cct.Profile, n int) error {
 			// bounds the function's (the standard deviation of a sum
 			// is at most the sum of theirs).
 			e := ""
-			if st.callsEstimated {
+			switch f := p.Func(st.id); {
+			case !st.callsEstimated:
+			case f.CallsEstimated:
+				e = CountError(f.CallsError / max(float64(st.calls), 1))
+			default:
 				e = "≤" + CountError(st.callsErr/max(float64(st.calls), 1))
 			}
 			row = slices.Insert(row, 1, e)
