@@ -22,6 +22,7 @@ import (
 
 	"github.com/kprofd/kprofd/daemon"
 	"github.com/kprofd/kprofd/internal/cct"
+	"github.com/kprofd/kprofd/internal/export"
 	"github.com/kprofd/kprofd/internal/plan"
 	"github.com/kprofd/kprofd/internal/testtarget"
 )
@@ -153,6 +154,11 @@ func TestHybridDemotesHotLeaf(t *testing.T) {
 	t.Logf("hot_leaf: ~%d calls (%s), %d made; %s", leafCalls, labelOf(pp, "handle_request;hot_caller;hot_leaf", "count_error"), made, burstComment(p))
 	if math.Abs(float64(leafCalls)-float64(made)) > 0.15*float64(made) {
 		t.Errorf("hot_leaf: ~%d calls, %d made", leafCalls, made)
+	}
+	// Its one context's error is the function's, and within 15%.
+	if e, ok := funcError(p, "hot_leaf", leafCalls); !ok || e > 0.15 || export.CountError(e) != labelOf(pp, "handle_request;hot_caller;hot_leaf", "count_error") {
+		t.Errorf("hot_leaf's error, all contexts together: %v (%s), want its context's (%s), 15%% at most",
+			ok, export.CountError(e), labelOf(pp, "handle_request;hot_caller;hot_leaf", "count_error"))
 	}
 	checkCrossCheck(t, s, "hybrid:hot_leaf")
 	if l := labelOf(pp, "handle_request;hot_caller;hot_leaf", "calls"); l != "" {
@@ -358,6 +364,18 @@ func checkCountErrors(t *testing.T, p *profile.Profile, estimated ...string) {
 			t.Errorf("%s: estimated calls labelled timing=%q", ctx, smp.Label["timing"])
 		}
 	}
+}
+
+// funcError returns the standard error the profile claims for function
+// name's estimated calls, all contexts together, over calls, and whether
+// it claims one.
+func funcError(p *cct.Profile, name string, calls uint64) (float64, bool) {
+	for _, f := range p.Functions {
+		if f.Name == name && f.CallsEstimated {
+			return f.CallsError / float64(max(calls, 1)), true
+		}
+	}
+	return 0, false
 }
 
 // burstComment returns the profile's comment about its bursts.

@@ -113,6 +113,9 @@ func TestHybridWholeBursts(t *testing.T) {
 	if counts[fnv1a] != root || labelOf(pp, fnv1a, "count_error") != export.CountError(0) {
 		t.Errorf("fnv1a: ~%d calls (%s), want %d (one per request), ±0.0%%", counts[fnv1a], labelOf(pp, fnv1a, "count_error"), root)
 	}
+	if e, ok := funcError(p, "fnv1a(std::basic_string_view<char, std::char_traits<char> >)", root); !ok || e != 0 {
+		t.Errorf("fnv1a's error, all contexts together: %v, %g; want 0", ok, e)
+	}
 	// The functions predicted from the start, by name: every whole burst
 	// had them. (One a round demoted later may have had fewer.)
 	predicted := map[string]bool{}
