@@ -673,10 +673,12 @@ type burster struct {
 
 	// idle says no call of a root ran in the last window (set by burst
 	// and wholeWindow, read by run: all on run's goroutine); take is what
-	// that window took, and calls how many calls of the roots the next
-	// one waits for, at most maxCalls (see wholeCallsAfter).
+	// that window took, costs what all whole ones did, and calls how
+	// many calls of the roots the next one waits for, at most maxCalls
+	// (see wholeCallsAfter).
 	idle            bool
 	take            wholeTake
+	costs           wholeCosts
 	calls, maxCalls int
 
 	mu         sync.Mutex
@@ -818,7 +820,8 @@ func (b *burster) run() {
 		if whole {
 			period = wholePeriodAfter(cost, b.s.cfg.Budget)
 			if !b.idle {
-				b.calls, b.maxCalls = wholeCallsAfter(b.take, attach, ringEvents(b.s.cfg.RingBytes), b.maxCalls)
+				b.costs.add(b.take)
+				b.calls, b.maxCalls = wholeCallsAfter(b.take, b.costs, attach, ringEvents(b.s.cfg.RingBytes), b.maxCalls)
 			}
 		}
 		select {
@@ -856,15 +859,41 @@ type wholeTake struct {
 // maxWholeCalls bounds the calls of the roots a whole burst waits for.
 const maxWholeCalls = 32
 
+// wholeCosts averages what the whole bursts that took calls took: the
+// tail of the call running when each opened (first-start), a call's
+// length, and the hits per ns of their windows. The tail is a draw from
+// zero to a whole call, and the calls differ: the last burst alone once
+// sized the parser's next ones 1, 3, then 1 call.
+type wholeCosts struct {
+	n                      int
+	tails, lengths, length float64 // ns summed: tails, the calls' and the windows'
+	calls                  int
+	hits                   uint64
+}
+
+// add takes in t, if it took calls.
+func (c *wholeCosts) add(t wholeTake) {
+	if t.calls == 0 || t.first <= t.start || t.end <= t.first {
+		return
+	}
+	c.n++
+	c.tails += float64(t.first - t.start)
+	c.lengths += float64(t.end - t.first)
+	c.length += float64(t.end - t.start)
+	c.calls += t.calls
+	c.hits += t.hits
+}
+
 // wholeCallsAfter returns how many calls of the roots the whole burst
-// after the one that took t waits for, and the most any later one may
-// (ceiling, lowered for good by a window that lost events). Every whole
-// burst pays for its attach and its detach (attach each) and for the end
-// of the call that was running when it opened (its frames are not a
-// sample, see burstLog.fits), whatever it takes after: on the parser,
-// together, about as long as one call with every probe in (README). So
-// a burst takes enough calls for those to be a third of its time at
-// most. It takes no more calls than would fill half the ring buffer,
+// after the one that took t waits for, with c the whole bursts' costs so
+// far (t's included), and the most any later one may (ceiling, lowered
+// for good by a window that lost events). Every whole burst pays for its
+// attach and its detach (attach each) and for the end of the call that
+// was running when it opened (its frames are not a sample, see
+// burstLog.fits), whatever it takes after: on the parser, together,
+// about as long as one call with every probe in (README). So a burst
+// takes enough calls for those to be a third of its time at most, on
+// average. It takes no more calls than would fill half the ring buffer,
 // ring events, at the hits per call measured (the event loop falls far
 // behind a whole burst). The first whole burst, with nothing measured,
 // takes one call: its lump comes 2 s after the attach, before the
@@ -872,20 +901,20 @@ const maxWholeCalls = 32
 // burst alone would give every context it saw an estimate) ran the
 // parser's 10-s sessions 1.30x at 10%, against 1.15x with one
 // (BenchmarkHybridJSONLong).
-func wholeCallsAfter(t wholeTake, attach time.Duration, ring int, ceiling int) (calls, newCeiling int) {
+func wholeCallsAfter(t wholeTake, c wholeCosts, attach time.Duration, ring int, ceiling int) (calls, newCeiling int) {
 	if t.lossy {
 		ceiling = max(1, min(ceiling, t.calls-1))
 	}
-	if t.calls == 0 || t.first <= t.start || t.end <= t.first {
+	if c.n == 0 {
 		return 1, ceiling
 	}
-	perCall := float64(t.end-t.first) / float64(t.calls)
-	fixed := float64(t.first-t.start) + 2*float64(attach)
+	perCall := c.lengths / float64(c.calls)
+	fixed := c.tails/float64(c.n) + 2*float64(attach)
 	calls = int(math.Ceil(2 * fixed / perCall))
 	calls = min(max(calls, 1), maxWholeCalls)
-	// The window's hits came at about one rate, the end of the call it
-	// opened in included.
-	if hits := float64(t.hits) * perCall / float64(t.end-t.start); hits > 0 {
+	// The windows' hits came at about one rate, the end of the call
+	// each opened in included.
+	if hits := float64(c.hits) * perCall / c.length; hits > 0 {
 		calls = min(calls, max(1, int(float64(ring)/2/hits)))
 	}
 	return min(calls, ceiling), ceiling

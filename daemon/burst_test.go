@@ -914,10 +914,33 @@ func TestWholeCalls(t *testing.T) {
 		{"short calls, slow attach", short, 400 * time.Millisecond, 1 << 20, maxWholeCalls, maxWholeCalls, maxWholeCalls},
 		{"short calls, lost before", short, 40 * time.Millisecond, 1 << 20, 5, 5, 5},
 	} {
-		got, gotC := wholeCallsAfter(tc.take, tc.attach, tc.ring, tc.ceil)
+		var c wholeCosts
+		c.add(tc.take)
+		got, gotC := wholeCallsAfter(tc.take, c, tc.attach, tc.ring, tc.ceil)
 		if got != tc.want || gotC != tc.wantC {
 			t.Errorf("%s: wholeCallsAfter = %d, ceiling %d; want %d, %d", tc.name, got, gotC, tc.want, tc.wantC)
 		}
+	}
+
+	// On average: one burst opened 290 ms into a 300-ms call, one 10
+	// ms: alone they ask for 3 calls (2×(290+90)/300 = 2.5) and 1
+	// (2×(10+90)/300 = 0.7); together 2×(150+90)/300 = 1.6, 2.
+	late, early := parser, parser
+	late.first, late.end = 290*ms, 1190*ms
+	early.first, early.end = 10*ms, 910*ms
+	var c wholeCosts
+	for _, tc := range []struct {
+		take wholeTake
+		want int
+	}{{late, 3}, {early, 2}} {
+		c.add(tc.take)
+		if got, _ := wholeCallsAfter(tc.take, c, 45*time.Millisecond, 1<<20, maxWholeCalls); got != tc.want {
+			t.Errorf("after %d bursts: wholeCallsAfter = %d, want %d", c.n, got, tc.want)
+		}
+	}
+	// A burst that took no call changes nothing.
+	if c.add(wholeTake{start: 5, end: 9}); c.n != 2 {
+		t.Errorf("a burst that took no call was averaged in: %+v", c)
 	}
 }
 
