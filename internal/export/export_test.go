@@ -383,6 +383,18 @@ func TestIncomplete(t *testing.T) {
 	if want := fmt.Sprintf("≥%d ", compute.Calls); !strings.Contains(b.String(), want) {
 		t.Errorf("the tree does not show %q:\n%s", want, b.String())
 	}
+	// The top view marks the function: one of its contexts is a lower
+	// bound, so its sum is one too.
+	b.Reset()
+	if err := WriteTop(&b, p, 0); err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(b.String()) {
+		f := strings.Fields(line)
+		if len(f) > 1 && (f[len(f)-1] == "compute") != strings.HasPrefix(f[0], "≥") {
+			t.Errorf("top view row %q: ≥ marks compute's calls, and only those", line)
+		}
+	}
 }
 
 // TestAlloc checks an allocation profile: Go's heap sample types on the

@@ -116,7 +116,9 @@ func WriteTree(w io.Writer, p *cct.Profile, opt TreeOptions) error {
 // functions with the most self time (all functions if n <= 0): calls,
 // self, self%, cum, cum% and function. A function's cum is its inclusive
 // time, counted once per calling context: a recursive call inside the
-// function adds nothing. With estimated calls, a ±calls column gives the
+// function adds nothing. Calls are marked ≥ when some context's are a
+// lower bound, ~ when some are estimates. With estimated calls, a ±calls
+// column gives the
 // relative standard error of each function's, all contexts together
 // (cct.Function.CallsError), or, where that is not known, bounds it (≤:
 // its contexts' errors added up).
@@ -129,6 +131,7 @@ func WriteTop(w io.Writer, p *cct.Profile, n int) error {
 		selfErr          uint64  // the compensated self time's error bound
 		estimated        bool    // some of its time comes from samples
 		callsEstimated   bool    // some of its calls are estimates
+		incomplete       bool    // some of its contexts' calls are lower bounds
 		callsErr         float64 // their standard errors, in calls, summed
 		allocs           allocs
 	}
@@ -146,6 +149,7 @@ func WriteTop(w io.Writer, p *cct.Profile, n int) error {
 		st.selfErr += n.SelfError
 		st.estimated = st.estimated || n.Estimated
 		st.callsEstimated = st.callsEstimated || n.CallsEstimated
+		st.incomplete = st.incomplete || n.Incomplete
 		if n.CallsEstimated {
 			st.callsErr += n.CallsError * float64(n.Calls)
 		}
@@ -185,7 +189,7 @@ func WriteTop(w io.Writer, p *cct.Profile, n int) error {
 	rows := [][]string{append(header, "function")}
 	for _, st := range list {
 		row := []string{
-			estimated(st.callsEstimated) + strconv.FormatUint(st.calls, 10),
+			atLeast(st.incomplete) + estimated(st.callsEstimated) + strconv.FormatUint(st.calls, 10),
 			selfTime(st.self, st.selfErr, st.estimated),
 			percent(st.self, total),
 			estimated(st.estimated) + Duration(st.cum),
@@ -390,7 +394,6 @@ func writeTable(w io.Writer, rows [][]string, right int) {
 	}
 }
 
-// estimated returns the mark of a time estimated from samples.
 // atLeast marks a lower bound: the calls of an incomplete context.
 func atLeast(incomplete bool) string {
 	if incomplete {
@@ -409,6 +412,7 @@ func selfTime(self, err uint64, est bool) string {
 	return estimated(est) + Duration(self)
 }
 
+// estimated returns the mark of a time or count estimated.
 func estimated(e bool) string {
 	if e {
 		return "~"
