@@ -310,6 +310,62 @@ func TestBurstFuncError(t *testing.T) {
 	}
 }
 
+// TestBurstOuterAnchor checks the fallback to the root's calls: C,
+// counted exactly below A before its demotion, is counted per call of A,
+// its nearest exact caller; but W (the root) calls A in one request of
+// three, and the whole bursts' five requests hold only two calls of A,
+// too few. C is then counted per call of W, whose five frames all fitted:
+// 10 calls in two of them, none in three, 4 per request.
+func TestBurstOuterAnchor(t *testing.T) {
+	l, b, s, handle, burst := burstSimulator()
+	const (
+		exact = iota
+		seen
+		unseen
+	)
+	request := func(tm uint64, withA bool, how int) {
+		handle(in(tm, 1000, W))
+		if withA {
+			handle(in(tm+1, 900, A))
+			for i := range 10 {
+				switch how {
+				case exact:
+					handle(in(tm+2+uint64(i), 800, C))
+				case seen:
+					burst(tm+2+uint64(i), 800, C)
+				}
+			}
+			handle(out(tm+20, 900, A))
+		}
+		handle(out(tm+50, 1000, W))
+	}
+	request(100, true, exact) // 10 calls of C
+	l.demote(uint32(C), 300)
+	whole := map[uint32]bool{uint32(C): true}
+	for k := range 5 {
+		l.openWhole(0, 1000+uint64(k)*1000, time.Millisecond, whole)
+		request(1100+uint64(k)*1000, k%3 == 0, seen)
+		l.close(1200 + uint64(k)*1000)
+	}
+	for k := range 5 {
+		request(6100+uint64(k)*100, k%3 == 0, unseen)
+	}
+	b.estimate()
+
+	// Since the demotion, 10 calls of W: 40 calls of C, and the 10
+	// counted exactly before.
+	nc := s.Merged().Root.Lookup(W).Lookup(A).Lookup(C)
+	if nc.Calls != 10+40 || !nc.CallsEstimated || nc.Incomplete {
+		t.Errorf("C: %d calls, estimated %v, incomplete %v; want 50 estimated", nc.Calls, nc.CallsEstimated, nc.Incomplete)
+	}
+	// Per frame 10, 0, 0, 10, 0: the mean 4, its relative standard
+	// error sqrt(Σ(c-4)²)/5/4, of the 40 estimated of 50 calls.
+	want := math.Sqrt(2*36+3*16) / 5 / 4 * 40 / 50
+	if math.Abs(nc.CallsError-want) > 1e-9 {
+		t.Errorf("C's error %g, want %g", nc.CallsError, want)
+	}
+}
+
 func TestBurstTiming(t *testing.T) {
 	for _, tc := range []struct {
 		duty   float64

@@ -93,6 +93,12 @@ type burstAcc struct {
 	// the parent, times the parent's estimated calls.
 	based         bool
 	exact, parent anchorRef
+	// outer is the thread's outermost frame, a root's call, when exact
+	// is nearer: counted per when exact's frames in windows are too
+	// few. A nearer anchor called in some requests only (one printer
+	// of three) gives a smaller error per frame, but its frames come
+	// slower than the roots' in whole bursts, which hold every call.
+	outer anchorRef
 	// estimate is its estimated calls after the demotion, once made.
 	estimate uint64
 }
@@ -120,6 +126,15 @@ type anchorRef struct {
 func (r *anchorRef) set(b *burstCounts, ctx, node *cct.Node, base uint64, late bool, from int) bool {
 	r.node, r.base, r.late = node, base, late
 	return b.watch(node, from, ctx)
+}
+
+// setOuter makes node, a root's call, the outer caller a context counts
+// per (see burstAcc.outer), from window from on, with calls base. Whole
+// windows wait for such frames whatever their contexts: the context does
+// not size windows by them.
+func (r *anchorRef) setOuter(b *burstCounts, node *cct.Node, base uint64, late bool, from int) {
+	r.node, r.base, r.late = node, base, late
+	b.watch(node, from, nil)
 }
 
 // add takes one of its frames that fitted, with c calls of the context.
@@ -239,8 +254,8 @@ func (b *burstCounts) demoted(fns map[cct.FuncID]uint32, roots []*cct.Node, runn
 		}
 	}
 	from := b.nextWindow(t)
-	var walk func(n, anchor *cct.Node)
-	walk = func(n, anchor *cct.Node) {
+	var walk func(n, anchor, outer *cct.Node)
+	walk = func(n, anchor, outer *cct.Node) {
 		for _, ch := range n.Children {
 			if set[ch.Func] {
 				if a := b.acc(ch); !a.based {
@@ -248,6 +263,9 @@ func (b *burstCounts) demoted(fns map[cct.FuncID]uint32, roots []*cct.Node, runn
 					b.exactAt[fns[ch.Func]] += ch.Calls
 					if anchor != nil {
 						a.exact.set(b, ch, anchor, anchor.Calls, false, from)
+					}
+					if outer != nil && outer != anchor {
+						a.outer.setOuter(b, outer, outer.Calls, false, from)
 					}
 					if n != anchor && n.Parent != nil {
 						// Demoted too: its calls after now
@@ -262,15 +280,18 @@ func (b *burstCounts) demoted(fns map[cct.FuncID]uint32, roots []*cct.Node, runn
 					b.sizeWindows(fns[ch.Func], ch, b.route(fns[ch.Func], a))
 				}
 			}
-			next := anchor
+			next, nextOuter := anchor, outer
 			if _, gone := b.sampled[ch.Func]; !gone {
 				next = ch
+				if outer == nil {
+					nextOuter = ch
+				}
 			}
-			walk(ch, next)
+			walk(ch, next, nextOuter)
 		}
 	}
 	for _, r := range roots {
-		walk(r, nil)
+		walk(r, nil, nil)
 	}
 	b.anchorsDemoted(set, fns)
 }
@@ -409,6 +430,9 @@ func (b *burstCounts) count(n *cct.Node, phys uint32, t uint64, anchor, outer, t
 				b.anchors[an.node].madeIn = k
 			}
 		}
+		if outer != nil && an != outer {
+			a.outer.setOuter(b, outer.node, base(outer.node, 1), late, k+1)
+		}
 		if top != nil {
 			// A demoted parent's calls since its demotion are all
 			// estimated; those before it are in its Calls.
@@ -419,6 +443,7 @@ func (b *burstCounts) count(n *cct.Node, phys uint32, t uint64, anchor, outer, t
 	a.exact.tally(anchor, n, phys)
 	if outer != anchor {
 		a.exact.tally(outer, n, phys)
+		a.outer.tally(outer, n, phys)
 	}
 	a.parent.tally(top, n, phys)
 	return true
@@ -498,6 +523,8 @@ func (b *burstCounts) frameEnd(node *cct.Node, start, end uint64, tally *burstTa
 			group[e.phys] += float64(e.calls)
 		case a.parent.node == node:
 			a.parent.add(float64(e.calls))
+		case a.outer.node == node:
+			a.outer.add(float64(e.calls))
 		}
 	}
 	for phys, c := range group {
@@ -665,12 +692,12 @@ func (b *burstCounts) funcErrors() map[cct.FuncID]float64 { return b.funcErr }
 // calls between them (a parser's helper, called in the context of one
 // of several kinds of input per request). Groups of one thread's tree
 // (nested anchors, whose frames overlap) and contexts counted per a
-// demoted parent add up, an upper bound; threads' trees are independent
-// and add in quadrature.
+// demoted parent or an outer caller add up, an upper bound; threads'
+// trees are independent and add in quadrature.
 type funcErrors struct {
 	// estimated sums each group's estimated calls; linear the errors,
-	// in calls, of contexts counted per a demoted parent, by tree and
-	// function.
+	// in calls, of contexts counted per a demoted parent or an outer
+	// caller, by tree and function.
 	estimated map[groupKey]float64
 	linear    map[treeFunc]float64
 }
@@ -689,9 +716,9 @@ func (e *funcErrors) exact(k groupKey, estimate uint64) {
 	e.estimated[k] += float64(estimate)
 }
 
-// viaParent takes the error, in calls, of a context n counted per its
-// demoted parent.
-func (e *funcErrors) viaParent(n *cct.Node, err float64) {
+// apart takes the error, in calls, of a context n counted per its
+// demoted parent, or per its outer caller.
+func (e *funcErrors) apart(n *cct.Node, err float64) {
 	if e.linear == nil {
 		e.linear = map[treeFunc]float64{}
 	}
@@ -762,10 +789,10 @@ func (b *burstCounts) tallies() map[uint32]eventTally {
 
 // estimatePerCall estimates context n's calls per call of a caller, the
 // exact one if enough of its frames fitted in windows, else the parent,
-// whose own estimate (made before, callers first) it scales, and reports
-// whether it could.
+// whose own estimate (made before, callers first) it scales, else the
+// outer one (a root's call), and reports whether it could.
 func (b *burstCounts) estimatePerCall(n *cct.Node, a *burstAcc, errs *funcErrors) bool {
-	for _, r := range []*anchorRef{&a.exact, &a.parent} {
+	for _, r := range []*anchorRef{&a.exact, &a.parent, &a.outer} {
 		if r.node == nil {
 			continue
 		}
@@ -797,7 +824,7 @@ func (b *burstCounts) estimatePerCall(n *cct.Node, a *burstAcc, errs *funcErrors
 		if r == &a.exact {
 			errs.exact(groupKey{anchor: r.node, phys: a.phys}, a.estimate)
 		} else {
-			errs.viaParent(n, errCalls)
+			errs.apart(n, errCalls)
 		}
 		// An anchor that is a lower bound only for its calls running
 		// at the attach (uncounted, at most one per thread) leaves the
