@@ -370,7 +370,8 @@ func busySession(b *testing.B, exe string, cfg daemon.Config) jsonRun {
 // estimate over the truth (ws-ratio, the request chunk the attach fell
 // in counted half), the error the profile claims for that sum
 // (cct.Function.CallsError, over the estimate) and the contexts' errors
-// added up (the bound the top view fell back on before), the contexts
+// added up (the bound the top view fell back on before), the share of
+// its estimated calls in contexts that claim ±15% or less, the contexts
 // estimated and those left a lower bound with calls seen, and the
 // session's length.
 func BenchmarkHybridJSONCounts(b *testing.B) {
@@ -380,7 +381,7 @@ func BenchmarkHybridJSONCounts(b *testing.B) {
 	// The per-request counts spread by about half their mean: 15
 	// requests make a sum's error 15%.
 	const wholeCalls = 15
-	var ratio, claimed, summed, estimated, lower, secs []float64
+	var ratio, claimed, summed, within15, estimated, lower, secs []float64
 	for range b.N {
 		target := startPinned(b, exe)
 		s, err := daemon.Start(daemon.Config{PID: target.Pid(), Roots: []string{"handle_request"}, Mode: daemon.ModeHybrid,
@@ -415,7 +416,7 @@ func BenchmarkHybridJSONCounts(b *testing.B) {
 		}
 		s.Close()
 		target.Exit(b)
-		var est, errSum float64
+		var est, errSum, within float64 // within: calls in contexts claiming ±15% or less
 		var nest, nlower int
 		for _, smp := range roundTrip(b, p).Sample {
 			ctx := testtarget.SampleContext(smp)
@@ -436,6 +437,9 @@ func BenchmarkHybridJSONCounts(b *testing.B) {
 					b.Fatalf("%s: count_error %q: %v", ctx, e[0], err)
 				}
 				errSum += pct / 100 * float64(smp.Value[0])
+				if pct <= 15 {
+					within += float64(smp.Value[0])
+				}
 			}
 		}
 		var funcErr float64
@@ -445,8 +449,9 @@ func BenchmarkHybridJSONCounts(b *testing.B) {
 			}
 		}
 		want := float64(truth) + float64(atAttach)/2
-		b.Logf("json::is_ws: ~%.0f calls, ±%.0f claimed (±%.0f its contexts' added up); %d made after the attach (+%d in the chunk it fell in); %d contexts estimated, %d lower bounds; %s",
-			est, funcErr, errSum, truth, atAttach, nest, nlower, time.Since(start).Round(time.Second))
+		b.Logf("json::is_ws: ~%.0f calls, ±%.0f claimed (±%.0f its contexts' added up, %.0f%% of the calls in contexts claiming ±15%% or less); %d made after the attach (+%d in the chunk it fell in); %d contexts estimated, %d lower bounds; %s",
+			est, funcErr, errSum, 100*within/max(est, 1), truth, atAttach, nest, nlower, time.Since(start).Round(time.Second))
+		within15 = append(within15, 100*within/max(est, 1))
 		ratio = append(ratio, est/want)
 		claimed = append(claimed, 100*funcErr/max(est, 1))
 		summed = append(summed, 100*errSum/max(est, 1))
@@ -457,6 +462,7 @@ func BenchmarkHybridJSONCounts(b *testing.B) {
 	b.ReportMetric(median(ratio), "ws-ratio")
 	b.ReportMetric(median(claimed), "ws-claimed-err-%")
 	b.ReportMetric(median(summed), "ws-contexts-err-sum-%")
+	b.ReportMetric(median(within15), "ws-calls-within-15%-%")
 	b.ReportMetric(median(estimated), "contexts-estimated")
 	b.ReportMetric(median(lower), "contexts-lower-bound")
 	b.ReportMetric(median(secs), "session-s")
