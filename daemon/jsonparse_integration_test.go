@@ -416,7 +416,7 @@ func BenchmarkHybridJSONCounts(b *testing.B) {
 		}
 		s.Close()
 		target.Exit(b)
-		var est, errSum, within float64 // within: calls in contexts claiming ±15% or less
+		var est, errSum, within, lowerCalls float64 // within: calls in contexts claiming ±15% or less
 		var nest, nlower int
 		for _, smp := range roundTrip(b, p).Sample {
 			ctx := testtarget.SampleContext(smp)
@@ -431,6 +431,9 @@ func BenchmarkHybridJSONCounts(b *testing.B) {
 				continue
 			}
 			est += float64(smp.Value[0])
+			if slices.Contains(smp.Label["calls"], "incomplete") {
+				lowerCalls += float64(smp.Value[0])
+			}
 			if e := smp.Label["count_error"]; len(e) == 1 {
 				var pct float64
 				if _, err := fmt.Sscanf(e[0], "±%g%%", &pct); err != nil {
@@ -449,8 +452,8 @@ func BenchmarkHybridJSONCounts(b *testing.B) {
 			}
 		}
 		want := float64(truth) + float64(atAttach)/2
-		b.Logf("json::is_ws: ~%.0f calls, ±%.0f claimed (±%.0f its contexts' added up, %.0f%% of the calls in contexts claiming ±15%% or less); %d made after the attach (+%d in the chunk it fell in); %d contexts estimated, %d lower bounds; %s",
-			est, funcErr, errSum, 100*within/max(est, 1), truth, atAttach, nest, nlower, time.Since(start).Round(time.Second))
+		b.Logf("json::is_ws: ~%.0f calls, ±%.0f claimed (±%.0f its contexts' added up, %.0f%% of the calls in contexts claiming ±15%% or less); %d made after the attach (+%d in the chunk it fell in); %d contexts estimated, %d lower bounds (%.0f of is_ws's calls); %s",
+			est, funcErr, errSum, 100*within/max(est, 1), truth, atAttach, nest, nlower, lowerCalls, time.Since(start).Round(time.Second))
 		within15 = append(within15, 100*within/max(est, 1))
 		ratio = append(ratio, est/want)
 		claimed = append(claimed, 100*funcErr/max(est, 1))
