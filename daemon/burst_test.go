@@ -170,6 +170,25 @@ func burstSimulator() (l *burstLog, b *burstCounts, s *Simulator, handle func(bp
 	return l, b, s, handle, burst
 }
 
+// How a test's call of a demoted function shows: counted exactly (before
+// its demotion), seen by a burst, or not seen at all.
+const (
+	exact = iota
+	seen
+	unseen
+)
+
+// enterAs makes an entry of f at t on slot as how says, with the
+// functions burstSimulator returns.
+func enterAs(how int, handle func(bpf.Event), burst func(t, slot uint64, f cct.FuncID), t, slot uint64, f cct.FuncID) {
+	switch how {
+	case exact:
+		handle(in(t, slot, f))
+	case seen:
+		burst(t, slot, f)
+	}
+}
+
 // TestBurstPerAnchor drives the simulator through a demotion and two
 // bursts: the calls of C and D below A (A still probed, the root W) are
 // estimated per call of A, from A's frames that fitted in a window, times A's calls
@@ -178,13 +197,7 @@ func burstSimulator() (l *burstLog, b *burstCounts, s *Simulator, handle func(bp
 // five frames of equal weight, sqrt(16/25)/2.
 func TestBurstPerAnchor(t *testing.T) {
 	l, b, s, handle, burst := burstSimulator()
-	// A calls made of C calls (and D calls) at t..t+100: probed,
-	// seen by a burst, or not seen at all.
-	const (
-		exact = iota
-		seen
-		unseen
-	)
+	// A calls made of C calls (and D calls) at t..t+100.
 	call := func(tm uint64, bs, cs int, how int) {
 		handle(in(tm, 900, A))
 		for i := range bs + cs {
@@ -192,12 +205,7 @@ func TestBurstPerAnchor(t *testing.T) {
 			if i >= bs {
 				f = D
 			}
-			switch how {
-			case exact:
-				handle(in(tm+1+uint64(i), 800, f))
-			case seen:
-				burst(tm+1+uint64(i), 800, f)
-			}
+			enterAs(how, handle, burst, tm+1+uint64(i), 800, f)
 		}
 		handle(out(tm+100, 900, A))
 	}
@@ -318,22 +326,12 @@ func TestBurstFuncError(t *testing.T) {
 // 10 calls in two of them, none in three, 4 per request.
 func TestBurstOuterAnchor(t *testing.T) {
 	l, b, s, handle, burst := burstSimulator()
-	const (
-		exact = iota
-		seen
-		unseen
-	)
 	request := func(tm uint64, withA bool, how int) {
 		handle(in(tm, 1000, W))
 		if withA {
 			handle(in(tm+1, 900, A))
 			for i := range 10 {
-				switch how {
-				case exact:
-					handle(in(tm+2+uint64(i), 800, C))
-				case seen:
-					burst(tm+2+uint64(i), 800, C)
-				}
+				enterAs(how, handle, burst, tm+2+uint64(i), 800, C)
 			}
 			handle(out(tm+20, 900, A))
 		}
@@ -1013,18 +1011,13 @@ func TestBurstWholeWithin(t *testing.T) {
 		handle(in(tm, 1000, W))
 		handle(in(tm+1, 900, A))
 		for i := range 10 {
-			switch how {
-			case 0: // probed
-				handle(in(tm+2+uint64(i), 800, C))
-			case 1: // seen by a burst
-				burst(tm+2+uint64(i), 800, C)
-			}
+			enterAs(how, handle, burst, tm+2+uint64(i), 800, C)
 		}
 		handle(out(tm+20, 900, A))
 		handle(out(tm+50, 1000, W))
 	}
-	request(100, 0)
-	request(200, 0)
+	request(100, exact)
+	request(200, exact)
 	l.demote(uint32(C), 300)
 	whole := map[uint32]bool{uint32(C): true}
 	handle(in(950, 1000, W))
@@ -1035,14 +1028,14 @@ func TestBurstWholeWithin(t *testing.T) {
 	}
 	handle(out(1010, 900, A))
 	handle(out(1020, 1000, W))
-	request(1100, 1)
+	request(1100, seen)
 	l.close(1200)
 	for k := range 2 {
 		l.openWhole(0, 2000+uint64(k)*1000, time.Millisecond, whole)
-		request(2100+uint64(k)*1000, 1)
+		request(2100+uint64(k)*1000, seen)
 		l.close(2200 + uint64(k)*1000)
 	}
-	request(4000, 2)
+	request(4000, unseen)
 	b.estimate()
 
 	a := s.Merged().Root.Lookup(W).Lookup(A)
