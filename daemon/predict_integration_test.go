@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kprofd/kprofd/daemon"
 	"github.com/kprofd/kprofd/internal/cct"
@@ -148,6 +149,42 @@ func TestHybridWholeBursts(t *testing.T) {
 			t.Errorf("cross-check disagrees: %s", x)
 		}
 	}
+}
+
+// TestHybridIdleWholeBursts checks the pacing of whole bursts on an idle
+// target (a server between requests). A whole window in which no call of
+// a root ran cost the target only its attach and detach: the next one
+// opens at once, and waits its 2 s for a call. Paced as a window that
+// took calls (its 2 s over the bursts' share of the budget), the next
+// would come a minute later, and the next request with it. On
+// testdata/jsonparse at 30%: after the first whole burst took a request,
+// the target idles; once an idle window has ended, the next must end
+// within 20 s.
+func TestHybridIdleWholeBursts(t *testing.T) {
+	requireRoot(t)
+	s, target, ref, run := predictJSON(t, 0.30)
+	for requests := 0; s.Progress().WholeCalls < 1; requests += 100 {
+		if requests > 100000 {
+			t.Fatalf("%d requests made: %+v", requests, s.Progress())
+		}
+		run(100)
+	}
+	// The next burst comes when the last one's pacing says (seconds),
+	// then idle ones.
+	next := func(after int, within time.Duration) int {
+		t.Helper()
+		for start := time.Now(); s.Progress().Bursts <= after; time.Sleep(50 * time.Millisecond) {
+			if time.Since(start) > within {
+				t.Fatalf("no burst ended within %v of burst %d: %+v", within, after, s.Progress())
+			}
+		}
+		return s.Progress().Bursts
+	}
+	idle := next(s.Progress().Bursts, 90*time.Second)
+	next(idle, 20*time.Second)
+	stopAndCheckGone(t, s, target.Pid())
+	target.Exit(t)
+	ref.Exit(t)
 }
 
 // TestHybridBurstsKeepExactEvents runs whole bursts on testdata/jsonparse
