@@ -690,15 +690,16 @@ func (b *burstCounts) funcErrors() map[cct.FuncID]float64 { return b.funcErr }
 // error is that of the mean of the frames' sums (groupKey), much less
 // than the sum of the contexts' errors where they split the frames'
 // calls between them (a parser's helper, called in the context of one
-// of several kinds of input per request). Groups of one thread's tree
-// (nested anchors, whose frames overlap) and contexts counted per a
-// demoted parent or an outer caller add up, an upper bound; threads'
-// trees are independent and add in quadrature.
+// of several kinds of input per request), and never more. Groups of one
+// thread's tree (nested anchors, whose frames overlap) and contexts
+// counted per a demoted parent or an outer caller add up, an upper
+// bound; threads' trees are independent and add in quadrature. A
+// function's error is thus at most its contexts' added up.
 type funcErrors struct {
-	// estimated sums each group's estimated calls; linear the errors,
-	// in calls, of contexts counted per a demoted parent or an outer
-	// caller, by tree and function.
-	estimated map[groupKey]float64
+	// estimated sums each group's estimated calls and their errors;
+	// linear the errors, in calls, of contexts counted per a demoted
+	// parent or an outer caller, by tree and function.
+	estimated map[groupKey]groupSum
 	linear    map[treeFunc]float64
 }
 
@@ -707,13 +708,22 @@ type treeFunc struct {
 	fn   cct.FuncID
 }
 
-// exact takes the estimate of a context of function fn counted per its
-// exact anchor.
-func (e *funcErrors) exact(k groupKey, estimate uint64) {
+// exact takes the estimate of a context counted per its exact anchor,
+// and its error in calls.
+func (e *funcErrors) exact(k groupKey, estimate uint64, err float64) {
 	if e.estimated == nil {
-		e.estimated = map[groupKey]float64{}
+		e.estimated = map[groupKey]groupSum{}
 	}
-	e.estimated[k] += float64(estimate)
+	g := e.estimated[k]
+	g.estimate += float64(estimate)
+	g.errs += err
+	e.estimated[k] = g
+}
+
+// groupSum sums the estimates of a group's contexts, and their errors in
+// calls.
+type groupSum struct {
+	estimate, errs float64
 }
 
 // apart takes the error, in calls, of a context n counted per its
@@ -736,7 +746,7 @@ func (e *funcErrors) total(b *burstCounts) map[cct.FuncID]float64 {
 	for fn, phys := range b.physOf {
 		fnOf[phys] = fn
 	}
-	for k, est := range e.estimated {
+	for k, sum := range e.estimated {
 		g := b.groups[k]
 		if g == nil {
 			continue // no frame held a call: every context's is 0
@@ -747,7 +757,12 @@ func (e *funcErrors) total(b *burstCounts) map[cct.FuncID]float64 {
 			continue
 		}
 		// An anchor demoted later passes its own estimate's error on.
-		byTree[treeFunc{rootOf(k.anchor), fn}] += math.Hypot(relErr, k.anchor.CallsError) * est
+		// The frames' sums give the error where the contexts count
+		// the same calls of the anchor; one found later counts fewer
+		// (its base is later), and their errors added up bound it
+		// then.
+		err := math.Min(math.Hypot(relErr, k.anchor.CallsError)*sum.estimate, sum.errs)
+		byTree[treeFunc{rootOf(k.anchor), fn}] += err
 	}
 	out := map[cct.FuncID]float64{}
 	for k, v := range byTree {
@@ -822,7 +837,7 @@ func (b *burstCounts) estimatePerCall(n *cct.Node, a *burstAcc, errs *funcErrors
 		errCalls := math.Hypot(relErr, r.node.CallsError) * float64(a.estimate)
 		n.CallsError = errCalls / float64(max(n.Calls, 1))
 		if r == &a.exact {
-			errs.exact(groupKey{anchor: r.node, phys: a.phys}, a.estimate)
+			errs.exact(groupKey{anchor: r.node, phys: a.phys}, a.estimate, errCalls)
 		} else {
 			errs.apart(n, errCalls)
 		}

@@ -114,8 +114,20 @@ func TestHybridWholeBursts(t *testing.T) {
 	if counts[fnv1a] != root || labelOf(pp, fnv1a, "count_error") != export.CountError(0) {
 		t.Errorf("fnv1a: ~%d calls (%s), want %d (one per request), ±0.0%%", counts[fnv1a], labelOf(pp, fnv1a, "count_error"), root)
 	}
-	if e, ok := funcError(p, "fnv1a(std::basic_string_view<char, std::char_traits<char> >)", root); !ok || e != 0 {
-		t.Errorf("fnv1a's error, all contexts together: %v, %g; want 0", ok, e)
+	// fnv1a is called in other contexts too (the analyses hash keys):
+	// its error, all contexts together, is at most theirs added up.
+	var calls uint64
+	var sum float64
+	p.Tree.Root.Walk(func(n *cct.Node) {
+		if p.Name(n.Func) == "fnv1a(std::basic_string_view<char, std::char_traits<char> >)" {
+			calls += n.Calls
+			if n.CallsEstimated {
+				sum += n.CallsError * float64(n.Calls)
+			}
+		}
+	})
+	if e, ok := funcError(p, "fnv1a(std::basic_string_view<char, std::char_traits<char> >)", calls); !ok || e*float64(calls) > sum*(1+1e-9)+1e-6 {
+		t.Errorf("fnv1a's error, all contexts together: %v, %g of %d calls; want at most its contexts' added up, %g", ok, e, calls, sum/float64(max(calls, 1)))
 	}
 	// The functions predicted from the start, by name: every whole burst
 	// had them. (One a round demoted later may have had fewer.)
