@@ -684,7 +684,7 @@ type burster struct {
 	mu         sync.Mutex
 	bursts     int
 	wholes     int           // of them whole (see run)
-	wholeCalls int           // the calls of the roots the whole ones took
+	wholeCalls int           // the calls of the roots the whole ones took, in windows that missed no event
 	total      time.Duration // the bursts' windows, summed
 	err        error
 	armed      uint32 // bursts whose probes are going in, in or going out
@@ -1122,7 +1122,10 @@ func (b *burster) burst(gen uint32, funcs []*plan.Func, set map[uint32]bool, len
 	b.bursts++
 	if whole {
 		b.wholes++
-		b.wholeCalls += b.take.calls
+		if !b.take.lossy {
+			// A window that missed events gives no frame.
+			b.wholeCalls += b.take.calls
+		}
 	}
 	b.total += time.Duration(end - start)
 	b.mu.Unlock()
@@ -1295,7 +1298,8 @@ func (b *burster) count(whole bool) int {
 }
 
 // wholeCallsTaken returns how many calls of the roots the whole bursts
-// have taken.
+// have taken in windows that missed no event: the frames the estimates
+// rest on.
 func (b *burster) wholeCallsTaken() int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -1311,7 +1315,7 @@ func (b *burster) summary() string {
 	}
 	whole := ""
 	if b.wholes > 0 {
-		whole = fmt.Sprintf(", %d of them whole: every demoted function's entry probes back for whole calls of the roots, %d calls in all", b.wholes, b.wholeCalls)
+		whole = fmt.Sprintf(", %d of them whole: every demoted function's entry probes back for whole calls of the roots, %d calls in all in windows that missed no event", b.wholes, b.wholeCalls)
 	}
 	if n := b.log.lossyWindows(); n > 0 {
 		whole += fmt.Sprintf("; %d of their windows missed events (the ring buffer full, or half full and burst hits dropped) and were left out", n)

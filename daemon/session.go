@@ -132,7 +132,8 @@ type Progress struct {
 	// Demotions counts the functions hybrid mode demoted, Bursts the
 	// bursts of sampled instrumentation that have ended so far (their
 	// calls make the demoted functions' estimated counts), and
-	// WholeCalls the calls of the roots whole bursts took.
+	// WholeCalls the calls of the roots whole bursts took in windows
+	// that missed no event (those the estimates rest on).
 	Demotions  int `json:"demotions"`
 	Bursts     int `json:"bursts"`
 	WholeCalls int `json:"whole_calls,omitempty"`
