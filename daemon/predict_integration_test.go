@@ -87,12 +87,7 @@ func TestHybridWholeBursts(t *testing.T) {
 	// the budget, and takes one request; at 30% the next come every
 	// 7-13 s and take one or two each (at 10%, every 20-40 s).
 	s, target, ref, run := predictJSON(t, 0.30)
-	for requests := 0; s.Progress().WholeCalls < 3; requests += 500 {
-		if requests > 200000 {
-			t.Fatalf("%d requests made: %+v", requests, s.Progress())
-		}
-		run(500)
-	}
+	runUntilWholeCalls(t, s, run, 3, 500)
 	p := stopAndCheckGone(t, s, target.Pid())
 	target.Exit(t)
 	ref.Exit(t)
@@ -175,12 +170,7 @@ func TestHybridWholeBursts(t *testing.T) {
 func TestHybridIdleWholeBursts(t *testing.T) {
 	requireRoot(t)
 	s, target, ref, run := predictJSON(t, 0.30)
-	for requests := 0; s.Progress().WholeCalls < 1; requests += 100 {
-		if requests > 100000 {
-			t.Fatalf("%d requests made: %+v", requests, s.Progress())
-		}
-		run(100)
-	}
+	runUntilWholeCalls(t, s, run, 1, 100)
 	// The next burst comes when the last one's pacing says (seconds),
 	// then idle ones.
 	next := func(after int, within time.Duration) int {
@@ -265,6 +255,19 @@ func runUntilAttached(t *testing.T, s *daemon.Session, run func(n int)) int {
 			return requests
 		default:
 		}
+	}
+}
+
+// runUntilWholeCalls makes requests in chunks until whole bursts have
+// taken calls of the roots (in windows that missed no event), 200,000
+// at most.
+func runUntilWholeCalls(t *testing.T, s *daemon.Session, run func(n int), calls, chunk int) {
+	t.Helper()
+	for requests := 0; s.Progress().WholeCalls < calls; requests += chunk {
+		if requests > 200000 {
+			t.Fatalf("%d requests made: %+v", requests, s.Progress())
+		}
+		run(chunk)
 	}
 }
 
