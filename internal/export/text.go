@@ -118,10 +118,9 @@ func WriteTree(w io.Writer, p *cct.Profile, opt TreeOptions) error {
 // time, counted once per calling context: a recursive call inside the
 // function adds nothing. Calls are marked ≥ when some context's are a
 // lower bound, ~ when some are estimates. With estimated calls, a ±calls
-// column gives the
-// relative standard error of each function's, all contexts together
-// (cct.Function.CallsError), or, where that is not known, bounds it (≤:
-// its contexts' errors added up).
+// column gives the relative standard error of each function's, all
+// contexts together (cct.Function.CallsError), or, where that is not
+// known, bounds it (≤: its contexts' errors added up).
 func WriteTop(w io.Writer, p *cct.Profile, n int) error {
 	t := treeOf(p)
 	_, total := t.Total()
