@@ -671,8 +671,8 @@ type burster struct {
 	stop chan struct{}
 	done chan struct{}
 
-	// idle says no call of a root ran in the last window (set by burst
-	// and wholeWindow, read by run: all on run's goroutine); take is what
+	// idle says no call of a root ran in the last window (set by burst,
+	// read by run: both on run's goroutine); take is what
 	// that window took, costs what all whole ones did, and calls how
 	// many calls of the roots the next one waits for, at most maxCalls
 	// (see wholeCallsAfter).
@@ -1078,11 +1078,11 @@ func (b *burster) burst(gen uint32, funcs []*plan.Func, set map[uint32]bool, len
 	} else {
 		b.log.open(inRead, start, length, set)
 		b.window(start, length)
-		// No call of a root ran while its probes were in: they cost
-		// the target their attach and detach alone.
-		st, err := s.prog.Stats()
-		b.idle = err == nil && base.RootEntries <= base.RootExits && st.RootEntries == base.RootEntries
 	}
+	// No call of a root ran while its probes were in: they cost the
+	// target their attach and detach alone.
+	st, err := s.prog.Stats()
+	b.idle = err == nil && base.RootEntries <= base.RootExits && st.RootEntries == base.RootEntries
 	end := monotonicNow()
 	b.log.close(end)
 	outCalls, outErr := s.prog.CallCounts(nil, nids)
@@ -1194,12 +1194,10 @@ catching:
 // new ones, could stand for an awaited one still running. A window in
 // which the probe program dropped burst hits (the ring buffer half
 // full) closes at once: its frames are left out. The event loop places
-// the frames by their times later (burstLog.catching, fits). It sets
-// b.idle when no call of a root was running at base and none began
-// while it was open, and returns what it took.
+// the frames by their times later (burstLog.catching, fits). It returns
+// what the window took.
 func (b *burster) wholeWindow(gen uint32, base bpf.Stats, start uint64, calls int, length time.Duration) (wholeTake, error) {
 	took := wholeTake{start: start}
-	b.idle = base.RootEntries <= base.RootExits
 	st := base
 	tick := time.NewTicker(settlePoll)
 	defer tick.Stop()
@@ -1249,7 +1247,6 @@ catching:
 		if took.calls == 0 {
 			return took, nil // no call of a root began
 		}
-		b.idle = false
 		if st.AwaitedExits-base.AwaitedExits >= st.AwaitedEntries-base.AwaitedEntries || st.BurstDropped > base.BurstDropped {
 			return took, nil
 		}
