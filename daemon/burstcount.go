@@ -71,6 +71,9 @@ type burstCounts struct {
 	// the calls of all a function's contexts counted per that anchor
 	// (see funcErrors).
 	groups map[groupKey]*anchorRef
+	// frameGroup is frameEnd's, reused: an anchor's frames end by the
+	// thousand in a whole burst.
+	frameGroup map[uint32]float64
 	// funcErr holds, once estimate ran, each function's estimated
 	// calls' standard error in calls (see funcErrors).
 	funcErr map[cct.FuncID]float64
@@ -181,7 +184,7 @@ func newBurstCounts(l *burstLog, cost func(id uint32) float64) *burstCounts {
 	return &burstCounts{log: l, cost: cost, accs: map[*cct.Node]*burstAcc{},
 		anchors: map[*cct.Node]*anchorAcc{}, known: map[uint32]bool{}, sampled: map[cct.FuncID]map[*cct.Node]bool{},
 		callsAt: map[cct.FuncID]map[*cct.Node]uint64{}, physOf: map[cct.FuncID]uint32{}, exactAt: map[uint32]uint64{}, edges: map[uint32]uint64{},
-		groups: map[groupKey]*anchorRef{}}
+		groups: map[groupKey]*anchorRef{}, frameGroup: map[uint32]float64{}}
 }
 
 func (b *burstCounts) acc(n *cct.Node) *burstAcc {
@@ -510,16 +513,14 @@ func (b *burstCounts) frameEnd(node *cct.Node, start, end uint64, tally *burstTa
 	if tally == nil {
 		return
 	}
-	var group map[uint32]float64 // by function, the calls of its contexts anchored here
+	group := b.frameGroup // by function, the calls of its contexts anchored here
+	clear(group)
 	for _, e := range tally.calls {
 		a := b.accs[e.node]
 		switch {
 		case a == nil:
 		case a.exact.node == node:
 			a.exact.add(float64(e.calls))
-			if group == nil {
-				group = map[uint32]float64{}
-			}
 			group[e.phys] += float64(e.calls)
 		case a.parent.node == node:
 			a.parent.add(float64(e.calls))
