@@ -119,19 +119,17 @@ func WriteTree(w io.Writer, p *cct.Profile, opt TreeOptions) error {
 // function adds nothing. Calls are marked ≥ when some context's are a
 // lower bound, ~ when some are estimates. With estimated calls, a ±calls
 // column gives the relative standard error of each function's, all
-// contexts together (cct.Function.CallsError), or, where that is not
-// known, bounds it (≤: its contexts' errors added up).
+// contexts together (cct.Function.CallsError).
 func WriteTop(w io.Writer, p *cct.Profile, n int) error {
 	t := treeOf(p)
 	_, total := t.Total()
 	type stat struct {
 		id               cct.FuncID
 		calls, self, cum uint64
-		selfErr          uint64  // the compensated self time's error bound
-		estimated        bool    // some of its time comes from samples
-		callsEstimated   bool    // some of its calls are estimates
-		incomplete       bool    // some of its contexts' calls are lower bounds
-		callsErr         float64 // their standard errors, in calls, summed
+		selfErr          uint64 // the compensated self time's error bound
+		estimated        bool   // some of its time comes from samples
+		callsEstimated   bool   // some of its calls are estimates
+		incomplete       bool   // some of its contexts' calls are lower bounds
 		allocs           allocs
 	}
 	stats := make(map[cct.FuncID]*stat)
@@ -149,9 +147,6 @@ func WriteTop(w io.Writer, p *cct.Profile, n int) error {
 		st.estimated = st.estimated || n.Estimated
 		st.callsEstimated = st.callsEstimated || n.CallsEstimated
 		st.incomplete = st.incomplete || n.Incomplete
-		if n.CallsEstimated {
-			st.callsErr += n.CallsError * float64(n.Calls)
-		}
 		st.allocs.add(n)
 		if onPath[n.Func] == 0 {
 			st.cum += n.Wall
@@ -195,16 +190,9 @@ func WriteTop(w io.Writer, p *cct.Profile, n int) error {
 			percent(st.cum, total),
 		}
 		if errs {
-			// The contexts' errors rest on the same bursts: their sum
-			// bounds the function's (the standard deviation of a sum
-			// is at most the sum of theirs).
 			e := ""
-			switch f := p.Func(st.id); {
-			case !st.callsEstimated:
-			case f.CallsEstimated:
+			if f := p.Func(st.id); st.callsEstimated && f.CallsEstimated {
 				e = CountError(f.CallsError / max(float64(st.calls), 1))
-			default:
-				e = "≤" + CountError(st.callsErr/max(float64(st.calls), 1))
 			}
 			row = slices.Insert(row, 1, e)
 		}
