@@ -748,11 +748,10 @@ func (e *funcErrors) total(b *burstCounts) map[cct.FuncID]float64 {
 		fnOf[phys] = fn
 	}
 	for k, sum := range e.estimated {
-		g := b.groups[k]
-		if g == nil {
-			continue // no frame held a call: every context's is 0
+		relErr := 0.0 // no frame held a call: every context's is 0
+		if g := b.groups[k]; g != nil {
+			_, relErr, _ = b.perCall(g, k.phys)
 		}
-		_, relErr, _ := b.perCall(g, k.phys)
 		fn, ok := fnOf[k.phys]
 		if !ok {
 			continue
