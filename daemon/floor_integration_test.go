@@ -24,37 +24,22 @@ import (
 func TestHybridFloor(t *testing.T) {
 	requireRoot(t)
 	target := testtarget.Start(t, testtarget.BuildHot(t))
-	var mu sync.Mutex
-	var warnings []string
-	warnf := func(format string, args ...any) {
-		mu.Lock()
-		defer mu.Unlock()
-		warnings = append(warnings, fmt.Sprintf(format, args...))
-	}
-	s, err := daemon.Start(daemon.Config{PID: target.Pid(), Roots: []string{"root"}, Mode: daemon.ModeHybrid, Budget: 0.10, Warnf: warnf})
+	var warnings warnLog
+	s, err := daemon.Start(daemon.Config{PID: target.Pid(), Roots: []string{"root"}, Mode: daemon.ModeHybrid, Budget: 0.10, Warnf: warnings.warnf})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
 	// Runs until the warning comes (a tenth of a second of samples
 	// proves this floor over the budget), 50 at most.
-	warned := func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		for _, w := range warnings {
-			if strings.Contains(w, "more than the 10% overhead budget") {
-				return true
-			}
-		}
-		return false
-	}
-	for i := 0; i < 50 && !warned(); i++ {
+	const warning = "more than the 10% overhead budget"
+	for i := 0; i < 50 && !warnings.has(warning); i++ {
 		runHot(t, target, 20000)
 	}
 	ds := s.Demotions()
 	p := stopAndCheckGone(t, s, target.Pid())
-	if !warned() {
-		t.Errorf("no warning that the probes outside the root pass the budget; warnings: %q", warnings)
+	if !warnings.has(warning) {
+		t.Errorf("no warning that the probes outside the root pass the budget; warnings: %q", warnings.all())
 	}
 	leaf := false
 	for _, d := range ds {
@@ -91,15 +76,10 @@ func TestHybridCalleesOutsideRoot(t *testing.T) {
 	// 5 root calls per thread in each command: at 0, 4096, ...,
 	// 16384.
 	const perCommand, rootsPerCommand = 20000, 2 * 5
-	session := func(budget float64, done func(*daemon.Session) bool) (p *cct.Profile, ds []daemon.Demotion, warnings []string, st bpf.Stats) {
+	session := func(budget float64, done func(*daemon.Session) bool) (p *cct.Profile, ds []daemon.Demotion, warnings *warnLog, st bpf.Stats) {
 		target := testtarget.Start(t, exe)
-		var mu sync.Mutex
-		warnf := func(format string, args ...any) {
-			mu.Lock()
-			defer mu.Unlock()
-			warnings = append(warnings, fmt.Sprintf(format, args...))
-		}
-		s, err := daemon.Start(daemon.Config{PID: target.Pid(), Roots: []string{"root"}, Mode: daemon.ModeHybrid, Budget: budget, Warnf: warnf})
+		warnings = &warnLog{}
+		s, err := daemon.Start(daemon.Config{PID: target.Pid(), Roots: []string{"root"}, Mode: daemon.ModeHybrid, Budget: budget, Warnf: warnings.warnf})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -118,8 +98,6 @@ func TestHybridCalleesOutsideRoot(t *testing.T) {
 		if root := p.Tree.Root.Lookup(0); root == nil || p.Name(root.Func) != "root" || root.Calls != uint64(commands*rootsPerCommand) {
 			t.Errorf("budget %.0f%%: root %v, want %d calls", 100*budget, root, commands*rootsPerCommand)
 		}
-		mu.Lock()
-		defer mu.Unlock()
 		return p, ds, warnings, st
 	}
 
@@ -150,9 +128,34 @@ func TestHybridCalleesOutsideRoot(t *testing.T) {
 	if !leafDemoted(ds) {
 		t.Errorf("leaf not demoted to sampling: %v", ds)
 	}
-	for _, w := range warnings {
-		if strings.Contains(w, "overhead budget") {
-			t.Errorf("warned of a floor over the budget: %q", w)
-		}
+	if warnings.has("overhead budget") {
+		t.Errorf("warned of a floor over the budget: %q", warnings.all())
 	}
+}
+
+// warnLog collects a session's warnings (Config.Warnf), which its
+// goroutines may give at any time.
+type warnLog struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (w *warnLog) warnf(format string, args ...any) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.lines = append(w.lines, fmt.Sprintf(format, args...))
+}
+
+// has reports whether a warning so far contains substr.
+func (w *warnLog) has(substr string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.ContainsFunc(w.lines, func(l string) bool { return strings.Contains(l, substr) })
+}
+
+// all returns the warnings so far.
+func (w *warnLog) all() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.lines)
 }

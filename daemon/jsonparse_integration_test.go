@@ -445,12 +445,8 @@ func BenchmarkHybridJSONCounts(b *testing.B) {
 				}
 			}
 		}
-		var funcErr float64
-		for _, f := range p.Functions {
-			if f.Name == "json::is_ws(char)" && f.CallsEstimated {
-				funcErr = f.CallsError
-			}
-		}
+		relErr, _ := funcError(p, "json::is_ws(char)", uint64(est))
+		funcErr := relErr * est
 		want := float64(truth) + float64(atAttach)/2
 		b.Logf("json::is_ws: ~%.0f calls, ±%.0f claimed (±%.0f its contexts' added up, %.0f%% of the calls in contexts claiming ±15%% or less); %d made after the attach (+%d in the chunk it fell in); %d contexts estimated, %d lower bounds (%.0f of is_ws's calls); %s",
 			est, funcErr, errSum, 100*within/max(est, 1), truth, atAttach, nest, nlower, lowerCalls, time.Since(start).Round(time.Second))

@@ -3,8 +3,9 @@ package daemon
 import "testing"
 
 // TestProbeCountersSince checks the window's samples in probes outside
-// bursts, those of callees hit outside the root among them, including readings where a burst sample landed between the
-// reads of a total and of its burst share.
+// bursts, those of callees hit outside the root among them, including
+// readings where a burst sample landed between the reads of a total and
+// of its burst share.
 func TestProbeCountersSince(t *testing.T) {
 	for _, tc := range []struct {
 		name     string

@@ -200,13 +200,7 @@ func TestHybridBurstsKeepExactEvents(t *testing.T) {
 	requireRoot(t)
 	s, target, ref, run := predictJSON(t, 0.30, 2<<20)
 	requests := runUntilAttached(t, s, run)
-	after := 0
-	for ; s.Progress().Bursts < 2; after += 500 {
-		if after > 200000 {
-			t.Fatalf("%d requests made: %+v", after, s.Progress())
-		}
-		run(500)
-	}
+	after := runUntil(t, s, run, 500, func() bool { return s.Progress().Bursts >= 2 })
 	requests += after
 	p, _ := stopCountingRequests(t, s, target, ref, requests, after)
 	comment := strings.Join(p.Comments, "\n")
@@ -239,36 +233,40 @@ func stopCountingRequests(t *testing.T, s *daemon.Session, target, ref *testtarg
 	return p, before
 }
 
-// runUntilAttached makes requests with run, in chunks of 20, until the
-// predicting session s has attached (its root must have run for
-// predictWindow, some hundred requests), and returns how many it made.
-func runUntilAttached(t *testing.T, s *daemon.Session, run func(n int)) int {
+// runUntil makes requests with run, chunk at a time, until done says
+// so, 200,000 at most, and returns how many it made.
+func runUntil(t *testing.T, s *daemon.Session, run func(n int), chunk int, done func() bool) int {
 	t.Helper()
-	for requests := 0; ; {
-		if requests > 100000 {
-			t.Fatalf("not attached after %d requests: %+v", requests, s.Progress())
-		}
-		run(20)
-		requests += 20
-		select {
-		case <-s.Attached():
-			return requests
-		default:
-		}
-	}
-}
-
-// runUntilWholeCalls makes requests in chunks until whole bursts have
-// taken calls of the roots (in windows that missed no event), 200,000
-// at most.
-func runUntilWholeCalls(t *testing.T, s *daemon.Session, run func(n int), calls, chunk int) {
-	t.Helper()
-	for requests := 0; s.Progress().WholeCalls < calls; requests += chunk {
+	requests := 0
+	for ; !done(); requests += chunk {
 		if requests > 200000 {
 			t.Fatalf("%d requests made: %+v", requests, s.Progress())
 		}
 		run(chunk)
 	}
+	return requests
+}
+
+// runUntilAttached makes requests in chunks of 20 until the predicting
+// session s has attached (its root must have run for predictWindow, some
+// hundred requests), and returns how many it made.
+func runUntilAttached(t *testing.T, s *daemon.Session, run func(n int)) int {
+	t.Helper()
+	return runUntil(t, s, run, 20, func() bool {
+		select {
+		case <-s.Attached():
+			return true
+		default:
+			return false
+		}
+	})
+}
+
+// runUntilWholeCalls makes requests in chunks until whole bursts have
+// taken calls of the roots (in windows that missed no event).
+func runUntilWholeCalls(t *testing.T, s *daemon.Session, run func(n int), calls, chunk int) {
+	t.Helper()
+	runUntil(t, s, run, chunk, func() bool { return s.Progress().WholeCalls >= calls })
 }
 
 func atoi(s string) int {
