@@ -250,7 +250,7 @@ func TestBurstPerAnchor(t *testing.T) {
 	if nd.Calls != 6+2*11 || !nd.CallsEstimated || math.Abs(nd.CallsError-0.4*22/28) > 1e-9 {
 		t.Errorf("D: %d calls, estimated %v, error %g; want 28 estimated, error 0.4 of 22", nd.Calls, nd.CallsEstimated, nd.CallsError)
 	}
-	if errs := b.funcErrors(); math.Abs(errs[D]-0.4*22) > 1e-9 || errs[C] != 0 {
+	if errs := b.errorsByFunc(); math.Abs(errs[D]-0.4*22) > 1e-9 || errs[C] != 0 {
 		t.Errorf("function errors %v, want D's 8.8 calls, C's none", errs)
 	}
 	// The frame that did not fit asks for windows four times what the
@@ -313,7 +313,7 @@ func TestBurstFuncError(t *testing.T) {
 			t.Errorf("a context of D: %d calls, estimated %v, error %g; want %d, ±50%%", n.Calls, n.CallsEstimated, n.CallsError, tc.want)
 		}
 	}
-	if errs := b.funcErrors(); errs[D] != 0 {
+	if errs := b.errorsByFunc(); errs[D] != 0 {
 		t.Errorf("D's 46 calls estimated with an error of %g calls, want 0", errs[D])
 	}
 }

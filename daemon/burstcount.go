@@ -680,10 +680,10 @@ func (b *burstCounts) estimate() {
 	b.funcErr = errs.total(b)
 }
 
-// funcErrors returns, once estimate ran, the standard error in calls of
+// errorsByFunc returns, once estimate ran, the standard error in calls of
 // each function's estimated calls, all its contexts together (see
 // funcErrors).
-func (b *burstCounts) funcErrors() map[cct.FuncID]float64 { return b.funcErr }
+func (b *burstCounts) errorsByFunc() map[cct.FuncID]float64 { return b.funcErr }
 
 // funcErrors gathers the standard errors of functions' estimated calls,
 // all contexts of each together. The contexts of a function counted per

@@ -72,7 +72,7 @@ func (s *Session) buildProfile(end uint64, st bpf.Stats) *cct.Profile {
 		p.Functions = append(p.Functions, e.function(addMapping(e.obj)))
 	}
 	if s.sim.burst != nil {
-		for id, err := range s.sim.burst.funcErrors() {
+		for id, err := range s.sim.burst.errorsByFunc() {
 			if int(id) < len(p.Functions) {
 				p.Functions[id].CallsEstimated, p.Functions[id].CallsError = true, err
 			}
