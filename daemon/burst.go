@@ -735,11 +735,7 @@ func (b *burster) run() {
 		var duty float64
 		var length time.Duration
 		if whole {
-			set = map[uint32]bool{}
-			for _, f := range all {
-				set[f.ID] = true
-			}
-			funcs = all
+			// Its functions are taken after the wait below.
 			// Long enough for the calls of the roots it waits for
 			// to begin, with the one running at the attach slowed
 			// by every probe.
@@ -769,6 +765,18 @@ func (b *burster) run() {
 		}
 		if first {
 			offset = 0 // its period starts here
+		}
+		if whole {
+			// Every function demoted to sampling by now, those the
+			// rounds demoted while it waited (seconds, before the
+			// first) included: a function a whole window lacks has
+			// one frame of the roots' fewer to be estimated by, and
+			// stays a lower bound longer.
+			funcs = b.m.sampledFuncs()
+			set = make(map[uint32]bool, len(funcs))
+			for _, f := range funcs {
+				set[f.ID] = true
+			}
 		}
 		took := time.Duration(0)
 		var attach time.Duration
@@ -1022,7 +1030,10 @@ func burstFuncs(n int, perFunc time.Duration, budget float64) int {
 // long attaching took and how long the window was.
 func (b *burster) burst(gen uint32, funcs []*plan.Func, set map[uint32]bool, length time.Duration, whole bool) (duty float64, attach, took time.Duration, err error) {
 	s := b.s
-	if err := s.prog.SetBurst(gen); err != nil {
+	// Two numbers per burst: a thread's first hit while the probes go
+	// in captures its stack, and its first with all of them in again
+	// (see below).
+	if err := s.prog.SetBurst(2*gen - 1); err != nil {
 		return 0, 0, 0, err
 	}
 	nids := 0
@@ -1052,13 +1063,20 @@ func (b *burster) burst(gen uint32, funcs []*plan.Func, set map[uint32]bool, len
 		links = append(links, ls...)
 	}
 	attach = time.Since(attachStart)
+	// A thread whose stack was captured while the probes went in (a
+	// whole burst's take hundreds of ms) has entered functions since
+	// whose probes were not in yet: their frames are on no simulated
+	// stack, and the calls they make would land in their callers'
+	// callers' contexts. Its first hit from now on captures it again.
+	err = s.prog.SetBurst(2 * gen)
 	// The calls counted while every probe of the burst is in, for the
 	// load and the cross-check.
 	inRead := monotonicNow()
 	inCalls, inErr := s.prog.CallCounts(nil, nids)
 	// The kernel counts the calls of the roots a whole window awaits
 	// from here on (see wholeWindow).
-	base, err := s.prog.Stats()
+	base, statsErr := s.prog.Stats()
+	err = errors.Join(err, statsErr)
 	if err == nil && whole {
 		err = s.prog.SetWholeWindow(gen, math.MaxUint64)
 	}

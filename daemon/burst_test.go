@@ -1045,3 +1045,87 @@ func TestBurstWholeWithin(t *testing.T) {
 		t.Errorf("C: %d calls, estimated %v, error %g; want 70 estimated, no error", nc.Calls, nc.CallsEstimated, nc.CallsError)
 	}
 }
+
+// TestRepairWhileArmed checks the repair of a simulated stack while a
+// burst's probes are in. A (exact, its exits dropped) returned unseen at
+// 900 and B, demoted and entered before its burst probe was in, took its
+// slot; a burst then saw C and D called below B, which the simulator put
+// below A. A capture finds B at A's slot: A goes, and with it C and D,
+// which run on. While the burst's probes are in, the real stack puts B,
+// C and D back, so that the next call the burst sees lands below D, not
+// in the root's context; outside bursts nothing is put back. After an
+// exit (a ret-site probe's capture), the frame it popped, still on the
+// real stack, is not put back.
+func TestRepairWhileArmed(t *testing.T) {
+	real := []RealFrame{{700, D}, {800, C}, {900, B}, {1000, W}}
+	for _, tc := range []struct {
+		name    string
+		armed   bool
+		exitD   bool
+		context []cct.FuncID // where the burst's next call of C lands, below W
+	}{
+		{"armed", true, false, []cct.FuncID{B, C, D, C}},
+		{"armed, after an exit", true, true, []cct.FuncID{B, C, C}},
+		{"not armed", false, false, []cct.FuncID{C}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l, _, s, handle, burst := burstSimulator()
+			s.SetReconciler(fakeReconciler{real, 1000})
+			if tc.armed {
+				l.arm(5)
+			}
+			handle(in(10, 1000, W))
+			handle(in(20, 900, A))
+			burst(30, 800, C)
+			burst(40, 700, D)
+			if tc.exitD {
+				handle(out(45, 700, D))
+			}
+			st := ev(bpf.KindStack, 50, 1000, 0)
+			s.HandleStack(&st, &bpf.Stack{SP: 600})
+			burst(60, 600, C)
+			n, path := s.Merged().Root.Lookup(W), testName(W)
+			for _, f := range tc.context {
+				path += "/" + testName(f)
+				if n = n.Lookup(f); n == nil {
+					t.Fatalf("no context %s in %s", path, treeString(s.Merged()))
+				}
+			}
+		})
+	}
+}
+
+// TestRepairCutsAnchorFrame checks that an exact frame a repair pops is
+// not one of its anchor's frames in a window: when it ended is not known
+// (it may run on), and the calls bursts saw below it may be another's.
+// One that returns at its exit is.
+func TestRepairCutsAnchorFrame(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		cut   bool
+		wants int
+	}{
+		{"exit", false, 1},
+		{"repair", true, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l, b, s, handle, _ := burstSimulator()
+			s.SetReconciler(fakeReconciler{[]RealFrame{{900, B}, {1000, W}}, 1000})
+			handle(in(10, 1000, W))
+			a := s.Threads()[1].Root.Lookup(W).Child(A)
+			b.watch(a, 0, nil)
+			l.open(0, 15, time.Millisecond, map[uint32]bool{uint32(C): true})
+			handle(in(20, 900, A))
+			if tc.cut {
+				st := ev(bpf.KindStack, 30, 1000, 0)
+				s.HandleStack(&st, &bpf.Stack{SP: 800})
+			} else {
+				handle(out(30, 900, A))
+			}
+			l.close(40)
+			if got := b.anchors[a].wins[0]; got != tc.wants {
+				t.Errorf("A's frames in the window: %d, want %d", got, tc.wants)
+			}
+		})
+	}
+}

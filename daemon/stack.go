@@ -554,7 +554,7 @@ func (s *Simulator) popDeeper(th *thread, slot, t uint64) {
 	n := len(fr)
 	for n > 0 && fr[n-1].slot < slot {
 		n--
-		s.end(fr, n, t)
+		s.end(fr, n, t, false)
 		s.stats.InferredExits++
 	}
 	th.frames = fr[:n]
@@ -569,7 +569,7 @@ func (s *Simulator) popRun(th *thread, t uint64) int {
 	slot := fr[n-1].slot
 	for n > 0 && fr[n-1].slot == slot {
 		n--
-		s.end(fr, n, t)
+		s.end(fr, n, t, false)
 	}
 	popped := len(fr) - n
 	th.frames = fr[:n]
@@ -578,8 +578,10 @@ func (s *Simulator) popRun(th *thread, t uint64) int {
 
 // end adds the time of frame fr[i], popped at t, to its node, less the
 // adjust time kprofd spent in it, which its caller's time held too, and
-// gives an exact frame to the bursts' estimates.
-func (s *Simulator) end(fr []frame, i int, t uint64) {
+// gives an exact frame to the bursts' estimates, unless a real stack cut
+// it: a repair pops a frame whose end it does not know (it may run on),
+// and whose calls seen may be another's.
+func (s *Simulator) end(fr []frame, i int, t uint64, cut bool) {
 	f := &fr[i]
 	if i > 0 {
 		fr[i-1].adj += f.adj
@@ -589,7 +591,7 @@ func (s *Simulator) end(fr []frame, i int, t uint64) {
 		f.node.Wall += d
 		f.node.WallSq += float64(d) * float64(d)
 	}
-	if s.burst != nil && f.flags&(noTime|frameSignal|frameEntered) == 0 {
+	if s.burst != nil && !cut && f.flags&(noTime|frameSignal|frameEntered) == 0 {
 		within := -1
 		if fr[0].flags&frameAwaited != 0 {
 			within = int(fr[0].win)
@@ -851,7 +853,7 @@ func (s *Simulator) signal(th *thread, ev *bpf.Event) {
 func (s *Simulator) sigreturn(th *thread, ev *bpf.Event) {
 	for i := len(th.frames) - 1; i >= 0; i-- {
 		if th.frames[i].flags&frameSignal != 0 {
-			s.unwindTo(th, i, ev.Time)
+			s.unwindTo(th, i, ev.Time, false)
 			return
 		}
 	}
@@ -870,7 +872,7 @@ func (s *Simulator) unwind(th *thread, slot, t uint64, inclusive bool) {
 	n := len(fr)
 	for n > 0 && (fr[n-1].slot < slot || inclusive && fr[n-1].slot == slot) {
 		n--
-		s.end(fr, n, t)
+		s.end(fr, n, t, false)
 		s.stats.Unwound++
 	}
 	th.frames = fr[:n]
@@ -904,7 +906,9 @@ func (s *Simulator) SetReconciler(r Reconciler) { s.rec = r }
 // captured at ev (the seed patent's matching, by stack slot): a simulated
 // frame with no real frame at its slot, or another function's, has exited
 // abruptly, and so has every frame above it; they are popped at the
-// capture's time.
+// capture's time. The real stack's frames above the last one kept are
+// put back (as entered, counting no call) where a burst's capture or a
+// repair while a burst's probes are in needs them.
 func (s *Simulator) HandleStack(ev *bpf.Event, st *bpf.Stack) {
 	s.stats.Events++
 	th := s.thread(ev.Tid)
@@ -916,6 +920,11 @@ func (s *Simulator) HandleStack(ev *bpf.Event, st *bpf.Stack) {
 		for _, f := range frames {
 			live[f.Slot] = f.Func
 		}
+		// The slot of the frame the last exit popped: a capture that
+		// followed the exit (ret-site probes fire before the ret)
+		// still has its frame.
+		exited := th.runSlot
+		repaired := false
 		run := 0 // where the run of frames sharing f's slot starts
 		for i, f := range th.frames {
 			if i > 0 && th.frames[i-1].slot != f.slot {
@@ -936,12 +945,23 @@ func (s *Simulator) HandleStack(ev *bpf.Event, st *bpf.Stack) {
 					i = run
 				}
 				s.stats.Repairs += uint64(len(th.frames) - i)
-				s.unwindTo(th, i, ev.Time)
+				s.unwindTo(th, i, ev.Time, true)
+				repaired = true
 				break
 			}
 		}
-		if ev.Flags&bpf.FlagBurst != 0 {
+		switch {
+		case ev.Flags&bpf.FlagBurst != 0:
 			s.pushEntered(th, frames, ev.Time)
+		case repaired && s.burst != nil && s.burst.log.armedAt(ev.Time):
+			// The frames above the one found gone were popped with
+			// it, but most run on: a function whose exits were
+			// dropped returned unseen, and a demoted one took its
+			// slot, whose callees a burst sees. Without their
+			// frames, every call the burst sees until they end
+			// would land in the root's context, or another far
+			// from its own.
+			s.stats.Resynced += uint64(s.pushReal(th, frames, exited, ev.Time))
 		}
 		s.stats.ReconcileNs += uint64(time.Since(start))
 	}
@@ -950,10 +970,11 @@ func (s *Simulator) HandleStack(ev *bpf.Event, st *bpf.Stack) {
 	}
 }
 
-// unwindTo pops frames[i:], ending them at t.
-func (s *Simulator) unwindTo(th *thread, i int, t uint64) {
+// unwindTo pops frames[i:], ending them at t; cut says a repair pops
+// them (see end).
+func (s *Simulator) unwindTo(th *thread, i int, t uint64, cut bool) {
 	for n := len(th.frames); n > i; n-- {
-		s.end(th.frames, n-1, t)
+		s.end(th.frames, n-1, t, cut)
 	}
 	th.frames = th.frames[:i]
 	th.runSlot = 0
@@ -1003,7 +1024,7 @@ func (s *Simulator) Finish(endTime uint64) {
 func (s *Simulator) closeAll(th *thread, t uint64) {
 	fr := th.frames
 	for i := len(fr) - 1; i >= 0; i-- {
-		s.end(fr, i, t)
+		s.end(fr, i, t, false)
 	}
 	th.frames = fr[:0]
 	th.runSlot = 0
