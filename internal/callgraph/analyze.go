@@ -42,7 +42,10 @@ type body struct {
 	indirect      int                // register/memory calls and jumps it cannot follow
 	indirectJumps int                // of those, jumps (jump tables, or tail calls)
 	indirectSites []uint64           // addresses of the calls and jumps through a register or memory
-	problems      []string
+	// indirectJumpSites are those of them that are jumps (jump tables,
+	// or tail calls through a pointer).
+	indirectJumpSites []uint64
+	problems          []string
 	// refs are the addresses the code takes with a rip-relative lea (or
 	// an absolute immediate in a non-PIE object): functions passed as
 	// callbacks, tables of function pointers, vtables, Go funcvals.
@@ -163,6 +166,7 @@ func (b *body) decodeRange(obj *symbolizer.Object, fn *symbolizer.Func, r symbol
 					// register jump may also be a tail call.
 					b.indirect++
 					b.indirectJumps++
+					b.indirectJumpSites = append(b.indirectJumpSites, addr)
 					if synced {
 						b.indirectSites = append(b.indirectSites, addr)
 					}

@@ -19,9 +19,13 @@ const maxLoopDepth = 3
 // loops and recursion say only that a function is hot, not how hot.
 const MaxFrequency = LoopTrips * LoopTrips * LoopTrips * LoopTrips
 
-// LoopDepth returns how many of n's loops enclose the instruction at
-// addr, at most maxLoopDepth.
+// LoopDepth returns how many of n's loops enclose the call or jump site
+// at addr, at most maxLoopDepth: its natural loops (see loopDepths), or,
+// where those were not found, the spans of its backward jumps.
 func (n *Node) LoopDepth(addr uint64) int {
+	if d, ok := n.loopDepths[addr]; ok {
+		return d
+	}
 	d := 0
 	for _, l := range n.Loops {
 		if l.Contains(addr) {

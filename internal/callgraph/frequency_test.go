@@ -2,6 +2,7 @@ package callgraph
 
 import (
 	"maps"
+	"strings"
 	"testing"
 
 	"github.com/kprofd/kprofd/internal/testtarget"
@@ -34,6 +35,42 @@ func TestFrequencies(t *testing.T) {
 	}
 	if !maps.Equal(got, want) {
 		t.Errorf("frequencies %v, want %v", got, want)
+	}
+}
+
+// TestFrequenciesLayout checks the estimate on code an optimizing
+// compiler laid out: testdata/jsonparse's handle_request, in which
+// inlined loops (the document generator's, string building's) put the
+// once-per-request calls of parse, msgpack::decode and the three
+// print_checked instantiations inside the spans of three backward jumps,
+// which once made them a thousand calls per request. Only mix is called
+// in a loop (once per analysis, and once more at the end).
+func TestFrequenciesLayout(t *testing.T) {
+	exe := testtarget.BuildJSONParse(t)
+	p := open(t, exe)
+	g, err := Build(p, []Root{root(t, p, "_Z14handle_requesti")}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for n, f := range g.Frequencies() {
+		for _, name := range []string{"parse(", "msgpack::decode(", "unsigned long print_checked<", "mix("} {
+			if strings.HasPrefix(n.Func.Display, name) {
+				got[n.Func.Display] = f
+			}
+		}
+	}
+	if len(got) != 6 {
+		t.Fatalf("found %d of the 6 functions: %v", len(got), got)
+	}
+	for name, f := range got {
+		want := 1.0
+		if strings.HasPrefix(name, "mix(") {
+			want = LoopTrips + 1
+		}
+		if f != want {
+			t.Errorf("%s: %g calls per root call, want %g", name, f, want)
+		}
 	}
 }
 

@@ -39,8 +39,10 @@ type Node struct {
 	BranchTargets []uint64
 	// Loops are the spans of its code that a backward jump repeats, from
 	// the jump's target to the end of the jump: a call inside one may
-	// run many times per call of the function.
-	Loops []symbolizer.Range
+	// run many times per call of the function. LoopDepth goes by the
+	// natural loops instead, where they were found (loopDepths).
+	Loops      []symbolizer.Range
+	loopDepths map[uint64]int
 	// Indirect counts call and jump sites through registers or memory
 	// that the analysis cannot follow (function pointers, virtual calls,
 	// jump tables).
@@ -265,6 +267,7 @@ func (b *builder) analyze(n *Node) error {
 	n.Rets = body.rets
 	n.BranchTargets = body.targets
 	n.Loops = body.loops
+	n.loopDepths = loopDepths(body, n.Func.Addr)
 	n.Indirect = body.indirect
 	n.IndirectJumps = body.indirectJumps
 	n.IndirectSites = body.indirectSites
