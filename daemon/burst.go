@@ -1132,7 +1132,7 @@ func (b *burster) burst(gen uint32, funcs []*plan.Func, set map[uint32]bool, len
 			}
 		}
 	}
-	s.check.window(b.log.last(), ids, inCalls, outCalls)
+	s.check.window(b.log.last(), inRead, ids, inCalls, outCalls)
 	// What the burst cost as measured: its samples in the probe program
 	// and in the traps (those the event loop has placed by now).
 	measured := float64(after-before) * float64(s.sampler.Period)

@@ -826,11 +826,15 @@ func TestTalliesLossy(t *testing.T) {
 		handle(out(at+20, 1000, W))
 		l.close(at + 100)
 	}
-	if got := b.tallies()[uint32(C)].seen; got != 8 {
+	if got := b.tallies(nil)[uint32(C)].seen; got != 8 {
 		t.Errorf("before the loss: %d events tallied, want 8", got)
 	}
+	// A window left out of C's cross-check (its own probes were in).
+	if got := b.tallies(func(k int, id uint32) bool { return k == 0 && id == uint32(C) })[uint32(C)].seen; got != 5 {
+		t.Errorf("the first window left out: %d events tallied, want the second window's 5", got)
+	}
 	l.lostLast()
-	if got := b.tallies()[uint32(C)].seen; got != 3 {
+	if got := b.tallies(nil)[uint32(C)].seen; got != 3 {
 		t.Errorf("after the last window lost events: %d events tallied, want the first window's 3", got)
 	}
 }
@@ -887,7 +891,7 @@ func wholeBursts(lose bool) (w, nc, nd *cct.Node, tallies map[uint32]eventTally)
 	b.estimate()
 
 	w = s.Merged().Root.Lookup(W)
-	return w, w.Lookup(A).Lookup(C), w.Lookup(D), b.tallies()
+	return w, w.Lookup(A).Lookup(C), w.Lookup(D), b.tallies(nil)
 }
 
 // TestWholeBurst checks when bursts turn whole: when taking the demoted

@@ -783,8 +783,9 @@ func (b *burstCounts) estimated(n *cct.Node) (calls, seen uint64, ok bool) {
 }
 
 // tallies returns, by function id, what the event loop saw of each
-// function demoted to sampling (see counterCheck).
-func (b *burstCounts) tallies() map[uint32]eventTally {
+// function demoted to sampling (see counterCheck), the windows left out
+// of a function's check (leftOut, nil: none) left out.
+func (b *burstCounts) tallies(leftOut func(k int, id uint32) bool) map[uint32]eventTally {
 	out := map[uint32]eventTally{}
 	for _, id := range b.physOf {
 		out[id] = eventTally{exact: b.exactAt[id], edges: b.edges[id]}
@@ -794,6 +795,9 @@ func (b *burstCounts) tallies() map[uint32]eventTally {
 			continue
 		}
 		for id, n := range seen {
+			if leftOut != nil && leftOut(k, id) {
+				continue
+			}
 			t := out[id]
 			t.seen += n
 			out[id] = t

@@ -35,9 +35,14 @@ type checkAcc struct {
 	// before (calls counts its calls up to then).
 	calls  uint64
 	probed bool
+	// goneAt is when its own probes were gone (0: not yet), if probed.
+	// Until then its entry probe may fire beside a burst's, and the
+	// counter counts both hits of a call.
+	goneAt uint64
 	// hits holds its entries' hits counted around each window that had
-	// them in, by window (see window).
+	// them in, by window (see window); left the windows left out.
 	hits map[int]uint64
+	left map[int]bool
 }
 
 func newCounterCheck() *counterCheck {
@@ -60,18 +65,39 @@ func (c *counterCheck) demoted(id uint32, calls []uint64, probed bool) {
 	c.funcs[id] = a
 }
 
-// window takes burst window k: the counters read before it opened and
-// after it closed, every probe of the burst in, for the function ids
-// whose entries it had back. Hits between a read and the window are
-// counted, but their events fall outside it, at its edges
-// (burstLog.atEdge).
-func (c *counterCheck) window(k int, ids []uint32, before, after []uint64) {
+// gone records that function id's own probes were all detached at t
+// (monotonic ns): the counter counts its burst probes' hits alone from
+// then on.
+func (c *counterCheck) gone(id uint32, t uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if a := c.funcs[id]; a != nil && a.goneAt == 0 {
+		a.goneAt = t
+	}
+}
+
+// window takes burst window k: the counters read before it opened (at
+// inRead) and after it closed, every probe of the burst in, for the
+// function ids whose entries it had back. Hits between a read and the
+// window are counted, but their events fall outside it, at its edges
+// (burstLog.atEdge). A function whose own probes may have been in then
+// (its demotion's detach still running: a whole burst takes every
+// function demoted by its start) is left out of the window: both its
+// probes counted each call.
+func (c *counterCheck) window(k int, inRead uint64, ids []uint32, before, after []uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, id := range ids {
 		a := c.funcs[id]
 		j := 2 * int(id)
 		if a == nil || j >= len(before) || j >= len(after) {
+			continue
+		}
+		if a.probed && (a.goneAt == 0 || a.goneAt > inRead) {
+			if a.left == nil {
+				a.left = map[int]bool{}
+			}
+			a.left[k] = true
 			continue
 		}
 		if a.hits == nil {
@@ -109,6 +135,15 @@ type CrossCheck struct {
 	// them, is not above Hits by more than that. More events than the
 	// share predicts are calls that moved inside the roots, not lost.
 	Agree bool
+}
+
+// leftOut reports whether window k was left out of function id's check
+// (see window): the event loop's tally leaves its events out too.
+func (c *counterCheck) leftOut(k int, id uint32) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	a := c.funcs[id]
+	return a != nil && a.left[k]
 }
 
 // eventTally is what the event loop saw of one demoted function: its

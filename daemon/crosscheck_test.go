@@ -18,11 +18,14 @@ func TestCounterCheck(t *testing.T) {
 	c.demoted(1, []uint64{0, 0, 5000, 0}, true) // again: the first counts
 	c.demoted(2, nil, false)
 	c.demoted(4, nil, false)
-	c.window(0, []uint32{1, 2, 3}, []uint64{0, 0, 1000, 0, 0, 0, 400, 0}, []uint64{0, 0, 1600, 0, 100, 0, 600, 0})
-	c.window(1, []uint32{1, 3}, []uint64{0, 0, 2000, 0, 100, 0, 700, 0}, []uint64{0, 0, 2400, 0, 100, 0, 900, 0})
-	c.window(2, []uint32{9}, []uint64{0}, []uint64{1}) // not demoted: nothing
+	c.gone(1, 5) // their own probes detached
+	c.gone(3, 5)
+	c.gone(3, 50) // again: the first counts
+	c.window(0, 10, []uint32{1, 2, 3}, []uint64{0, 0, 1000, 0, 0, 0, 400, 0}, []uint64{0, 0, 1600, 0, 100, 0, 600, 0})
+	c.window(1, 20, []uint32{1, 3}, []uint64{0, 0, 2000, 0, 100, 0, 700, 0}, []uint64{0, 0, 2400, 0, 100, 0, 900, 0})
+	c.window(2, 30, []uint32{9}, []uint64{0}, []uint64{1}) // not demoted: nothing
 	// A window that missed events is left out, here as in the tallies.
-	c.window(3, []uint32{1, 3}, []uint64{0, 0, 2400, 0, 100, 0, 900, 0}, []uint64{0, 0, 3400, 0, 100, 0, 1900, 0})
+	c.window(3, 40, []uint32{1, 3}, []uint64{0, 0, 2400, 0, 100, 0, 900, 0}, []uint64{0, 0, 3400, 0, 100, 0, 1900, 0})
 	lossy := func(k int) bool { return k == 3 }
 	tallies := map[uint32]eventTally{
 		1: {exact: 1000, seen: 975, edges: 30}, // all inside the roots, 25 of them at the edges
@@ -50,6 +53,27 @@ func TestCounterCheck(t *testing.T) {
 	}
 	if crossCheckComments(nil) != nil {
 		t.Error("comments without checks")
+	}
+}
+
+// TestCounterCheckOwnProbes checks that a window is left out of a
+// function's check while its own probes may still be in: the counter
+// counts each call there twice, its probe's hit and the burst's.
+func TestCounterCheckOwnProbes(t *testing.T) {
+	c := newCounterCheck()
+	c.demoted(1, []uint64{0, 0, 1000, 0}, true)
+	c.window(0, 10, []uint32{1}, []uint64{0, 0, 1000, 0}, []uint64{0, 0, 1200, 0}) // not gone yet
+	c.gone(1, 15)
+	c.window(1, 10, []uint32{1}, []uint64{0, 0, 1200, 0}, []uint64{0, 0, 1400, 0}) // read before it went
+	c.window(2, 20, []uint32{1}, []uint64{0, 0, 1400, 0}, []uint64{0, 0, 1500, 0})
+	for k, want := range []bool{true, true, false} {
+		if got := c.leftOut(k, 1); got != want {
+			t.Errorf("window %d left out: %v, want %v", k, got, want)
+		}
+	}
+	xs := c.checks(map[uint32]eventTally{1: {exact: 1000, seen: 100}}, func(uint32) string { return "f1" }, func(int) bool { return false })
+	if len(xs) != 1 || xs[0].Bursts != 1 || xs[0].Hits != 100 || !xs[0].Agree {
+		t.Errorf("checks: %+v, want the last window's 100 hits alone, agreeing", xs)
 	}
 }
 

@@ -551,6 +551,17 @@ func (m *monitor) detach(ds []demotion, late []int, syncDem *Demotion, now time.
 	}
 	wg.Wait()
 	m.log.Debug("hybrid: round detached", "round", round, "at", time.Since(m.s.start), "took", time.Since(now))
+	gone := monotonicNow()
+	for i, d := range ds {
+		if !d.idle && !d.sites && d.stage == StageSampled && errs[i] == nil {
+			m.s.check.gone(uint32(d.id), gone)
+		}
+	}
+	for k, id := range late {
+		if errs[len(ds)+k] == nil {
+			m.s.check.gone(uint32(id), gone)
+		}
+	}
 	m.mu.Lock()
 	for _, id := range late {
 		delete(m.lingering, id) // bursts may take it now

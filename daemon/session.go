@@ -677,7 +677,7 @@ func (s *Session) stop() (*cct.Profile, error) {
 	}
 	s.sim.Finish(end)
 	if s.burstCounts != nil {
-		s.crossChecks = s.check.checks(s.burstCounts.tallies(), s.monitor.funcName, s.burstCounts.log.isLossy)
+		s.crossChecks = s.check.checks(s.burstCounts.tallies(s.check.leftOut), s.monitor.funcName, s.burstCounts.log.isLossy)
 	}
 	p := s.buildProfile(end, stats)
 	return p, errors.Join(attachErr, monitorErr, pauseErr, detachErr, drainErr, s.runErr, statsErr)
