@@ -88,6 +88,10 @@ type burstWindow struct {
 	// lossy marks a window the ring buffer lost events in (see
 	// burstLog.lost): no frame fits in it from then on.
 	lossy bool
+	// cut is when a function it did not have back was demoted to
+	// sampling, after its functions were taken (0: none): no frame that
+	// ended after it fits (see burstLog.demote).
+	cut uint64
 }
 
 // burstLog is the bursts of a session and when each function was demoted
@@ -134,13 +138,43 @@ func newBurstLog() *burstLog {
 	return &burstLog{demoted: map[uint32]uint64{}, unprobed: map[uint32]bool{}, want: map[uint32]*asked{}, with: map[uint32][]uint32{}, via: map[uint32]map[cct.FuncID]bool{}}
 }
 
-// demote records that function id lost its probes at t.
+// demote records that function id lost its probes at t. An open window
+// without it is cut there: the simulator drops its events from t on,
+// and its frames, gone from the simulated stack, would leave the calls
+// the burst sees below them in their callers' contexts.
 func (l *burstLog) demote(id uint32, t uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if _, ok := l.demoted[id]; !ok {
 		l.demoted[id] = t
 		l.version.Add(1)
+	}
+	if n := len(l.windows); n > 0 && l.windows[n-1].end >= t {
+		l.cutWithout(&l.windows[n-1], id, t)
+	}
+}
+
+// cutWithout cuts window w at t if it does not have function id back.
+func (l *burstLog) cutWithout(w *burstWindow, id uint32, t uint64) {
+	if _, ok := w.funcs[id]; !ok && (w.cut == 0 || t < w.cut) {
+		w.cut = max(t, 1)
+	}
+}
+
+// cutSince cuts the last window, just opened, at the first demotion to
+// sampling at or after chosen (when its functions were taken) of a
+// function it does not have back.
+func (l *burstLog) cutSince(chosen uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.windows) == 0 {
+		return
+	}
+	w := &l.windows[len(l.windows)-1]
+	for id, t := range l.demoted {
+		if t >= chosen {
+			l.cutWithout(w, id, t)
+		}
 	}
 }
 
@@ -267,7 +301,7 @@ func (l *burstLog) fits(start, end uint64, within int) (k int, ok bool) {
 	}
 	w := l.windows[k]
 	switch {
-	case w.lossy:
+	case w.lossy, w.cut != 0 && end > w.cut:
 		return k, false
 	case w.whole:
 		return k, k == within && end <= w.end
@@ -329,6 +363,13 @@ func (l *burstLog) isLossy(k int) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return k < len(l.windows) && l.windows[k].lossy
+}
+
+// isCut reports whether a demotion cut window k (see demote).
+func (l *burstLog) isCut(k int) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return k < len(l.windows) && l.windows[k].cut != 0
 }
 
 // isWhole reports whether window k is a whole burst's.
@@ -684,7 +725,7 @@ type burster struct {
 	mu         sync.Mutex
 	bursts     int
 	wholes     int           // of them whole (see run)
-	wholeCalls int           // the calls of the roots the whole ones took, in windows that missed no event
+	wholeCalls int           // the calls of the roots the whole ones took, in windows that missed no event and no demotion cut
 	total      time.Duration // the bursts' windows, summed
 	err        error
 	armed      uint32 // bursts whose probes are going in, in or going out
@@ -727,6 +768,7 @@ func (b *burster) run() {
 	began := time.Now()
 	next := 0 // where in the demoted functions the next burst starts
 	for gen := uint32(1); ; gen++ {
+		chosen := monotonicNow() // when its functions are taken
 		all := b.m.sampledFuncs()
 		var set map[uint32]bool
 		var funcs []*plan.Func
@@ -772,6 +814,7 @@ func (b *burster) run() {
 			// first) included: a function a whole window lacks has
 			// one frame of the roots' fewer to be estimated by, and
 			// stays a lower bound longer.
+			chosen = monotonicNow()
 			funcs = b.m.sampledFuncs()
 			set = make(map[uint32]bool, len(funcs))
 			for _, f := range funcs {
@@ -783,7 +826,7 @@ func (b *burster) run() {
 		if len(funcs) > 0 {
 			var err error
 			t0 := time.Now()
-			if duty, attach, took, err = b.burst(gen, funcs, set, length, whole); err != nil {
+			if duty, attach, took, err = b.burst(gen, chosen, funcs, set, length, whole); err != nil {
 				b.mu.Lock()
 				b.err = err
 				b.mu.Unlock()
@@ -1024,11 +1067,13 @@ func burstFuncs(n int, perFunc time.Duration, budget float64) int {
 
 // burst attaches the probes of funcs (see burstProbes) for a window
 // that takes new frames for up to length (see window), records the
-// window (for the functions set marks true, see burstSet) and returns the
+// window (for the functions set marks true, see burstSet; cut at the
+// first demotion since chosen, when funcs were taken, of a function it
+// lacks: see burstLog.demote) and returns the
 // duty cycle the next burst may have (what keeps the bursts' cost within
 // their share of the budget, at the call rates this one measured), how
 // long attaching took and how long the window was.
-func (b *burster) burst(gen uint32, funcs []*plan.Func, set map[uint32]bool, length time.Duration, whole bool) (duty float64, attach, took time.Duration, err error) {
+func (b *burster) burst(gen uint32, chosen uint64, funcs []*plan.Func, set map[uint32]bool, length time.Duration, whole bool) (duty float64, attach, took time.Duration, err error) {
 	s := b.s
 	// Two numbers per burst: a thread's first hit while the probes go
 	// in captures its stack, and its first with all of them in again
@@ -1088,6 +1133,7 @@ func (b *burster) burst(gen uint32, funcs []*plan.Func, set map[uint32]bool, len
 	start := monotonicNow()
 	if whole {
 		b.log.openWhole(inRead, start, length, set)
+		b.log.cutSince(chosen)
 		take, err := b.wholeWindow(gen, base, start, b.calls, length)
 		if err != nil {
 			s.cfg.warnf("burst of sampled instrumentation: %v", err)
@@ -1095,6 +1141,7 @@ func (b *burster) burst(gen uint32, funcs []*plan.Func, set map[uint32]bool, len
 		b.take = take
 	} else {
 		b.log.open(inRead, start, length, set)
+		b.log.cutSince(chosen)
 		b.window(start, length)
 	}
 	// No call of a root ran while its probes were in: they cost the
@@ -1140,8 +1187,9 @@ func (b *burster) burst(gen uint32, funcs []*plan.Func, set map[uint32]bool, len
 	b.bursts++
 	if whole {
 		b.wholes++
-		if !b.take.lossy {
-			// A window that missed events gives no frame.
+		if !b.take.lossy && !b.log.isCut(b.log.last()) {
+			// A window that missed events gives no frame, nor one
+			// a demotion cut (some, not every one).
 			b.wholeCalls += b.take.calls
 		}
 	}
@@ -1313,8 +1361,8 @@ func (b *burster) count(whole bool) int {
 }
 
 // wholeCallsTaken returns how many calls of the roots the whole bursts
-// have taken in windows that missed no event: the frames the estimates
-// rest on.
+// have taken in windows that missed no event and no demotion cut: the
+// frames the estimates rest on.
 func (b *burster) wholeCallsTaken() int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -1330,7 +1378,7 @@ func (b *burster) summary() string {
 	}
 	whole := ""
 	if b.wholes > 0 {
-		whole = fmt.Sprintf(", %d of them whole: every demoted function's entry probes back for whole calls of the roots, %d calls in all in windows that missed no event", b.wholes, b.wholeCalls)
+		whole = fmt.Sprintf(", %d of them whole: every demoted function's entry probes back for whole calls of the roots, %d calls in all in windows that missed no event and no demotion cut", b.wholes, b.wholeCalls)
 	}
 	if n := b.log.lossyWindows(); n > 0 {
 		whole += fmt.Sprintf("; %d of their windows missed events (the ring buffer full, or half full and burst hits dropped) and were left out", n)

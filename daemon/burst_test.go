@@ -1133,3 +1133,43 @@ func TestRepairCutsAnchorFrame(t *testing.T) {
 		})
 	}
 }
+
+// TestBurstCutByDemotion checks that a function demoted to sampling
+// while a window lacks it cuts the window there: the frames that end
+// after it do not fit. So does one demoted between the moment a burst
+// took its functions and its window's start; one the window has back,
+// or one demoted before its functions were taken, does not.
+func TestBurstCutByDemotion(t *testing.T) {
+	l := newBurstLog()
+	has := map[uint32]bool{uint32(C): true}
+	fits := func(what string, start, end uint64, within int, want bool) {
+		t.Helper()
+		if _, ok := l.fits(start, end, within); ok != want {
+			t.Errorf("%s: a frame from %d to %d fits: %v, want %v", what, start, end, ok, want)
+		}
+	}
+	l.open(0, 100, time.Millisecond, has)
+	l.demote(uint32(C), 105) // it has C back
+	fits("C demoted", 101, 160, -1, true)
+	l.demote(uint32(D), 150)
+	fits("ended before D's demotion", 101, 140, -1, true)
+	fits("ended after D's demotion", 101, 160, -1, false)
+	l.close(300)
+	l.demote(uint32(B), 400) // after it closed
+	fits("B demoted after the close", 101, 140, -1, true)
+
+	// Functions taken at 390, B demoted at 400, the window opened at 500.
+	l.open(0, 500, time.Millisecond, has)
+	l.cutSince(390)
+	fits("B demoted before the start", 510, 520, -1, false)
+	l.close(600)
+	l.open(0, 700, time.Millisecond, has)
+	l.cutSince(550)
+	fits("nothing demoted since its functions were taken", 710, 720, -1, true)
+	l.close(800)
+
+	l.openWhole(0, 900, time.Millisecond, has)
+	l.demote(uint32(A), 950)
+	fits("a whole window's, before A's demotion", 910, 940, 3, true)
+	fits("a whole window's, after it", 910, 960, 3, false)
+}

@@ -133,7 +133,8 @@ type Progress struct {
 	// bursts of sampled instrumentation that have ended so far (their
 	// calls make the demoted functions' estimated counts), and
 	// WholeCalls the calls of the roots whole bursts took in windows
-	// that missed no event (those the estimates rest on).
+	// that missed no event and no demotion cut (those the estimates rest
+	// on).
 	Demotions  int `json:"demotions"`
 	Bursts     int `json:"bursts"`
 	WholeCalls int `json:"whole_calls,omitempty"`
