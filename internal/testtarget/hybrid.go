@@ -22,19 +22,19 @@ func BuildHybridIndirect(t testing.TB) string {
 
 // HybridTruth is what testdata/hybrid measured of itself in one run: the
 // wall time of each part of handle_request, in ns, its hot_leaf calls,
-// and the CPU time untraced took (what samples measure: on a loaded
-// machine, less than its wall time).
+// and the CPU time untraced and heavy_rare took (what samples measure:
+// on a loaded machine, less than their wall time).
 type HybridTruth struct {
 	Hot, Medium, Heavy, Untraced, Total float64
 	Leaves                              uint64
-	UntracedCPU                         float64
+	UntracedCPU, HeavyCPU               float64
 }
 
 // ParseHybrid parses the target's "done ..." line.
 func ParseHybrid(line string) (HybridTruth, error) {
 	var h HybridTruth
-	_, err := fmt.Sscanf(line, "done hot=%g medium=%g heavy=%g untraced=%g total=%g leaves=%d untraced_cpu=%g",
-		&h.Hot, &h.Medium, &h.Heavy, &h.Untraced, &h.Total, &h.Leaves, &h.UntracedCPU)
+	_, err := fmt.Sscanf(line, "done hot=%g medium=%g heavy=%g untraced=%g total=%g leaves=%d untraced_cpu=%g heavy_cpu=%g",
+		&h.Hot, &h.Medium, &h.Heavy, &h.Untraced, &h.Total, &h.Leaves, &h.UntracedCPU, &h.HeavyCPU)
 	if err != nil {
 		return h, fmt.Errorf("parsing %q: %w", line, err)
 	}

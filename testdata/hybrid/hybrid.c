@@ -16,12 +16,12 @@
 //
 // Protocol on stdin/stdout: prints "ready"; "run N" runs N requests on the
 // main thread and prints
-//   done hot=NS medium=NS heavy=NS untraced=NS total=NS leaves=N untraced_cpu=NS
+//   done hot=NS medium=NS heavy=NS untraced=NS total=NS leaves=N untraced_cpu=NS heavy_cpu=NS
 // with the wall time spent in each (CLOCK_MONOTONIC, summed over the
 // requests; total is every handle_request call, self is what the others
 // leave of it), the number of hot_leaf calls, and the CPU time untraced
-// took (what samples measure, which on a loaded machine is less than its
-// wall time). "exit" exits 0.
+// and heavy_rare took (what samples measure, which on a loaded machine
+// is less than its wall time). "exit" exits 0.
 
 #include <stdio.h>
 #include <string.h>
@@ -123,7 +123,7 @@ __attribute__((noinline)) void untraced(void)
 }
 
 struct truth {
-	double hot, medium, heavy, untraced, total, untraced_cpu;
+	double hot, medium, heavy, untraced, total, untraced_cpu, heavy_cpu;
 	long leaves;
 };
 
@@ -138,7 +138,9 @@ __attribute__((noinline)) void handle_request(int i, struct truth *t)
 	double t2 = now();
 	double t3 = t2;
 	if (i % HEAVY_EVERY == 0) {
+		double c0 = thread_cpu();
 		heavy_rare();
+		t->heavy_cpu += thread_cpu() - c0;
 		t3 = now();
 	}
 	double c3 = thread_cpu();
@@ -169,8 +171,8 @@ int main(void)
 				handle_request(i, &t);
 				t.total += now() - t0;
 			}
-			printf("done hot=%.0f medium=%.0f heavy=%.0f untraced=%.0f total=%.0f leaves=%ld untraced_cpu=%.0f\n",
-			       t.hot, t.medium, t.heavy, t.untraced, t.total, t.leaves, t.untraced_cpu);
+			printf("done hot=%.0f medium=%.0f heavy=%.0f untraced=%.0f total=%.0f leaves=%ld untraced_cpu=%.0f heavy_cpu=%.0f\n",
+			       t.hot, t.medium, t.heavy, t.untraced, t.total, t.leaves, t.untraced_cpu, t.heavy_cpu);
 		} else if (strncmp(line, "exit", 4) == 0) {
 			return 0;
 		}
