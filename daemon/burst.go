@@ -351,6 +351,19 @@ func (l *burstLog) lossyWindows() int {
 	return n
 }
 
+// cutWindows returns how many windows a demotion cut (see demote).
+func (l *burstLog) cutWindows() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, w := range l.windows {
+		if w.cut != 0 {
+			n++
+		}
+	}
+	return n
+}
+
 // last returns the index of the latest window.
 func (l *burstLog) last() int {
 	l.mu.Lock()
@@ -1382,6 +1395,9 @@ func (b *burster) summary() string {
 	}
 	if n := b.log.lossyWindows(); n > 0 {
 		whole += fmt.Sprintf("; %d of their windows missed events (the ring buffer full, or half full and burst hits dropped) and were left out", n)
+	}
+	if n := b.log.cutWindows(); n > 0 {
+		whole += fmt.Sprintf("; %d of their windows were cut by a demotion to sampling of a function they lacked: no frame that ended after it counts", n)
 	}
 	return fmt.Sprintf("%d bursts of sampled instrumentation (%s of entry probes of the functions demoted to sampling, one burst per %s or more%s); "+
 		"the calls of a context they saw per call of its nearest caller still probed, or of its caller demoted with it, in at least %d of that caller's calls that began and ended inside a burst, times that caller's calls, make its estimated count (~ in text views, pprof labels timing=estimated and count_error); "+

@@ -1172,4 +1172,7 @@ func TestBurstCutByDemotion(t *testing.T) {
 	l.demote(uint32(A), 950)
 	fits("a whole window's, before A's demotion", 910, 940, 3, true)
 	fits("a whole window's, after it", 910, 960, 3, false)
+	if n := l.cutWindows(); n != 3 {
+		t.Errorf("%d windows cut, want 3", n)
+	}
 }
