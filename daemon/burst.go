@@ -338,31 +338,36 @@ func (l *burstLog) lostLast() {
 	l.windows[len(l.windows)-1].lossy = true
 }
 
-// lossyWindows returns how many windows lost events.
-func (l *burstLog) lossyWindows() int {
+// windowsWhere returns how many windows have property is.
+func (l *burstLog) windowsWhere(is func(*burstWindow) bool) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	n := 0
-	for _, w := range l.windows {
-		if w.lossy {
+	for i := range l.windows {
+		if is(&l.windows[i]) {
 			n++
 		}
 	}
 	return n
 }
 
-// cutWindows returns how many windows a demotion cut (see demote).
-func (l *burstLog) cutWindows() int {
+// windowIs reports whether window k has property is.
+func (l *burstLog) windowIs(k int, is func(*burstWindow) bool) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	n := 0
-	for _, w := range l.windows {
-		if w.cut != 0 {
-			n++
-		}
-	}
-	return n
+	return k >= 0 && k < len(l.windows) && is(&l.windows[k])
 }
+
+// Window properties for windowsWhere and windowIs.
+func (w *burstWindow) isLossy() bool { return w.lossy }
+func (w *burstWindow) isCut() bool   { return w.cut != 0 }
+func (w *burstWindow) isWhole() bool { return w.whole }
+
+// lossyWindows returns how many windows lost events.
+func (l *burstLog) lossyWindows() int { return l.windowsWhere((*burstWindow).isLossy) }
+
+// cutWindows returns how many windows a demotion cut (see demote).
+func (l *burstLog) cutWindows() int { return l.windowsWhere((*burstWindow).isCut) }
 
 // last returns the index of the latest window.
 func (l *burstLog) last() int {
@@ -372,25 +377,13 @@ func (l *burstLog) last() int {
 }
 
 // isLossy reports whether window k missed events (see lost).
-func (l *burstLog) isLossy(k int) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return k < len(l.windows) && l.windows[k].lossy
-}
+func (l *burstLog) isLossy(k int) bool { return l.windowIs(k, (*burstWindow).isLossy) }
 
 // isCut reports whether a demotion cut window k (see demote).
-func (l *burstLog) isCut(k int) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return k < len(l.windows) && l.windows[k].cut != 0
-}
+func (l *burstLog) isCut(k int) bool { return l.windowIs(k, (*burstWindow).isCut) }
 
 // isWhole reports whether window k is a whole burst's.
-func (l *burstLog) isWhole(k int) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return k < len(l.windows) && l.windows[k].whole
-}
+func (l *burstLog) isWhole(k int) bool { return l.windowIs(k, (*burstWindow).isWhole) }
 
 // had reports whether window k had function id's entries back.
 func (l *burstLog) had(k int, id uint32) bool {
@@ -929,10 +922,10 @@ const maxWholeCalls = 32
 // zero to a whole call, and the calls differ: the last burst alone once
 // sized the parser's next ones 1, 3, then 1 call.
 type wholeCosts struct {
-	n                      int
-	tails, lengths, length float64 // ns summed: tails, the calls' and the windows'
-	calls                  int
-	hits                   uint64
+	n              int
+	tails, lengths float64 // ns summed: the tails, and the calls' after them
+	calls          int
+	hits           uint64
 }
 
 // add takes in t, if it took calls.
@@ -943,7 +936,6 @@ func (c *wholeCosts) add(t wholeTake) {
 	c.n++
 	c.tails += float64(t.first - t.start)
 	c.lengths += float64(t.end - t.first)
-	c.length += float64(t.end - t.start)
 	c.calls += t.calls
 	c.hits += t.hits
 }
@@ -978,7 +970,7 @@ func wholeCallsAfter(t wholeTake, c wholeCosts, attach time.Duration, ring int, 
 	calls = min(max(calls, 1), maxWholeCalls)
 	// The windows' hits came at about one rate, the end of the call
 	// each opened in included.
-	if hits := float64(c.hits) * perCall / c.length; hits > 0 {
+	if hits := float64(c.hits) * perCall / (c.tails + c.lengths); hits > 0 {
 		calls = min(calls, max(1, int(float64(ring)/2/hits)))
 	}
 	return min(calls, ceiling), ceiling
