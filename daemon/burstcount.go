@@ -126,18 +126,12 @@ type anchorRef struct {
 
 // set makes node the caller context ctx counts per, from window from on,
 // with calls base, and reports whether node became an anchor with it.
+// For the outer caller (burstAcc.outer), a root's call, ctx is nil:
+// whole windows wait for its frames whatever their contexts, and the
+// context does not size windows by them.
 func (r *anchorRef) set(b *burstCounts, ctx, node *cct.Node, base uint64, late bool, from int) bool {
 	r.node, r.base, r.late = node, base, late
 	return b.watch(node, from, ctx)
-}
-
-// setOuter makes node, a root's call, the outer caller a context counts
-// per (see burstAcc.outer), from window from on, with calls base. Whole
-// windows wait for such frames whatever their contexts: the context does
-// not size windows by them.
-func (r *anchorRef) setOuter(b *burstCounts, node *cct.Node, base uint64, late bool, from int) {
-	r.node, r.base, r.late = node, base, late
-	b.watch(node, from, nil)
 }
 
 // add takes one of its frames that fitted, with c calls of the context.
@@ -268,7 +262,7 @@ func (b *burstCounts) demoted(fns map[cct.FuncID]uint32, roots []*cct.Node, runn
 						a.exact.set(b, ch, anchor, anchor.Calls, false, from)
 					}
 					if outer != nil && outer != anchor {
-						a.outer.setOuter(b, outer, outer.Calls, false, from)
+						a.outer.set(b, nil, outer, outer.Calls, false, from)
 					}
 					if n != anchor && n.Parent != nil {
 						// Demoted too: its calls after now
@@ -434,7 +428,7 @@ func (b *burstCounts) count(n *cct.Node, phys uint32, t uint64, anchor, outer, t
 			}
 		}
 		if outer != nil && an != outer {
-			a.outer.setOuter(b, outer.node, base(outer.node, 1), late, k+1)
+			a.outer.set(b, nil, outer.node, base(outer.node, 1), late, k+1)
 		}
 		if top != nil {
 			// A demoted parent's calls since its demotion are all
