@@ -100,7 +100,7 @@ func loopDepths(b *body, entry uint64) map[uint64]int {
 		in[h] = true
 		todo := slices.Clone(ls)
 		natural := true
-		for len(todo) > 0 && natural {
+		for len(todo) > 0 {
 			i := todo[len(todo)-1]
 			todo = todo[:len(todo)-1]
 			if in[i] {
