@@ -32,13 +32,19 @@ __attribute__((noinline)) int leaf(int x)
 	return x * 2 + 1;
 }
 
-__attribute__((noinline)) int root(int n)
+// leaves makes n calls of leaf: the body of root and of outside.
+static inline __attribute__((always_inline)) int leaves(int n)
 {
 	int s = 0;
 	asm volatile("" ::: "rbx");
 	for (int i = 0; i < n; i++)
 		s += leaf(i);
 	return s;
+}
+
+__attribute__((noinline)) int root(int n)
+{
+	return leaves(n);
 }
 
 // leaf_ptr is leaf, called through memory the compiler cannot see into.
@@ -56,11 +62,7 @@ __attribute__((noinline)) int root_ptr(int n)
 // outside calls leaf as root does, but is no root's callee.
 __attribute__((noinline)) int outside(int n)
 {
-	int s = 0;
-	asm volatile("" ::: "rbx");
-	for (int i = 0; i < n; i++)
-		s += leaf(i);
-	return s;
+	return leaves(n);
 }
 
 #define MIXED_EVERY 4096
