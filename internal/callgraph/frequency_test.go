@@ -14,12 +14,7 @@ import (
 // outside any loop, inner in a loop, nested in two, rec recursive, and
 // leaf called from all four.
 func TestFrequencies(t *testing.T) {
-	exe := testtarget.BuildOne(t, "gcc", "frequency", "frequency/frequency.c")
-	p := open(t, exe)
-	g, err := Build(p, []Root{root(t, p, "root")}, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	g := graphBelow(t, testtarget.BuildOne(t, "gcc", "frequency", "frequency/frequency.c"), "root")
 	got := map[string]float64{}
 	for n, f := range g.Frequencies() {
 		got[n.Func.Name] = f
@@ -46,12 +41,7 @@ func TestFrequencies(t *testing.T) {
 // which once made them a thousand calls per request. Only mix is called
 // in a loop (once per analysis, and once more at the end).
 func TestFrequenciesLayout(t *testing.T) {
-	exe := testtarget.BuildJSONParse(t)
-	p := open(t, exe)
-	g, err := Build(p, []Root{root(t, p, "_Z14handle_requesti")}, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	g := graphBelow(t, testtarget.BuildJSONParse(t), "_Z14handle_requesti")
 	got := map[string]float64{}
 	for n, f := range g.Frequencies() {
 		for _, name := range []string{"parse(", "msgpack::decode(", "unsigned long print_checked<", "mix("} {
@@ -101,4 +91,16 @@ func TestFrequencyCap(t *testing.T) {
 // loopAround returns a loop span holding addr.
 func loopAround(addr uint64) symbolizer.Range {
 	return symbolizer.Range{Start: addr - 0x10, End: addr + 0x10}
+}
+
+// graphBelow builds the call graph of executable exe below its function
+// named name.
+func graphBelow(t *testing.T, exe, name string) *Graph {
+	t.Helper()
+	p := open(t, exe)
+	g, err := Build(p, []Root{root(t, p, name)}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
 }
