@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/kprofd/kprofd/daemon"
+	"github.com/kprofd/kprofd/internal/english"
 )
 
 // settleTime is how long hybrid mode's demotions must pause before the
@@ -68,7 +69,7 @@ func (r *demotionReporter) flush() {
 	r.pending = nil
 	if len(predicted) > 0 {
 		fmt.Fprintf(r.w, "%skprofd: +%s: started with %s demoted (%s), as the loops around their calls predict them far too costly at the root's call rate (--predict=false to attach every probe)\n",
-			r.prefix, predicted[0].At.Round(time.Millisecond), plural(len(predicted), "function"), demotedParts(predicted))
+			r.prefix, predicted[0].At.Round(time.Millisecond), english.Plural(len(predicted), "function"), demotedParts(predicted))
 	}
 	if len(remembered) > 0 {
 		funcs := 0 // the sync probe is not one: demotedParts names it
@@ -77,7 +78,7 @@ func (r *demotionReporter) flush() {
 				funcs++
 			}
 		}
-		what := fmt.Sprintf("%s demoted (%s)", plural(funcs, "function"), demotedParts(remembered))
+		what := fmt.Sprintf("%s demoted (%s)", english.Plural(funcs, "function"), demotedParts(remembered))
 		if funcs == 0 {
 			what = demotedParts(remembered)
 		}
@@ -134,12 +135,5 @@ func summarizeDemotions(ds []daemon.Demotion) string {
 	first, last := ds[0], ds[len(ds)-1]
 	what := demotedParts(ds)
 	return fmt.Sprintf("+%s: demoted %s in %s (first: %s); predicted probe overhead %.0f%% -> %.0f%% of the target's CPU (-v for each, the profile's comments list them)",
-		last.At.Round(time.Millisecond), what, plural(len(rounds), "round"), first.Func, 100*first.Before, 100*last.After)
-}
-
-func plural(n int, what string) string {
-	if n == 1 {
-		return "1 " + what
-	}
-	return fmt.Sprintf("%d %ss", n, what)
+		last.At.Round(time.Millisecond), what, english.Plural(len(rounds), "round"), first.Func, 100*first.Before, 100*last.After)
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/kprofd/kprofd/bpf"
+	"github.com/kprofd/kprofd/internal/english"
 	"github.com/kprofd/kprofd/internal/x86"
 	"github.com/kprofd/kprofd/symbolizer"
 )
@@ -108,7 +109,7 @@ func (pl *Plan) countAtCallSites(f *Func, why error) {
 		{bad, "call that cannot carry a probe"},
 	} {
 		if m.n > 0 {
-			missed = append(missed, plural(m.n, m.what))
+			missed = append(missed, english.Plural(m.n, m.what))
 		}
 	}
 	if len(f.CallSites) == 0 {
@@ -119,7 +120,7 @@ func (pl *Plan) countAtCallSites(f *Func, why error) {
 		pl.Untraced = append(pl.Untraced, fmt.Sprintf("%s: %s", f.Node.Name(), f.Untraced))
 		return
 	}
-	note := fmt.Sprintf("calls counted at %s in the traced code, since %v", plural(len(f.CallSites), "call site"), why)
+	note := fmt.Sprintf("calls counted at %s in the traced code, since %v", english.Plural(len(f.CallSites), "call site"), why)
 	if len(missed) > 0 {
 		note += "; not counted: " + strings.Join(missed, ", ")
 	}
@@ -169,7 +170,7 @@ func (pl *Plan) ReplaceEntry(f *Func, refused uint64) (string, bool) {
 			}
 		}
 		pl.countAtCallSites(f, fmt.Errorf("the kernel refused its entry probe at +%#x and %w", refused-n.Func.Addr, err))
-		how = "its calls are counted at its " + plural(len(f.CallSites), "call site")
+		how = "its calls are counted at its " + english.Plural(len(f.CallSites), "call site")
 	}
 	if f.Untraced != "" {
 		f.Exits, f.Catches = nil, nil
@@ -195,13 +196,6 @@ func (pl *Plan) DropCallSite(f *Func, obj *symbolizer.Mapped, addr uint64) bool 
 	f.Exits, f.Catches = nil, nil
 	pl.Untraced = append(pl.Untraced, fmt.Sprintf("%s: %s", f.Node.Name(), f.Untraced))
 	return false
-}
-
-func plural(n int, what string) string {
-	if n == 1 {
-		return "1 " + what
-	}
-	return fmt.Sprintf("%d %ss", n, what)
 }
 
 // checkSafe decodes the instruction under every probe of the plan and

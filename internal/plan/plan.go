@@ -17,6 +17,7 @@ import (
 	"github.com/kprofd/kprofd/bpf"
 	"github.com/kprofd/kprofd/internal/alloc"
 	"github.com/kprofd/kprofd/internal/callgraph"
+	"github.com/kprofd/kprofd/internal/english"
 	"github.com/kprofd/kprofd/internal/x86"
 	"github.com/kprofd/kprofd/symbolizer"
 )
@@ -385,7 +386,7 @@ func (pl *Plan) placeSites(f *Func) {
 		pl.Sites = append(pl.Sites, Site{ObjProbe: ObjProbe{Obj: n.Obj, Probe: p}, Caller: f, Operand: op, Tail: in.IsJump()})
 	}
 	if skipped > 0 {
-		f.Notes = append(f.Notes, fmt.Sprintf("%s whose targets are not discovered", plural(skipped, "indirect call")))
+		f.Notes = append(f.Notes, fmt.Sprintf("%s whose targets are not discovered", english.Plural(skipped, "indirect call")))
 	}
 }
 
@@ -834,7 +835,7 @@ func (pl *Plan) Write(w io.Writer) error {
 	}
 	fmt.Fprintln(w)
 	if len(pl.Sites) > 0 {
-		fmt.Fprintf(w, "%s probed to find their targets while the program runs (--discover)\n", plural(len(pl.Sites), "indirect call site"))
+		fmt.Fprintf(w, "%s probed to find their targets while the program runs (--discover)\n", english.Plural(len(pl.Sites), "indirect call site"))
 	}
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
 	fmt.Fprintln(tw, "id\tfunction\tobject\tentry\tclass\texits\tnotes")
@@ -847,7 +848,7 @@ func (pl *Plan) Write(w io.Writer) error {
 			flags = append(flags, fmt.Sprintf("%d indirect calls and jumps", f.Node.Indirect))
 		}
 		if len(f.Node.Taken) > 0 {
-			flags = append(flags, fmt.Sprintf("takes the address of %s (traced)", plural(len(f.Node.Taken), "function")))
+			flags = append(flags, fmt.Sprintf("takes the address of %s (traced)", english.Plural(len(f.Node.Taken), "function")))
 		}
 		if len(f.Catches) > 0 {
 			flags = append(flags, fmt.Sprintf("%d catch sites", len(f.Catches)))
@@ -860,7 +861,7 @@ func (pl *Plan) Write(w io.Writer) error {
 			entry, class = "none", "-"
 			flags = append(flags, "NOT TRACED (below)")
 		case len(f.CallSites) > 0:
-			entry = plural(len(f.CallSites), "call site")
+			entry = english.Plural(len(f.CallSites), "call site")
 		}
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", f.ID, elide(f.Node.Func.Display, maxNameWidth), f.Node.Obj.Base(),
 			entry, class, exitSummary(f), strings.Join(flags, "; "))
@@ -890,7 +891,7 @@ func (pl *Plan) Write(w io.Writer) error {
 		}
 	}
 	if len(taken) > 0 {
-		fmt.Fprintf(w, "%s, traced from the start (the traced code takes their addresses):\n", plural(len(taken), "candidate target"))
+		fmt.Fprintf(w, "%s, traced from the start (the traced code takes their addresses):\n", english.Plural(len(taken), "candidate target"))
 		for _, t := range taken {
 			by := takers[t]
 			more := ""
