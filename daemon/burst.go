@@ -17,6 +17,7 @@ import (
 
 	"github.com/kprofd/kprofd/bpf"
 	"github.com/kprofd/kprofd/internal/cct"
+	"github.com/kprofd/kprofd/internal/english"
 	"github.com/kprofd/kprofd/internal/plan"
 	"github.com/kprofd/kprofd/symbolizer"
 )
@@ -730,11 +731,14 @@ type burster struct {
 
 	mu         sync.Mutex
 	bursts     int
-	wholes     int           // of them whole (see run)
-	wholeCalls int           // the calls of the roots the whole ones took, in windows that missed no event and no demotion cut
-	total      time.Duration // the bursts' windows, summed
-	err        error
-	armed      uint32 // bursts whose probes are going in, in or going out
+	wholes     int // of them whole (see run)
+	wholeCalls int // the calls of the roots the whole ones took, in windows that missed no event and no demotion cut
+	// wholePeriod is the period of the latest whole burst (see
+	// wholePeriodAfter).
+	wholePeriod time.Duration
+	total       time.Duration // the bursts' windows, summed
+	err         error
+	armed       uint32 // bursts whose probes are going in, in or going out
 }
 
 // setArmed adds delta to the bursts armed and tells the sampler, which
@@ -876,6 +880,9 @@ func (b *burster) run() {
 		period := burstPeriodAfter(cost, duty)
 		if whole {
 			period = wholePeriodAfter(cost, b.s.cfg.Budget)
+			b.mu.Lock()
+			b.wholePeriod = period
+			b.mu.Unlock()
 			if !b.idle {
 				b.costs.add(b.take)
 				b.calls, b.maxCalls = wholeCallsAfter(b.take, b.costs, attach, ringEvents(b.s.cfg.RingBytes), b.maxCalls)
@@ -1372,6 +1379,18 @@ func (b *burster) wholeCallsTaken() int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.wholeCalls
+}
+
+// wholeProgress says how far the whole bursts got, and how often they
+// come: what a context's estimate waits for when its anchor is a root.
+func (b *burster) wholeProgress() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.wholes == 0 {
+		return fmt.Sprintf("no whole burst (every demoted function's entry probes back for whole calls of the roots) ran: the first comes %s after the bursts start", maxPeriod)
+	}
+	return fmt.Sprintf("whole bursts (every demoted function's entry probes back for whole calls of the roots) took %s of the roots, one burst every %s at this budget",
+		english.Plural(b.wholeCalls, "call"), b.wholePeriod.Round(100*time.Millisecond))
 }
 
 // summary says what the bursts did.

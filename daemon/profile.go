@@ -12,6 +12,7 @@ import (
 	"github.com/kprofd/kprofd/internal/alloc"
 	"github.com/kprofd/kprofd/internal/callgraph"
 	"github.com/kprofd/kprofd/internal/cct"
+	"github.com/kprofd/kprofd/internal/english"
 	"github.com/kprofd/kprofd/internal/plan"
 	"github.com/kprofd/kprofd/symbolizer"
 )
@@ -84,6 +85,10 @@ func (s *Session) buildProfile(end uint64, st bpf.Stats) *cct.Profile {
 			s.estimate(t)
 			s.markSampledCounts(t)
 		}
+		if note := s.lowerBoundNote(p.Tree); note != "" {
+			p.Comments = append(p.Comments, note)
+			s.countsNote.Store(&note)
+		}
 	}
 	if c := s.cfg.Calibration; c != nil {
 		p.Comments = append(p.Comments, compensate(p, pr.Plan, c, s.stageOf)...)
@@ -136,6 +141,34 @@ func (s *Session) markSampledCounts(t *cct.Tree) {
 			n.Incomplete = true
 		}
 	})
+}
+
+// lowerBoundNote says, when some contexts in t of functions demoted to
+// sampling end with a lower bound for their calls, how many, why, and
+// what would give them estimates: in a session of seconds on a program
+// with hundreds demoted, that is most of them, and a user who reads
+// "≥6234" for a function called 70 million times needs to know that
+// the number is not a count ("" when there are none).
+func (s *Session) lowerBoundNote(t *cct.Tree) string {
+	if s.burster == nil {
+		return ""
+	}
+	funcs := map[cct.FuncID]bool{}
+	contexts := 0
+	t.Root.Walk(func(n *cct.Node) {
+		if n.Func == cct.NoFunc || !n.Incomplete || n.Running || s.stageOf(int(n.Func)) != StageSampled {
+			return
+		}
+		funcs[n.Func] = true
+		contexts++
+	})
+	if contexts == 0 {
+		return ""
+	}
+	return fmt.Sprintf("the calls of %s demoted to sampling are lower bounds (≥, pprof label calls=incomplete) in %s of theirs: "+
+		"an estimate needs %d calls of the context's nearest caller still probed seen whole by the bursts; %s: "+
+		"trace longer, or raise the overhead budget (--overhead-budget)",
+		english.Plural(len(funcs), "function"), english.Plural(contexts, "context"), minAnchorFrames, s.burster.wholeProgress())
 }
 
 // compensate takes the probes' own time out of p's trees, using the

@@ -94,8 +94,10 @@ type Session struct {
 	// nodes and folded: the trees' contexts and the calls folded past
 	// the node budget (Progress.Nodes, Progress.Folded).
 	nodes, folded atomic.Uint64
-	// final holds the probe program's counters at Stop.
-	final atomic.Pointer[bpf.Stats]
+	// final holds the probe program's counters at Stop, countsNote the
+	// profile's note on lower-bound counts (Progress.CountsNote).
+	final      atomic.Pointer[bpf.Stats]
+	countsNote atomic.Pointer[string]
 	// seeds: the verdicts on threads found running at the attach
 	// (settle).
 	seeds  seedStats
@@ -151,6 +153,11 @@ type Progress struct {
 	// (Config.MaxNodes).
 	Nodes  uint64 `json:"nodes"`
 	Folded uint64 `json:"folded"`
+	// CountsNote, once the session has stopped, says that some contexts
+	// of functions demoted to sampling end with lower bounds for their
+	// calls, why, and what would give them estimates ("" when none do):
+	// the profile's comments say the same.
+	CountsNote string `json:"counts_note,omitempty"`
 }
 
 // nodeBudget returns the simulator's node budget for Config.MaxNodes.
@@ -608,6 +615,9 @@ func (s *Session) Progress() Progress {
 	if err == nil {
 		p.Lost = st.Lost
 		p.OutsideHits = st.Outside + s.dropped.Load()
+	}
+	if note := s.countsNote.Load(); note != nil {
+		p.CountsNote = *note
 	}
 	return p
 }

@@ -303,6 +303,9 @@ func runAttach(ctx context.Context, o *attachOptions, stdout, stderr io.Writer) 
 	if end.Why != "" {
 		fmt.Fprintf(stderr, "kprofd: %s; detached\n", end.Why)
 	}
+	if end.Final.CountsNote != "" {
+		fmt.Fprintf(stderr, "kprofd: warning: %s\n", end.Final.CountsNote)
+	}
 	var result error
 	if end.Error != "" {
 		result = errors.New(end.Error)

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -716,6 +717,15 @@ func TestAttachPredicts(t *testing.T) {
 	p := readProfile(t, out)
 	if c := strings.Join(p.Comments, "\n"); !regexp.MustCompile(`the profile counts from the attach: [1-9]\d* calls of handle_request ran before it`).MatchString(c) {
 		t.Errorf("the profile's comments do not say what it left out:\n%s", c)
+	}
+	// A session of a few hundred requests sees none, or one, whole
+	// (see the bursts' comment): some 1,000 functions start demoted, and
+	// the samples find most of the contexts that their counts need.
+	// kprofd says their counts are lower bounds, and why, as the
+	// profile does.
+	warning := regexp.MustCompile(`(?m)^kprofd: warning: (the calls of \d+ functions demoted to sampling are lower bounds .*: trace longer, or raise the overhead budget \(--overhead-budget\))$`).FindStringSubmatch(stderr)
+	if warning == nil || !slices.Contains(p.Comments, warning[1]) {
+		t.Errorf("no warning of lower-bound counts, or not as in the profile's comments; stderr:\n%s", stderr)
 	}
 	progs, links := k.kernelIDs(t)
 	if len(links) < 2 {
