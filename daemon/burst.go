@@ -1114,7 +1114,7 @@ func (b *burster) burst(gen uint32, chosen uint64, funcs []*plan.Func, set map[u
 		if err != nil {
 			// A function the kernel took at first but not now (its
 			// object unmapped): this burst goes without it.
-			s.cfg.warnf("burst of sampled instrumentation: %s: %v", obj.Base(), err)
+			s.cfg.attachWarnf("burst of sampled instrumentation: %s: %v", obj.Base(), err)
 			continue
 		}
 		links = append(links, ls...)

@@ -541,7 +541,7 @@ func (d *discovery) discover(target uint64) {
 		opts.omit = omitted(remembered)
 	}
 	attached := monotonicNow()
-	set, err := attachPlan(s.prog, s.cfg.PID, sub, opts, s.cfg.warnf)
+	set, err := attachPlan(s.prog, s.cfg.PID, sub, opts, s.cfg.attachWarnf)
 	if err != nil {
 		if s.monitor != nil {
 			s.monitor.dropFuncs(sub)

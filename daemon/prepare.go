@@ -126,6 +126,17 @@ func (c *Config) warnf(format string, args ...any) {
 	}
 }
 
+// attachWarnf warns, as warnf, of probes the kernel refused while the
+// session runs, unless the target has exited meanwhile: its objects went
+// with it (opening /proc/PID/map_files fails), the session is ending,
+// and a warning then only alarms (the exit watcher may not have told the
+// session yet).
+func (c *Config) attachWarnf(format string, args ...any) {
+	if proc.Alive(c.PID) {
+		c.warnf(format, args...)
+	}
+}
+
 // Prepared is a process analysed and a plan made, before anything is
 // attached: what --dry-run shows.
 type Prepared struct {
