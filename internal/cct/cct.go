@@ -74,6 +74,15 @@ type Node struct {
 	// function was traced only from some point of the session on (found
 	// later, through an indirect call). Calls is then a lower bound.
 	Incomplete bool
+	// CoveredByEstimate says an Incomplete context's missing calls are
+	// part of its function's estimated calls: its function was demoted,
+	// and no burst saw it called after that, below a caller whose calls
+	// the bursts saw whole often enough to estimate by (a rare path of a
+	// recursion, found by samples). Per those calls its estimate is
+	// zero, which its function's estimate, the sum of its contexts'
+	// (each unbiased), takes in: its own calls are a lower bound, its
+	// function's total is not.
+	CoveredByEstimate bool
 	// Running says a call in this context was already running when
 	// kprofd attached (found on the thread's real stack): that call is
 	// not in Calls (so Incomplete is set too), and its time counts from
@@ -280,6 +289,9 @@ func mergeNode(dst, src *Node) {
 		}
 		dst.CallsEstimated = true
 	}
+	// Covered only if every incomplete part is.
+	dst.CoveredByEstimate = (dst.CoveredByEstimate || !dst.Incomplete) && (src.CoveredByEstimate || !src.Incomplete) &&
+		(dst.Incomplete || src.Incomplete)
 	dst.Incomplete = dst.Incomplete || src.Incomplete
 	dst.Running = dst.Running || src.Running
 	dst.Calls += src.Calls

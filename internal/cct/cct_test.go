@@ -101,6 +101,42 @@ func TestMerge(t *testing.T) {
 	}
 }
 
+// TestMergeCovered checks that a merged context is covered by its
+// function's estimate only when every incomplete part of it is.
+func TestMergeCovered(t *testing.T) {
+	type part struct{ incomplete, covered bool }
+	var (
+		exact   = part{}
+		bound   = part{incomplete: true}
+		covered = part{incomplete: true, covered: true}
+	)
+	for _, tc := range []struct {
+		parts                   []part
+		incomplete, wantCovered bool
+	}{
+		{[]part{covered}, true, true},
+		{[]part{covered, covered}, true, true},
+		{[]part{exact, covered}, true, true},
+		{[]part{covered, exact}, true, true},
+		{[]part{covered, bound}, true, false},
+		{[]part{bound, covered}, true, false},
+		{[]part{exact, exact}, false, false},
+		{[]part{bound}, true, false},
+	} {
+		m := NewTree()
+		for _, p := range tc.parts {
+			x := NewTree()
+			n := x.Root.Child(1)
+			n.Incomplete, n.CoveredByEstimate = p.incomplete, p.covered
+			m.Merge(x)
+		}
+		n := m.Root.Lookup(1)
+		if n.Incomplete != tc.incomplete || n.CoveredByEstimate != tc.wantCovered {
+			t.Errorf("%+v merged: incomplete %v, covered %v; want %v, %v", tc.parts, n.Incomplete, n.CoveredByEstimate, tc.incomplete, tc.wantCovered)
+		}
+	}
+}
+
 func TestProfileNames(t *testing.T) {
 	p := &Profile{Functions: []Function{{Name: "a"}, {SystemName: "_Z1bv"}, {}}}
 	for id, want := range []string{"a", "_Z1bv", "func#2", "func#3"} {

@@ -399,6 +399,58 @@ func TestIncomplete(t *testing.T) {
 	}
 }
 
+// TestCoveredByEstimate: a context whose calls no burst saw, below a
+// caller the bursts saw enough of, is a lower bound itself (≥ in the
+// tree) and not for its function's estimate (~ without ≥ in the top
+// view), unless its function has none, or another context is a lower
+// bound of its own.
+func TestCoveredByEstimate(t *testing.T) {
+	for _, tc := range []struct {
+		name                 string
+		estimated, uncovered bool
+		want                 string // memcpy's calls in the top view
+	}{
+		{"covered by its function's estimate", true, false, "~15"},
+		{"no estimate to cover it", false, false, "≥15"},
+		{"another context a lower bound", true, true, "≥~15"},
+	} {
+		p := testProfile(false)
+		var covered *cct.Node
+		p.Tree.Root.Walk(func(n *cct.Node) {
+			if n.Func != fMemcpy {
+				return
+			}
+			if n.Parent.Func == fCompute {
+				n.Incomplete, n.CoveredByEstimate = true, true
+				covered = n
+				return
+			}
+			n.CallsEstimated, n.CallsError = tc.estimated, 0.1
+			n.Incomplete = tc.uncovered
+		})
+		var b bytes.Buffer
+		if err := WriteTree(&b, p, TreeOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if want := regexp.MustCompile(fmt.Sprintf(`(?m)^ *≥%d .*memcpy$`, covered.Calls)); !want.MatchString(b.String()) {
+			t.Errorf("%s: the tree does not show %s:\n%s", tc.name, want, b.String())
+		}
+		b.Reset()
+		if err := WriteTop(&b, p, 0); err != nil {
+			t.Fatal(err)
+		}
+		var row []string
+		for line := range strings.Lines(b.String()) {
+			if f := strings.Fields(line); len(f) > 1 && f[len(f)-1] == "memcpy" {
+				row = f
+			}
+		}
+		if len(row) == 0 || row[0] != tc.want {
+			t.Errorf("%s: top view row %q, want calls %s:\n%s", tc.name, row, tc.want, b.String())
+		}
+	}
+}
+
 // TestAlloc checks an allocation profile: Go's heap sample types on the
 // allocators' contexts in pprof, inclusive columns in the tree, flat ones
 // in the top list, and a folded context's note.

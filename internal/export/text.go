@@ -117,7 +117,8 @@ func WriteTree(w io.Writer, p *cct.Profile, opt TreeOptions) error {
 // self, self%, cum, cum% and function. A function's cum is its inclusive
 // time, counted once per calling context: a recursive call inside the
 // function adds nothing. Calls are marked ≥ when some context's are a
-// lower bound, ~ when some are estimates. With estimated calls, a ±calls
+// lower bound, but for those its estimate covers
+// (cct.Node.CoveredByEstimate), ~ when some are estimates. With estimated calls, a ±calls
 // column gives the relative standard error of each function's, all
 // contexts together (cct.Function.CallsError).
 func WriteTop(w io.Writer, p *cct.Profile, n int) error {
@@ -130,6 +131,7 @@ func WriteTop(w io.Writer, p *cct.Profile, n int) error {
 		estimated        bool   // some of its time comes from samples
 		callsEstimated   bool   // some of its calls are estimates
 		incomplete       bool   // some of its contexts' calls are lower bounds
+		covered          bool   // some are, within its estimate (cct.Node.CoveredByEstimate)
 		allocs           allocs
 	}
 	stats := make(map[cct.FuncID]*stat)
@@ -146,7 +148,8 @@ func WriteTop(w io.Writer, p *cct.Profile, n int) error {
 		st.selfErr += n.SelfError
 		st.estimated = st.estimated || n.Estimated
 		st.callsEstimated = st.callsEstimated || n.CallsEstimated
-		st.incomplete = st.incomplete || n.Incomplete
+		st.incomplete = st.incomplete || n.Incomplete && !n.CoveredByEstimate
+		st.covered = st.covered || n.CoveredByEstimate
 		st.allocs.add(n)
 		if onPath[n.Func] == 0 {
 			st.cum += n.Wall
@@ -183,7 +186,9 @@ func WriteTop(w io.Writer, p *cct.Profile, n int) error {
 	rows := [][]string{append(header, "function")}
 	for _, st := range list {
 		row := []string{
-			atLeast(st.incomplete) + estimated(st.callsEstimated) + strconv.FormatUint(st.calls, 10),
+			// Contexts covered by an estimate its function lacks
+			// (none of its contexts seen) leave its total a bound.
+			atLeast(st.incomplete || st.covered && !st.callsEstimated) + estimated(st.callsEstimated) + strconv.FormatUint(st.calls, 10),
 			selfTime(st.self, st.selfErr, st.estimated),
 			percent(st.self, total),
 			estimated(st.estimated) + Duration(st.cum),
