@@ -1176,3 +1176,65 @@ func TestBurstCutByDemotion(t *testing.T) {
 		t.Errorf("%d windows cut, want 3", n)
 	}
 }
+
+// TestBurstCover checks which contexts no burst saw called are covered by
+// their function's estimate: those of a function demoted to sampling
+// below a caller that three frames of fitted in windows with its entries
+// back (A, probed: D below it, and below D), not one below a caller the
+// windows saw no frame of (the root W), nor of a function the windows
+// lacked (F), nor of one not demoted (B), nor one seen (C).
+func TestBurstCover(t *testing.T) {
+	l, b, s, handle, burst := burstSimulator()
+	// A calls C once per call: exactly before the demotion, seen after.
+	call := func(tm uint64, how int) {
+		handle(in(tm, 900, A))
+		enterAs(how, handle, burst, tm+1, 800, C)
+		handle(out(tm+50, 900, A))
+	}
+	handle(in(0, 1000, W))
+	for k := range 3 {
+		call(100+uint64(k)*100, exact)
+	}
+	for _, f := range []cct.FuncID{C, D, F} {
+		l.demote(uint32(f), 1000)
+	}
+	l.open(0, 2000, 1000, map[uint32]bool{uint32(C): true, uint32(D): true})
+	for k := range 3 {
+		call(2100+uint64(k)*100, seen)
+	}
+	l.close(3000)
+	handle(out(4000, 1000, W))
+	b.estimate()
+
+	// Contexts the samples found, none called in a window.
+	tree := s.trees[1]
+	if tree == nil {
+		t.Fatal("no tree of thread 1")
+	}
+	w := tree.Root.Lookup(W)
+	a := w.Lookup(A)
+	sampled := func(n *cct.Node) *cct.Node { n.Samples++; return n }
+	underA, recursive := sampled(a.Child(D)), sampled(a.Child(D).Child(D))
+	underW, lacked, probed := sampled(w.Child(D)), sampled(a.Child(F)), sampled(a.Child(B))
+	b.cover(s.allTrees())
+
+	for _, tc := range []struct {
+		name    string
+		n       *cct.Node
+		covered bool
+	}{
+		{"W;A;D", underA, true},
+		{"W;A;D;D", recursive, true},
+		{"W;D", underW, false},
+		{"W;A;F", lacked, false},
+		{"W;A;B", probed, false},
+		{"W;A;C", a.Lookup(C), false},
+	} {
+		if tc.n.CoveredByEstimate != tc.covered || tc.n.Incomplete != tc.covered {
+			t.Errorf("%s: covered %v, incomplete %v; want both %v", tc.name, tc.n.CoveredByEstimate, tc.n.Incomplete, tc.covered)
+		}
+	}
+	if c := a.Lookup(C); !c.CallsEstimated || c.Calls != 6 {
+		t.Errorf("W;A;C: %d calls, estimated %v; want 6 estimated", c.Calls, c.CallsEstimated)
+	}
+}

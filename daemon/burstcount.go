@@ -622,15 +622,7 @@ func (b *burstCounts) started(node *cct.Node, t uint64, outermost bool) (window 
 // fitted in windows with phys's entries back, its relative standard
 // error, and how many frames it rests on.
 func (b *burstCounts) perCall(r *anchorRef, phys uint32) (mean, relErr float64, frames int) {
-	an := b.anchors[r.node]
-	if an == nil {
-		return 0, 0, 0
-	}
-	for k, n := range an.wins {
-		if k >= an.from && b.log.had(k, phys) {
-			frames += n
-		}
-	}
+	frames = b.frames(r.node, phys)
 	if frames == 0 {
 		return 0, 0, 0
 	}
@@ -642,6 +634,48 @@ func (b *burstCounts) perCall(r *anchorRef, phys uint32) (mean, relErr float64, 
 	// Σ (c-mean)² over the frames, those without calls included.
 	v := math.Max(r.sc2-2*mean*r.sc+mean*mean*n, 0) / (n * n)
 	return mean, math.Sqrt(v) / mean, frames
+}
+
+// frames returns how many frames of anchor node fitted in windows with
+// function phys's entries back.
+func (b *burstCounts) frames(node *cct.Node, phys uint32) int {
+	an := b.anchors[node]
+	if an == nil {
+		return 0
+	}
+	frames := 0
+	for k, n := range an.wins {
+		if k >= an.from && b.log.had(k, phys) {
+			frames += n
+		}
+	}
+	return frames
+}
+
+// cover marks, once estimate ran, the contexts in trees of functions
+// demoted to sampling that no burst saw called (found by samples, or
+// counted before the demotion only) below a caller that enough frames
+// of fitted in windows with their function's entries back: per that
+// caller's calls their estimate is zero, which their function's
+// estimate takes in (cct.Node.CoveredByEstimate). A recursive parser's
+// leaf has tens of thousands of contexts, most in a few requests only:
+// whole bursts see a few requests, and the samples find many of the
+// rest. Each stays a lower bound itself.
+func (b *burstCounts) cover(trees iter.Seq[*cct.Tree]) {
+	for t := range trees {
+		t.Root.Walk(func(n *cct.Node) {
+			phys, demoted := b.physOf[n.Func]
+			if !demoted || n.CallsEstimated || b.accs[n] != nil {
+				return // not demoted, estimated, or seen: a lower bound of its own
+			}
+			for m := n.Parent; m != nil; m = m.Parent {
+				if b.frames(m, phys) >= minAnchorFrames {
+					n.Incomplete, n.CoveredByEstimate = true, true
+					return
+				}
+			}
+		})
+	}
 }
 
 // estimate adds to each context its estimated calls after its function's

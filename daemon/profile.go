@@ -156,7 +156,7 @@ func (s *Session) lowerBoundNote(t *cct.Tree) string {
 	funcs := map[cct.FuncID]bool{}
 	contexts := 0
 	t.Root.Walk(func(n *cct.Node) {
-		if n.Func == cct.NoFunc || !n.Incomplete || n.Running || s.stageOf(int(n.Func)) != StageSampled {
+		if n.Func == cct.NoFunc || !n.Incomplete || n.Running || n.CoveredByEstimate || s.stageOf(int(n.Func)) != StageSampled {
 			return
 		}
 		funcs[n.Func] = true

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"iter"
 	"maps"
 	"slices"
 	"sync"
@@ -762,10 +763,7 @@ func (s *Simulator) baseDemoted(ids []uint32, t uint64) {
 		fns[s.logical(id)] = id
 	}
 	var roots []*cct.Node
-	if s.shared != nil {
-		roots = append(roots, s.shared.Root)
-	}
-	for _, t := range s.trees {
+	for t := range s.allTrees() {
 		roots = append(roots, t.Root)
 	}
 	s.burst.demoted(fns, roots, s.runningCalls, t)
@@ -1016,8 +1014,23 @@ func (s *Simulator) Finish(endTime uint64) {
 	}
 	if s.burst != nil {
 		s.burst.estimate()
+		s.burst.cover(s.allTrees())
 	}
 	s.foldAllocEstimates()
+}
+
+// allTrees yields the shared tree, or every thread's.
+func (s *Simulator) allTrees() iter.Seq[*cct.Tree] {
+	return func(yield func(*cct.Tree) bool) {
+		if s.shared != nil && !yield(s.shared) {
+			return
+		}
+		for _, t := range s.trees {
+			if !yield(t) {
+				return
+			}
+		}
+	}
 }
 
 // closeAll ends every frame of a thread at t.
@@ -1074,10 +1087,7 @@ func (s *Simulator) Active() int {
 // outermostFolded returns the calls folded into the trees' synthetic roots.
 func (s *Simulator) outermostFolded() uint64 {
 	var n uint64
-	if s.shared != nil {
-		n += s.shared.Root.Folded
-	}
-	for _, t := range s.trees {
+	for t := range s.allTrees() {
 		n += t.Root.Folded
 	}
 	return n
