@@ -10,9 +10,9 @@ import (
 // TestLowerBoundNote checks what the profile and kprofd attach say of
 // counts left as lower bounds: only contexts of functions demoted to
 // sampling whose calls the bursts could not estimate count (not one
-// running at the attach, not an estimated one, not a lower bound of a
-// function still probed), and the note says how far the whole bursts
-// got.
+// running at the attach, not an estimated one, not one its function's
+// estimate covers, not a lower bound of a function still probed), and
+// the note says how far the whole bursts got.
 func TestLowerBoundNote(t *testing.T) {
 	const (
 		root = cct.FuncID(iota)
@@ -21,8 +21,9 @@ func TestLowerBoundNote(t *testing.T) {
 		estimated
 		probed
 		once
+		covered
 	)
-	stages := []Stage{root: StageFull, twice: StageSampled, running: StageSampled, estimated: StageSampled, probed: StageEntry, once: StageSampled}
+	stages := []Stage{root: StageFull, twice: StageSampled, running: StageSampled, estimated: StageSampled, probed: StageEntry, once: StageSampled, covered: StageSampled}
 	tree := cct.NewTree()
 	top := tree.Root.Child(root)
 	top.Child(twice).Incomplete = true
@@ -32,6 +33,8 @@ func TestLowerBoundNote(t *testing.T) {
 	r.Incomplete, r.Running = true, true
 	top.Child(estimated).CallsEstimated = true
 	top.Child(probed).Incomplete = true // found late by discovery
+	c := top.Child(covered)
+	c.Incomplete, c.CoveredByEstimate = true, true
 
 	const counts = "the calls of 2 functions demoted to sampling are lower bounds (≥, pprof label calls=incomplete) in 3 contexts of theirs: " +
 		"an estimate needs 3 calls of the context's nearest caller still probed seen whole by the bursts; "
