@@ -448,6 +448,19 @@ func TestCoveredByEstimate(t *testing.T) {
 		if len(row) == 0 || row[0] != tc.want {
 			t.Errorf("%s: top view row %q, want calls %s:\n%s", tc.name, row, tc.want, b.String())
 		}
+		// In pprof: a lower bound, covered.
+		pp, err := Pprof(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range pp.Sample {
+			leaf := s.Location[0].Line[0].Function.Name
+			wantCovered := leaf == "memcpy" && s.Location[1].Line[0].Function.Name == "compute"
+			if got := s.Label["covered_by"]; wantCovered != slices.Equal(got, []string{"function_estimate"}) ||
+				wantCovered && !slices.Equal(s.Label["calls"], []string{"incomplete"}) {
+				t.Errorf("%s: %s (covered %v): labels %v", tc.name, leaf, wantCovered, s.Label)
+			}
+		}
 	}
 }
 

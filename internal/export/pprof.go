@@ -24,8 +24,10 @@ import (
 // SamplePeriod) has a last sample type, samples/count, the cpu-clock
 // samples taken in each context, and labels every sample "timing" "exact"
 // or "estimated" (time from samples: pprof -tagfocus timing=estimated).
-// A context whose calls are a lower bound is labelled calls=incomplete,
-// one with a call already running when kprofd attached attach=running.
+// A context whose calls are a lower bound is labelled calls=incomplete
+// (and covered_by=function_estimate when its function's estimated calls
+// take it in, cct.Node.CoveredByEstimate), one with a call already
+// running when kprofd attached attach=running.
 // An allocation profile (p.Alloc) adds the sample types of Go's heap
 // profiles, alloc_objects/count, alloc_space/bytes, inuse_objects/count
 // and inuse_space/bytes, on the allocators' contexts; those with
@@ -162,6 +164,10 @@ func Pprof(p *cct.Profile) (*profile.Profile, error) {
 			if n.Incomplete {
 				// Its calls are a lower bound: pprof -tagfocus calls=incomplete.
 				label = with(label, "calls", "incomplete")
+			}
+			if n.CoveredByEstimate {
+				// Not its function's: pprof -tagignore covered_by=function_estimate.
+				label = with(label, "covered_by", "function_estimate")
 			}
 			if n.Running {
 				// A call was running at the attach: pprof -tagfocus attach=running.
