@@ -1180,15 +1180,20 @@ func TestBurstCutByDemotion(t *testing.T) {
 // TestBurstCover checks which contexts no burst saw called are covered by
 // their function's estimate: those of a function demoted to sampling
 // below a caller that three frames of fitted in windows with its entries
-// back (A, probed: D below it, and below D), not one below a caller the
-// windows saw no frame of (the root W), nor of a function the windows
-// lacked (F), nor of one not demoted (B), nor one seen (C).
+// back (A, probed: D below it, counted before the demotion, and below D,
+// found by samples), not one below a caller the windows saw no frame of
+// (the root W), nor of a function the windows lacked (F), nor of one not
+// demoted (B), nor one seen (C).
 func TestBurstCover(t *testing.T) {
 	l, b, s, handle, burst := burstSimulator()
-	// A calls C once per call: exactly before the demotion, seen after.
+	// A calls C once per call, and before the demotion D once: exactly
+	// before the demotion, seen after.
 	call := func(tm uint64, how int) {
 		handle(in(tm, 900, A))
 		enterAs(how, handle, burst, tm+1, 800, C)
+		if how == exact {
+			handle(in(tm+10, 800, D))
+		}
 		handle(out(tm+50, 900, A))
 	}
 	handle(in(0, 1000, W))
@@ -1214,7 +1219,7 @@ func TestBurstCover(t *testing.T) {
 	w := tree.Root.Lookup(W)
 	a := w.Lookup(A)
 	sampled := func(n *cct.Node) *cct.Node { n.Samples++; return n }
-	underA, recursive := sampled(a.Child(D)), sampled(a.Child(D).Child(D))
+	underA, recursive := a.Lookup(D), sampled(a.Lookup(D).Child(D))
 	underW, lacked, probed := sampled(w.Child(D)), sampled(a.Child(F)), sampled(a.Child(B))
 	b.cover(s.allTrees())
 
@@ -1236,5 +1241,8 @@ func TestBurstCover(t *testing.T) {
 	}
 	if c := a.Lookup(C); !c.CallsEstimated || c.Calls != 6 {
 		t.Errorf("W;A;C: %d calls, estimated %v; want 6 estimated", c.Calls, c.CallsEstimated)
+	}
+	if underA.Calls != 3 || underA.CallsEstimated {
+		t.Errorf("W;A;D: %d calls, estimated %v; want the 3 counted before the demotion, no estimate", underA.Calls, underA.CallsEstimated)
 	}
 }

@@ -257,6 +257,7 @@ func (b *burstCounts) demoted(fns map[cct.FuncID]uint32, roots []*cct.Node, runn
 			if set[ch.Func] {
 				if a := b.acc(ch); !a.based {
 					a.based = true
+					a.phys = fns[ch.Func]
 					b.exactAt[fns[ch.Func]] += ch.Calls
 					if anchor != nil {
 						a.exact.set(b, ch, anchor, anchor.Calls, false, from)
@@ -665,7 +666,7 @@ func (b *burstCounts) cover(trees iter.Seq[*cct.Tree]) {
 	for t := range trees {
 		t.Root.Walk(func(n *cct.Node) {
 			phys, demoted := b.physOf[n.Func]
-			if !demoted || n.CallsEstimated || b.accs[n] != nil {
+			if a := b.accs[n]; !demoted || n.CallsEstimated || a != nil && a.seen > 0 {
 				return // not demoted, estimated, or seen: a lower bound of its own
 			}
 			for m := n.Parent; m != nil; m = m.Parent {
@@ -682,7 +683,7 @@ func (b *burstCounts) cover(trees iter.Seq[*cct.Tree]) {
 // demotion and marks it, or, with too little to go on, adds the calls
 // seen and marks it a lower bound (a context called before the demotion
 // and not seen since too: no burst seeing it is no evidence it was not
-// called). Anchors come before the contexts below
+// called; see cover). Anchors come before the contexts below
 // them, so that an anchor demoted later passes its own estimate on.
 func (b *burstCounts) estimate() {
 	nodes := make([]*cct.Node, 0, len(b.accs))
@@ -699,7 +700,10 @@ func (b *burstCounts) estimate() {
 	var errs funcErrors
 	for _, n := range nodes {
 		a := b.accs[n]
-		if !b.estimatePerCall(n, a, &errs) && (a.seen > 0 || n.Calls > 0) {
+		// One no burst saw called since the demotion has no calls to
+		// estimate by (cover may find its function's estimate takes
+		// them in).
+		if estimated := a.seen > 0 && b.estimatePerCall(n, a, &errs); !estimated && (a.seen > 0 || n.Calls > 0) {
 			// Its calls since the demotion are known only in part.
 			n.Calls += a.seen
 			n.Incomplete = true
