@@ -1246,3 +1246,52 @@ func TestBurstCover(t *testing.T) {
 		t.Errorf("W;A;D: %d calls, estimated %v; want the 3 counted before the demotion, no estimate", underA.Calls, underA.CallsEstimated)
 	}
 }
+
+// TestBurstLateRoots checks a context first seen after its function's
+// demotion, in a tree that existed then (late): D, probed before and
+// never called, is first called below A in the second of three whole
+// windows, each of which takes a call of the root W (2 requests before
+// the demotion, 3 seen whole, 3 unseen after). Counted per W's calls
+// since the demotion (6), by W's frames in the whole windows (0, 3 and 3
+// calls of D: 2 a request), D's estimate is 12, with nothing missed; per
+// W's calls since D was first seen (from the fourth on: 5), it would be
+// 10 and a lower bound.
+func TestBurstLateRoots(t *testing.T) {
+	l, b, s, handle, burst := burstSimulator()
+	request := func(tm uint64, ds int, how int) {
+		handle(in(tm, 1000, W))
+		handle(in(tm+1, 900, A))
+		enterAs(how, handle, burst, tm+2, 800, C)
+		for i := range ds {
+			enterAs(how, handle, burst, tm+3+uint64(i), 800, D)
+		}
+		handle(out(tm+20, 900, A))
+		handle(out(tm+50, 1000, W))
+	}
+	request(100, 0, exact)
+	request(200, 0, exact)
+	l.demote(uint32(C), 300)
+	l.demote(uint32(D), 300)
+	whole := map[uint32]bool{uint32(C): true, uint32(D): true}
+	for k, ds := range []int{0, 3, 3} {
+		l.openWhole(0, 1000+uint64(k)*1000, time.Millisecond, whole)
+		request(1100+uint64(k)*1000, ds, seen)
+		l.close(1200 + uint64(k)*1000)
+	}
+	for k := range 3 {
+		request(4000+uint64(k)*100, 3, unseen)
+	}
+	b.estimate()
+
+	w := s.Merged().Root.Lookup(W)
+	if w.Calls != 8 {
+		t.Fatalf("W: %d calls, want 8", w.Calls)
+	}
+	d := w.Lookup(A).Lookup(D)
+	if d == nil {
+		t.Fatal("no context W;A;D")
+	}
+	if d.Calls != 12 || !d.CallsEstimated || d.Incomplete {
+		t.Errorf("D: %d calls, estimated %v, incomplete %v; want 12 estimated, complete", d.Calls, d.CallsEstimated, d.Incomplete)
+	}
+}

@@ -57,6 +57,11 @@ type burstCounts struct {
 	// at the demotion: a context of theirs found later counts its
 	// caller's calls since then, none of them missed.
 	callsAt map[cct.FuncID]map[*cct.Node]uint64
+	// rootsAt holds, for every function demoted, the calls of the
+	// trees' outermost contexts (the roots' calls) at its demotion: a
+	// context of it found later counts the roots' calls since then, per
+	// the roots' frames in whole windows, none of them missed.
+	rootsAt map[cct.FuncID]map[*cct.Node]uint64
 	// physOf maps the functions demoted to their function ids; last is
 	// the latest event's time.
 	physOf map[cct.FuncID]uint32
@@ -177,7 +182,7 @@ const minAnchorFrames = 3
 func newBurstCounts(l *burstLog, cost func(id uint32) float64) *burstCounts {
 	return &burstCounts{log: l, cost: cost, accs: map[*cct.Node]*burstAcc{},
 		anchors: map[*cct.Node]*anchorAcc{}, known: map[uint32]bool{}, sampled: map[cct.FuncID]map[*cct.Node]bool{},
-		callsAt: map[cct.FuncID]map[*cct.Node]uint64{}, physOf: map[cct.FuncID]uint32{}, exactAt: map[uint32]uint64{}, edges: map[uint32]uint64{},
+		callsAt: map[cct.FuncID]map[*cct.Node]uint64{}, rootsAt: map[cct.FuncID]map[*cct.Node]uint64{}, physOf: map[cct.FuncID]uint32{}, exactAt: map[uint32]uint64{}, edges: map[uint32]uint64{},
 		groups: map[groupKey]*anchorRef{}, frameGroup: map[uint32]float64{}}
 }
 
@@ -231,10 +236,17 @@ func (b *burstCounts) demoted(fns map[cct.FuncID]uint32, roots []*cct.Node, runn
 	}
 	set := map[cct.FuncID]bool{}
 	var calls map[*cct.Node]uint64 // read only: one map for all
+	rootCalls := map[*cct.Node]uint64{}
+	for _, r := range roots {
+		for _, ch := range r.Children {
+			rootCalls[ch] = ch.Calls
+		}
+	}
 	for f, id := range fns {
 		b.physOf[f] = id
 		set[f] = true
-		b.sampled[f] = trees // read only: one map for all
+		b.sampled[f] = trees     // read only: one map for all
+		b.rootsAt[f] = rootCalls // read only: one map for all
 		if b.log.neverProbed(id) {
 			// No call of it was counted anywhere: its contexts,
 			// all found later, count their callers' calls since
@@ -407,16 +419,23 @@ func (b *burstCounts) count(n *cct.Node, phys uint32, t uint64, anchor, outer, t
 		a.based = true
 		trees, at := b.sampled[n.Func], b.callsAt[n.Func]
 		late := trees != nil && trees[rootOf(n)] && at == nil
-		base := func(node *cct.Node, running uint64) uint64 {
+		base := func(node *cct.Node, running uint64) (uint64, bool) {
 			switch {
 			case at != nil:
 				// Never probed: the caller's calls since the
 				// demotion (a context new since has none before).
-				return at[node]
+				return at[node], false
 			case late:
-				return node.Calls - min(node.Calls, running)
+				if c, ok := b.rootsAt[n.Func][node]; ok {
+					// A root's calls since the demotion: the
+					// whole windows' root frames are a sample
+					// of them all, those before the context
+					// was first seen included.
+					return c, false
+				}
+				return node.Calls - min(node.Calls, running), true
 			}
-			return 0 // a new tree: every call of it came after
+			return 0, false // a new tree: every call of it came after
 		}
 		an := anchor
 		if outer != nil && b.log.isWhole(k) {
@@ -424,17 +443,20 @@ func (b *burstCounts) count(n *cct.Node, phys uint32, t uint64, anchor, outer, t
 		}
 		if an != nil {
 			// The anchor's call running now is in its Calls.
-			if a.exact.set(b, n, an.node, base(an.node, 1), late, k+1) {
+			c, late := base(an.node, 1)
+			if a.exact.set(b, n, an.node, c, late, k+1) {
 				b.anchors[an.node].madeIn = k
 			}
 		}
 		if outer != nil && an != outer {
-			a.outer.set(b, nil, outer.node, base(outer.node, 1), late, k+1)
+			c, late := base(outer.node, 1)
+			a.outer.set(b, nil, outer.node, c, late, k+1)
 		}
 		if top != nil {
 			// A demoted parent's calls since its demotion are all
 			// estimated; those before it are in its Calls.
-			a.parent.set(b, n, top.node, base(top.node, 0), late, k+1)
+			c, late := base(top.node, 0)
+			a.parent.set(b, n, top.node, c, late, k+1)
 		}
 		b.route(phys, a)
 	}
@@ -841,47 +863,55 @@ func (b *burstCounts) tallies(leftOut func(k int, id uint32) bool) map[uint32]ev
 // estimatePerCall estimates context n's calls per call of a caller, the
 // exact one if enough of its frames fitted in windows, else the parent,
 // whose own estimate (made before, callers first) it scales, else the
-// outer one (a root's call), and reports whether it could.
+// outer one (a root's call), and reports whether it could. Callers whose
+// calls count from the function's demotion go before those whose calls
+// count only from when the context was first seen (late).
 func (b *burstCounts) estimatePerCall(n *cct.Node, a *burstAcc, errs *funcErrors) bool {
-	for _, r := range []*anchorRef{&a.exact, &a.parent, &a.outer} {
-		if r.node == nil {
-			continue
+	// A caller counted per from the demotion on first: one counted per
+	// only since the context was first seen (late) leaves out the calls
+	// before, a lower bound.
+	for _, late := range []bool{false, true} {
+		for _, r := range []*anchorRef{&a.exact, &a.parent, &a.outer} {
+			if r.node == nil || r.late != late {
+				continue
+			}
+			if r == &a.parent && !r.node.CallsEstimated {
+				// A demoted parent whose own count is only a
+				// lower bound: so would this be.
+				continue
+			}
+			mean, relErr, frames := b.perCall(r, a.phys)
+			if frames < minAnchorFrames {
+				continue
+			}
+			after := float64(r.node.Calls - min(r.base, r.node.Calls))
+			if r.since > 0 && r.at > r.since && b.last > r.since {
+				// The caller's estimated calls since its demotion,
+				// those after r.at in proportion to time.
+				after *= float64(b.last-min(r.at, b.last)) / float64(b.last-r.since)
+			}
+			calls := uint64(math.Round(mean * after))
+			a.estimate = max(calls, a.seen)
+			n.Calls += a.estimate
+			// Only the calls the bursts saw paid for a probe.
+			n.Unprobed += a.estimate - a.seen
+			n.CallsEstimated = true
+			// The error is the estimated part's; Calls holds those
+			// counted before the demotion too.
+			errCalls := math.Hypot(relErr, r.node.CallsError) * float64(a.estimate)
+			n.CallsError = errCalls / float64(max(n.Calls, 1))
+			if r == &a.exact {
+				errs.exact(groupKey{anchor: r.node, phys: a.phys}, a.estimate, errCalls)
+			} else {
+				errs.apart(n, errCalls)
+			}
+			// An anchor that is a lower bound only for its calls
+			// running at the attach (uncounted, at most one per
+			// thread) leaves the estimate short by their share, far
+			// inside its error.
+			n.Incomplete = n.Incomplete || r.late || r.node.Incomplete && !r.node.Running
+			return true
 		}
-		if r == &a.parent && !r.node.CallsEstimated {
-			// A demoted parent whose own count is only a lower
-			// bound: so would this be.
-			continue
-		}
-		mean, relErr, frames := b.perCall(r, a.phys)
-		if frames < minAnchorFrames {
-			continue
-		}
-		after := float64(r.node.Calls - min(r.base, r.node.Calls))
-		if r.since > 0 && r.at > r.since && b.last > r.since {
-			// The caller's estimated calls since its demotion,
-			// those after r.at in proportion to time.
-			after *= float64(b.last-min(r.at, b.last)) / float64(b.last-r.since)
-		}
-		calls := uint64(math.Round(mean * after))
-		a.estimate = max(calls, a.seen)
-		n.Calls += a.estimate
-		// Only the calls the bursts saw paid for a probe.
-		n.Unprobed += a.estimate - a.seen
-		n.CallsEstimated = true
-		// The error is the estimated part's; Calls holds those
-		// counted before the demotion too.
-		errCalls := math.Hypot(relErr, r.node.CallsError) * float64(a.estimate)
-		n.CallsError = errCalls / float64(max(n.Calls, 1))
-		if r == &a.exact {
-			errs.exact(groupKey{anchor: r.node, phys: a.phys}, a.estimate, errCalls)
-		} else {
-			errs.apart(n, errCalls)
-		}
-		// An anchor that is a lower bound only for its calls running
-		// at the attach (uncounted, at most one per thread) leaves the
-		// estimate short by their share, far inside its error.
-		n.Incomplete = n.Incomplete || r.late || r.node.Incomplete && !r.node.Running
-		return true
 	}
 	return false
 }
