@@ -158,6 +158,53 @@ func TestHybridWholeBursts(t *testing.T) {
 	}
 }
 
+// TestHybridWholeBurstsProbed runs whole bursts in a session that starts
+// fully probed: the functions its rounds demote were counted exactly up
+// to then, and most of their contexts below parse() are first seen by a
+// whole burst after it (new since the demotion, in a tree that existed
+// then). Counted per the roots' calls since the demotion, by the roots'
+// frames in the whole windows, none of those of a function demoted in
+// the first second (in every whole window: the first comes 2 s in) may
+// be left a lower bound with calls: each is an estimate, or, seen in no
+// window, covered by its function's. (Counted per the roots' calls
+// since each was first seen, 30,670 contexts of the parser's were left
+// lower bounds in 60 s at 10%.)
+func TestHybridWholeBurstsProbed(t *testing.T) {
+	requireRoot(t)
+	s, target, ref, run := hybridJSON(t, 0.30, false)
+	runUntilWholeCalls(t, s, run, 3, 500)
+	p := stopAndCheckGone(t, s, target.Pid())
+	target.Exit(t)
+	ref.Exit(t)
+	early := map[string]bool{}
+	for _, d := range s.Demotions() {
+		if _, name, ok := strings.Cut(d.Func, ":"); ok && d.Stage == daemon.StageSampled && d.At < time.Second && !d.Sites && !d.Sync {
+			early[name] = true
+		}
+	}
+	const parse = "handle_request(int);parse(std::__cxx11::basic_string<char, std::char_traits<char>, std::allocator<char> > const&, int)"
+	var estimated, covered int
+	for _, smp := range roundTrip(t, p).Sample {
+		ctx := testtarget.SampleContext(smp)
+		if !strings.HasPrefix(ctx, parse+";") || !early[smp.Location[0].Line[0].Function.Name] {
+			continue
+		}
+		switch {
+		case len(smp.Label["covered_by"]) == 1:
+			covered++
+		case slices.Contains(smp.Label["calls"], "incomplete") && smp.Value[0] > 0:
+			// (An estimate too, of the calls since it was first seen.)
+			t.Errorf("%s: a lower bound, %d calls", ctx, smp.Value[0])
+		case len(smp.Label["count_error"]) == 1:
+			estimated++
+		}
+	}
+	t.Logf("below parse, of %d functions demoted in the first second: %d contexts estimated, %d covered; %s", len(early), estimated, covered, burstComment(p))
+	if estimated < 100 {
+		t.Errorf("%d contexts estimated below parse, want the parser's hundreds", estimated)
+	}
+}
+
 // TestHybridIdleWholeBursts checks the pacing of whole bursts on an idle
 // target (a server between requests). A whole window in which no call of
 // a root ran cost the target only its attach and detach: the next one
@@ -280,10 +327,16 @@ func atoi(s string) int {
 // of both and requires the same output.
 func predictJSON(t *testing.T, budget float64, ringBytes ...int) (s *daemon.Session, target, ref *testtarget.Proc, run func(n int)) {
 	t.Helper()
+	return hybridJSON(t, budget, true, ringBytes...)
+}
+
+// hybridJSON is predictJSON, predicting or not.
+func hybridJSON(t *testing.T, budget float64, predict bool, ringBytes ...int) (s *daemon.Session, target, ref *testtarget.Proc, run func(n int)) {
+	t.Helper()
 	exe := testtarget.BuildJSONParse(t)
 	ref, target = testtarget.Start(t, exe), testtarget.Start(t, exe)
 	cfg := daemon.Config{PID: target.Pid(), Roots: []string{"handle_request"}, Mode: daemon.ModeHybrid,
-		Budget: budget, Predict: true, Warnf: t.Logf}
+		Budget: budget, Predict: predict, Warnf: t.Logf}
 	if len(ringBytes) > 0 {
 		cfg.RingBytes = ringBytes[0]
 	}
