@@ -372,20 +372,29 @@ func busySession(b *testing.B, exe string, cfg daemon.Config) jsonRun {
 // (cct.Function.CallsError, over the estimate) and the contexts' errors
 // added up (the bound the top view fell back on before), the share of
 // its estimated calls in contexts that claim ±15% or less, the contexts
-// estimated and those left a lower bound with calls seen, and the
-// session's length.
-func BenchmarkHybridJSONCounts(b *testing.B) {
+// estimated, those left a lower bound with calls seen (an estimate of
+// the calls since the context was first seen among them), and those
+// covered by their function's estimate, and the session's length.
+func BenchmarkHybridJSONCounts(b *testing.B) { benchmarkJSONCounts(b, true) }
+
+// BenchmarkHybridJSONCountsProbed is BenchmarkHybridJSONCounts with
+// sessions that start fully probed (--predict=false): the functions are
+// counted exactly up to their demotions, and most contexts are first
+// seen by a whole burst after them.
+func BenchmarkHybridJSONCountsProbed(b *testing.B) { benchmarkJSONCounts(b, false) }
+
+func benchmarkJSONCounts(b *testing.B, predict bool) {
 	requireRoot(b)
 	exe := testtarget.BuildJSONParse(b)
 	cal := machineCalibration(b)
 	// The per-request counts spread by about half their mean: 15
 	// requests make a sum's error 15%.
 	const wholeCalls = 15
-	var ratio, claimed, summed, within15, estimated, lower, secs []float64
+	var ratio, claimed, summed, within15, estimated, lower, covered, secs []float64
 	for range b.N {
 		target := startPinned(b, exe)
 		s, err := daemon.Start(daemon.Config{PID: target.Pid(), Roots: []string{"handle_request"}, Mode: daemon.ModeHybrid,
-			Budget: 0.30, Calibration: cal, Predict: true})
+			Budget: 0.30, Calibration: cal, Predict: predict})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -417,21 +426,24 @@ func BenchmarkHybridJSONCounts(b *testing.B) {
 		s.Close()
 		target.Exit(b)
 		var est, errSum, within, lowerCalls float64 // within: calls in contexts claiming ±15% or less
-		var nest, nlower int
+		var nest, nlower, ncovered int
 		for _, smp := range roundTrip(b, p).Sample {
 			ctx := testtarget.SampleContext(smp)
 			switch {
-			case len(smp.Label["count_error"]) == 1:
-				nest++
+			case len(smp.Label["covered_by"]) == 1:
+				// Its function's estimate takes it in.
+				ncovered++
 			case slices.Contains(smp.Label["calls"], "incomplete") && smp.Value[0] > 0:
 				// (At 0, a context only samples found.)
 				nlower++
+			case len(smp.Label["count_error"]) == 1:
+				nest++
 			}
 			if !strings.HasSuffix(ctx, ";json::is_ws(char)") {
 				continue
 			}
 			est += float64(smp.Value[0])
-			if slices.Contains(smp.Label["calls"], "incomplete") {
+			if slices.Contains(smp.Label["calls"], "incomplete") && len(smp.Label["covered_by"]) == 0 {
 				lowerCalls += float64(smp.Value[0])
 			}
 			if e := smp.Label["count_error"]; len(e) == 1 {
@@ -448,14 +460,15 @@ func BenchmarkHybridJSONCounts(b *testing.B) {
 		relErr, _ := funcError(p, "json::is_ws(char)", uint64(est))
 		funcErr := relErr * est
 		want := float64(truth) + float64(atAttach)/2
-		b.Logf("json::is_ws: ~%.0f calls, ±%.0f claimed (±%.0f its contexts' added up, %.0f%% of the calls in contexts claiming ±15%% or less); %d made after the attach (+%d in the chunk it fell in); %d contexts estimated, %d lower bounds (%.0f of is_ws's calls); %s",
-			est, funcErr, errSum, 100*within/max(est, 1), truth, atAttach, nest, nlower, lowerCalls, time.Since(start).Round(time.Second))
+		b.Logf("json::is_ws: ~%.0f calls, ±%.0f claimed (±%.0f its contexts' added up, %.0f%% of the calls in contexts claiming ±15%% or less); %d made after the attach (+%d in the chunk it fell in); %d contexts estimated, %d lower bounds (%.0f of is_ws's calls), %d covered by their functions' estimates; %s",
+			est, funcErr, errSum, 100*within/max(est, 1), truth, atAttach, nest, nlower, lowerCalls, ncovered, time.Since(start).Round(time.Second))
 		within15 = append(within15, 100*within/max(est, 1))
 		ratio = append(ratio, est/want)
 		claimed = append(claimed, 100*funcErr/max(est, 1))
 		summed = append(summed, 100*errSum/max(est, 1))
 		estimated = append(estimated, float64(nest))
 		lower = append(lower, float64(nlower))
+		covered = append(covered, float64(ncovered))
 		secs = append(secs, time.Since(start).Seconds())
 	}
 	b.ReportMetric(median(ratio), "ws-ratio")
@@ -464,6 +477,7 @@ func BenchmarkHybridJSONCounts(b *testing.B) {
 	b.ReportMetric(median(within15), "ws-calls-within-15%-%")
 	b.ReportMetric(median(estimated), "contexts-estimated")
 	b.ReportMetric(median(lower), "contexts-lower-bound")
+	b.ReportMetric(median(covered), "contexts-covered")
 	b.ReportMetric(median(secs), "session-s")
 }
 
