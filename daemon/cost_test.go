@@ -400,6 +400,11 @@ func TestMonitorFloor(t *testing.T) {
 	if got := m.floorAt(reading(0, 0, 0, 0)); got != 0 {
 		t.Errorf("first reading: floor %v, want 0", got)
 	}
+	// One sample of three outside the root in probes: too few to
+	// measure by (Wilson's bound would say 13.7%).
+	if got := m.floorAt(reading(20*time.Millisecond, 3, 0, 1)); got != 0 {
+		t.Errorf("after 20 ms, 1 sample of 3: floor %v, want 0", got)
+	}
 	// 50 of 1,000 samples outside the root in probes, 100 inside:
 	// 50 over the 850 of the target's own.
 	_, want := overheadBounds(50, 900)
