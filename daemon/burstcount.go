@@ -179,6 +179,13 @@ type tallied struct {
 // make an estimate per anchor call.
 const minAnchorFrames = 3
 
+// MinAnchorCalls is how many calls of a context's anchor (its nearest
+// caller still probed, or a root's call for whole bursts) the bursts of
+// sampled instrumentation must see whole before the context's calls
+// after its function's demotion are estimated; until then they are a
+// lower bound (see Progress.WholeCalls).
+const MinAnchorCalls = minAnchorFrames
+
 func newBurstCounts(l *burstLog, cost func(id uint32) float64) *burstCounts {
 	return &burstCounts{log: l, cost: cost, accs: map[*cct.Node]*burstAcc{},
 		anchors: map[*cct.Node]*anchorAcc{}, known: map[uint32]bool{}, sampled: map[cct.FuncID]map[*cct.Node]bool{},

@@ -18,6 +18,7 @@ import (
 
 	"github.com/kprofd/kprofd/calibrate"
 	"github.com/kprofd/kprofd/daemon"
+	"github.com/kprofd/kprofd/internal/english"
 	"github.com/kprofd/kprofd/internal/plan"
 	"github.com/kprofd/kprofd/internal/service"
 )
@@ -402,8 +403,17 @@ func (l *progressLine) show(p daemon.Progress) {
 		rate = float64(p.Events-l.last.Events) / dt
 	}
 	l.last = p
-	fmt.Fprintf(l.w, "\r\x1b[K%6.0fs  %d events (%.0f/s)  %d functions probed  %d demoted  %d threads in root  %d lost%s",
-		p.Elapsed.Seconds(), p.Events, rate, p.Functions, p.Demotions, p.ThreadsInRoot, p.Lost, notYet)
+	whole := ""
+	if p.WholeCalls > 0 {
+		// What the demoted functions' estimates wait for when they
+		// are counted per the roots (see daemon.Progress.WholeCalls).
+		whole = fmt.Sprintf("  %s seen whole", english.Plural(p.WholeCalls, "root call"))
+		if p.WholeCalls < daemon.MinAnchorCalls {
+			whole += fmt.Sprintf(" (estimates from %d)", daemon.MinAnchorCalls)
+		}
+	}
+	fmt.Fprintf(l.w, "\r\x1b[K%6.0fs  %d events (%.0f/s)  %d functions probed  %d demoted%s  %d threads in root  %d lost%s",
+		p.Elapsed.Seconds(), p.Events, rate, p.Functions, p.Demotions, whole, p.ThreadsInRoot, p.Lost, notYet)
 }
 
 // clear removes the live line.
