@@ -397,25 +397,25 @@ func TestMonitorFloor(t *testing.T) {
 	reading := func(at time.Duration, samples, inRoot, outside uint64) counts {
 		return counts{at: t0.Add(at), samples: samples, probe: probeCounters{inProgram: inRoot}, outside: outside}
 	}
-	if got := m.floorAt(reading(0, 0, 0, 0)); got != 0 {
-		t.Errorf("first reading: floor %v, want 0", got)
+	if got, n := m.floorAt(reading(0, 0, 0, 0)); got != 0 || n != 0 {
+		t.Errorf("first reading: floor %v on %d samples, want 0 on 0", got, n)
 	}
-	// One sample of three outside the root in probes: too few to
-	// measure by (Wilson's bound would say 13.7%).
-	if got := m.floorAt(reading(20*time.Millisecond, 3, 0, 1)); got != 0 {
-		t.Errorf("after 20 ms, 1 sample of 3: floor %v, want 0", got)
+	// One sample of three outside the root in probes: a bound, on too
+	// few samples to warn by.
+	if _, n := m.floorAt(reading(20*time.Millisecond, 3, 0, 1)); n != 1 {
+		t.Errorf("after 20 ms: floor on %d samples, want 1", n)
 	}
 	// 50 of 1,000 samples outside the root in probes, 100 inside:
 	// 50 over the 850 of the target's own.
 	_, want := overheadBounds(50, 900)
-	if got := m.floorAt(reading(500*time.Millisecond, 1000, 100, 50)); math.Abs(got-want) > 1e-12 {
-		t.Errorf("after 0.5 s: floor %v, want %v", got, want)
+	if got, n := m.floorAt(reading(500*time.Millisecond, 1000, 100, 50)); math.Abs(got-want) > 1e-12 || n != 50 {
+		t.Errorf("after 0.5 s: floor %v on %d samples, want %v on 50", got, n, want)
 	}
 	// 1.5 s on, the first reading is out of the window: from the
 	// second, 10 of 1,000 more outside, none inside.
 	_, want = overheadBounds(10, 1000)
-	if got := m.floorAt(reading(1500*time.Millisecond, 2000, 100, 60)); math.Abs(got-want) > 1e-12 {
-		t.Errorf("after 1.5 s: floor %v, want %v (the window's first reading dropped)", got, want)
+	if got, n := m.floorAt(reading(1500*time.Millisecond, 2000, 100, 60)); math.Abs(got-want) > 1e-12 || n != 10 {
+		t.Errorf("after 1.5 s: floor %v on %d samples, want %v on 10 (the window's first reading dropped)", got, n, want)
 	}
 }
 

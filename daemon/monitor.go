@@ -250,8 +250,8 @@ type floorReading struct {
 // of the probes that threads meet outside the root (the root's own entry
 // and exits, which no demotion takes) over the last floorWindow: a lower
 // bound, since demotions are never undone and a floor read too high would
-// take functions for good.
-func (m *monitor) floorAt(c counts) float64 {
+// take functions for good; and the samples in those probes it rests on.
+func (m *monitor) floorAt(c counts) (low float64, samples uint64) {
 	m.floors = append(m.floors, floorReading{at: c.at, samples: c.samples, inProbes: c.probe.total(), outside: c.outside})
 	for len(m.floors) > 2 && c.at.Sub(m.floors[1].at) >= floorWindow {
 		m.floors = m.floors[1:]
@@ -259,16 +259,11 @@ func (m *monitor) floorAt(c counts) float64 {
 	old := m.floors[0]
 	outside := c.outside - old.outside
 	others := c.samples - old.samples - (c.probe.total() - old.inProbes)
-	// As many samples as a round's measurement needs: Wilson's bound is
-	// no bound on one or two. (One of the three samples of a session's
-	// first 20 ms bounded the floor at 13.7%, over the 10% budget of
-	// TestHybridCalleesOutsideRoot in CI: a warning, and rounds that
-	// left nothing of the budget to the functions below the root.)
-	if outside < minProbeSamples || others <= outside {
-		return 0
+	if outside == 0 || others <= outside {
+		return 0, outside
 	}
-	_, low := overheadBounds(outside, others)
-	return low
+	_, low = overheadBounds(outside, others)
+	return low, outside
 }
 
 func (m *monitor) step(now time.Time) error {
@@ -309,9 +304,15 @@ func (m *monitor) step(now time.Time) error {
 	// say otherwise would hide any overhead.
 	cpu := min(float64(c.samples-old.samples)*float64(m.period)/dt, float64(runtime.NumCPU())*1e9)
 	m.mu.Lock() // the model grows as functions are found
-	meas := measurement{calls: c.calls, inFlight: len(m.going) > 0, floor: m.floorAt(c), syncs: float64(c.syncs-old.syncs) / dt}
+	floor, floorSamples := m.floorAt(c)
+	meas := measurement{calls: c.calls, inFlight: len(m.going) > 0, floor: floor, syncs: float64(c.syncs-old.syncs) / dt}
 	m.floorPeak = max(m.floorPeak, meas.floor)
-	if meas.floor > m.model.budget && !m.floorSaid {
+	// The warning, as a round's measurement, needs minProbeSamples:
+	// Wilson's bound is no bound on one or two. (One of the three
+	// samples of a session's first 20 ms bounded the floor at 13.7%,
+	// over the 10% budget of TestHybridCalleesOutsideRoot in CI.) The
+	// rounds take the floor as it is: read high, it only demotes more.
+	if meas.floor > m.model.budget && floorSamples >= minProbeSamples && !m.floorSaid {
 		m.floorSaid = true
 		m.s.cfg.warnf("the root's own entry and exit probes cost at least %.1f%% of the target's CPU time, more than the %.0f%% overhead budget: every function below the root is demoted as it is called; what the root's own probes cost stays, and a root called less often (one of its callers) costs less",
 			100*meas.floor, 100*m.model.budget)
