@@ -426,7 +426,10 @@ func (b *burstCounts) count(n *cct.Node, phys uint32, t uint64, anchor, outer, t
 		a.based = true
 		trees, at := b.sampled[n.Func], b.callsAt[n.Func]
 		late := trees != nil && trees[rootOf(n)] && at == nil
-		base := func(node *cct.Node, running uint64) (uint64, bool) {
+		// base returns a caller's calls when counting per it begins,
+		// and whether that is only since the context was first seen
+		// (anchorRef.late).
+		base := func(node *cct.Node, running uint64) (calls uint64, sinceSeen bool) {
 			switch {
 			case at != nil:
 				// Never probed: the caller's calls since the
@@ -450,20 +453,20 @@ func (b *burstCounts) count(n *cct.Node, phys uint32, t uint64, anchor, outer, t
 		}
 		if an != nil {
 			// The anchor's call running now is in its Calls.
-			c, late := base(an.node, 1)
-			if a.exact.set(b, n, an.node, c, late, k+1) {
+			c, sinceSeen := base(an.node, 1)
+			if a.exact.set(b, n, an.node, c, sinceSeen, k+1) {
 				b.anchors[an.node].madeIn = k
 			}
 		}
 		if outer != nil && an != outer {
-			c, late := base(outer.node, 1)
-			a.outer.set(b, nil, outer.node, c, late, k+1)
+			c, sinceSeen := base(outer.node, 1)
+			a.outer.set(b, nil, outer.node, c, sinceSeen, k+1)
 		}
 		if top != nil {
 			// A demoted parent's calls since its demotion are all
 			// estimated; those before it are in its Calls.
-			c, late := base(top.node, 0)
-			a.parent.set(b, n, top.node, c, late, k+1)
+			c, sinceSeen := base(top.node, 0)
+			a.parent.set(b, n, top.node, c, sinceSeen, k+1)
 		}
 		b.route(phys, a)
 	}
