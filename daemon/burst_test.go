@@ -194,7 +194,7 @@ func enterAs(how int, handle func(bpf.Event), burst func(t, slot uint64, f cct.F
 // estimated per call of A, from A's frames that fitted in a window, times A's calls
 // since the demotion. C is called 10 times in every A; D 0, 2 or 4 times,
 // 2 on average, which gives its error: the standard error of the mean over
-// five frames of equal weight, sqrt(16/25)/2.
+// five frames of equal weight, with Bessel's correction, sqrt(16/(5·4))/2.
 func TestBurstPerAnchor(t *testing.T) {
 	l, b, s, handle, burst := burstSimulator()
 	// A calls made of C calls (and D calls) at t..t+100.
@@ -246,12 +246,13 @@ func TestBurstPerAnchor(t *testing.T) {
 	if nc.Calls != 30+10*11 || !nc.CallsEstimated || nc.CallsError != 0 || nc.Incomplete {
 		t.Errorf("C: %d calls, estimated %v, error %g, incomplete %v; want 140 estimated, no error", nc.Calls, nc.CallsEstimated, nc.CallsError, nc.Incomplete)
 	}
-	// The estimate's error is 0.4 of its 22 calls, of 28 in all.
-	if nd.Calls != 6+2*11 || !nd.CallsEstimated || math.Abs(nd.CallsError-0.4*22/28) > 1e-9 {
-		t.Errorf("D: %d calls, estimated %v, error %g; want 28 estimated, error 0.4 of 22", nd.Calls, nd.CallsEstimated, nd.CallsError)
+	// The estimate's error is sqrt(0.8)/2 of its 22 calls, of 28 in all.
+	relErr := math.Sqrt(16.0/(5*4)) / 2
+	if nd.Calls != 6+2*11 || !nd.CallsEstimated || math.Abs(nd.CallsError-relErr*22/28) > 1e-9 {
+		t.Errorf("D: %d calls, estimated %v, error %g; want 28 estimated, error %g of 22", nd.Calls, nd.CallsEstimated, nd.CallsError, relErr)
 	}
-	if errs := b.errorsByFunc(); math.Abs(errs[D]-0.4*22) > 1e-9 || errs[C] != 0 {
-		t.Errorf("function errors %v, want D's 8.8 calls, C's none", errs)
+	if errs := b.errorsByFunc(); math.Abs(errs[D]-relErr*22) > 1e-9 || errs[C] != 0 {
+		t.Errorf("function errors %v, want D's %g calls, C's none", errs, relErr*22)
 	}
 	// The frame that did not fit asks for windows four times what the
 	// window saw of it (50 of its 100).
@@ -264,9 +265,10 @@ func TestBurstPerAnchor(t *testing.T) {
 // its contexts together. Every call of A (the anchor, probed) makes 4
 // calls of D (demoted): in one kind of call directly, in the other
 // through C (demoted too). Each of D's two contexts is called 4 times in
-// half of A's frames, 0 in the others: ±50% apiece. Their sum is called 4
+// half of A's four frames, 0 in the others: ±1/√3 apiece (the standard
+// error with Bessel's correction: sqrt(4·4/(4·3))/2). Their sum is called 4
 // times in every frame: D's estimate has no error at all. (The contexts'
-// errors added up, the top view's bound without it, say ±50%.)
+// errors added up, the top view's bound without it, say ±58%.)
 func TestBurstFuncError(t *testing.T) {
 	l, b, s, handle, burst := burstSimulator()
 	call := func(tm uint64, viaC, seen bool) {
@@ -309,8 +311,8 @@ func TestBurstFuncError(t *testing.T) {
 		n    *cct.Node
 		want uint64
 	}{{direct, 24}, {viaC, 22}} {
-		if n := tc.n; n.Calls != tc.want || !n.CallsEstimated || math.Abs(n.CallsError-0.5) > 1e-9 {
-			t.Errorf("a context of D: %d calls, estimated %v, error %g; want %d, ±50%%", n.Calls, n.CallsEstimated, n.CallsError, tc.want)
+		if n := tc.n; n.Calls != tc.want || !n.CallsEstimated || math.Abs(n.CallsError-1/math.Sqrt(3)) > 1e-9 {
+			t.Errorf("a context of D: %d calls, estimated %v, error %g; want %d, ±1/√3", n.Calls, n.CallsEstimated, n.CallsError, tc.want)
 		}
 	}
 	if errs := b.errorsByFunc(); errs[D] != 0 {
@@ -357,8 +359,8 @@ func TestBurstOuterAnchor(t *testing.T) {
 		t.Errorf("C: %d calls, estimated %v, incomplete %v; want 50 estimated", nc.Calls, nc.CallsEstimated, nc.Incomplete)
 	}
 	// Per frame 10, 0, 0, 10, 0: the mean 4, its relative standard
-	// error sqrt(Σ(c-4)²)/5/4, of the 40 estimated of 50 calls.
-	want := math.Sqrt(2*36+3*16) / 5 / 4 * 40 / 50
+	// error sqrt(Σ(c-4)²/(5·4))/4, of the 40 estimated of 50 calls.
+	want := math.Sqrt((2*36+3*16)/(5*4.0)) / 4 * 40 / 50
 	if math.Abs(nc.CallsError-want) > 1e-9 {
 		t.Errorf("C's error %g, want %g", nc.CallsError, want)
 	}
@@ -772,7 +774,7 @@ func TestBurstBudget(t *testing.T) {
 // new in it per call of W, the outermost frame, not of A: C, 10 per
 // call of A, A once per W: 10 per W; D 0, 2 and 4 times in the three
 // whole calls of W, 2 on average, with the standard error of the mean
-// over three frames, sqrt(8/9)/2. The first window opens on a call of W
+// over three frames, sqrt(8/(3·2))/2. The first window opens on a call of W
 // already running: its calls are seen, not counted per call (it began
 // before the window), and it makes W an anchor that counts from that
 // window on, whose first awaited frame is after it.
@@ -784,7 +786,7 @@ func TestBurstWhole(t *testing.T) {
 	if nc.Calls != 90 || !nc.CallsEstimated || nc.CallsError != 0 || nc.Incomplete {
 		t.Errorf("C: %d calls, estimated %v, error %g, incomplete %v; want 90 estimated, no error", nc.Calls, nc.CallsEstimated, nc.CallsError, nc.Incomplete)
 	}
-	if want := math.Sqrt(8.0/9) / 2; nd.Calls != 18 || !nd.CallsEstimated || math.Abs(nd.CallsError-want) > 1e-9 || nd.Incomplete {
+	if want := math.Sqrt(8.0/6) / 2; nd.Calls != 18 || !nd.CallsEstimated || math.Abs(nd.CallsError-want) > 1e-9 || nd.Incomplete {
 		t.Errorf("D: %d calls, estimated %v, error %g, incomplete %v; want 18 estimated, error %g", nd.Calls, nd.CallsEstimated, nd.CallsError, nd.Incomplete, want)
 	}
 }

@@ -664,8 +664,13 @@ func (b *burstCounts) perCall(r *anchorRef, phys uint32) (mean, relErr float64, 
 	if mean == 0 {
 		return 0, 0, frames // called in none of them
 	}
-	// Σ (c-mean)² over the frames, those without calls included.
-	v := math.Max(r.sc2-2*mean*r.sc+mean*mean*n, 0) / (n * n)
+	// Σ (c-mean)² over the frames, those without calls included, over
+	// n-1 (Bessel's correction): the spread of a few frames about their
+	// own mean is smaller than about the true one, and a session's
+	// estimates rest on as few as MinAnchorCalls frames. Divided by n,
+	// 28 sessions on the parser missed by 1.17 claimed errors (root mean
+	// square) at 15 frames.
+	v := math.Max(r.sc2-2*mean*r.sc+mean*mean*n, 0) / (n * math.Max(n-1, 1))
 	return mean, math.Sqrt(v) / mean, frames
 }
 
