@@ -305,18 +305,17 @@ func TestBurstFuncError(t *testing.T) {
 
 	a := s.Merged().Root.Lookup(W).Lookup(A)
 	direct, viaC := a.Lookup(D), a.Lookup(C).Lookup(D)
-	// Twice per call of A: 12 calls of A since the first was found, 11
-	// since the second was.
-	for _, tc := range []struct {
-		n    *cct.Node
-		want uint64
-	}{{direct, 24}, {viaC, 22}} {
-		if n := tc.n; n.Calls != tc.want || !n.CallsEstimated || math.Abs(n.CallsError-1/math.Sqrt(3)) > 1e-9 {
-			t.Errorf("a context of D: %d calls, estimated %v, error %g; want %d, ±1/√3", n.Calls, n.CallsEstimated, n.CallsError, tc.want)
+	// Twice per call of A, 12 calls of A since the demotion: both
+	// contexts are new since then, found in the first window (the
+	// second after one call of A), and A's frames in the windows are a
+	// sample of all its calls since the demotion (callHistory).
+	for _, n := range []*cct.Node{direct, viaC} {
+		if n.Calls != 24 || !n.CallsEstimated || n.Incomplete || math.Abs(n.CallsError-1/math.Sqrt(3)) > 1e-9 {
+			t.Errorf("a context of D: %d calls, estimated %v, incomplete %v, error %g; want 24, complete, ±1/√3", n.Calls, n.CallsEstimated, n.Incomplete, n.CallsError)
 		}
 	}
 	if errs := b.errorsByFunc(); errs[D] != 0 {
-		t.Errorf("D's 46 calls estimated with an error of %g calls, want 0", errs[D])
+		t.Errorf("D's 48 calls estimated with an error of %g calls, want 0", errs[D])
 	}
 }
 
@@ -530,6 +529,65 @@ func TestBurstPerParent(t *testing.T) {
 	// for C's).
 	if a, c := l.wanted(map[uint32]bool{uint32(A): true}), l.wanted(map[uint32]bool{uint32(C): true}); a != wantA || c != max(wantC, 4*60) {
 		t.Errorf("windows wanted after D overran them: A %v, C %v; want %v, %v", a, c, wantA, max(wantC, 4*60))
+	}
+}
+
+// TestBurstLateParent checks a context first seen after its function's
+// demotion below a parent demoted before it: A is demoted at 1000, C at
+// 1500, never called before; C's windows (A a companion) first see W;D;A;C
+// in the first and count the second's and third's fitted calls of A (two
+// each, 10 calls of C in each). A's estimate (3 per call of D, whose 11
+// calls since then the first window's frames scale) is 33 calls after its
+// demotion; those after C's, in proportion to time (4500 of 5000), 29.7,
+// as for a context that existed at C's demotion: C's estimate is 297,
+// complete. (Per A's calls since C was first seen it was 330, a lower
+// bound.)
+func TestBurstLateParent(t *testing.T) {
+	l, b, s, handle, burst := burstSimulator()
+	handle(in(0, 1000, W))
+	for k := range 2 { // before the demotion: 3 A a call of D
+		tm := 100 + uint64(k)*300
+		handle(in(tm, 900, D))
+		for i := range 3 {
+			handle(in(tm+1+uint64(i)*50, 800, A))
+			handle(out(tm+40+uint64(i)*50, 800, A))
+		}
+		handle(out(tm+200, 900, D))
+	}
+	l.demote(uint32(A), 1000)
+	l.demote(uint32(C), 1500)
+	l.open(0, 2000, 250, map[uint32]bool{uint32(A): true})
+	for k := range 3 {
+		tm := 2010 + uint64(k)*70
+		handle(in(tm, 900, D))
+		for i := range 3 {
+			burst(tm+1+uint64(i)*10, 800, A)
+		}
+		handle(out(tm+60, 900, D))
+	}
+	l.close(2250)
+	for _, start := range []uint64{3000, 4000, 5000} {
+		openParentWindow(l, handle, burst, start, 90)
+		l.close(start + 250)
+		handle(out(start+350, 900, D))
+	}
+	for k := range 5 { // unseen
+		handle(in(3400+uint64(k)*100, 900, D))
+		handle(out(3450+uint64(k)*100, 900, D))
+	}
+	handle(out(6000, 1000, W))
+	b.estimate()
+
+	a := s.Merged().Root.Lookup(W).Lookup(D).Lookup(A)
+	if a.Calls != 6+3*11 || !a.CallsEstimated {
+		t.Fatalf("A: %d calls, estimated %v; want 39 estimated", a.Calls, a.CallsEstimated)
+	}
+	c := a.Lookup(C)
+	if c == nil {
+		t.Fatal("no context W;D;A;C")
+	}
+	if c.Calls != 297 || !c.CallsEstimated || c.Incomplete {
+		t.Errorf("C: %d calls, estimated %v, incomplete %v; want 297 estimated, complete", c.Calls, c.CallsEstimated, c.Incomplete)
 	}
 }
 
@@ -1246,6 +1304,66 @@ func TestBurstCover(t *testing.T) {
 	}
 	if underA.Calls != 3 || underA.CallsEstimated {
 		t.Errorf("W;A;D: %d calls, estimated %v; want the 3 counted before the demotion, no estimate", underA.Calls, underA.CallsEstimated)
+	}
+}
+
+// TestBurstLateAnchor is TestBurstLateRoots with ordinary windows, which
+// count D per call of its nearest exact caller A, not of the root: D,
+// probed before and never called, is called 3 times in every call of A
+// after the demotion, but first seen in the third, the first of four
+// windows that each take one call of A (3, 2, 3 and 4 calls of D; the
+// frames after the first sighting count: a mean of 3). Per A's calls since
+// the demotion (7) D's estimate is 21, the truth (callHistory holds A's
+// calls at the demotion); per A's calls since D was first seen (5) it was
+// 15 and a lower bound. The same holds when A itself is first called
+// after the demotion (a new request type, below a root called before): its
+// calls at the demotion were none.
+func TestBurstLateAnchor(t *testing.T) {
+	for _, aBornAfter := range []bool{false, true} {
+		l, b, s, handle, burst := burstSimulator()
+		request := func(tm uint64, ds int, how int) {
+			handle(in(tm, 1000, W))
+			handle(in(tm+1, 900, A))
+			for i := range ds {
+				enterAs(how, handle, burst, tm+3+uint64(i), 800, D)
+			}
+			handle(out(tm+20, 900, A))
+			handle(out(tm+50, 1000, W))
+		}
+		for _, tm := range []uint64{100, 200} {
+			if aBornAfter {
+				handle(in(tm, 1000, W))
+				handle(out(tm+50, 1000, W))
+			} else {
+				request(tm, 0, exact)
+			}
+		}
+		l.demote(uint32(D), 300)
+		request(400, 3, unseen)
+		request(500, 3, unseen)
+		for k, ds := range []int{3, 2, 3, 4} {
+			l.open(0, 1000+uint64(k)*1000, 1000, map[uint32]bool{uint32(D): true})
+			request(1100+uint64(k)*1000, ds, seen)
+			l.close(1200 + uint64(k)*1000)
+		}
+		request(6000, 3, unseen)
+		b.estimate()
+
+		a := s.Merged().Root.Lookup(W).Lookup(A)
+		want := uint64(9)
+		if aBornAfter {
+			want = 7
+		}
+		if a.Calls != want {
+			t.Fatalf("A: %d calls, want %d", a.Calls, want)
+		}
+		d := a.Lookup(D)
+		if d == nil {
+			t.Fatal("no context W;A;D")
+		}
+		if d.Calls != 21 || !d.CallsEstimated || d.Incomplete {
+			t.Errorf("A first called after the demotion %v: D: %d calls, estimated %v, incomplete %v; want 21 estimated, complete", aBornAfter, d.Calls, d.CallsEstimated, d.Incomplete)
+		}
 	}
 }
 

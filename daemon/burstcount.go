@@ -57,11 +57,13 @@ type burstCounts struct {
 	// at the demotion: a context of theirs found later counts its
 	// caller's calls since then, none of them missed.
 	callsAt map[cct.FuncID]map[*cct.Node]uint64
-	// rootsAt holds, for every function demoted, the calls of the
-	// trees' outermost contexts (the roots' calls) at its demotion: a
-	// context of it found later counts the roots' calls since then, per
-	// the roots' frames in whole windows, none of them missed.
-	rootsAt map[cct.FuncID]map[*cct.Node]uint64
+	// history holds the contexts' calls at each round of demotions,
+	// roundOf the round of each function demoted: a context of it
+	// found later counts its callers' calls since the demotion (the
+	// roots' per their frames in whole windows, a nearer exact
+	// anchor's per its frames in any), none of them missed.
+	history callHistory
+	roundOf map[cct.FuncID]int
 	// physOf maps the functions demoted to their function ids; last is
 	// the latest event's time.
 	physOf map[cct.FuncID]uint32
@@ -189,7 +191,7 @@ const MinAnchorCalls = minAnchorFrames
 func newBurstCounts(l *burstLog, cost func(id uint32) float64) *burstCounts {
 	return &burstCounts{log: l, cost: cost, accs: map[*cct.Node]*burstAcc{},
 		anchors: map[*cct.Node]*anchorAcc{}, known: map[uint32]bool{}, sampled: map[cct.FuncID]map[*cct.Node]bool{},
-		callsAt: map[cct.FuncID]map[*cct.Node]uint64{}, rootsAt: map[cct.FuncID]map[*cct.Node]uint64{}, physOf: map[cct.FuncID]uint32{}, exactAt: map[uint32]uint64{}, edges: map[uint32]uint64{},
+		callsAt: map[cct.FuncID]map[*cct.Node]uint64{}, roundOf: map[cct.FuncID]int{}, physOf: map[cct.FuncID]uint32{}, exactAt: map[uint32]uint64{}, edges: map[uint32]uint64{},
 		groups: map[groupKey]*anchorRef{}, frameGroup: map[uint32]float64{}}
 }
 
@@ -243,17 +245,12 @@ func (b *burstCounts) demoted(fns map[cct.FuncID]uint32, roots []*cct.Node, runn
 	}
 	set := map[cct.FuncID]bool{}
 	var calls map[*cct.Node]uint64 // read only: one map for all
-	rootCalls := map[*cct.Node]uint64{}
-	for _, r := range roots {
-		for _, ch := range r.Children {
-			rootCalls[ch] = ch.Calls
-		}
-	}
+	round := b.history.record(roots)
 	for f, id := range fns {
 		b.physOf[f] = id
 		set[f] = true
-		b.sampled[f] = trees     // read only: one map for all
-		b.rootsAt[f] = rootCalls // read only: one map for all
+		b.sampled[f] = trees // read only: one map for all
+		b.roundOf[f] = round
 		if b.log.neverProbed(id) {
 			// No call of it was counted anywhere: its contexts,
 			// all found later, count their callers' calls since
@@ -436,9 +433,9 @@ func (b *burstCounts) count(n *cct.Node, phys uint32, t uint64, anchor, outer, t
 				// demotion (a context new since has none before).
 				return at[node], false
 			case late:
-				if c, ok := b.rootsAt[n.Func][node]; ok {
-					// A root's calls since the demotion: the
-					// whole windows' root frames are a sample
+				if c, ok := b.history.at(node, b.roundOf[n.Func]); ok {
+					// The caller's calls since the demotion:
+					// its frames in the windows are a sample
 					// of them all, those before the context
 					// was first seen included.
 					return c, false
@@ -467,6 +464,16 @@ func (b *burstCounts) count(n *cct.Node, phys uint32, t uint64, anchor, outer, t
 			// estimated; those before it are in its Calls.
 			c, sinceSeen := base(top.node, 0)
 			a.parent.set(b, n, top.node, c, sinceSeen, k+1)
+			if late && !sinceSeen {
+				// Counted from this function's demotion, as
+				// demoted takes a parent demoted before it:
+				// the parent's estimated calls after that, in
+				// proportion to time.
+				since, ok := b.log.demotedAt(b.physOf[top.node.Func])
+				if own, ownOK := b.log.demotedAt(b.physOf[n.Func]); ok && ownOK && since < own {
+					a.parent.since, a.parent.at = since, own
+				}
+			}
 		}
 		b.route(phys, a)
 	}
