@@ -165,10 +165,11 @@ func TestHybridWholeBursts(t *testing.T) {
 // then). Counted per the roots' calls since the demotion, by the roots'
 // frames in the whole windows, none of those of a function demoted in
 // the first second (in every whole window: the first comes 2 s in) may
-// be left a lower bound with calls: each is an estimate, or, seen in no
-// window, covered by its function's. (Counted per the roots' calls
-// since each was first seen, 30,670 contexts of the parser's were left
-// lower bounds in 60 s at 10%.)
+// be left a lower bound with calls, below parse() or anywhere else below
+// the root: each is an estimate, or, seen in no window, covered by its
+// function's. (Counted per the roots' calls since each was first seen,
+// 30,670 contexts of the parser's were left lower bounds in 60 s at
+// 10%.)
 func TestHybridWholeBurstsProbed(t *testing.T) {
 	requireRoot(t)
 	s, target, ref, run := hybridJSON(t, 0.30, false)
@@ -183,10 +184,10 @@ func TestHybridWholeBurstsProbed(t *testing.T) {
 		}
 	}
 	const parse = "handle_request(int);parse(std::__cxx11::basic_string<char, std::char_traits<char>, std::allocator<char> > const&, int)"
-	var estimated, covered int
+	var estimated, covered, lower int
 	for _, smp := range roundTrip(t, p).Sample {
 		ctx := testtarget.SampleContext(smp)
-		if !strings.HasPrefix(ctx, parse+";") || !early[smp.Location[0].Line[0].Function.Name] {
+		if !early[smp.Location[0].Line[0].Function.Name] {
 			continue
 		}
 		switch {
@@ -194,10 +195,15 @@ func TestHybridWholeBurstsProbed(t *testing.T) {
 			covered++
 		case slices.Contains(smp.Label["calls"], "incomplete") && smp.Value[0] > 0:
 			// (An estimate too, of the calls since it was first seen.)
-			t.Errorf("%s: a lower bound, %d calls", ctx, smp.Value[0])
-		case len(smp.Label["count_error"]) == 1:
+			if lower++; lower <= 10 {
+				t.Errorf("%s: a lower bound, %d calls", ctx, smp.Value[0])
+			}
+		case len(smp.Label["count_error"]) == 1 && strings.HasPrefix(ctx, parse+";"):
 			estimated++
 		}
+	}
+	if lower > 10 {
+		t.Errorf("%d contexts in all lower bounds", lower)
 	}
 	t.Logf("below parse, of %d functions demoted in the first second: %d contexts estimated, %d covered; %s", len(early), estimated, covered, burstComment(p))
 	if estimated < 100 {
