@@ -478,30 +478,11 @@ func TestBurstPerParent(t *testing.T) {
 	l.demote(uint32(A), 1000)
 	l.demote(uint32(C), 1000)
 	// A's probes alone: three calls of D fit, 3 calls of A in each.
-	l.open(0, 2000, 250, map[uint32]bool{uint32(A): true})
-	for k := range 3 {
-		tm := 2010 + uint64(k)*70
-		handle(in(tm, 900, D))
-		for i := range 3 {
-			burst(tm+1+uint64(i)*10, 800, A)
-		}
-		handle(out(tm+60, 900, D))
-	}
-	l.close(2250)
+	aloneWindow(l, handle, burst)
 	// C's, with A's as a companion: D runs longer than a burst; two
 	// calls of A fit in each, with 10 calls of C.
 	wantA, wantC := l.wanted(map[uint32]bool{uint32(A): true}), l.wanted(map[uint32]bool{uint32(C): true})
-	for _, start := range []uint64{3000, 4000} {
-		openParentWindow(l, handle, burst, start, 90)
-		l.close(start + 250)
-		// Its exit ends the last A, 100 after the window closed.
-		handle(out(start+350, 900, D))
-	}
-	for k := range 5 { // unseen
-		handle(in(3400+uint64(k)*100, 900, D))
-		handle(out(3450+uint64(k)*100, 900, D))
-	}
-	handle(out(6000, 1000, W))
+	parentWindows(l, handle, burst, 3000, 4000)
 	b.estimate()
 
 	d := s.Merged().Root.Lookup(W).Lookup(D)
@@ -556,26 +537,8 @@ func TestBurstLateParent(t *testing.T) {
 	}
 	l.demote(uint32(A), 1000)
 	l.demote(uint32(C), 1500)
-	l.open(0, 2000, 250, map[uint32]bool{uint32(A): true})
-	for k := range 3 {
-		tm := 2010 + uint64(k)*70
-		handle(in(tm, 900, D))
-		for i := range 3 {
-			burst(tm+1+uint64(i)*10, 800, A)
-		}
-		handle(out(tm+60, 900, D))
-	}
-	l.close(2250)
-	for _, start := range []uint64{3000, 4000, 5000} {
-		openParentWindow(l, handle, burst, start, 90)
-		l.close(start + 250)
-		handle(out(start+350, 900, D))
-	}
-	for k := range 5 { // unseen
-		handle(in(3400+uint64(k)*100, 900, D))
-		handle(out(3450+uint64(k)*100, 900, D))
-	}
-	handle(out(6000, 1000, W))
+	aloneWindow(l, handle, burst)
+	parentWindows(l, handle, burst, 3000, 4000, 5000)
 	b.estimate()
 
 	a := s.Merged().Root.Lookup(W).Lookup(D).Lookup(A)
@@ -738,6 +701,37 @@ func TestBurstWanted(t *testing.T) {
 	if w := l.wanted(map[uint32]bool{5: true}); w != 21*time.Microsecond {
 		t.Errorf("sized from the caller's calls: %v, want 21µs", w)
 	}
+}
+
+// parentWindows runs an openParentWindow window at each of starts (D's
+// exit ends the last A, 100 after the window closed), 5 unseen calls of
+// D between 3400 and 3850, and W's exit at 6000.
+func parentWindows(l *burstLog, handle func(bpf.Event), burst func(t, slot uint64, f cct.FuncID), starts ...uint64) {
+	for _, start := range starts {
+		openParentWindow(l, handle, burst, start, 90)
+		l.close(start + 250)
+		handle(out(start+350, 900, D))
+	}
+	for k := range 5 { // unseen
+		handle(in(3400+uint64(k)*100, 900, D))
+		handle(out(3450+uint64(k)*100, 900, D))
+	}
+	handle(out(6000, 1000, W))
+}
+
+// aloneWindow runs a window at 2000-2250 with A's probes alone back: in
+// it three calls of D fit, with 3 calls of A in each.
+func aloneWindow(l *burstLog, handle func(bpf.Event), burst func(t, slot uint64, f cct.FuncID)) {
+	l.open(0, 2000, 250, map[uint32]bool{uint32(A): true})
+	for k := range 3 {
+		tm := 2010 + uint64(k)*70
+		handle(in(tm, 900, D))
+		for i := range 3 {
+			burst(tm+1+uint64(i)*10, 800, A)
+		}
+		handle(out(tm+60, 900, D))
+	}
+	l.close(2250)
 }
 
 // openParentWindow opens a window at start, 250 long, for C with A as a
