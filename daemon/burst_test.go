@@ -1361,6 +1361,68 @@ func TestBurstLateAnchor(t *testing.T) {
 	}
 }
 
+// TestBurstAnchorDemotedLater checks a context whose exact anchor is
+// demoted after it: every request W calls A, A calls D, D calls C 10
+// times. D and C are demoted first; three windows see them below A's
+// exact frames (10 calls of C in each); then A is demoted too, and three
+// more windows see A's frames through its burst probes. C stays counted
+// per call of A, its exact anchor: only A's exact frames tally C's calls
+// (a burst's frame of A tallies them on W's), so A's frames seen by the
+// bursts are no samples of it. Counted among them, they made C's mean 7.5
+// and its estimate 80, complete, of 100. D, A's direct child, is counted
+// per call of A as its demoted parent since, over all of A's frames.
+func TestBurstAnchorDemotedLater(t *testing.T) {
+	l, b, s, handle, burst := burstSimulator()
+	request := func(tm uint64, how, howA int) {
+		handle(in(tm, 1000, W))
+		enterAs(howA, handle, burst, tm+1, 900, A)
+		enterAs(how, handle, burst, tm+2, 800, D)
+		for i := range 10 {
+			enterAs(how, handle, burst, tm+3+uint64(i), 700, C)
+		}
+		if howA == exact {
+			handle(out(tm+20, 900, A))
+		}
+		handle(out(tm+50, 1000, W))
+	}
+	request(100, exact, exact)
+	request(200, exact, exact)
+	l.demote(uint32(D), 300)
+	l.demote(uint32(C), 300)
+	for k := range 3 {
+		start := 1000 + uint64(k)*1000
+		l.open(0, start, 1000, map[uint32]bool{uint32(C): true, uint32(D): false})
+		request(start+100, seen, exact)
+		l.close(start + 200)
+	}
+	request(4000, unseen, exact)
+	l.demote(uint32(A), 4500)
+	for k := range 3 {
+		start := 5000 + uint64(k)*1000
+		l.open(0, start, 1000, map[uint32]bool{uint32(A): true, uint32(C): true, uint32(D): false})
+		request(start+100, seen, seen)
+		l.close(start + 200)
+	}
+	request(9000, unseen, unseen)
+	b.estimate()
+
+	a := s.Merged().Root.Lookup(W).Lookup(A)
+	if a.Calls != 10 || !a.CallsEstimated {
+		t.Fatalf("A: %d calls, estimated %v; want 10 estimated", a.Calls, a.CallsEstimated)
+	}
+	d := a.Lookup(D)
+	c := d.Lookup(C)
+	for _, tc := range []struct {
+		name string
+		n    *cct.Node
+		want uint64
+	}{{"D", d, 10}, {"C", c, 100}} {
+		if n := tc.n; n.Calls != tc.want || !n.CallsEstimated || n.Incomplete || n.CallsError != 0 {
+			t.Errorf("%s: %d calls, estimated %v, incomplete %v, error %g; want %d estimated, complete, no error", tc.name, n.Calls, n.CallsEstimated, n.Incomplete, n.CallsError, tc.want)
+		}
+	}
+}
+
 // TestBurstLateRoots checks a context first seen after its function's
 // demotion, in a tree that existed then (late): D, probed before and
 // never called, is first called below A in the second of three whole

@@ -155,7 +155,14 @@ type anchorAcc struct {
 	// madeIn is the window a burst's call made it an anchor in (-1:
 	// made otherwise), from madeIn+1: see burstCounts.started.
 	madeIn int
-	wins   map[int]int
+	// wins counts by window its frames counted exactly, burstWins
+	// those a burst saw (its function demoted since). A frame a burst
+	// saw tallies no call for the contexts counted per its calls as
+	// their exact anchor (the calls below go to the nearest exact
+	// frame): counted with theirs, each such frame was a zero in their
+	// means, and an anchor demoted after its contexts were cut their
+	// estimates by the share of its frames since (see perCall).
+	wins, burstWins map[int]int
 	// counted holds the contexts counted per its calls.
 	counted map[*cct.Node]bool
 }
@@ -376,7 +383,7 @@ func (b *burstCounts) nextWindow(t uint64) int {
 func (b *burstCounts) watch(node *cct.Node, from int, ctx *cct.Node) (made bool) {
 	an := b.anchors[node]
 	if an == nil {
-		an = &anchorAcc{from: from, madeIn: -1, wins: map[int]int{}, counted: map[*cct.Node]bool{}}
+		an = &anchorAcc{from: from, madeIn: -1, wins: map[int]int{}, burstWins: map[int]int{}, counted: map[*cct.Node]bool{}}
 		b.anchors[node] = an
 		made = true
 	}
@@ -522,7 +529,7 @@ func rootOf(n *cct.Node) *cct.Node {
 // none). One that fitted in a window is a sample of the anchor
 // estimator. Each sizes the windows of the functions counted per its
 // calls (see askWindows).
-func (b *burstCounts) frameEnd(node *cct.Node, start, end uint64, tally *burstTally, within int) {
+func (b *burstCounts) frameEnd(node *cct.Node, start, end uint64, tally *burstTally, within int, exact bool) {
 	an := b.anchors[node]
 	if an == nil {
 		return
@@ -543,7 +550,11 @@ func (b *burstCounts) frameEnd(node *cct.Node, start, end uint64, tally *burstTa
 		return
 	}
 	// Every frame a window took is seen whole: all weigh the same.
-	an.wins[k]++
+	if exact {
+		an.wins[k]++
+	} else {
+		an.burstWins[k]++
+	}
 	if tally == nil {
 		return
 	}
@@ -660,9 +671,18 @@ func (b *burstCounts) started(node *cct.Node, t uint64, outermost bool) (window 
 // perCall returns the estimate of a context's calls per call of caller
 // r, for the context's function phys: the mean over r's frames that
 // fitted in windows with phys's entries back, its relative standard
-// error, and how many frames it rests on.
-func (b *burstCounts) perCall(r *anchorRef, phys uint32) (mean, relErr float64, frames int) {
-	frames = b.frames(r.node, phys)
+// error, and how many frames it rests on. An exact anchor's frames are
+// those counted exactly (a burst's frame of it, demoted since, tallies
+// nothing for it). A demoted parent's are all: its calls below were
+// tallied on its exact frames while it was the context's exact anchor
+// (anchorsDemoted carries those sums over), and on the frames bursts
+// saw since.
+func (b *burstCounts) perCall(r *anchorRef, phys uint32, parent bool) (mean, relErr float64, frames int) {
+	exact, seen := b.frames(r.node, phys)
+	frames = exact
+	if parent {
+		frames += seen
+	}
 	if frames == 0 {
 		return 0, 0, 0
 	}
@@ -682,19 +702,22 @@ func (b *burstCounts) perCall(r *anchorRef, phys uint32) (mean, relErr float64, 
 }
 
 // frames returns how many frames of anchor node fitted in windows with
-// function phys's entries back.
-func (b *burstCounts) frames(node *cct.Node, phys uint32) int {
+// function phys's entries back: counted exactly, and seen by a burst
+// (see anchorAcc.wins).
+func (b *burstCounts) frames(node *cct.Node, phys uint32) (exact, seen int) {
 	an := b.anchors[node]
 	if an == nil {
-		return 0
+		return 0, 0
 	}
-	frames := 0
-	for k, n := range an.wins {
-		if k >= an.from && b.log.had(k, phys) {
-			frames += n
+	sum := func(wins map[int]int) (frames int) {
+		for k, n := range wins {
+			if k >= an.from && b.log.had(k, phys) {
+				frames += n
+			}
 		}
+		return frames
 	}
-	return frames
+	return sum(an.wins), sum(an.burstWins)
 }
 
 // cover marks, once estimate ran, the contexts in trees of functions
@@ -714,7 +737,7 @@ func (b *burstCounts) cover(trees iter.Seq[*cct.Tree]) {
 				return // not demoted, estimated, or seen: a lower bound of its own
 			}
 			for m := n.Parent; m != nil; m = m.Parent {
-				if b.frames(m, phys) >= minAnchorFrames {
+				if exact, seen := b.frames(m, phys); exact+seen >= minAnchorFrames {
 					n.Incomplete, n.CoveredByEstimate = true, true
 					return
 				}
@@ -826,7 +849,7 @@ func (e *funcErrors) total(b *burstCounts) map[cct.FuncID]float64 {
 	for k, sum := range e.estimated {
 		relErr := 0.0 // no frame held a call: every context's is 0
 		if g := b.groups[k]; g != nil {
-			_, relErr, _ = b.perCall(g, k.phys)
+			_, relErr, _ = b.perCall(g, k.phys, false)
 		}
 		fn, ok := fnOf[k.phys]
 		if !ok {
@@ -902,7 +925,7 @@ func (b *burstCounts) estimatePerCall(n *cct.Node, a *burstAcc, errs *funcErrors
 				// lower bound: so would this be.
 				continue
 			}
-			mean, relErr, frames := b.perCall(r, a.phys)
+			mean, relErr, frames := b.perCall(r, a.phys, r == &a.parent)
 			if frames < minAnchorFrames {
 				continue
 			}

@@ -597,7 +597,7 @@ func (s *Simulator) end(fr []frame, i int, t uint64, cut bool) {
 		if fr[0].flags&frameAwaited != 0 {
 			within = int(fr[0].win)
 		}
-		s.burst.frameEnd(f.node, f.start, t, f.tally, within)
+		s.burst.frameEnd(f.node, f.start, t, f.tally, within, f.flags&notAnchor == 0)
 	}
 	if f.flags&frameAwaited != 0 {
 		s.burst.log.ended(int(f.win))
