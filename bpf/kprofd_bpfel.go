@@ -102,6 +102,7 @@ const (
 	kprofdMapPauses            = "pauses"
 	kprofdMapSeeds             = "seeds"
 	kprofdMapSites             = "sites"
+	kprofdMapStackScratch      = "stack_scratch"
 	kprofdMapStats             = "stats"
 	kprofdMapTargets           = "targets"
 	kprofdMapThreads           = "threads"
@@ -208,6 +209,7 @@ type kprofdMapSpecs struct {
 	Pauses            *ebpf.MapSpec `ebpf:"pauses"`
 	Seeds             *ebpf.MapSpec `ebpf:"seeds"`
 	Sites             *ebpf.MapSpec `ebpf:"sites"`
+	StackScratch      *ebpf.MapSpec `ebpf:"stack_scratch"`
 	Stats             *ebpf.MapSpec `ebpf:"stats"`
 	Targets           *ebpf.MapSpec `ebpf:"targets"`
 	Threads           *ebpf.MapSpec `ebpf:"threads"`
@@ -276,6 +278,7 @@ type kprofdMaps struct {
 	Pauses            *ebpf.Map `ebpf:"pauses"`
 	Seeds             *ebpf.Map `ebpf:"seeds"`
 	Sites             *ebpf.Map `ebpf:"sites"`
+	StackScratch      *ebpf.Map `ebpf:"stack_scratch"`
 	Stats             *ebpf.Map `ebpf:"stats"`
 	Targets           *ebpf.Map `ebpf:"targets"`
 	Threads           *ebpf.Map `ebpf:"threads"`
@@ -294,6 +297,7 @@ func (m *kprofdMaps) Close() error {
 		m.Pauses,
 		m.Seeds,
 		m.Sites,
+		m.StackScratch,
 		m.Stats,
 		m.Targets,
 		m.Threads,

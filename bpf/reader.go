@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -16,6 +17,9 @@ type Reader struct {
 	rec    ringbuf.Record
 	poll   time.Duration
 	stacks []Stack // the stacks of the last Read
+	// stackRecords and stackBytes count the stack records read and the
+	// bytes they took (see StackRecords).
+	stackRecords, stackBytes atomic.Uint64
 }
 
 // ErrClosed is returned by Read after Close.
@@ -50,6 +54,8 @@ func (r *Reader) Read(dst []Event) ([]Event, error) {
 		}
 		raw := r.rec.RawSample
 		if isStack(raw) {
+			r.stackRecords.Add(1)
+			r.stackBytes.Add(uint64(len(raw)))
 			ev, st, err := decodeStack(raw)
 			if err != nil {
 				return dst, err
@@ -69,6 +75,16 @@ func (r *Reader) Read(dst []Event) ([]Event, error) {
 		}
 	}
 	return dst, nil
+}
+
+// StackRecords returns how many stack records (KindStack and KindSample
+// events with their stacks) Read has taken, and the bytes of the ring
+// buffer they filled, the ring's own 8-byte record headers left out. A
+// record carries the bytes of stack it copied, up to the root's frame and
+// at most StackMax; each cpu-clock sample of a thread inside a root is
+// one. Safe to call while another goroutine reads.
+func (r *Reader) StackRecords() (records, bytes uint64) {
+	return r.stackRecords.Load(), r.stackBytes.Load()
 }
 
 // Stack returns the stack of a KindStack or KindSample event of the last

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/google/pprof/profile"
 
+	"github.com/kprofd/kprofd/bpf"
 	"github.com/kprofd/kprofd/daemon"
 	"github.com/kprofd/kprofd/internal/cct"
 	"github.com/kprofd/kprofd/internal/export"
@@ -161,6 +163,14 @@ func TestHybridDemotesHotLeaf(t *testing.T) {
 			ok, export.CountError(e), labelOf(pp, "handle_request;hot_caller;hot_leaf", "count_error"))
 	}
 	checkCrossCheck(t, s, "hybrid:hot_leaf")
+	// A sample's record carries the few hundred bytes of stack between
+	// handle_request's frame and the leaf, not StackMax (16 KiB reserved
+	// for each filled the ring buffer at 16 MB/s).
+	if m := regexp.MustCompile(`(\d+) bytes each on average`).FindStringSubmatch(strings.Join(p.Comments, "\n")); m == nil {
+		t.Error("no comment on the stack records")
+	} else if avg, _ := strconv.Atoi(m[1]); avg > bpf.StackMax/8 {
+		t.Errorf("stack records of %d bytes on average, want the stacks' bytes (a few hundred), not %d", avg, bpf.StackMax)
+	}
 	// Every count of the demoted function is an estimate: nothing to warn of.
 	if note := s.Progress().CountsNote; note != "" || slices.ContainsFunc(p.Comments, func(c string) bool { return strings.Contains(c, "are lower bounds") }) {
 		t.Errorf("a note on lower-bound counts (%q), with hot_leaf's one context estimated", note)

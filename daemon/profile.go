@@ -445,6 +445,12 @@ func (s *Session) comments(st bpf.Stats) []string {
 	if st.BurstDropped > 0 {
 		c = append(c, fmt.Sprintf("%d calls the bursts' probes saw were dropped with the ring buffer half full (the rest is kept for exact events): the windows they fell in are left out of the estimates", st.BurstDropped))
 	}
+	if s.reader != nil {
+		if n, bytes := s.reader.StackRecords(); n > 0 {
+			c = append(c, fmt.Sprintf("%d stack records (samples and stack checks) took %.1f MiB of the ring buffer, %d bytes each on average (the stack up to the root's frame, %d at most)",
+				n, float64(bytes)/(1<<20), bytes/n, bpf.StackMax))
+		}
+	}
 	if st.StacksLost > 0 {
 		c = append(c, fmt.Sprintf("WARNING: %d stack captures dropped (ring buffer full)", st.StacksLost))
 	}
