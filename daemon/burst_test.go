@@ -1311,10 +1311,26 @@ func TestBurstCover(t *testing.T) {
 // calls at the demotion); per A's calls since D was first seen (5) it was
 // 15 and a lower bound. The same holds when A itself is first called
 // after the demotion (a new request type, below a root called before): its
-// calls at the demotion were none.
+// calls at the demotion were none. With the history full (past
+// maxHistoryRecords A's calls at the demotion are unknown, the root's
+// still recorded), D is counted per call of the root W instead, whose
+// frames count from the same windows and whose calls since the demotion
+// are known: 21 again, not the lower bound per A's calls since D was
+// first seen that comes first among D's callers otherwise.
 func TestBurstLateAnchor(t *testing.T) {
-	for _, aBornAfter := range []bool{false, true} {
+	for _, tc := range []struct {
+		name                    string
+		aBornAfter, historyFull bool
+	}{
+		{"A called before", false, false},
+		{"A first called after the demotion", true, false},
+		{"history full", false, true},
+	} {
+		aBornAfter := tc.aBornAfter
 		l, b, s, handle, burst := burstSimulator()
+		if tc.historyFull {
+			b.history.kept = maxHistoryRecords
+		}
 		request := func(tm uint64, ds int, how int) {
 			handle(in(tm, 1000, W))
 			handle(in(tm+1, 900, A))
@@ -1356,7 +1372,7 @@ func TestBurstLateAnchor(t *testing.T) {
 			t.Fatal("no context W;A;D")
 		}
 		if d.Calls != 21 || !d.CallsEstimated || d.Incomplete {
-			t.Errorf("A first called after the demotion %v: D: %d calls, estimated %v, incomplete %v; want 21 estimated, complete", aBornAfter, d.Calls, d.CallsEstimated, d.Incomplete)
+			t.Errorf("%s: D: %d calls, estimated %v, incomplete %v; want 21 estimated, complete", tc.name, d.Calls, d.CallsEstimated, d.Incomplete)
 		}
 	}
 }

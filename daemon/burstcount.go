@@ -293,8 +293,7 @@ func (b *burstCounts) demoted(fns map[cct.FuncID]uint32, roots []*cct.Node, runn
 						// are estimated too.
 						a.parent.set(b, ch, n, n.Calls, false, from)
 						if !set[n.Func] {
-							a.parent.since, _ = b.log.demotedAt(b.physOf[n.Func])
-							a.parent.at = t
+							b.countParentFrom(&a.parent, t)
 						}
 						b.log.burstWith(fns[ch.Func], b.physOf[n.Func])
 					}
@@ -315,6 +314,16 @@ func (b *burstCounts) demoted(fns map[cct.FuncID]uint32, roots []*cct.Node, runn
 		walk(r, nil, nil)
 	}
 	b.anchorsDemoted(set, fns)
+}
+
+// countParentFrom makes r, a demoted parent, count its estimated calls
+// from at on, the demotion of the function counted per it, in proportion
+// to time, when the parent was demoted before that: its calls between
+// the two are not the function's to estimate.
+func (b *burstCounts) countParentFrom(r *anchorRef, at uint64) {
+	if since, ok := b.log.demotedAt(b.physOf[r.node.Func]); ok && since < at {
+		r.since, r.at = since, at
+	}
 }
 
 // anchorsDemoted turns contexts counted per call of an exact caller that
@@ -471,15 +480,8 @@ func (b *burstCounts) count(n *cct.Node, phys uint32, t uint64, anchor, outer, t
 			// estimated; those before it are in its Calls.
 			c, sinceSeen := base(top.node, 0)
 			a.parent.set(b, n, top.node, c, sinceSeen, k+1)
-			if late && !sinceSeen {
-				// Counted from this function's demotion, as
-				// demoted takes a parent demoted before it:
-				// the parent's estimated calls after that, in
-				// proportion to time.
-				since, ok := b.log.demotedAt(b.physOf[top.node.Func])
-				if own, ownOK := b.log.demotedAt(b.physOf[n.Func]); ok && ownOK && since < own {
-					a.parent.since, a.parent.at = since, own
-				}
+			if own, ok := b.log.demotedAt(b.physOf[n.Func]); late && !sinceSeen && ok {
+				b.countParentFrom(&a.parent, own)
 			}
 		}
 		b.route(phys, a)
@@ -915,48 +917,55 @@ func (b *burstCounts) estimatePerCall(n *cct.Node, a *burstAcc, errs *funcErrors
 	// A caller counted per from the demotion on first: one counted per
 	// only since the context was first seen (late) leaves out the calls
 	// before, a lower bound.
-	for _, late := range []bool{false, true} {
-		for _, r := range []*anchorRef{&a.exact, &a.parent, &a.outer} {
-			if r.node == nil || r.late != late {
-				continue
-			}
-			if r == &a.parent && !r.node.CallsEstimated {
-				// A demoted parent whose own count is only a
-				// lower bound: so would this be.
-				continue
-			}
-			mean, relErr, frames := b.perCall(r, a.phys, r == &a.parent)
-			if frames < minAnchorFrames {
-				continue
-			}
-			after := float64(r.node.Calls - min(r.base, r.node.Calls))
-			if r.since > 0 && r.at > r.since && b.last > r.since {
-				// The caller's estimated calls since its demotion,
-				// those after r.at in proportion to time.
-				after *= float64(b.last-min(r.at, b.last)) / float64(b.last-r.since)
-			}
-			calls := uint64(math.Round(mean * after))
-			a.estimate = max(calls, a.seen)
-			n.Calls += a.estimate
-			// Only the calls the bursts saw paid for a probe.
-			n.Unprobed += a.estimate - a.seen
-			n.CallsEstimated = true
-			// The error is the estimated part's; Calls holds those
-			// counted before the demotion too.
-			errCalls := math.Hypot(relErr, r.node.CallsError) * float64(a.estimate)
-			n.CallsError = errCalls / float64(max(n.Calls, 1))
-			if r == &a.exact {
-				errs.exact(groupKey{anchor: r.node, phys: a.phys}, a.estimate, errCalls)
-			} else {
-				errs.apart(n, errCalls)
-			}
-			// An anchor that is a lower bound only for its calls
-			// running at the attach (uncounted, at most one per
-			// thread) leaves the estimate short by their share, far
-			// inside its error.
-			n.Incomplete = n.Incomplete || r.late || r.node.Incomplete && !r.node.Running
-			return true
+	refs := []*anchorRef{&a.exact, &a.parent, &a.outer}
+	slices.SortStableFunc(refs, func(x, y *anchorRef) int {
+		if x.late == y.late {
+			return 0
 		}
+		if y.late {
+			return -1
+		}
+		return 1
+	})
+	for _, r := range refs {
+		if r.node == nil {
+			continue
+		}
+		if r == &a.parent && !r.node.CallsEstimated {
+			// A demoted parent whose own count is only a lower
+			// bound: so would this be.
+			continue
+		}
+		mean, relErr, frames := b.perCall(r, a.phys, r == &a.parent)
+		if frames < minAnchorFrames {
+			continue
+		}
+		after := float64(r.node.Calls - min(r.base, r.node.Calls))
+		if r.since > 0 && r.at > r.since && b.last > r.since {
+			// The caller's estimated calls since its demotion,
+			// those after r.at in proportion to time.
+			after *= float64(b.last-min(r.at, b.last)) / float64(b.last-r.since)
+		}
+		calls := uint64(math.Round(mean * after))
+		a.estimate = max(calls, a.seen)
+		n.Calls += a.estimate
+		// Only the calls the bursts saw paid for a probe.
+		n.Unprobed += a.estimate - a.seen
+		n.CallsEstimated = true
+		// The error is the estimated part's; Calls holds those
+		// counted before the demotion too.
+		errCalls := math.Hypot(relErr, r.node.CallsError) * float64(a.estimate)
+		n.CallsError = errCalls / float64(max(n.Calls, 1))
+		if r == &a.exact {
+			errs.exact(groupKey{anchor: r.node, phys: a.phys}, a.estimate, errCalls)
+		} else {
+			errs.apart(n, errCalls)
+		}
+		// An anchor that is a lower bound only for its calls running
+		// at the attach (uncounted, at most one per thread) leaves the
+		// estimate short by their share, far inside its error.
+		n.Incomplete = n.Incomplete || r.late || r.node.Incomplete && !r.node.Running
+		return true
 	}
 	return false
 }
