@@ -629,8 +629,9 @@ static __always_inline int capture(__u64 ip, __u64 sp, __u64 bp, __u64 delta, st
 	if (kind == KIND_SAMPLE && bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) < wakeup_bytes)
 		wake = BPF_RB_NO_WAKEUP;
 	// The reader takes the bytes the event says (st->ev.func) and
-	// accepts a record that ends right after them.
-	__u64 size = sizeof(*st) - STACK_MAX + (n & (STACK_MAX * 2 - 1));
+	// accepts a record that ends right after them. (n is at most
+	// STACK_MAX; the bound is the verifier's.)
+	__u64 size = sizeof(*st) - STACK_MAX + n;
 	if (size > sizeof(*st))
 		size = sizeof(*st);
 	if (bpf_ringbuf_output(&events, st, size, wake)) {

@@ -447,7 +447,7 @@ func (s *Session) comments(st bpf.Stats) []string {
 	}
 	if s.reader != nil {
 		if n, bytes := s.reader.StackRecords(); n > 0 {
-			c = append(c, fmt.Sprintf("%d stack records (samples and stack checks) took %.1f MiB of the ring buffer, %d bytes each on average (the stack up to the root's frame, %d at most)",
+			c = append(c, fmt.Sprintf("%d stack records (cpu-clock samples and real-stack captures) took %.1f MiB of the ring buffer, %d bytes each on average (the stack up to the root's frame, %d at most)",
 				n, float64(bytes)/(1<<20), bytes/n, bpf.StackMax))
 		}
 	}
