@@ -5,13 +5,15 @@ import (
 	"slices"
 	"testing"
 	"unsafe"
+
+	"github.com/kprofd/kprofd/internal/wire"
 )
 
 // TestEventLayout checks bpf.Event against struct kprofd_event as bpf2go
 // generated it from the BPF object's BTF.
 func TestEventLayout(t *testing.T) {
 	var gen kprofdKprofdEvent
-	var ev Event
+	var ev wire.Event
 	if unsafe.Sizeof(gen) != unsafe.Sizeof(ev) {
 		t.Fatalf("Event is %d bytes, kprofd_event %d", unsafe.Sizeof(ev), unsafe.Sizeof(gen))
 	}
@@ -25,35 +27,9 @@ func TestEventLayout(t *testing.T) {
 	}
 }
 
-func TestCookie(t *testing.T) {
-	for _, tc := range []struct {
-		fn     uint32
-		kind   Kind
-		flags  uint64
-		adjust int
-	}{
-		{0, KindEntry, 0, 0},
-		{7, KindExit, CookieRoot, 0},
-		{1 << 20, KindReturn, CookieRootTail, -8},
-		{42, KindEntry, CookieRoot | CookieRootTail, 24},
-	} {
-		c, err := Cookie(tc.fn, tc.kind, tc.flags, tc.adjust)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if CookieFunc(c) != tc.fn || CookieKind(c) != tc.kind || c&(CookieRoot|CookieRootTail) != tc.flags ||
-			int(int16(c>>48)) != tc.adjust {
-			t.Errorf("Cookie(%d, %s, %#x, %d) = %#x decodes wrong", tc.fn, tc.kind, tc.flags, tc.adjust, c)
-		}
-	}
-	if _, err := Cookie(1, KindEntry, 0, 1<<15); err == nil {
-		t.Error("accepted a stack adjustment that does not fit")
-	}
-}
-
 func TestAppendEvents(t *testing.T) {
-	evs := []Event{{Time: 1, Slot: 2, Tid: 3, Func: 4, Kind: KindExit, Flags: FlagLostBefore, Adjust: 6}, {Time: 5}}
-	raw := unsafe.Slice((*byte)(unsafe.Pointer(&evs[0])), len(evs)*int(unsafe.Sizeof(Event{})))
+	evs := []wire.Event{{Time: 1, Slot: 2, Tid: 3, Func: 4, Kind: wire.KindExit, Flags: wire.FlagLostBefore, Adjust: 6}, {Time: 5}}
+	raw := unsafe.Slice((*byte)(unsafe.Pointer(&evs[0])), len(evs)*int(unsafe.Sizeof(wire.Event{})))
 	got, err := appendEvents(nil, raw)
 	if err != nil {
 		t.Fatal(err)

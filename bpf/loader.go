@@ -16,6 +16,8 @@ import (
 	"github.com/cilium/ebpf/features"
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/rlimit"
+
+	"github.com/kprofd/kprofd/internal/wire"
 )
 
 //go:generate go tool bpf2go -cc clang -cflags "-O2 -mcpu=v3 -g -Wall -Werror -D__TARGET_ARCH_x86 -I/usr/include/x86_64-linux-gnu" -target bpfel -type kprofd_event -type kprofd_stack -type kprofd_thread -type kprofd_site kprofd kprofd.bpf.c
@@ -44,13 +46,13 @@ type Config struct {
 	// kprofd's time.
 	Sampling bool
 	// Sites is how many indirect call sites the session may probe
-	// (KindSite probes index SetSites' descriptors); 0 means none.
+	// (wire.KindSite probes index SetSites' descriptors); 0 means none.
 	Sites int
 	// Go, for a Go target, keys contexts and events by goroutine instead
 	// of by thread: where the running goroutine's g and its fields are.
 	Go *GoLayout
 	// SeedThreads makes the first probe hit of every thread that was
-	// running when the session began capture its real stack (FlagSeed),
+	// running when the session began capture its real stack (wire.FlagSeed),
 	// since a root may be on it already; the thread's events all go out
 	// until Settle gives the verdict. With Go, the same for goroutines
 	// (see SeedGoroutinesBefore).
@@ -102,7 +104,7 @@ type Stats struct {
 	// (bpf.CookieBurst).
 	BurstSamples uint64
 	// TrapSamples counts the samples of threads inside the root taken in
-	// a uprobe's trap (FlagTrap), BurstTrapSamples those of them taken
+	// a uprobe's trap (wire.FlagTrap), BurstTrapSamples those of them taken
 	// while a burst was armed (SetBurstsArmed).
 	TrapSamples, BurstTrapSamples uint64
 	// OutsideTrapSamples counts the samples of threads that were inside a
@@ -134,7 +136,7 @@ type Stats struct {
 	// BurstDropped counts burst probe hits dropped because the ring
 	// buffer was half full: a burst's events are samples, and leave
 	// the rest to exact ones. The thread's next event says events went
-	// missing (FlagLostBefore).
+	// missing (wire.FlagLostBefore).
 	BurstDropped uint64
 	// Outside counts probe hits of threads outside every root: they cost
 	// the target and record nothing.
@@ -271,7 +273,7 @@ func Load(cfg Config) (*Program, error) {
 
 // TrackSignals marks the start of every signal handler that runs on a
 // thread inside the root; the caller must also probe the C library's
-// signal trampoline with KindSigreturn, which marks their end. Without
+// signal trampoline with wire.KindSigreturn, which marks their end. Without
 // it, a handler's calls look like calls of the function it interrupted.
 func (p *Program) TrackSignals() error {
 	deliver, err := link.AttachRawTracepoint(link.RawTracepointOptions{Name: "signal_deliver", Program: p.objs.KprofdSignal})
@@ -315,7 +317,7 @@ func (p *Program) Close() error {
 // Drain returns the events still batched in the threads of the target, and
 // forgets them. Call it after every uprobe is detached and before reading
 // the ring buffer dry: its events come after any of the same thread there.
-func (p *Program) Drain() ([]Event, error) {
+func (p *Program) Drain() ([]wire.Event, error) {
 	it, err := link.AttachIter(link.IterOptions{Program: p.objs.KprofdDrain})
 	if err != nil {
 		return nil, fmt.Errorf("attaching the drain iterator: %w", err)
@@ -341,11 +343,11 @@ func (p *Program) Drain() ([]Event, error) {
 	)
 	it2 := p.objs.Goroutines.Iterate()
 	for it2.Next(&goid, &th) {
-		n := min(int(th.N), BatchSize)
+		n := min(int(th.N), wire.BatchSize)
 		for i := range n {
-			ev := *(*Event)(unsafe.Pointer(&th.Buf[i]))
+			ev := *(*wire.Event)(unsafe.Pointer(&th.Buf[i]))
 			if i == 0 && th.Lost > 0 {
-				ev.Flags |= FlagLostBefore
+				ev.Flags |= wire.FlagLostBefore
 			}
 			evs = append(evs, ev)
 		}
@@ -381,11 +383,10 @@ func (p *Program) Stats() (Stats, error) {
 }
 
 // CallCounts returns the probe hits of function ids below n so far,
-// summed over CPUs, reusing dst: the entry hits of id i at dst[2*i], the
-// hits of the site probes in it at dst[2*i+1]. It reads the counters in
-// one batch.
-func (p *Program) CallCounts(dst []uint64, n int) ([]uint64, error) {
-	return readPerCPU(p.objs.Calls, dst, 2*n)
+// summed over CPUs, reusing dst: the entry hits and the hits of the site
+// probes of each (see wire.Counters). It reads the counters in one batch.
+func (p *Program) CallCounts(dst wire.Counters[uint64], n int) (wire.Counters[uint64], error) {
+	return readPerCPU(p.objs.Calls, dst, wire.Slots(n))
 }
 
 // readPerCPU reads the first n counters of a per-CPU array in one batch,
@@ -449,7 +450,7 @@ type Probe struct {
 }
 
 // Attach attaches the program to probes in the file at path, for the
-// configured process only. A return probe (KindReturn in the cookie) is a
+// configured process only. A return probe (wire.KindReturn in the cookie) is a
 // uretprobe on the function starting at Offset. It attaches all or nothing:
 // on error nothing stays attached. When the kernel rejects individual
 // probes, the error is an *AttachError naming them.
@@ -486,7 +487,7 @@ func (p *Program) attach(multi, single *ebpf.Program, path string, pid int, prob
 	}
 	var entries, returns []Probe
 	for _, pr := range probes {
-		if CookieKind(pr.Cookie) == KindReturn {
+		if wire.CookieKind(pr.Cookie) == wire.KindReturn {
 			returns = append(returns, pr)
 		} else {
 			entries = append(entries, pr)
@@ -599,8 +600,8 @@ func findRefused(ex *link.Executable, prog *ebpf.Program, path string, pid int, 
 
 // Site describes where an indirect call finds its target, for the probe
 // on it: a register, or memory at Base + Index*Scale + Disp. Registers
-// are numbered as the hardware does (rax 0 ... r15 15); NoReg for none,
-// RegRIP (Base only) for rip-relative, with RIP the run-time address of
+// are numbered as the hardware does (rax 0 ... r15 15); wire.NoReg for none,
+// wire.RegRIP (Base only) for rip-relative, with RIP the run-time address of
 // the next instruction.
 type Site struct {
 	Mem         bool
@@ -615,12 +616,6 @@ type Site struct {
 	// are a jump table's, not reported.
 	Lo, Hi uint64
 }
-
-// Register numbers of a Site besides the general registers.
-const (
-	NoReg  = 0xff
-	RegRIP = 16
-)
 
 // SetSites stores the descriptors of sites from index first on.
 func (p *Program) SetSites(first int, sites []Site) error {
@@ -637,38 +632,9 @@ func (p *Program) SetSites(first int, sites []Site) error {
 	return nil
 }
 
-// What a KindAlloc event's Slot holds; its Func says which.
-const (
-	// AllocSize is the size the allocator was asked for.
-	AllocSize = 0
-	// AllocFree is the pointer it was given to free (free, operator
-	// delete, realloc's old block).
-	AllocFree = 1
-	// AllocResult is the block it returned: 0 for none (or for free).
-	AllocResult = 2
-	// AllocSample is the size of an allocation sampled by bytes, whose
-	// stack (FlagAlloc) follows, except in Go mode. The allocator's id is
-	// in the bits of Func above the low 8 (AllocWhat).
-	AllocSample = 3
-)
-
-// AllocWhat splits a KindAlloc event's Func into what its Slot holds
-// (AllocSize, ...) and, for AllocSample, the allocator's function id.
-func AllocWhat(ev *Event) (what, fn uint32) { return ev.Func & 0xff, ev.Func >> 8 }
-
-// AllocSpec says where an allocator's arguments are, as general register
-// numbers (x86 hardware numbering) or NoReg: the size asked for is the
-// product of Size[0] and Size[1], Ptr holds the pointer freed, and Out the
-// address the new block's address is stored at (posix_memalign); without
-// Out the allocator returns it.
-type AllocSpec struct {
-	Size     [2]uint8
-	Ptr, Out uint8
-}
-
 // SetAllocs stores the specs of the allocators, by function id, which
-// their probes (with CookieAlloc) follow.
-func (p *Program) SetAllocs(specs map[uint32]AllocSpec) error {
+// their probes (with wire.CookieAlloc) follow.
+func (p *Program) SetAllocs(specs map[uint32]wire.AllocSpec) error {
 	for fn, a := range specs {
 		v := kprofdKprofdAllocSpec{Size: a.Size, Ptr: a.Ptr, Out: a.Out}
 		if err := p.objs.Allocs.Put(fn, &v); err != nil {
@@ -716,7 +682,7 @@ func (p *Program) SetAllocNested(returns []uint64) error {
 // bytes: its entry probe sends no events from now on, only, once per
 // SetAllocRate bytes on average, an allocation sample; a freeing
 // allocator sends nothing.
-func (p *Program) SampleAlloc(fn uint32, a AllocSpec) error {
+func (p *Program) SampleAlloc(fn uint32, a wire.AllocSpec) error {
 	v := kprofdKprofdAllocSpec{Size: a.Size, Ptr: a.Ptr, Out: a.Out, Sampled: 1}
 	if err := p.objs.Allocs.Put(fn, &v); err != nil {
 		return fmt.Errorf("sampling allocator %d: %w", fn, err)
@@ -798,7 +764,7 @@ func (p *Program) SetSampleRootRule() error {
 }
 
 // Settle gives the verdict on thread tid, whose first probe hit captured
-// its stack (FlagSeed): rootSlot is the slot of the outermost root frame
+// its stack (wire.FlagSeed): rootSlot is the slot of the outermost root frame
 // on it, as events carry slots, or 0 when none is. The thread takes it at
 // its next probe hit.
 func (p *Program) Settle(tid uint32, rootSlot uint64) error {

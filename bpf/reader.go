@@ -9,6 +9,8 @@ import (
 	"unsafe"
 
 	"github.com/cilium/ebpf/ringbuf"
+
+	"github.com/kprofd/kprofd/internal/wire"
 )
 
 // Reader reads events from the program's ring buffer in batches.
@@ -16,7 +18,7 @@ type Reader struct {
 	rd     *ringbuf.Reader
 	rec    ringbuf.Record
 	poll   time.Duration
-	stacks []Stack // the stacks of the last Read
+	stacks []wire.Stack // the stacks of the last Read
 	// stackRecords and stackBytes count the stack records read and the
 	// bytes they took (see StackRecords).
 	stackRecords, stackBytes atomic.Uint64
@@ -37,14 +39,14 @@ func (p *Program) NewReader(poll time.Duration) (*Reader, error) {
 }
 
 // Read appends to dst the events that are ready, waiting at most one poll
-// interval for the first, and stops once dst holds cap(dst)-BatchSize
-// events or more. A captured stack comes as a KindStack or KindSample
-// event; Stack returns it until the next Read. A stack flagged FlagSeed
+// interval for the first, and stops once dst holds cap(dst)-wire.BatchSize
+// events or more. A captured stack comes as a wire.KindStack or wire.KindSample
+// event; Stack returns it until the next Read. A stack flagged wire.FlagSeed
 // ends the read. It returns ErrClosed once the reader is closed.
-func (r *Reader) Read(dst []Event) ([]Event, error) {
+func (r *Reader) Read(dst []wire.Event) ([]wire.Event, error) {
 	r.rd.SetDeadline(time.Now().Add(r.poll))
 	r.stacks = r.stacks[:0]
-	for len(dst)+BatchSize <= cap(dst) {
+	for len(dst)+wire.BatchSize <= cap(dst) {
 		err := r.rd.ReadInto(&r.rec)
 		if errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, ringbuf.ErrFlushed) {
 			return dst, nil
@@ -63,7 +65,7 @@ func (r *Reader) Read(dst []Event) ([]Event, error) {
 			ev.Func = uint32(len(r.stacks)) // the index Stack looks up
 			dst = append(dst, ev)
 			r.stacks = append(r.stacks, st)
-			if ev.Flags&FlagSeed != 0 {
+			if ev.Flags&wire.FlagSeed != 0 {
 				// A thread waits for its verdict, sending all it
 				// does meanwhile: hand the stack over now.
 				return dst, nil
@@ -77,64 +79,61 @@ func (r *Reader) Read(dst []Event) ([]Event, error) {
 	return dst, nil
 }
 
-// StackRecords returns how many stack records (KindStack and KindSample
+// StackRecords returns how many stack records (wire.KindStack and wire.KindSample
 // events with their stacks) Read has taken, and the bytes of the ring
 // buffer they filled, the ring's own 8-byte record headers left out. A
 // record carries the bytes of stack it copied, up to the root's frame and
-// at most StackMax; each cpu-clock sample of a thread inside a root is
+// at most wire.StackMax; each cpu-clock sample of a thread inside a root is
 // one. Safe to call while another goroutine reads.
 func (r *Reader) StackRecords() (records, bytes uint64) {
 	return r.stackRecords.Load(), r.stackBytes.Load()
 }
 
-// Stack returns the stack of a KindStack or KindSample event of the last
+// Stack returns the stack of a wire.KindStack or wire.KindSample event of the last
 // Read.
-func (r *Reader) Stack(ev *Event) *Stack {
-	if (ev.Kind != KindStack && ev.Kind != KindSample) || int(ev.Func) >= len(r.stacks) {
+func (r *Reader) Stack(ev *wire.Event) *wire.Stack {
+	if (ev.Kind != wire.KindStack && ev.Kind != wire.KindSample) || int(ev.Func) >= len(r.stacks) {
 		return nil
 	}
 	return &r.stacks[ev.Func]
 }
 
-// EventSize is the bytes an Event takes in the ring buffer.
-const EventSize = int(unsafe.Sizeof(Event{}))
-
 // isStack reports a KIND_STACK or KIND_SAMPLE record.
 func isStack(raw []byte) bool {
-	if len(raw) < EventSize {
+	if len(raw) < wire.EventSize {
 		return false
 	}
-	k := Kind(raw[unsafe.Offsetof(Event{}.Kind)])
-	return k == KindStack || k == KindSample
+	k := wire.Kind(raw[unsafe.Offsetof(wire.Event{}.Kind)])
+	return k == wire.KindStack || k == wire.KindSample
 }
 
 // decodeStack decodes a struct kprofd_stack record: its event header and
 // the stack, with a copy of its data.
-func decodeStack(raw []byte) (Event, Stack, error) {
-	const header = int(unsafe.Sizeof(kprofdKprofdStack{}) - StackMax)
+func decodeStack(raw []byte) (wire.Event, wire.Stack, error) {
+	const header = int(unsafe.Sizeof(kprofdKprofdStack{}) - wire.StackMax)
 	if len(raw) < header {
-		return Event{}, Stack{}, fmt.Errorf("stack record of %d bytes", len(raw))
+		return wire.Event{}, wire.Stack{}, fmt.Errorf("stack record of %d bytes", len(raw))
 	}
-	ev := (*Event)(unsafe.Pointer(&raw[0]))
-	regs := (*[4]uint64)(unsafe.Pointer(&raw[EventSize]))
+	ev := (*wire.Event)(unsafe.Pointer(&raw[0]))
+	regs := (*[4]uint64)(unsafe.Pointer(&raw[wire.EventSize]))
 	n := int(ev.Func)
-	if n > StackMax || header+n > len(raw) {
-		return Event{}, Stack{}, fmt.Errorf("stack record of %d bytes claims %d bytes of stack", len(raw), n)
+	if n > wire.StackMax || header+n > len(raw) {
+		return wire.Event{}, wire.Stack{}, fmt.Errorf("stack record of %d bytes claims %d bytes of stack", len(raw), n)
 	}
-	return *ev, Stack{
-		Tid: ev.Tid, Time: ev.Time, RootSlot: ev.Slot, Kernel: ev.Flags&FlagKernel != 0,
+	return *ev, wire.Stack{
+		Tid: ev.Tid, Time: ev.Time, RootSlot: ev.Slot, Kernel: ev.Flags&wire.FlagKernel != 0,
 		PC: regs[0], SP: regs[1], BP: regs[2], Delta: regs[3],
 		Data: append([]byte(nil), raw[header:header+n]...),
 	}, nil
 }
 
 // appendEvents decodes a batch of events.
-func appendEvents(dst []Event, raw []byte) ([]Event, error) {
-	if len(raw)%EventSize != 0 {
-		return dst, fmt.Errorf("ring buffer record of %d bytes is not a batch of %d-byte events", len(raw), EventSize)
+func appendEvents(dst []wire.Event, raw []byte) ([]wire.Event, error) {
+	if len(raw)%wire.EventSize != 0 {
+		return dst, fmt.Errorf("ring buffer record of %d bytes is not a batch of %d-byte events", len(raw), wire.EventSize)
 	}
-	for off := 0; off < len(raw); off += EventSize {
-		dst = append(dst, *(*Event)(unsafe.Pointer(&raw[off])))
+	for off := 0; off < len(raw); off += wire.EventSize {
+		dst = append(dst, *(*wire.Event)(unsafe.Pointer(&raw[off])))
 	}
 	return dst, nil
 }

@@ -16,7 +16,7 @@ import (
 
 // Sampler is a cpu-clock perf event on every CPU, each running the
 // program's sampling program: threads of the target inside the root have
-// their user stack captured as KindSample records.
+// their user stack captured as wire.KindSample records.
 type Sampler struct {
 	// Period is the CPU time between two samples of one CPU.
 	Period time.Duration

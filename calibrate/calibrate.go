@@ -16,6 +16,7 @@ import (
 
 	"github.com/kprofd/kprofd/bpf"
 	"github.com/kprofd/kprofd/internal/cct"
+	"github.com/kprofd/kprofd/internal/wire"
 	"github.com/kprofd/kprofd/internal/x86"
 	"github.com/kprofd/kprofd/symbolizer"
 )
@@ -262,13 +263,13 @@ func unprobed(run func(int)) float64 {
 
 // readAll returns every event of the detached probes: the ring buffer's,
 // then those still batched in the thread.
-func readAll(prog *bpf.Program, rd *bpf.Reader) ([]bpf.Event, error) {
+func readAll(prog *bpf.Program, rd *bpf.Reader) ([]wire.Event, error) {
 	batched, err := prog.Drain()
 	if err != nil {
 		return nil, err
 	}
-	var events []bpf.Event
-	buf := make([]bpf.Event, 0, 8192)
+	var events []wire.Event
+	buf := make([]wire.Event, 0, 8192)
 	for {
 		buf, err = rd.Read(buf[:0])
 		if err != nil {
@@ -291,16 +292,16 @@ func readAll(prog *bpf.Program, rd *bpf.Reader) ([]bpf.Event, error) {
 //	outer_i = total_i - inner_i  (x1 + y2)
 //
 // less the adjust time of batch flushes that fell in each interval.
-func computeMeasurement(p Pair, events []bpf.Event, calls, batchSize int, base float64) (Measurement, error) {
-	exitKind := map[ExitClass]bpf.Kind{ExitRet: bpf.KindExit, ExitUretprobe: bpf.KindReturn, ExitCatch: bpf.KindCatch}[p.Exit]
-	type call struct{ entry, exit bpf.Event }
+func computeMeasurement(p Pair, events []wire.Event, calls, batchSize int, base float64) (Measurement, error) {
+	exitKind := map[ExitClass]wire.Kind{ExitRet: wire.KindExit, ExitUretprobe: wire.KindReturn, ExitCatch: wire.KindCatch}[p.Exit]
+	type call struct{ entry, exit wire.Event }
 	var cs []call
 	for _, ev := range events {
 		if ev.Func != idLeaf {
 			continue
 		}
 		switch {
-		case ev.Kind == bpf.KindEntry:
+		case ev.Kind == wire.KindEntry:
 			cs = append(cs, call{entry: ev})
 		case ev.Kind == exitKind && len(cs) > 0 && cs[len(cs)-1].exit.Time == 0:
 			cs[len(cs)-1].exit = ev
@@ -359,12 +360,12 @@ func (t target) probes(exe *symbolizer.Mapped, addrs [8]uintptr) ([]bpf.Probe, e
 		return nil, err
 	}
 	var probes []bpf.Probe
-	add := func(addr uint64, fn uint32, kind bpf.Kind, flags uint64, adjust int) error {
+	add := func(addr uint64, fn uint32, kind wire.Kind, flags uint64, adjust int) error {
 		off, err := exe.FileOffset(addr)
 		if err != nil {
 			return err
 		}
-		c, err := bpf.Cookie(fn, kind, flags, adjust)
+		c, err := wire.Cookie(fn, kind, flags, adjust)
 		if err != nil {
 			return err
 		}
@@ -383,12 +384,12 @@ func (t target) probes(exe *symbolizer.Mapped, addrs [8]uintptr) ([]bpf.Probe, e
 	if entry == 0 {
 		return nil, fmt.Errorf("calibration loop at %#x has no emulated instruction", addrs[t.loop])
 	}
-	if err := add(entry, idLoop, bpf.KindEntry, bpf.CookieRoot, 0); err != nil {
+	if err := add(entry, idLoop, wire.KindEntry, wire.CookieRoot, 0); err != nil {
 		return nil, err
 	}
 	for _, in := range loop {
 		if in.IsRet() {
-			if err := add(in.Addr, idLoop, bpf.KindExit, bpf.CookieRoot, 0); err != nil {
+			if err := add(in.Addr, idLoop, wire.KindExit, wire.CookieRoot, 0); err != nil {
 				return nil, err
 			}
 		}
@@ -398,27 +399,27 @@ func (t target) probes(exe *symbolizer.Mapped, addrs [8]uintptr) ([]bpf.Probe, e
 	if c := x86.ProbeClass(&first); c != t.pair.Entry {
 		return nil, fmt.Errorf("calibration target at %#x starts with a %s instruction, not %s", first.Addr, c, t.pair.Entry)
 	}
-	if err := add(first.Addr, idLeaf, bpf.KindEntry, 0, 0); err != nil {
+	if err := add(first.Addr, idLeaf, wire.KindEntry, 0, 0); err != nil {
 		return nil, err
 	}
 	switch t.pair.Exit {
 	case ExitRet:
 		for _, in := range leaf {
 			if in.IsRet() {
-				if err := add(in.Addr, idLeaf, bpf.KindExit, 0, 0); err != nil {
+				if err := add(in.Addr, idLeaf, wire.KindExit, 0, 0); err != nil {
 					return nil, err
 				}
 			}
 		}
 	case ExitUretprobe:
-		return probes, add(first.Addr, idLeaf, bpf.KindReturn, 0, -8)
+		return probes, add(first.Addr, idLeaf, wire.KindReturn, 0, -8)
 	case ExitCatch:
 		// push rbp; lea: the catch probe sits on the lea, one push
 		// below the return-address slot.
 		if len(leaf) < 2 || x86.ProbeClass(&leaf[1]) != x86.ClassStepped {
 			return nil, fmt.Errorf("calibration target at %#x has no single-stepped second instruction", first.Addr)
 		}
-		return probes, add(leaf[1].Addr, idLeaf, bpf.KindCatch, 0, 8)
+		return probes, add(leaf[1].Addr, idLeaf, wire.KindCatch, 0, 8)
 	}
 	return probes, nil
 }

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kprofd/kprofd/bpf"
+	"github.com/kprofd/kprofd/internal/wire"
 	"github.com/kprofd/kprofd/internal/x86"
 )
 
@@ -26,11 +26,11 @@ func TestSummarise(t *testing.T) {
 // exit.
 func TestComputeMeasurement(t *testing.T) {
 	const calls, batch = 9, 4
-	var events []bpf.Event
-	events = append(events, bpf.Event{Func: idLoop, Kind: bpf.KindEntry})
+	var events []wire.Event
+	events = append(events, wire.Event{Func: idLoop, Kind: wire.KindEntry})
 	for i := range calls {
-		e := bpf.Event{Time: uint64(1000 * i), Func: idLeaf, Kind: bpf.KindEntry}
-		x := bpf.Event{Time: uint64(1000*i + 300), Func: idLeaf, Kind: bpf.KindReturn}
+		e := wire.Event{Time: uint64(1000 * i), Func: idLeaf, Kind: wire.KindEntry}
+		x := wire.Event{Time: uint64(1000*i + 300), Func: idLeaf, Kind: wire.KindReturn}
 		if i == 3 {
 			e.Adjust, x.Adjust = 50, 70
 			x.Time += 50
@@ -43,7 +43,7 @@ func TestComputeMeasurement(t *testing.T) {
 			events[i].Time += 120
 		}
 	}
-	events = append(events, bpf.Event{Func: idLoop, Kind: bpf.KindExit})
+	events = append(events, wire.Event{Func: idLoop, Kind: wire.KindExit})
 
 	m, err := computeMeasurement(Pair{x86.ClassEmulated, ExitUretprobe}, events, calls, batch, 2)
 	if err != nil {

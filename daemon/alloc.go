@@ -3,9 +3,9 @@ package daemon
 import (
 	"math"
 
-	"github.com/kprofd/kprofd/bpf"
 	"github.com/kprofd/kprofd/internal/alloc"
 	"github.com/kprofd/kprofd/internal/cct"
+	"github.com/kprofd/kprofd/internal/wire"
 )
 
 // DefaultMaxBlocks bounds the live blocks a session keeps to match frees
@@ -52,10 +52,10 @@ func (s *Simulator) SetMaxBlocks(n int) { s.maxBlocks = n }
 // allocEvent applies a KindAlloc event: at an allocator's entry its size
 // or the block it frees, at its exit the block it returned, which settles
 // the call.
-func (s *Simulator) allocEvent(th *thread, ev *bpf.Event) {
+func (s *Simulator) allocEvent(th *thread, ev *wire.Event) {
 	n := len(th.frames)
-	what, fn := bpf.AllocWhat(ev)
-	if what == bpf.AllocSample {
+	what, fn := wire.AllocWhat(ev)
+	if what == wire.AllocSample {
 		a := sampledAlloc{fn, ev.Slot}
 		if !s.allocNoStacks {
 			th.sampled = a // its stack follows
@@ -69,7 +69,7 @@ func (s *Simulator) allocEvent(th *thread, ev *bpf.Event) {
 		s.allocSampled(node, a)
 		return
 	}
-	if what == bpf.AllocResult {
+	if what == wire.AllocResult {
 		p := th.alloc
 		if p.depth == 0 {
 			return // a call whose entry came before the session
@@ -90,7 +90,7 @@ func (s *Simulator) allocEvent(th *thread, ev *bpf.Event) {
 		return
 	}
 	if top.flags&frameBurst != 0 {
-		if what == bpf.AllocSize {
+		if what == wire.AllocSize {
 			s.burstAlloc(th, top, ev.Slot)
 		}
 		return
@@ -103,7 +103,7 @@ func (s *Simulator) allocEvent(th *thread, ev *bpf.Event) {
 		// A new call; one pending deeper or before it lost its exit.
 		*p = pendingAlloc{depth: n, start: top.start, node: top.node, role: s.funcs[top.phys].alloc}
 	}
-	if what == bpf.AllocSize {
+	if what == wire.AllocSize {
 		p.size = ev.Slot
 	} else {
 		p.old = ev.Slot
@@ -222,7 +222,7 @@ func (s *Simulator) SetAllocRate(rate uint64, stacks bool) {
 // allocSample places an allocation sample's stack: like a cpu-clock
 // sample's, in the deepest simulated context the real stack confirms and
 // the real frames below, down to the allocator.
-func (s *Simulator) allocSample(th *thread, st *bpf.Stack) {
+func (s *Simulator) allocSample(th *thread, st *wire.Stack) {
 	a := th.sampled
 	th.sampled = sampledAlloc{}
 	if a.size == 0 && a.fn == 0 {

@@ -6,9 +6,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kprofd/kprofd/bpf"
 	"github.com/kprofd/kprofd/internal/alloc"
 	"github.com/kprofd/kprofd/internal/cct"
+	"github.com/kprofd/kprofd/internal/wire"
 )
 
 // Allocator ids of the allocation tests, after the test functions.
@@ -33,14 +33,14 @@ func allocFuncs() []FuncInfo {
 }
 
 // size, freeing and result build the KindAlloc events of thread 1.
-func size(t, n uint64) bpf.Event {
-	return bpf.Event{Time: t, Slot: n, Tid: 1, Func: bpf.AllocSize, Kind: bpf.KindAlloc}
+func size(t, n uint64) wire.Event {
+	return wire.Event{Time: t, Slot: n, Tid: 1, Func: wire.AllocSize, Kind: wire.KindAlloc}
 }
-func freeing(t, p uint64) bpf.Event {
-	return bpf.Event{Time: t, Slot: p, Tid: 1, Func: bpf.AllocFree, Kind: bpf.KindAlloc}
+func freeing(t, p uint64) wire.Event {
+	return wire.Event{Time: t, Slot: p, Tid: 1, Func: wire.AllocFree, Kind: wire.KindAlloc}
 }
-func result(t, p uint64) bpf.Event {
-	return bpf.Event{Time: t, Slot: p, Tid: 1, Func: bpf.AllocResult, Kind: bpf.KindAlloc}
+func result(t, p uint64) wire.Event {
+	return wire.Event{Time: t, Slot: p, Tid: 1, Func: wire.AllocResult, Kind: wire.KindAlloc}
 }
 
 // allocString renders the allocation numbers of a tree as "path
@@ -75,47 +75,47 @@ func allocString(t *cct.Tree) string {
 func TestSimulatorAllocations(t *testing.T) {
 	const s0, s1, s2 = 0x7ffd_0000_1000, 0x7ffd_0000_0fe0, 0x7ffd_0000_0fc0
 	// call returns the events of an allocator call at slot s.
-	call := func(t0, s uint64, f cct.FuncID, args []bpf.Event, res uint64) []bpf.Event {
-		evs := []bpf.Event{in(t0, s, f)}
+	call := func(t0, s uint64, f cct.FuncID, args []wire.Event, res uint64) []wire.Event {
+		evs := []wire.Event{in(t0, s, f)}
 		evs = append(evs, args...)
 		return append(evs, ret(t0+5, s, f), result(t0+5, res))
 	}
 	tests := []struct {
 		name   string
-		events [][]bpf.Event
+		events [][]wire.Event
 		want   string
 		stats  SimStats
 		blocks int // SetMaxBlocks, when non-zero
 	}{{
 		name: "malloc, free, a kept block, a free of an unknown block, free(NULL)",
-		events: [][]bpf.Event{
+		events: [][]wire.Event{
 			{in(0, s0, A), in(1, s1, B)},
-			call(10, s2, Malloc, []bpf.Event{size(10, 100)}, 0x1000),
-			call(20, s2, Malloc, []bpf.Event{size(20, 200)}, 0x2000),
-			call(30, s2, Free, []bpf.Event{freeing(30, 0x1000)}, 0),
-			call(40, s2, Free, []bpf.Event{freeing(40, 0x9000)}, 0),
-			call(50, s2, Free, []bpf.Event{freeing(50, 0)}, 0),
+			call(10, s2, Malloc, []wire.Event{size(10, 100)}, 0x1000),
+			call(20, s2, Malloc, []wire.Event{size(20, 200)}, 0x2000),
+			call(30, s2, Free, []wire.Event{freeing(30, 0x1000)}, 0),
+			call(40, s2, Free, []wire.Event{freeing(40, 0x9000)}, 0),
+			call(50, s2, Free, []wire.Event{freeing(50, 0)}, 0),
 			{out(60, s1, B), out(70, s0, A)},
 		},
 		want:  "A/B/malloc 2/300 inuse 1/200",
 		stats: SimStats{Allocs: 2, Frees: 1, FreesUnknown: 1},
 	}, {
 		name: "a realloc chain, and a failed realloc keeps the block",
-		events: [][]bpf.Event{
+		events: [][]wire.Event{
 			{in(0, s0, A)},
-			call(10, s1, Malloc, []bpf.Event{size(10, 16)}, 0x1000),
-			call(20, s1, Realloc, []bpf.Event{freeing(20, 0x1000), size(20, 32)}, 0x1000), // in place
-			call(30, s1, Realloc, []bpf.Event{freeing(30, 0x1000), size(30, 64)}, 0x3000),
-			call(40, s1, Realloc, []bpf.Event{freeing(40, 0x3000), size(40, 1<<50)}, 0),
+			call(10, s1, Malloc, []wire.Event{size(10, 16)}, 0x1000),
+			call(20, s1, Realloc, []wire.Event{freeing(20, 0x1000), size(20, 32)}, 0x1000), // in place
+			call(30, s1, Realloc, []wire.Event{freeing(30, 0x1000), size(30, 64)}, 0x3000),
+			call(40, s1, Realloc, []wire.Event{freeing(40, 0x3000), size(40, 1<<50)}, 0),
 			{out(60, s0, A)},
 		},
 		want:  "A/malloc 1/16 inuse 0/0;A/realloc 2/96 inuse 1/64",
 		stats: SimStats{Allocs: 3, Frees: 2},
 	}, {
 		name: "a free tail-called, its result after both frames popped",
-		events: [][]bpf.Event{
+		events: [][]wire.Event{
 			{in(0, s0, A)},
-			call(10, s1, Malloc, []bpf.Event{size(10, 8)}, 0x1000),
+			call(10, s1, Malloc, []wire.Event{size(10, 8)}, 0x1000),
 			{in(20, s1, B), in(21, s1, Free), freeing(21, 0x1000), ret(25, s1, Free), result(25, 0), ret(25, s1, B)},
 			{out(60, s0, A)},
 		},
@@ -123,39 +123,39 @@ func TestSimulatorAllocations(t *testing.T) {
 		stats: SimStats{Allocs: 1, Frees: 1, TailCalls: 1, ChainedReturns: 1},
 	}, {
 		name: "an allocator called by another counts once",
-		events: [][]bpf.Event{
+		events: [][]wire.Event{
 			{in(0, s0, A), in(10, s1, Malloc), size(10, 24)},
-			call(11, s2, Malloc, []bpf.Event{size(11, 24)}, 0x1000),
+			call(11, s2, Malloc, []wire.Event{size(11, 24)}, 0x1000),
 			{ret(20, s1, Malloc), result(20, 0x1000), out(60, s0, A)},
 		},
 		want:  "A/malloc 1/24 inuse 1/24",
 		stats: SimStats{Allocs: 1, Nested: 1},
 	}, {
 		name: "a nested realloc, two arguments, counts once as nested",
-		events: [][]bpf.Event{
+		events: [][]wire.Event{
 			{in(0, s0, A), in(10, s1, Malloc), size(10, 24)},
-			call(11, s2, Realloc, []bpf.Event{freeing(11, 0x5000), size(11, 24)}, 0x1000),
+			call(11, s2, Realloc, []wire.Event{freeing(11, 0x5000), size(11, 24)}, 0x1000),
 			{ret(20, s1, Malloc), result(20, 0x1000), out(60, s0, A)},
 		},
 		want:  "A/malloc 1/24 inuse 1/24",
 		stats: SimStats{Allocs: 1, Nested: 1},
 	}, {
 		name: "an address allocated again without a free seen",
-		events: [][]bpf.Event{
+		events: [][]wire.Event{
 			{in(0, s0, A)},
-			call(10, s1, Malloc, []bpf.Event{size(10, 8)}, 0x1000),
-			call(20, s1, Malloc, []bpf.Event{size(20, 16)}, 0x1000),
+			call(10, s1, Malloc, []wire.Event{size(10, 8)}, 0x1000),
+			call(20, s1, Malloc, []wire.Event{size(20, 16)}, 0x1000),
 			{out(60, s0, A)},
 		},
 		want:  "A/malloc 2/24 inuse 1/16",
 		stats: SimStats{Allocs: 2, UnseenFrees: 1},
 	}, {
 		name: "a full table of live blocks",
-		events: [][]bpf.Event{
+		events: [][]wire.Event{
 			{in(0, s0, A)},
-			call(10, s1, Malloc, []bpf.Event{size(10, 8)}, 0x1000),
-			call(20, s1, Malloc, []bpf.Event{size(20, 16)}, 0x2000),
-			call(30, s1, Free, []bpf.Event{freeing(30, 0x2000)}, 0),
+			call(10, s1, Malloc, []wire.Event{size(10, 8)}, 0x1000),
+			call(20, s1, Malloc, []wire.Event{size(20, 16)}, 0x2000),
+			call(30, s1, Free, []wire.Event{freeing(30, 0x2000)}, 0),
 			{out(60, s0, A)},
 		},
 		blocks: 1,
@@ -195,10 +195,10 @@ func TestAllocSamples(t *testing.T) {
 	s := NewSimulator(allocFuncs())
 	s.SetSharedTree()
 	s.SetAllocRate(rate, false)
-	sample := func(tm, size uint64) bpf.Event {
-		return bpf.Event{Time: tm, Slot: size, Tid: 1, Func: bpf.AllocSample | uint32(Malloc)<<8, Kind: bpf.KindAlloc}
+	sample := func(tm, size uint64) wire.Event {
+		return wire.Event{Time: tm, Slot: size, Tid: 1, Func: wire.AllocSample | uint32(Malloc)<<8, Kind: wire.KindAlloc}
 	}
-	evs := []bpf.Event{in(10, s0, A), sample(20, 1000), sample(30, 1000), sample(40, 4000), sample(50, 0), out(60, s0, A)}
+	evs := []wire.Event{in(10, s0, A), sample(20, 1000), sample(30, 1000), sample(40, 4000), sample(50, 0), out(60, s0, A)}
 	for i := range evs {
 		s.Handle(&evs[i])
 	}
@@ -238,14 +238,14 @@ func TestAllocBursts(t *testing.T) {
 		s := NewSimulator(allocFuncs())
 		s.SetBurstCounts(newBurstCounts(l, nil))
 		s.SetAllocRate(1000, false)
-		handle := func(evs ...bpf.Event) {
+		handle := func(evs ...wire.Event) {
 			for i := range evs {
 				s.Handle(&evs[i])
 			}
 		}
 		burst := func(tm, n uint64) {
 			e := in(tm, 800, Malloc)
-			e.Flags |= bpf.FlagBurst
+			e.Flags |= wire.FlagBurst
 			handle(e, size(tm, n))
 		}
 		handle(in(0, 1000, W))
@@ -264,7 +264,7 @@ func TestAllocBursts(t *testing.T) {
 		}
 		// Byte sampling from 1000: one call of A, with a sample.
 		l.demote(uint32(Malloc), 1000)
-		handle(in(1500, 900, A), bpf.Event{Time: 1510, Slot: 2000, Tid: 1, Func: bpf.AllocSample | uint32(Malloc)<<8, Kind: bpf.KindAlloc}, out(1600, 900, A))
+		handle(in(1500, 900, A), wire.Event{Time: 1510, Slot: 2000, Tid: 1, Func: wire.AllocSample | uint32(Malloc)<<8, Kind: wire.KindAlloc}, out(1600, 900, A))
 		// Sampling: a window sees three calls of A (whole, if it
 		// lasts); five more go unseen after it.
 		l.open(0, 2000, 1000, map[uint32]bool{uint32(Malloc): true})

@@ -19,6 +19,7 @@ import (
 	"github.com/kprofd/kprofd/internal/cct"
 	"github.com/kprofd/kprofd/internal/english"
 	"github.com/kprofd/kprofd/internal/plan"
+	"github.com/kprofd/kprofd/internal/wire"
 	"github.com/kprofd/kprofd/symbolizer"
 )
 
@@ -26,7 +27,7 @@ import (
 // demoted to sampling gets its entry probes back for short bursts, one per
 // burstPeriod or more, and the calls the bursts see are scaled into
 // estimates (see burstCounts).
-// The bursts' probes carry bpf.CookieBurst: their entries keep the
+// The bursts' probes carry wire.CookieBurst: their entries keep the
 // simulated stacks (so that callees land in the right context) but are
 // counted here, not as exact calls; a thread's first one in a burst is
 // preceded by its real stack, which puts back the frames of demoted
@@ -317,7 +318,7 @@ const lossLookback = 3 * maxWholeSettle
 
 // lost records that the ring buffer lost events up to t: every window
 // that overlaps the lookback before t takes no frame from now on. The
-// first event a thread sends after a loss says so (bpf.FlagLostBefore),
+// first event a thread sends after a loss says so (wire.FlagLostBefore),
 // before any event after the lost ones: a frame the loss cut into ends
 // after it, and no longer fits. (The frames that fitted before are
 // whole: they ended before the loss.)
@@ -986,7 +987,7 @@ func wholeCallsAfter(t wholeTake, c wholeCosts, attach time.Duration, ring int, 
 // ringEvents returns how many events a ring buffer of bytes (0: the
 // default) holds.
 func ringEvents(bytes int) int {
-	return cmp.Or(bytes, bpf.DefaultRingBytes) / bpf.EventSize
+	return cmp.Or(bytes, bpf.DefaultRingBytes) / wire.EventSize
 }
 
 // burstAverage is the weight of the latest burst in perBurst's moving
@@ -1186,9 +1187,7 @@ func (b *burster) burst(gen uint32, chosen uint64, funcs []*plan.Func, set map[u
 	if whole {
 		b.take.end, b.take.lossy = end, lostAfter > lostBefore
 		for _, id := range ids {
-			if j := 2 * int(id); j < len(outCalls) && j < len(inCalls) {
-				b.take.hits += outCalls[j] - min(inCalls[j], outCalls[j])
-			}
+			b.take.hits += hitsBetween(inCalls, outCalls, int(id))
 		}
 	}
 	s.check.window(b.log.last(), inRead, ids, inCalls, outCalls)
@@ -1212,9 +1211,7 @@ func (b *burster) burst(gen uint32, chosen uint64, funcs []*plan.Func, set map[u
 	secs := float64(end-start) / 1e9
 	load := 0.0
 	for _, f := range funcs {
-		if j := 2 * int(f.ID); j < len(outCalls) && j < len(inCalls) {
-			load += float64(outCalls[j]-min(inCalls[j], outCalls[j])) / secs * b.m.entryCost(int(f.ID))
-		}
+		load += float64(hitsBetween(inCalls, outCalls, int(f.ID))) / secs * b.m.entryCost(int(f.ID))
 	}
 	load = math.Max(load, measured/secs)
 	return burstDuty(load, b.m.burstBudget(s.cfg.Budget), b.m.ownCPU()), attach, time.Duration(end - start), nil
@@ -1424,15 +1421,15 @@ func (b *burster) summary() string {
 func burstProbes(funcs []*plan.Func, set map[uint32]bool) map[*symbolizer.Mapped][]bpf.Probe {
 	byObj := map[*symbolizer.Mapped][]bpf.Probe{}
 	add := func(f *plan.Func, obj *symbolizer.Mapped, p plan.Probe) {
-		flags := bpf.CookieBurst
+		flags := wire.CookieBurst
 		if f.Alloc != nil {
 			// Its calls' sizes: what its allocations are estimated by.
-			flags |= bpf.CookieAlloc
+			flags |= wire.CookieAlloc
 		}
 		if p.FromRBP {
-			flags |= bpf.CookieSlotRBP
+			flags |= wire.CookieSlotRBP
 		}
-		cookie, err := bpf.Cookie(f.ID, p.Kind, flags, p.SlotAdjust)
+		cookie, err := wire.Cookie(f.ID, p.Kind, flags, p.SlotAdjust)
 		if err != nil {
 			panic(err) // the plan made the same cookie at attach
 		}

@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kprofd/kprofd/bpf"
 	"github.com/kprofd/kprofd/internal/cct"
 	"github.com/kprofd/kprofd/internal/plan"
+	"github.com/kprofd/kprofd/internal/wire"
 )
 
 func TestBurstFuncs(t *testing.T) {
@@ -156,15 +156,15 @@ func TestBurstEstimate(t *testing.T) {
 // burstSimulator returns a simulator of the test functions whose bursts
 // count into b, with l their log, and functions that apply an event and
 // a burst's entry of f.
-func burstSimulator() (l *burstLog, b *burstCounts, s *Simulator, handle func(bpf.Event), burst func(t, slot uint64, f cct.FuncID)) {
+func burstSimulator() (l *burstLog, b *burstCounts, s *Simulator, handle func(wire.Event), burst func(t, slot uint64, f cct.FuncID)) {
 	l = newBurstLog()
 	b = newBurstCounts(l, nil)
 	s = NewSimulator(testFuncs())
 	s.SetBurstCounts(b)
-	handle = func(e bpf.Event) { s.Handle(&e) }
+	handle = func(e wire.Event) { s.Handle(&e) }
 	burst = func(t, slot uint64, f cct.FuncID) {
 		e := in(t, slot, f)
-		e.Flags |= bpf.FlagBurst
+		e.Flags |= wire.FlagBurst
 		handle(e)
 	}
 	return l, b, s, handle, burst
@@ -180,7 +180,7 @@ const (
 
 // enterAs makes an entry of f at t on slot as how says, with the
 // functions burstSimulator returns.
-func enterAs(how int, handle func(bpf.Event), burst func(t, slot uint64, f cct.FuncID), t, slot uint64, f cct.FuncID) {
+func enterAs(how int, handle func(wire.Event), burst func(t, slot uint64, f cct.FuncID), t, slot uint64, f cct.FuncID) {
 	switch how {
 	case exact:
 		handle(in(t, slot, f))
@@ -706,7 +706,7 @@ func TestBurstWanted(t *testing.T) {
 // parentWindows runs an openParentWindow window at each of starts (D's
 // exit ends the last A, 100 after the window closed), 5 unseen calls of
 // D between 3400 and 3850, and W's exit at 6000.
-func parentWindows(l *burstLog, handle func(bpf.Event), burst func(t, slot uint64, f cct.FuncID), starts ...uint64) {
+func parentWindows(l *burstLog, handle func(wire.Event), burst func(t, slot uint64, f cct.FuncID), starts ...uint64) {
 	for _, start := range starts {
 		openParentWindow(l, handle, burst, start, 90)
 		l.close(start + 250)
@@ -721,7 +721,7 @@ func parentWindows(l *burstLog, handle func(bpf.Event), burst func(t, slot uint6
 
 // aloneWindow runs a window at 2000-2250 with A's probes alone back: in
 // it three calls of D fit, with 3 calls of A in each.
-func aloneWindow(l *burstLog, handle func(bpf.Event), burst func(t, slot uint64, f cct.FuncID)) {
+func aloneWindow(l *burstLog, handle func(wire.Event), burst func(t, slot uint64, f cct.FuncID)) {
 	l.open(0, 2000, 250, map[uint32]bool{uint32(A): true})
 	for k := range 3 {
 		tm := 2010 + uint64(k)*70
@@ -737,7 +737,7 @@ func aloneWindow(l *burstLog, handle func(bpf.Event), burst func(t, slot uint64,
 // openParentWindow opens a window at start, 250 long, for C with A as a
 // companion, in which a call of D made just before it makes three calls
 // of A, gap apart, of ten calls of C each.
-func openParentWindow(l *burstLog, handle func(bpf.Event), burst func(t, slot uint64, f cct.FuncID), start, gap uint64) {
+func openParentWindow(l *burstLog, handle func(wire.Event), burst func(t, slot uint64, f cct.FuncID), start, gap uint64) {
 	l.open(0, start, 250, map[uint32]bool{uint32(A): false, uint32(C): true})
 	handle(in(start-10, 900, D))
 	for i := range 3 {
@@ -845,7 +845,7 @@ func TestBurstWhole(t *testing.T) {
 
 // TestBurstWholeLossy runs TestBurstWhole's bursts with events lost in
 // the last window (the first event after them flagged
-// bpf.FlagLostBefore): the windows within lossLookback of it (here all
+// wire.FlagLostBefore): the windows within lossLookback of it (here all
 // three) take no frame after it, too few calls of W are left to estimate
 // from, and C and D are lower bounds of the calls seen.
 func TestBurstWholeLossy(t *testing.T) {
@@ -911,9 +911,9 @@ func wholeBursts(lose bool) (w, nc, nd *cct.Node, tallies map[uint32]eventTally)
 		handle(out(tm+20, 900, A))
 		for i := range ds {
 			e := in(tm+21+uint64(i), 900, D)
-			e.Flags |= bpf.FlagBurst
+			e.Flags |= wire.FlagBurst
 			if lost && i == 0 {
-				e.Flags |= bpf.FlagLostBefore
+				e.Flags |= wire.FlagLostBefore
 			}
 			handle(e)
 		}
@@ -1139,8 +1139,8 @@ func TestRepairWhileArmed(t *testing.T) {
 			if tc.exitD {
 				handle(out(45, 700, D))
 			}
-			st := ev(bpf.KindStack, 50, 1000, 0)
-			s.HandleStack(&st, &bpf.Stack{SP: 600})
+			st := ev(wire.KindStack, 50, 1000, 0)
+			s.HandleStack(&st, &wire.Stack{SP: 600})
 			burst(60, 600, C)
 			n, path := s.Merged().Root.Lookup(W), testName(W)
 			for _, f := range tc.context {
@@ -1175,8 +1175,8 @@ func TestRepairCutsAnchorFrame(t *testing.T) {
 			l.open(0, 15, time.Millisecond, map[uint32]bool{uint32(C): true})
 			handle(in(20, 900, A))
 			if tc.cut {
-				st := ev(bpf.KindStack, 30, 1000, 0)
-				s.HandleStack(&st, &bpf.Stack{SP: 800})
+				st := ev(wire.KindStack, 30, 1000, 0)
+				s.HandleStack(&st, &wire.Stack{SP: 800})
 			} else {
 				handle(out(30, 900, A))
 			}

@@ -11,6 +11,7 @@ import (
 	"github.com/kprofd/kprofd/internal/alloc"
 	"github.com/kprofd/kprofd/internal/callgraph"
 	"github.com/kprofd/kprofd/internal/plan"
+	"github.com/kprofd/kprofd/internal/wire"
 	"github.com/kprofd/kprofd/internal/x86"
 	"github.com/kprofd/kprofd/symbolizer"
 )
@@ -129,11 +130,8 @@ type costModel struct {
 
 // load is the probe time per second function i costs at stage st: the
 // prediction, or at its present stage what was measured when more.
-func (m *costModel) load(rates []float64, i int, st Stage) float64 {
-	t := 0.0
-	if 2*i < len(rates) {
-		t = rates[2*i] * m.funcs[i].cost.at(st)
-	}
+func (m *costModel) load(rates wire.Counters[float64], i int, st Stage) float64 {
+	t := rates.Calls(i) * m.funcs[i].cost.at(st)
 	if st != StageSampled && !m.funcs[i].noSites {
 		t += m.siteLoad(rates, i)
 	}
@@ -145,11 +143,11 @@ func (m *costModel) load(rates []float64, i int, st Stage) float64 {
 
 // siteLoad is the probe time per second the probes on function i's
 // indirect calls cost.
-func (m *costModel) siteLoad(rates []float64, i int) float64 {
-	if j := 2*i + 1; m.sites && j < len(rates) {
-		return rates[j] * m.siteCost
+func (m *costModel) siteLoad(rates wire.Counters[float64], i int) float64 {
+	if !m.sites {
+		return 0
 	}
-	return 0
+	return rates.SiteHits(i) * m.siteCost
 }
 
 type modelFunc struct {
@@ -310,7 +308,7 @@ func (m *costModel) walkSubtree(i int, visit func(j int)) {
 // gain returns the probe time per second function i's demotion to st
 // saves (to sampling, that of its whole subtree), and how many functions
 // with probes that fire it takes down (at least 1).
-func (m *costModel) gain(rates []float64, i int, st Stage) (g float64, loaded int) {
+func (m *costModel) gain(rates wire.Counters[float64], i int, st Stage) (g float64, loaded int) {
 	if st != StageSampled {
 		return m.load(rates, i, m.funcs[i].stage) - m.load(rates, i, st), 1
 	}
@@ -356,7 +354,7 @@ type demotion struct {
 // included) and the number of samples that measured it, and returns the
 // demotions that bring the predicted overhead within budget, applying
 // them to the model, and the overhead it predicted before them.
-func (m *costModel) decide(rates []float64, cpu float64, samples uint64) ([]demotion, float64) {
+func (m *costModel) decide(rates wire.Counters[float64], cpu float64, samples uint64) ([]demotion, float64) {
 	ds, before, _ := m.decideRound(rates, cpu, samples, measurement{})
 	return ds, before
 }
@@ -377,13 +375,13 @@ type measurement struct {
 	// calls, when set, holds the calls counted since the session began,
 	// laid out as the rates are: functions never called yet have no
 	// cost measured.
-	calls []uint64
+	calls wire.Counters[uint64]
 	// mix, when set, holds the call rates of a longer window than the
 	// one measured, which may span earlier rounds: the functions still
 	// probed kept their share of the calls through them, so it gives
 	// their mix over a whole cycle of the target's work where the
 	// window since the last round may hold one phase of it.
-	mix []float64
+	mix wire.Counters[float64]
 	// inFlight says a round's probes were going during the window: the
 	// samples in probes hold their traps, so they measure nothing, and
 	// the prediction steers, scaled as the last measured window found.
@@ -453,7 +451,7 @@ const minProbeSamples = 8
 // of it), a round removes half the probes' load; with fewer than
 // minProbeSamples samples, the CPU time is not measured either, and
 // nothing is decided.
-func (m *costModel) decideRound(rates []float64, cpu float64, samples uint64, meas measurement) ([]demotion, float64, float64) {
+func (m *costModel) decideRound(rates wire.Counters[float64], cpu float64, samples uint64, meas measurement) ([]demotion, float64, float64) {
 	rates = m.mixed(rates, meas.mix)
 	syncLoad := meas.syncs * m.syncCost
 	probe := syncLoad
@@ -582,13 +580,13 @@ type roundGoal struct {
 	syncLoad, syncs float64
 	// calls, when set, are the calls counted since the session began
 	// (see measurement.calls).
-	calls []uint64
+	calls wire.Counters[uint64]
 }
 
 // take demotes, most gain per function first, until g's probe time is
 // down to its target, and returns the demotions, merged per function
 // and in the order to detach them; g.probe is what is left.
-func (m *costModel) take(rates []float64, g *roundGoal) []demotion {
+func (m *costModel) take(rates wire.Counters[float64], g *roundGoal) []demotion {
 	probe, target, budget, perOwn, before, scale, whole := g.probe, g.target, g.budget, g.perOwn, g.before, g.scale, g.whole
 	measured, budgetText, syncLoad := g.measured, g.budgetText, g.syncLoad
 	var out []demotion
@@ -643,9 +641,9 @@ func (m *costModel) take(rates []float64, g *roundGoal) []demotion {
 			break
 		}
 		f := &m.funcs[best]
-		reason := fmt.Sprintf("%s calls/s × %s of probes per call", rate(rates[2*best]), time.Duration(f.cost.at(f.stage)).Round(time.Nanosecond))
-		if j := 2*best + 1; m.sites && j < len(rates) && rates[j] > 0 {
-			reason += fmt.Sprintf(" + %s indirect calls/s × %s of site probe", rate(rates[j]), time.Duration(m.siteCost).Round(time.Nanosecond))
+		reason := fmt.Sprintf("%s calls/s × %s of probes per call", rate(rates.Calls(best)), time.Duration(f.cost.at(f.stage)).Round(time.Nanosecond))
+		if sites := rates.SiteHits(best); m.sites && sites > 0 {
+			reason += fmt.Sprintf(" + %s indirect calls/s × %s of site probe", rate(sites), time.Duration(m.siteCost).Round(time.Nanosecond))
 		}
 		reason += fmt.Sprintf(" = %.0f%% of the target's own CPU time (all probes %.0f%%%s, budget %s)",
 			100*scale*m.load(rates, best, f.stage)*perOwn, 100*before, measured, budgetText)
@@ -716,7 +714,7 @@ func (m *costModel) takeSync() (reason string, ok bool) {
 // mixed returns the call rates to rank the functions by: the longer
 // window's mix, when there is one, scaled to the predicted probe time of
 // rates, the window measured since the last round.
-func (m *costModel) mixed(rates, mix []float64) []float64 {
+func (m *costModel) mixed(rates, mix wire.Counters[float64]) wire.Counters[float64] {
 	if mix == nil {
 		return rates
 	}
@@ -728,7 +726,7 @@ func (m *costModel) mixed(rates, mix []float64) []float64 {
 	if now <= 0 || long <= 0 {
 		return rates
 	}
-	out := make([]float64, len(mix))
+	out := make(wire.Counters[float64], len(mix))
 	for i, r := range mix {
 		out[i] = r * now / long
 	}
@@ -744,11 +742,11 @@ func (m *costModel) mixed(rates, mix []float64) []float64 {
 // five kinds of input with five instantiations of its parser), and each
 // would otherwise cost a round of its own at full probe cost. One that
 // has been called keeps its probes: its calls measured what it costs.
-func (m *costModel) withSiblings(out []demotion, calls []uint64) []demotion {
+func (m *costModel) withSiblings(out []demotion, calls wire.Counters[uint64]) []demotion {
 	if calls == nil {
 		return out
 	}
-	called := func(i int) bool { return 2*i < len(calls) && calls[2*i] > 0 }
+	called := func(i int) bool { return calls.Calls(i) > 0 }
 	for _, d := range slices.Clone(out) {
 		fam := m.funcs[d.id].family
 		if !d.lead || d.sites || d.stage != StageSampled || fam == "" {

@@ -6,6 +6,8 @@ import (
 	"math"
 	"slices"
 	"sync"
+
+	"github.com/kprofd/kprofd/internal/wire"
 )
 
 // counterCheck cross-checks what the bursts' estimates are made of, the
@@ -52,15 +54,15 @@ func newCounterCheck() *counterCheck {
 // demoted records function id's demotion to sampling, with the counters
 // read then (entries at 2·id; nil: none read, all still 0); probed says
 // its calls were counted exactly before.
-func (c *counterCheck) demoted(id uint32, calls []uint64, probed bool) {
+func (c *counterCheck) demoted(id uint32, calls wire.Counters[uint64], probed bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if _, ok := c.funcs[id]; ok {
 		return // the first demotion to sampling is when estimating began
 	}
 	a := &checkAcc{probed: probed}
-	if j := 2 * int(id); probed && j < len(calls) {
-		a.calls = calls[j]
+	if probed {
+		a.calls = calls.Calls(int(id))
 	}
 	c.funcs[id] = a
 }
@@ -84,13 +86,12 @@ func (c *counterCheck) gone(id uint32, t uint64) {
 // (its demotion's detach still running: a whole burst takes every
 // function demoted by its start) is left out of the window: both its
 // probes counted each call.
-func (c *counterCheck) window(k int, inRead uint64, ids []uint32, before, after []uint64) {
+func (c *counterCheck) window(k int, inRead uint64, ids []uint32, before, after wire.Counters[uint64]) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, id := range ids {
 		a := c.funcs[id]
-		j := 2 * int(id)
-		if a == nil || j >= len(before) || j >= len(after) {
+		if a == nil || !before.Has(int(id)) || !after.Has(int(id)) {
 			continue
 		}
 		if a.probed && (a.goneAt == 0 || a.goneAt > inRead) {
@@ -103,7 +104,7 @@ func (c *counterCheck) window(k int, inRead uint64, ids []uint32, before, after 
 		if a.hits == nil {
 			a.hits = map[int]uint64{}
 		}
-		a.hits[k] += after[j] - min(before[j], after[j])
+		a.hits[k] += hitsBetween(before, after, int(id))
 	}
 }
 
@@ -253,4 +254,11 @@ func crossCheckComments(xs []CrossCheck) []string {
 		}
 	}
 	return c
+}
+
+// hitsBetween returns function id's calls counted between the readings
+// before and after: never below zero, as the counters only grow (a
+// reading taken before a CPU's share was summed may read lower).
+func hitsBetween(before, after wire.Counters[uint64], id int) uint64 {
+	return after.Calls(id) - min(before.Calls(id), after.Calls(id))
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/kprofd/kprofd/internal/plan"
 	"github.com/kprofd/kprofd/internal/proc"
 	"github.com/kprofd/kprofd/internal/ptrace"
+	"github.com/kprofd/kprofd/internal/wire"
 	"github.com/kprofd/kprofd/symbolizer"
 )
 
@@ -158,15 +159,15 @@ func (d *discovery) addSites(pl *plan.Plan) error {
 func regNum(r int) uint8 {
 	switch r {
 	case plan.NoReg:
-		return bpf.NoReg
+		return wire.NoReg
 	case plan.RegRIP:
-		return bpf.RegRIP
+		return wire.RegRIP
 	}
 	return uint8(r)
 }
 
 // report takes a KindTarget event from the event loop.
-func (d *discovery) report(ev *bpf.Event) {
+func (d *discovery) report(ev *wire.Event) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {

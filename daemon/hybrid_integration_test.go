@@ -21,12 +21,12 @@ import (
 
 	"github.com/google/pprof/profile"
 
-	"github.com/kprofd/kprofd/bpf"
 	"github.com/kprofd/kprofd/daemon"
 	"github.com/kprofd/kprofd/internal/cct"
 	"github.com/kprofd/kprofd/internal/export"
 	"github.com/kprofd/kprofd/internal/plan"
 	"github.com/kprofd/kprofd/internal/testtarget"
+	"github.com/kprofd/kprofd/internal/wire"
 )
 
 // secondRun is how many times HybridRequests TestHybridDemotesHotLeaf's
@@ -168,8 +168,8 @@ func TestHybridDemotesHotLeaf(t *testing.T) {
 	// for each filled the ring buffer at 16 MB/s).
 	if m := regexp.MustCompile(`(\d+) bytes each on average`).FindStringSubmatch(strings.Join(p.Comments, "\n")); m == nil {
 		t.Error("no comment on the stack records")
-	} else if avg, _ := strconv.Atoi(m[1]); avg > bpf.StackMax/8 {
-		t.Errorf("stack records of %d bytes on average, want the stacks' bytes (a few hundred), not %d", avg, bpf.StackMax)
+	} else if avg, _ := strconv.Atoi(m[1]); avg > wire.StackMax/8 {
+		t.Errorf("stack records of %d bytes on average, want the stacks' bytes (a few hundred), not %d", avg, wire.StackMax)
 	}
 	// Every count of the demoted function is an estimate: nothing to warn of.
 	if note := s.Progress().CountsNote; note != "" || slices.ContainsFunc(p.Comments, func(c string) bool { return strings.Contains(c, "are lower bounds") }) {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/kprofd/kprofd/internal/plan"
+	"github.com/kprofd/kprofd/internal/wire"
 	"github.com/kprofd/kprofd/symbolizer"
 )
 
@@ -338,13 +339,13 @@ func (s *Session) memorize() {
 	for i, f := range m.model.funcs {
 		noSites[i] = f.noSites
 	}
-	var calls []uint64
+	var calls wire.Counters[uint64]
 	if len(m.history) > 0 {
 		calls = m.history[len(m.history)-1].calls
 	}
 	e := sessionEnd{stages: m.model.stages(), noSites: noSites, remembered: m.remembered, lingering: map[int]bool{},
 		predicted: m.prior,
-		called:    func(id int) bool { return 2*id < len(calls) && calls[2*id] > 0 },
+		called:    func(id int) bool { return calls.Calls(id) > 0 },
 		bursted: func(id int) int {
 			if m.bursts == nil {
 				return 0

@@ -11,8 +11,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/kprofd/kprofd/bpf"
 	"github.com/kprofd/kprofd/internal/plan"
+	"github.com/kprofd/kprofd/internal/wire"
 )
 
 // monitorInterval is how often hybrid mode reads the call counters: a hot
@@ -38,7 +38,7 @@ type monitor struct {
 	// spanning about rateWindow at most.
 	history []counts
 	long    []counts
-	rates   []float64
+	rates   wire.Counters[float64]
 
 	// mem reads the target's code, to see a round's breakpoints go.
 	mem *os.File
@@ -115,7 +115,7 @@ func (m *monitor) linger(id int, calls uint64) {
 // counts is one reading of the counters.
 type counts struct {
 	at      time.Time
-	calls   []uint64
+	calls   wire.Counters[uint64]
 	samples uint64
 	// probe counts the samples that landed in a probe, and trapByFunc
 	// those found in each function's probes.
@@ -483,9 +483,9 @@ func demotedParts(d demotion) []int {
 // marking them leaving, and takes in a round's idle demotions ds as
 // lingering; an idle demotion of a function without an entry probe,
 // whose calls would never be seen, is turned into a detach.
-func (m *monitor) takeLingering(ds []demotion, calls []uint64) (late []int) {
+func (m *monitor) takeLingering(ds []demotion, calls wire.Counters[uint64]) (late []int) {
 	for id, l := range m.lingering {
-		if !l.leaving && 2*id < len(calls) && calls[2*id] > l.calls {
+		if !l.leaving && calls.Calls(id) > l.calls {
 			l.leaving = true
 			late = append(late, id)
 		}
@@ -496,11 +496,11 @@ func (m *monitor) takeLingering(ds []demotion, calls []uint64) (late []int) {
 			continue
 		}
 		f := m.funcLocked(d.id)
-		if f == nil || 2*d.id >= len(calls) || len(m.s.probes.breakpoints(f, partEntry)) == 0 {
+		if f == nil || !calls.Has(d.id) || len(m.s.probes.breakpoints(f, partEntry)) == 0 {
 			ds[i].idle = false
 			continue
 		}
-		m.linger(d.id, calls[2*d.id])
+		m.linger(d.id, calls.Calls(d.id))
 		ds[i].reason += idleReason
 	}
 	m.called += len(late)
@@ -727,7 +727,7 @@ func trimWindow(h []counts) []counts {
 
 // callRates appends to dst the call rates (per second) between readings
 // from and to: ids found since from count from 0.
-func callRates(dst []float64, from, to counts) []float64 {
+func callRates(dst wire.Counters[float64], from, to counts) wire.Counters[float64] {
 	dt := to.at.Sub(from.at).Seconds()
 	for i, n := range to.calls {
 		if i < len(from.calls) {
@@ -866,11 +866,11 @@ func (m *monitor) predicted() float64 {
 // sampledAllocSpec is what allocator f's entry probe reads in byte
 // sampling: its spec, without the size when it tail-calls another
 // allocator (operator new[] jumps to operator new), which counts it.
-func sampledAllocSpec(f *plan.Func, pl *plan.Plan) bpf.AllocSpec {
+func sampledAllocSpec(f *plan.Func, pl *plan.Plan) wire.AllocSpec {
 	spec := f.Alloc.Spec
 	for _, t := range f.TailCalls {
 		if int(t) < len(pl.Funcs) && pl.Funcs[t].Alloc != nil {
-			spec.Size = [2]uint8{bpf.NoReg, bpf.NoReg}
+			spec.Size = [2]uint8{wire.NoReg, wire.NoReg}
 		}
 	}
 	return spec

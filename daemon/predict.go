@@ -8,6 +8,7 @@ import (
 
 	"github.com/kprofd/kprofd/bpf"
 	"github.com/kprofd/kprofd/internal/plan"
+	"github.com/kprofd/kprofd/internal/wire"
 )
 
 // A fresh hybrid session attaches every probe and then spends its first
@@ -18,7 +19,7 @@ import (
 // written in the code: a function called inside loops, or below
 // recursion, runs many times per call of the root. So a predicting
 // session (Config.Predict) with no memory to start from attaches, at
-// first, one probe per root that only counts its calls (bpf.CookieCount).
+// first, one probe per root that only counts its calls (wire.CookieCount).
 // Once the roots have run for predictWindow, it scales the code's static
 // estimate of each function's
 // calls per root call (callgraph.Graph.Frequencies) by their measured
@@ -84,7 +85,7 @@ func (s *Session) countRoots() error {
 			continue
 		}
 		for _, p := range f.EntryProbes() {
-			cookie, err := bpf.Cookie(countingID(pl), p.Kind, bpf.CookieCount, p.SlotAdjust)
+			cookie, err := wire.Cookie(countingID(pl), p.Kind, wire.CookieCount, p.SlotAdjust)
 			if err != nil {
 				return err
 			}
@@ -107,7 +108,7 @@ func (s *Session) rootsCounted() (calls, samples uint64, err error) {
 		return 0, 0, err
 	}
 	st, err := s.prog.Stats()
-	return c[2*id], st.TargetSamples, err
+	return c.Calls(id), st.TargetSamples, err
 }
 
 // awaitRoots waits for the roots to be called (their calls counted from
@@ -179,9 +180,9 @@ func (s *Session) awaitAndAttach(model *costModel, opt attachOptions, base uint6
 	if c1-c0 >= minPredictCalls && s1-s0 >= minProbeSamples {
 		rootRate = float64(c1-c0) / took.Seconds()
 		prior := staticCalls(s.prep.Plan)
-		rates := make([]float64, 2*len(model.funcs))
+		rates := wire.MakeCounters[float64](len(model.funcs))
 		for i, f := range prior {
-			rates[2*i] = rootRate * f
+			rates.SetCalls(i, rootRate*f)
 		}
 		own := float64(s1-s0) * float64(s.sampler.Period) / took.Seconds()
 		ds = model.predictRound(rates, own, fmt.Sprintf("predicted from the loops around its calls, at %s root calls/s", rate(rootRate)))
@@ -216,7 +217,7 @@ func staticCalls(pl *plan.Plan) []float64 {
 // cost beyond priorSlack times the budget (less the bursts' share) of own,
 // the target's own CPU time (ns/s), and returns the demotions, marked
 // predicted; why ends their reasons.
-func (m *costModel) predictRound(rates []float64, own float64, why string) []demotion {
+func (m *costModel) predictRound(rates wire.Counters[float64], own float64, why string) []demotion {
 	if own <= 0 {
 		return nil
 	}
@@ -240,7 +241,7 @@ func (m *costModel) predictRound(rates []float64, own float64, why string) []dem
 			continue
 		}
 		reason := fmt.Sprintf("%s calls/s × %s of probes per call = %.0f%% of the target's own CPU time (all probes %.0f%%: %s, budget %s)",
-			rate(rates[2*i]), time.Duration(f.cost.at(f.stage)).Round(time.Nanosecond), 100*load/own, 100*before, why, budgetText)
+			rate(rates.Calls(i)), time.Duration(f.cost.at(f.stage)).Round(time.Nanosecond), 100*load/own, 100*before, why, budgetText)
 		for _, j := range m.subtree(i) {
 			if m.funcs[j].alloc != 0 {
 				continue

@@ -12,6 +12,7 @@ import (
 	"github.com/kprofd/kprofd/bpf"
 	"github.com/kprofd/kprofd/internal/plan"
 	"github.com/kprofd/kprofd/internal/proc"
+	"github.com/kprofd/kprofd/internal/wire"
 	"github.com/kprofd/kprofd/symbolizer"
 )
 
@@ -252,7 +253,7 @@ func groupProbes(pl *plan.Plan, opt attachOptions, only map[*plan.Func]bool) [nu
 		if opt.perFunc && f != nil {
 			k.fn, k.part = f, part
 		}
-		k.sync = opt.perFunc && p.Kind == bpf.KindSync
+		k.sync = opt.perFunc && p.Kind == wire.KindSync
 		fp := index[phase][k]
 		if fp == nil {
 			fp = &fileProbes{obj: obj, fn: k.fn, part: k.part, sync: k.sync}
@@ -261,30 +262,30 @@ func groupProbes(pl *plan.Plan, opt attachOptions, only map[*plan.Func]bool) [nu
 		}
 		var id uint32
 		var flags uint64
-		if p.Kind == bpf.KindSite {
+		if p.Kind == wire.KindSite {
 			id = p.SiteIndex
 		} else if f != nil {
 			id = f.ID
 			if f.Root {
-				flags |= bpf.CookieRoot
+				flags |= wire.CookieRoot
 			}
 			if f.RootTail {
-				flags |= bpf.CookieRootTail
+				flags |= wire.CookieRootTail
 			}
 		}
 		if f != nil && f.ForeignStack {
-			flags |= bpf.CookieNoCheck
+			flags |= wire.CookieNoCheck
 		}
-		if f != nil && f.Alloc != nil && p.Kind != bpf.KindSite {
-			flags |= bpf.CookieAlloc
+		if f != nil && f.Alloc != nil && p.Kind != wire.KindSite {
+			flags |= wire.CookieAlloc
 		}
 		if p.FromRBP {
-			flags |= bpf.CookieSlotRBP
+			flags |= wire.CookieSlotRBP
 		}
 		if p.Capture {
-			flags |= bpf.CookieCapture
+			flags |= wire.CookieCapture
 		}
-		cookie, err := bpf.Cookie(id, p.Kind, flags, p.SlotAdjust)
+		cookie, err := wire.Cookie(id, p.Kind, flags, p.SlotAdjust)
 		if err != nil {
 			// plan bounds the prologue it looks at far below 32 KiB.
 			panic(err)
@@ -359,11 +360,11 @@ func (fp *fileProbes) drop(offsets []uint64, why error, refused func(*plan.Func,
 		switch {
 		case f == nil:
 			warnf("the kernel refuses a probe at file offset %#x of %s (%v): exceptions leaving the root, or signal handlers, are noticed late", p.Offset, fp.obj.Base(), why)
-		case bpf.CookieKind(p.Cookie) == bpf.KindEntry: // an entry or a call site
+		case wire.CookieKind(p.Cookie) == wire.KindEntry: // an entry or a call site
 			if refused(f, fp.planned[i], why) {
 				moved[f] = true
 			}
-		case bpf.CookieKind(p.Cookie) == bpf.KindSite:
+		case wire.CookieKind(p.Cookie) == wire.KindSite:
 			warnf("%s: the kernel refuses a probe on its indirect call at file offset %#x (%v); the targets of that call are not discovered", f.Node.Name(), p.Offset, why)
 		default:
 			warnf("%s: the kernel refuses a probe at file offset %#x (%v); what it would show is inferred", f.Node.Name(), p.Offset, why)

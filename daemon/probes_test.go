@@ -14,6 +14,7 @@ import (
 	"github.com/kprofd/kprofd/internal/callgraph"
 	"github.com/kprofd/kprofd/internal/plan"
 	"github.com/kprofd/kprofd/internal/testtarget"
+	"github.com/kprofd/kprofd/internal/wire"
 	"github.com/kprofd/kprofd/symbolizer"
 )
 
@@ -296,8 +297,8 @@ func TestAttachSites(t *testing.T) {
 	for _, files := range groupProbes(pl, attachOptions{}, nil) {
 		for _, fp := range files {
 			for _, pr := range fp.probes {
-				if bpf.CookieKind(pr.Cookie) == bpf.KindSite {
-					if id := bpf.CookieFunc(pr.Cookie); id < 100 || id >= 100+uint32(len(pl.Sites)) {
+				if wire.CookieKind(pr.Cookie) == wire.KindSite {
+					if id := wire.CookieFunc(pr.Cookie); id < 100 || id >= 100+uint32(len(pl.Sites)) {
 						t.Errorf("site probe numbered %d", id)
 					}
 					sites++

@@ -14,6 +14,7 @@ import (
 	"github.com/kprofd/kprofd/internal/cct"
 	"github.com/kprofd/kprofd/internal/english"
 	"github.com/kprofd/kprofd/internal/plan"
+	"github.com/kprofd/kprofd/internal/wire"
 	"github.com/kprofd/kprofd/symbolizer"
 )
 
@@ -348,7 +349,7 @@ func ProbePair(f *plan.Func) calibrate.Pair {
 	p := calibrate.Pair{Entry: f.EntryClass(), Exit: calibrate.ExitNone}
 	if len(f.Exits) > 0 {
 		p.Exit = calibrate.ExitRet
-		if f.Exits[0].Kind == bpf.KindReturn {
+		if f.Exits[0].Kind == wire.KindReturn {
 			p.Exit = calibrate.ExitUretprobe
 		}
 	}
@@ -448,7 +449,7 @@ func (s *Session) comments(st bpf.Stats) []string {
 	if s.reader != nil {
 		if n, bytes := s.reader.StackRecords(); n > 0 {
 			c = append(c, fmt.Sprintf("%d stack records (cpu-clock samples and real-stack captures) took %.1f MiB of the ring buffer, %d bytes each on average (the stack up to the root's frame, %d at most)",
-				n, float64(bytes)/(1<<20), bytes/n, bpf.StackMax))
+				n, float64(bytes)/(1<<20), bytes/n, wire.StackMax))
 		}
 	}
 	if st.StacksLost > 0 {

@@ -7,9 +7,9 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/kprofd/kprofd/bpf"
 	"github.com/kprofd/kprofd/internal/cct"
 	"github.com/kprofd/kprofd/internal/plan"
+	"github.com/kprofd/kprofd/internal/wire"
 	"github.com/kprofd/kprofd/symbolizer"
 )
 
@@ -22,10 +22,10 @@ import (
 // target's; ProbeFunc then names the function whose probe it is, when it
 // can.
 type SampleUnwinder interface {
-	SampleFrames(st *bpf.Stack) (frames []RealFrame, covered uint64, inProbe bool)
+	SampleFrames(st *wire.Stack) (frames []RealFrame, covered uint64, inProbe bool)
 	// StackFrames is SampleFrames for a stack captured by a probe on
 	// purpose (an allocation sample's): never kprofd's time.
-	StackFrames(st *bpf.Stack) (frames []RealFrame, covered uint64)
+	StackFrames(st *wire.Stack) (frames []RealFrame, covered uint64)
 	ProbeFunc(pc, t uint64) (fn uint32, ok bool)
 }
 
@@ -33,7 +33,7 @@ type SampleUnwinder interface {
 // steady probes' cost by function, which hybrid mode's monitor ranks them
 // by (the kernel counts the totals it steers by), unless a burst's probes
 // may have taken it.
-func (s *Simulator) probeSample(ev *bpf.Event, st *bpf.Stack) {
+func (s *Simulator) probeSample(ev *wire.Event, st *wire.Stack) {
 	s.stats.ProbeSamples++
 	f, known := s.samp.ProbeFunc(st.PC, st.Time)
 	if s.burst != nil && s.burst.log.armedAt(ev.Time) || ev.Time < s.trapSince.Load() {
@@ -58,16 +58,16 @@ func (s *Simulator) SetSampleUnwinder(u SampleUnwinder) { s.samp = u }
 // that no probe reported (functions demoted or never traced) and counts
 // one sample in the context it reaches. Frames the real stack refutes are
 // left alone: unlike captured stacks, samples do not repair the
-// simulation. An allocation sample's stack (bpf.FlagAlloc) is placed the
+// simulation. An allocation sample's stack (wire.FlagAlloc) is placed the
 // same way (see allocSample).
-func (s *Simulator) HandleSample(ev *bpf.Event, st *bpf.Stack) {
+func (s *Simulator) HandleSample(ev *wire.Event, st *wire.Stack) {
 	s.stats.Events++
 	defer func() {
 		if ev.Adjust != 0 {
 			s.adjust(ev.Tid, ev.Adjust)
 		}
 	}()
-	if ev.Flags&bpf.FlagAlloc != 0 {
+	if ev.Flags&wire.FlagAlloc != 0 {
 		s.allocSample(s.thread(ev.Tid), st)
 		return
 	}
@@ -78,7 +78,7 @@ func (s *Simulator) HandleSample(ev *bpf.Event, st *bpf.Stack) {
 	}
 	// The kernel marks a sample in a uprobe's trap (FlagTrap); the user
 	// pc tells the rest: at a probe, or in the [uprobes] mapping.
-	if ev.Flags&bpf.FlagTrap != 0 {
+	if ev.Flags&wire.FlagTrap != 0 {
 		s.probeSample(ev, st)
 		return
 	}
@@ -202,11 +202,11 @@ func (u *sampleUnwinder) addProbes(pl *plan.Plan) {
 	}
 }
 
-func (u *sampleUnwinder) StackFrames(st *bpf.Stack) ([]RealFrame, uint64) {
+func (u *sampleUnwinder) StackFrames(st *wire.Stack) ([]RealFrame, uint64) {
 	return u.realFrames(st, u.funcID)
 }
 
-func (u *sampleUnwinder) SampleFrames(st *bpf.Stack) ([]RealFrame, uint64, bool) {
+func (u *sampleUnwinder) SampleFrames(st *wire.Stack) ([]RealFrame, uint64, bool) {
 	if _, ok := u.probeFunc(st.PC, st.Time); ok || u.inUprobes(st.PC) {
 		return nil, st.SP + st.Delta, true
 	}

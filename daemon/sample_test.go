@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kprofd/kprofd/bpf"
 	"github.com/kprofd/kprofd/internal/cct"
+	"github.com/kprofd/kprofd/internal/wire"
 )
 
 // fakeUnwinder returns fixed real frames for every sample.
@@ -17,11 +17,11 @@ type fakeUnwinder struct {
 	inProbe bool
 }
 
-func (f fakeUnwinder) SampleFrames(*bpf.Stack) ([]RealFrame, uint64, bool) {
+func (f fakeUnwinder) SampleFrames(*wire.Stack) ([]RealFrame, uint64, bool) {
 	return f.frames, f.covered, f.inProbe
 }
 
-func (f fakeUnwinder) StackFrames(*bpf.Stack) ([]RealFrame, uint64) { return f.frames, f.covered }
+func (f fakeUnwinder) StackFrames(*wire.Stack) ([]RealFrame, uint64) { return f.frames, f.covered }
 
 // ProbeFunc places every sample in a probe in function fakeProbeFunc's.
 func (f fakeUnwinder) ProbeFunc(uint64, uint64) (uint32, bool) { return fakeProbeFunc, f.inProbe }
@@ -79,20 +79,20 @@ func TestHandleSample(t *testing.T) {
 		{"in a probe", []RealFrame{{s2, C}}, s0, s3, true, 0, "", 1},
 		// In a uprobe's trap, after the kernel moved the pc on to C's
 		// own code (a stepped ret's return address): kprofd's time.
-		{"in a trap, pc moved on", []RealFrame{{s2, C}, {s1, B}, {s0, A}}, s0, s3, false, bpf.FlagKernel | bpf.FlagTrap, "", 1},
+		{"in a trap, pc moved on", []RealFrame{{s2, C}, {s1, B}, {s0, A}}, s0, s3, false, wire.FlagKernel | wire.FlagTrap, "", 1},
 		// In the kernel for another reason (a system call): the
 		// target's time.
-		{"in a system call", []RealFrame{{s2, C}, {s1, B}, {s0, A}}, s0, s3, false, bpf.FlagKernel, "A/B/C 1", 0},
+		{"in a system call", []RealFrame{{s2, C}, {s1, B}, {s0, A}}, s0, s3, false, wire.FlagKernel, "A/B/C 1", 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := NewSimulator(testFuncs())
 			s.SetSampleUnwinder(fakeUnwinder{tc.real, tc.covered, tc.inProbe})
-			for _, e := range []bpf.Event{in(0, s0, A), in(10, s1, B), in(20, s2, C)} {
+			for _, e := range []wire.Event{in(0, s0, A), in(10, s1, B), in(20, s2, C)} {
 				s.Handle(&e)
 			}
-			e := ev(bpf.KindSample, 30, s0, 0)
+			e := ev(wire.KindSample, 30, s0, 0)
 			e.Flags = tc.flags
-			s.HandleSample(&e, &bpf.Stack{SP: tc.sp})
+			s.HandleSample(&e, &wire.Stack{SP: tc.sp})
 			if got := samplesString(s.Merged()); got != tc.want {
 				t.Errorf("samples %q, want %q", got, tc.want)
 			}
@@ -111,8 +111,8 @@ func TestTrapSamplesSince(t *testing.T) {
 	s.SetSampleUnwinder(fakeUnwinder{inProbe: true})
 	s.trapSince.Store(100)
 	for _, at := range []uint64{50, 99, 100, 150} {
-		e := ev(bpf.KindSample, at, 0, 0)
-		s.HandleSample(&e, &bpf.Stack{})
+		e := ev(wire.KindSample, at, 0, 0)
+		s.HandleSample(&e, &wire.Stack{})
 	}
 	if got := s.TrapSamples()[fakeProbeFunc]; got != 2 {
 		t.Errorf("%d trap samples counted, want the 2 taken at or after 100", got)
@@ -124,8 +124,8 @@ func TestTrapSamplesSince(t *testing.T) {
 func TestHandleSampleOutsideRoot(t *testing.T) {
 	s := NewSimulator(testFuncs())
 	s.SetSampleUnwinder(fakeUnwinder{frames: []RealFrame{{0x1000, A}}, covered: 0x1000})
-	e := ev(bpf.KindSample, 30, 0x1000, 0)
-	s.HandleSample(&e, &bpf.Stack{SP: 0xf00})
+	e := ev(wire.KindSample, 30, 0x1000, 0)
+	s.HandleSample(&e, &wire.Stack{SP: 0xf00})
 	if st := s.Stats(); st.UnplacedSamples != 1 || s.Merged().NumNodes() != 0 {
 		t.Errorf("%d unplaced, %d nodes", st.UnplacedSamples, s.Merged().NumNodes())
 	}

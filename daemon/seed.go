@@ -9,13 +9,14 @@ import (
 
 	"github.com/kprofd/kprofd/bpf"
 	"github.com/kprofd/kprofd/internal/cct"
+	"github.com/kprofd/kprofd/internal/wire"
 )
 
 // Threads already inside a root when kprofd attaches (a server in its
 // event loop, an interpreter running a script) never pass a root's entry
 // probe. The probe program therefore captures the real stack of every
 // thread that was running at the attach at its first probe hit
-// (bpf.FlagSeed) and sends all of that thread's events until the daemon's
+// (wire.FlagSeed) and sends all of that thread's events until the daemon's
 // verdict comes back: HandleSeed looks for a root frame on the stack and
 // puts the running frames from the outermost root down on the simulated
 // stack, or marks the thread outside, whose events are then dropped until
@@ -31,7 +32,7 @@ import (
 // began before anything could see them) and their time starts now. The
 // innermost frame of an entry probe's capture is left to the entry event
 // that follows.
-func (s *Simulator) HandleSeed(ev *bpf.Event, st *bpf.Stack) uint64 {
+func (s *Simulator) HandleSeed(ev *wire.Event, st *wire.Stack) uint64 {
 	s.stats.Events++
 	s.stats.Seeds++
 	th := s.thread(ev.Tid)
@@ -43,7 +44,7 @@ func (s *Simulator) HandleSeed(ev *bpf.Event, st *bpf.Stack) uint64 {
 	if s.rec != nil && st != nil {
 		real, _ = s.rec.Frames(st)
 	}
-	if ev.Flags&bpf.FlagAtEntry != 0 && len(real) > 0 {
+	if ev.Flags&wire.FlagAtEntry != 0 && len(real) > 0 {
 		real = real[1:]
 	}
 	outer := -1
@@ -76,15 +77,15 @@ func (s *Simulator) HandleSeed(ev *bpf.Event, st *bpf.Stack) uint64 {
 // has the verdict, and so does one that leaves a root by longjmp before
 // then: the probe program's test for a root left (an entry at or above the
 // outermost root frame's slot) waits for the verdict, so it is made here.
-func (s *Simulator) dropOutside(ev *bpf.Event) bool {
+func (s *Simulator) dropOutside(ev *wire.Event) bool {
 	th := s.thread(ev.Tid)
-	if !th.checked || ev.Kind == bpf.KindAlloc {
+	if !th.checked || ev.Kind == wire.KindAlloc {
 		// An allocator's result follows its exit, which may have left
 		// the root (a root that tail-calls free).
 		return false
 	}
-	isRoot := ev.Kind == bpf.KindEntry && s.isRoot(ev.Func)
-	if len(th.frames) > 0 && ev.Kind == bpf.KindEntry && !isRoot && s.leftRoot(th, ev) {
+	isRoot := ev.Kind == wire.KindEntry && s.isRoot(ev.Func)
+	if len(th.frames) > 0 && ev.Kind == wire.KindEntry && !isRoot && s.leftRoot(th, ev) {
 		s.stats.InferredExits += uint64(len(th.frames))
 		s.closeAll(th, ev.Time)
 	}
@@ -98,7 +99,7 @@ func (s *Simulator) dropOutside(ev *bpf.Event) bool {
 // leftRoot reports whether entry ev proves that the thread left its
 // outermost frame: it enters at a higher slot, or at the same one without
 // being a tail call of the function there.
-func (s *Simulator) leftRoot(th *thread, ev *bpf.Event) bool {
+func (s *Simulator) leftRoot(th *thread, ev *wire.Event) bool {
 	outer := th.frames[0].slot
 	if ev.Slot != outer {
 		return ev.Slot > outer
@@ -146,7 +147,7 @@ type seedStats struct {
 
 // settle hands the verdict on the thread that captured ev to the probe
 // program. Run by the event loop only.
-func (s *Session) settle(ev *bpf.Event, rootSlot uint64) {
+func (s *Session) settle(ev *wire.Event, rootSlot uint64) {
 	if err := s.prog.Settle(ev.Tid, rootSlot); err != nil {
 		// The thread keeps sending everything; the simulator still
 		// keeps only what is inside a root.

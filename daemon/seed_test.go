@@ -4,8 +4,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kprofd/kprofd/bpf"
 	"github.com/kprofd/kprofd/internal/cct"
+	"github.com/kprofd/kprofd/internal/wire"
 )
 
 // TestHandleSeed checks the verdict on a thread's first probe hit: with a
@@ -19,38 +19,38 @@ func TestHandleSeed(t *testing.T) {
 		name    string
 		real    []RealFrame
 		flags   uint8
-		events  []bpf.Event
+		events  []wire.Event
 		verdict uint64
 		want    string // the tree
 		running string // contexts marked running
 		dropped uint64
 	}{{
 		name: "inside, at an exit", real: []RealFrame{{s2, C}, {s1, B}, {s0, A}},
-		events:  []bpf.Event{out(50, s2, C), in(60, s2, D), out(70, s2, D), out(80, s1, B)},
+		events:  []wire.Event{out(50, s2, C), in(60, s2, D), out(70, s2, D), out(80, s1, B)},
 		verdict: s1, want: "B 0 40;B/C 0 10;B/D 1 10", running: "B B/C",
 	}, {
-		name: "inside, at an entry", real: []RealFrame{{s2, D}, {s1, B}, {s0, A}}, flags: bpf.FlagAtEntry,
-		events:  []bpf.Event{in(40, s2, D), out(50, s2, D), out(60, s1, B)},
+		name: "inside, at an entry", real: []RealFrame{{s2, D}, {s1, B}, {s0, A}}, flags: wire.FlagAtEntry,
+		events:  []wire.Event{in(40, s2, D), out(50, s2, D), out(60, s1, B)},
 		verdict: s1, want: "B 0 20;B/D 1 10", running: "B",
 	}, {
 		name: "the outermost of two roots", real: []RealFrame{{s2, B}, {s1, B}, {s0, A}},
-		events:  []bpf.Event{out(50, s2, B), out(60, s1, B)},
+		events:  []wire.Event{out(50, s2, B), out(60, s1, B)},
 		verdict: s1, want: "B 0 20;B/B 0 10", running: "B B/B",
 	}, {
 		// B longjmps to A, which calls D: B's frame is gone although
 		// the probe program, still waiting for the verdict, said nothing.
 		name: "left by longjmp", real: []RealFrame{{s1, B}, {s0, A}},
-		events:  []bpf.Event{in(50, s0, D), out(55, s0, D), in(60, s1, B), out(70, s1, B)},
+		events:  []wire.Event{in(50, s0, D), out(55, s0, D), in(60, s1, B), out(70, s1, B)},
 		verdict: s1, want: "B 1 20", running: "B", dropped: 2,
 	}, {
 		name: "outside", real: []RealFrame{{s1, C}, {s0, A}},
-		events:  []bpf.Event{in(50, s1, D), out(55, s1, D), in(60, s1, B), in(65, s2, C), out(70, s2, C), out(80, s1, B)},
+		events:  []wire.Event{in(50, s1, D), out(55, s1, D), in(60, s1, B), in(65, s2, C), out(70, s2, C), out(80, s1, B)},
 		verdict: 0, want: "B 1 20;B/C 1 5", dropped: 2,
 	}, {
 		// The first hit is the root's entry: the probe program sees it
 		// enter, so the verdict is none and the entry event counts.
-		name: "entering the root", real: []RealFrame{{s1, B}, {s0, A}}, flags: bpf.FlagAtEntry,
-		events:  []bpf.Event{in(40, s1, B), out(50, s1, B)},
+		name: "entering the root", real: []RealFrame{{s1, B}, {s0, A}}, flags: wire.FlagAtEntry,
+		events:  []wire.Event{in(40, s1, B), out(50, s1, B)},
 		verdict: 0, want: "B 1 10",
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -58,9 +58,9 @@ func TestHandleSeed(t *testing.T) {
 			funcs[B].Root = true
 			s := NewSimulator(funcs)
 			s.SetReconciler(fakeReconciler{tc.real, s0})
-			st := ev(bpf.KindStack, 40, 0, 0)
-			st.Flags = bpf.FlagSeed | tc.flags
-			if got := s.HandleSeed(&st, &bpf.Stack{}); got != tc.verdict {
+			st := ev(wire.KindStack, 40, 0, 0)
+			st.Flags = wire.FlagSeed | tc.flags
+			if got := s.HandleSeed(&st, &wire.Stack{}); got != tc.verdict {
 				t.Errorf("verdict %#x, want %#x", got, tc.verdict)
 			}
 			for i := range tc.events {

@@ -18,6 +18,7 @@ import (
 	"github.com/kprofd/kprofd/internal/cct"
 	"github.com/kprofd/kprofd/internal/plan"
 	"github.com/kprofd/kprofd/internal/ptrace"
+	"github.com/kprofd/kprofd/internal/wire"
 	"github.com/kprofd/kprofd/internal/x86"
 )
 
@@ -458,8 +459,8 @@ func (s *Session) stageOf(id int) Stage {
 }
 
 // allocSpecs returns the specs of the plan's allocators by function id.
-func allocSpecs(pr *Prepared) map[uint32]bpf.AllocSpec {
-	m := map[uint32]bpf.AllocSpec{}
+func allocSpecs(pr *Prepared) map[uint32]wire.AllocSpec {
+	m := map[uint32]wire.AllocSpec{}
 	for _, f := range pr.Plan.Funcs {
 		if f.Alloc != nil {
 			m[f.ID] = f.Alloc.Spec
@@ -531,19 +532,19 @@ func (s *Session) watchExit() {
 // detached the probes and the ring buffer is empty.
 func (s *Session) run() {
 	defer close(s.done)
-	buf := make([]bpf.Event, 0, 8192)
+	buf := make([]wire.Event, 0, 8192)
 	lastActive := time.Now()
 	for {
 		var err error
 		buf, err = s.reader.Read(buf[:0])
 		for i := range buf {
-			if ev := &buf[i]; ev.Kind == bpf.KindStack && ev.Flags&bpf.FlagSeed != 0 {
+			if ev := &buf[i]; ev.Kind == wire.KindStack && ev.Flags&wire.FlagSeed != 0 {
 				s.settle(ev, s.sim.HandleSeed(ev, s.reader.Stack(ev)))
-			} else if ev.Kind == bpf.KindStack {
+			} else if ev.Kind == wire.KindStack {
 				s.sim.HandleStack(ev, s.reader.Stack(ev))
-			} else if ev.Kind == bpf.KindSample {
+			} else if ev.Kind == wire.KindSample {
 				s.sim.HandleSample(ev, s.reader.Stack(ev))
-			} else if ev.Kind == bpf.KindTarget {
+			} else if ev.Kind == wire.KindTarget {
 				if s.disc != nil {
 					s.disc.report(ev)
 				}

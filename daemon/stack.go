@@ -8,9 +8,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/kprofd/kprofd/bpf"
 	"github.com/kprofd/kprofd/internal/alloc"
 	"github.com/kprofd/kprofd/internal/cct"
+	"github.com/kprofd/kprofd/internal/wire"
 )
 
 // FuncInfo is what the stack simulator knows about one probed function,
@@ -71,7 +71,7 @@ type SimStats struct {
 	// ThreadExits is the number of threads that exited inside the root;
 	// DiedFrames the frames their exit closed.
 	ThreadExits, DiedFrames uint64
-	// LostMarks is the number of events flagged bpf.FlagLostBefore.
+	// LostMarks is the number of events flagged wire.FlagLostBefore.
 	LostMarks uint64
 	// Catches is the number of catch events (landing pads, setjmp
 	// returns), Syncs the number of sync events (__cxa_begin_catch, the
@@ -95,7 +95,7 @@ type SimStats struct {
 	// RootEntries counts the entries of root functions.
 	RootEntries uint64
 	// Seeds counts the threads checked at their first probe hit for a
-	// root already on their stack (bpf.FlagSeed): SeededThreads had one,
+	// root already on their stack (wire.FlagSeed): SeededThreads had one,
 	// SeededFrames is how many of their running frames were put on their
 	// simulated stacks, and Dropped counts the events of the others,
 	// outside every root, sent while they waited for the verdict.
@@ -475,14 +475,14 @@ func (th *thread) topFrame() *frame {
 }
 
 // Handle applies one event.
-func (s *Simulator) Handle(ev *bpf.Event) {
+func (s *Simulator) Handle(ev *wire.Event) {
 	s.stats.Events++
 	if s.burst != nil {
 		if ids, at := s.burst.due(ev.Time); len(ids) > 0 {
 			s.baseDemoted(ids, at)
 		}
 	}
-	if ev.Flags&bpf.FlagLostBefore != 0 {
+	if ev.Flags&wire.FlagLostBefore != 0 {
 		s.stats.LostMarks++
 		if s.burst != nil {
 			s.burst.log.lost(ev.Time)
@@ -499,34 +499,34 @@ func (s *Simulator) Handle(ev *bpf.Event) {
 		return
 	}
 	switch ev.Kind {
-	case bpf.KindEntry:
+	case wire.KindEntry:
 		s.stats.Entries++
 		s.entry(s.thread(ev.Tid), ev)
-	case bpf.KindExit, bpf.KindReturn:
+	case wire.KindExit, wire.KindReturn:
 		s.stats.Exits++
 		s.exit(s.thread(ev.Tid), ev)
-	case bpf.KindCatch:
+	case wire.KindCatch:
 		s.stats.Catches++
 		th := s.thread(ev.Tid)
 		if top := th.topFrame(); top != nil {
 			top.prev = nil // the gap holds an unwind
 		}
 		s.catch(th, ev)
-	case bpf.KindSync:
+	case wire.KindSync:
 		s.stats.Syncs++
 		s.sync(s.thread(ev.Tid), ev)
-	case bpf.KindSignal:
+	case wire.KindSignal:
 		s.stats.Signals++
 		th := s.thread(ev.Tid)
 		if top := th.topFrame(); top != nil {
 			top.prev = nil // the gap holds a signal handler
 		}
 		s.signal(th, ev)
-	case bpf.KindSigreturn:
+	case wire.KindSigreturn:
 		s.sigreturn(s.thread(ev.Tid), ev)
-	case bpf.KindAlloc:
+	case wire.KindAlloc:
 		s.allocEvent(s.thread(ev.Tid), ev)
-	case bpf.KindThreadExit:
+	case wire.KindThreadExit:
 		th := s.thread(ev.Tid)
 		s.stats.ThreadExits++
 		s.stats.DiedFrames += uint64(len(th.frames))
@@ -604,7 +604,7 @@ func (s *Simulator) end(fr []frame, i int, t uint64, cut bool) {
 	}
 }
 
-func (s *Simulator) entry(th *thread, ev *bpf.Event) {
+func (s *Simulator) entry(th *thread, ev *wire.Event) {
 	slot, t := ev.Slot, ev.Time
 	f := cct.FuncID(ev.Func)
 	lf := s.logical(ev.Func)
@@ -649,7 +649,7 @@ func (s *Simulator) entry(th *thread, ev *bpf.Event) {
 	switch {
 	case flags != 0:
 		// Folded: its caller's node holds it.
-	case ev.Flags&bpf.FlagBurst != 0 && s.burst != nil:
+	case ev.Flags&wire.FlagBurst != 0 && s.burst != nil:
 		// A demoted function's call, seen by a burst: estimated.
 		flags = frameBurst
 		if s.burst.count(node, ev.Func, t, anchorFrame(fr), outermostExact(fr), top) {
@@ -737,9 +737,9 @@ type demotedAt struct {
 }
 
 // going reports whether ev is an event of probes already demoted.
-func (s *Simulator) going(ev *bpf.Event) bool {
+func (s *Simulator) going(ev *wire.Event) bool {
 	gone := s.gone.Load()
-	if gone == nil || ev.Flags&bpf.FlagBurst != 0 {
+	if gone == nil || ev.Flags&wire.FlagBurst != 0 {
 		return false
 	}
 	d, ok := (*gone)[ev.Func]
@@ -747,9 +747,9 @@ func (s *Simulator) going(ev *bpf.Event) bool {
 		return false
 	}
 	switch ev.Kind {
-	case bpf.KindEntry:
+	case wire.KindEntry:
 		return d.stage == StageSampled
-	case bpf.KindExit, bpf.KindReturn:
+	case wire.KindExit, wire.KindReturn:
 		return true
 	}
 	return false
@@ -781,7 +781,7 @@ func (s *Simulator) runningCalls() map[*cct.Node]uint64 {
 }
 
 // SetBurstCounts makes entries seen by bursts of sampled instrumentation
-// (bpf.FlagBurst) count into b instead of their contexts' exact calls.
+// (wire.FlagBurst) count into b instead of their contexts' exact calls.
 func (s *Simulator) SetBurstCounts(b *burstCounts) { s.burst = b }
 
 // pushEntered puts on the thread's simulated stack the frames of the real
@@ -822,7 +822,7 @@ func (s *Simulator) pushReal(th *thread, real []RealFrame, below, t uint64) int 
 
 // catch handles a landing pad or a setjmp return site: the function at the
 // event's slot runs again, every frame below it was unwound.
-func (s *Simulator) catch(th *thread, ev *bpf.Event) {
+func (s *Simulator) catch(th *thread, ev *wire.Event) {
 	s.unwind(th, ev.Slot, ev.Time, false)
 	n := len(th.frames)
 	if n == 0 || th.frames[n-1].slot != ev.Slot || th.frames[n-1].fn != s.logical(ev.Func) {
@@ -837,7 +837,7 @@ func (s *Simulator) SignalFunc() cct.FuncID { return cct.FuncID(len(s.funcs)) }
 
 // signal starts a signal handler: a marker frame under the interrupted
 // context holds the handler's calls.
-func (s *Simulator) signal(th *thread, ev *bpf.Event) {
+func (s *Simulator) signal(th *thread, ev *wire.Event) {
 	node, flags := s.child(th, th.topFrame(), s.SignalFunc())
 	if flags == 0 {
 		node.Calls++
@@ -848,7 +848,7 @@ func (s *Simulator) signal(th *thread, ev *bpf.Event) {
 
 // sigreturn ends the innermost signal handler and whatever of its frames
 // are still open.
-func (s *Simulator) sigreturn(th *thread, ev *bpf.Event) {
+func (s *Simulator) sigreturn(th *thread, ev *wire.Event) {
 	for i := len(th.frames) - 1; i >= 0; i-- {
 		if th.frames[i].flags&frameSignal != 0 {
 			s.unwindTo(th, i, ev.Time, false)
@@ -858,7 +858,7 @@ func (s *Simulator) sigreturn(th *thread, ev *bpf.Event) {
 }
 
 // sync handles a sync event: every frame at or below its slot is gone.
-func (s *Simulator) sync(th *thread, ev *bpf.Event) {
+func (s *Simulator) sync(th *thread, ev *wire.Event) {
 	s.unwind(th, ev.Slot, ev.Time, true)
 	th.runSlot = 0
 }
@@ -887,7 +887,7 @@ type RealFrame struct {
 // covered is the highest slot up to which the frames are complete: frames
 // of the simulated stack above it cannot be checked.
 type Reconciler interface {
-	Frames(st *bpf.Stack) (frames []RealFrame, covered uint64)
+	Frames(st *wire.Stack) (frames []RealFrame, covered uint64)
 }
 
 // SetRestarts makes an entry of the function already on top of the
@@ -907,7 +907,7 @@ func (s *Simulator) SetReconciler(r Reconciler) { s.rec = r }
 // capture's time. The real stack's frames above the last one kept are
 // put back (as entered, counting no call) where a burst's capture or a
 // repair while a burst's probes are in needs them.
-func (s *Simulator) HandleStack(ev *bpf.Event, st *bpf.Stack) {
+func (s *Simulator) HandleStack(ev *wire.Event, st *wire.Stack) {
 	s.stats.Events++
 	th := s.thread(ev.Tid)
 	if s.rec != nil && st != nil {
@@ -949,7 +949,7 @@ func (s *Simulator) HandleStack(ev *bpf.Event, st *bpf.Stack) {
 			}
 		}
 		switch {
-		case ev.Flags&bpf.FlagBurst != 0:
+		case ev.Flags&wire.FlagBurst != 0:
 			s.pushEntered(th, frames, ev.Time)
 		case repaired && s.burst != nil && s.burst.log.armedAt(ev.Time):
 			// The frames above the one found gone were popped with
@@ -978,12 +978,12 @@ func (s *Simulator) unwindTo(th *thread, i int, t uint64, cut bool) {
 	th.runSlot = 0
 }
 
-func (s *Simulator) exit(th *thread, ev *bpf.Event) {
+func (s *Simulator) exit(th *thread, ev *wire.Event) {
 	slot, t := ev.Slot, ev.Time
 	s.popDeeper(th, slot, t)
 	n := len(th.frames)
 	if n == 0 || th.frames[n-1].slot != slot {
-		if ev.Kind == bpf.KindReturn && slot == th.runSlot {
+		if ev.Kind == wire.KindReturn && slot == th.runSlot {
 			s.stats.ChainedReturns++
 		} else {
 			s.stats.UnmatchedExits++

@@ -4,8 +4,8 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/kprofd/kprofd/bpf"
 	"github.com/kprofd/kprofd/internal/cct"
+	"github.com/kprofd/kprofd/internal/wire"
 )
 
 // synthStream returns a synthetic event stream of about n events: 4
@@ -13,7 +13,7 @@ import (
 // recursive), interleaved in runs of 16–256 events, every thread's stack
 // empty at the end. Without exits only the entry events are kept (the
 // entry-probes-only mode; the simulator infers every exit).
-func synthStream(n int, exits bool) ([]bpf.Event, []FuncInfo) {
+func synthStream(n int, exits bool) ([]wire.Event, []FuncInfo) {
 	const (
 		nfuncs   = 50
 		nthreads = 4
@@ -39,12 +39,12 @@ func synthStream(n int, exits bool) ([]bpf.Event, []FuncInfo) {
 	}
 
 	type rec struct {
-		ev   bpf.Event
+		ev   wire.Event
 		tick uint64
 	}
 	var gen func(th []rec, tid, f uint32, slot uint64, depth int) []rec
 	gen = func(th []rec, tid, f uint32, slot uint64, depth int) []rec {
-		th = append(th, rec{bpf.Event{Slot: slot, Tid: tid, Func: f, Kind: bpf.KindEntry}, uint64(1 + r.IntN(20))})
+		th = append(th, rec{wire.Event{Slot: slot, Tid: tid, Func: f, Kind: wire.KindEntry}, uint64(1 + r.IntN(20))})
 		if depth < maxDepth {
 			for _, c := range callees[f] {
 				if r.IntN(3) != 0 {
@@ -53,7 +53,7 @@ func synthStream(n int, exits bool) ([]bpf.Event, []FuncInfo) {
 			}
 		}
 		if exits {
-			th = append(th, rec{bpf.Event{Slot: slot, Tid: tid, Func: f, Kind: bpf.KindExit}, uint64(1 + r.IntN(20))})
+			th = append(th, rec{wire.Event{Slot: slot, Tid: tid, Func: f, Kind: wire.KindExit}, uint64(1 + r.IntN(20))})
 		}
 		return th
 	}
@@ -63,7 +63,7 @@ func synthStream(n int, exits bool) ([]bpf.Event, []FuncInfo) {
 			per[tid] = gen(per[tid], uint32(1000+tid), 0, 0x7ffd_0000_0000+uint64(tid)<<24, 0)
 		}
 	}
-	var evs []bpf.Event
+	var evs []wire.Event
 	var now uint64
 	var pos [nthreads]int
 	for left := nthreads; left > 0; {

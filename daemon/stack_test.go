@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kprofd/kprofd/bpf"
 	"github.com/kprofd/kprofd/internal/cct"
+	"github.com/kprofd/kprofd/internal/wire"
 )
 
 // Function ids of the tests.
@@ -46,28 +46,28 @@ func testFuncs() []FuncInfo {
 	return fs
 }
 
-func ev(kind bpf.Kind, t, slot uint64, f cct.FuncID) bpf.Event {
-	return bpf.Event{Time: t, Slot: slot, Tid: 1, Func: uint32(f), Kind: kind}
+func ev(kind wire.Kind, t, slot uint64, f cct.FuncID) wire.Event {
+	return wire.Event{Time: t, Slot: slot, Tid: 1, Func: uint32(f), Kind: kind}
 }
 
 // in, out and ret build entry, exit (ret-site) and return (uretprobe)
 // events of thread 1.
-func in(t, slot uint64, f cct.FuncID) bpf.Event  { return ev(bpf.KindEntry, t, slot, f) }
-func out(t, slot uint64, f cct.FuncID) bpf.Event { return ev(bpf.KindExit, t, slot, f) }
-func ret(t, slot uint64, f cct.FuncID) bpf.Event { return ev(bpf.KindReturn, t, slot, f) }
+func in(t, slot uint64, f cct.FuncID) wire.Event  { return ev(wire.KindEntry, t, slot, f) }
+func out(t, slot uint64, f cct.FuncID) wire.Event { return ev(wire.KindExit, t, slot, f) }
+func ret(t, slot uint64, f cct.FuncID) wire.Event { return ev(wire.KindReturn, t, slot, f) }
 
 // on moves an event to thread tid.
-func on(tid uint32, e bpf.Event) bpf.Event { e.Tid = tid; return e }
+func on(tid uint32, e wire.Event) wire.Event { e.Tid = tid; return e }
 
 // catch and syncAt build catch and sync events of thread 1.
-func catch(t, slot uint64, f cct.FuncID) bpf.Event { return ev(bpf.KindCatch, t, slot, f) }
-func syncAt(t, slot uint64) bpf.Event              { return ev(bpf.KindSync, t, slot, 0) }
+func catch(t, slot uint64, f cct.FuncID) wire.Event { return ev(wire.KindCatch, t, slot, f) }
+func syncAt(t, slot uint64) wire.Event              { return ev(wire.KindSync, t, slot, 0) }
 
 // adj gives an event adjust time.
-func adj(e bpf.Event, d uint32) bpf.Event { e.Adjust = d; return e }
+func adj(e wire.Event, d uint32) wire.Event { e.Adjust = d; return e }
 
 // lost marks an event as the first after a loss.
-func lost(e bpf.Event) bpf.Event { e.Flags |= bpf.FlagLostBefore; return e }
+func lost(e wire.Event) wire.Event { e.Flags |= wire.FlagLostBefore; return e }
 
 // treeString renders a tree as "path calls wall" entries sorted by path
 // and joined by ";", paths as names joined by "/".
@@ -101,14 +101,14 @@ func TestSimulator(t *testing.T) {
 	)
 	// Two calls of B and one of C calling D, all from A; and W recursing
 	// four deep, then two.
-	nesting := []bpf.Event{
+	nesting := []wire.Event{
 		in(0, s0, A),
 		in(10, s1, B), out(30, s1, B),
 		in(40, s1, C), in(45, s2, D), out(50, s2, D), out(60, s1, C),
 		in(70, s1, B), out(80, s1, B),
 		out(100, s0, A),
 	}
-	recursion := []bpf.Event{
+	recursion := []wire.Event{
 		in(0, s0, A),
 		in(10, s1, W), in(20, s2, W), in(30, s3, W), in(40, s4, W),
 		out(45, s4, W), out(55, s3, W), out(70, s2, W), out(90, s1, W),
@@ -118,7 +118,7 @@ func TestSimulator(t *testing.T) {
 	tests := []struct {
 		name   string
 		funcs  []FuncInfo // testFuncs() if nil
-		events []bpf.Event
+		events []wire.Event
 		finish uint64 // Finish(finish) when non-zero
 		want   string
 		tids   map[uint32]string // per-thread trees, when given
@@ -132,7 +132,7 @@ func TestSimulator(t *testing.T) {
 		want:   "A 1 100;A/B 2 30;A/C 1 20;A/C/D 1 5",
 	}, {
 		name: "return events",
-		events: []bpf.Event{
+		events: []wire.Event{
 			in(0, s0, A), in(10, s1, B), ret(30, s1, B), ret(100, s0, A),
 		},
 		want: "A 1 100;A/B 1 20",
@@ -154,7 +154,7 @@ func TestSimulator(t *testing.T) {
 		stats:  SimStats{Nodes: 2, Folded: 2},
 	}, {
 		name: "node budget past a thread's first call",
-		events: []bpf.Event{
+		events: []wire.Event{
 			in(0, s0, A), in(10, s1, B), out(20, s1, B), out(30, s0, A),
 			on(2, in(40, s0, C)), on(2, in(45, s1, D)), on(2, out(50, s1, D)), on(2, out(60, s0, C)),
 		},
@@ -164,7 +164,7 @@ func TestSimulator(t *testing.T) {
 		stats:  SimStats{Nodes: 2, Folded: 2},
 	}, {
 		name: "shared tree holds each context once",
-		events: []bpf.Event{
+		events: []wire.Event{
 			in(0, s0, A), on(2, in(5, s0, A)), in(10, s1, B), on(2, in(12, s1, B)),
 			out(20, s1, B), on(2, out(22, s1, B)), out(30, s0, A), on(2, out(35, s0, A)),
 		},
@@ -173,7 +173,7 @@ func TestSimulator(t *testing.T) {
 		stats:  SimStats{Nodes: 2},
 	}, {
 		name: "tail call",
-		events: []bpf.Event{
+		events: []wire.Event{
 			in(0, s0, A), in(10, s1, B), in(20, s1, C), out(50, s1, C), out(60, s0, A),
 		},
 		want:  "A 1 60;A/B 1 40;A/B/C 1 30",
@@ -185,14 +185,14 @@ func TestSimulator(t *testing.T) {
 			fs[A].TailCalls = []cct.FuncID{F}
 			return fs
 		}(),
-		events: []bpf.Event{
+		events: []wire.Event{
 			in(0, s0, D), in(10, s1, A), in(20, s1, Fp), out(50, s1, Fp), out(60, s0, D),
 		},
 		want:  "D 1 60;D/A 1 40;D/A/F 1 30",
 		stats: SimStats{TailCalls: 1},
 	}, {
 		name: "tail-called frame's missed exit pops the replaced caller too",
-		events: []bpf.Event{
+		events: []wire.Event{
 			in(0, s0, A), in(10, s1, B), in(20, s1, C),
 			in(50, s1, D), out(55, s1, D),
 			out(60, s0, A),
@@ -201,28 +201,28 @@ func TestSimulator(t *testing.T) {
 		stats: SimStats{TailCalls: 1, InferredExits: 2},
 	}, {
 		name: "missed exit inferred by an entry at the same slot",
-		events: []bpf.Event{
+		events: []wire.Event{
 			in(0, s0, A), in(10, s1, C), in(30, s1, B), out(40, s1, B), out(50, s0, A),
 		},
 		want:  "A 1 50;A/B 1 10;A/C 1 20",
 		stats: SimStats{InferredExits: 1},
 	}, {
 		name: "missed exits inferred by a shallower exit",
-		events: []bpf.Event{
+		events: []wire.Event{
 			in(0, s0, A), in(10, s1, B), in(15, s2, D), out(40, s0, A),
 		},
 		want:  "A 1 40;A/B 1 30;A/B/D 1 25",
 		stats: SimStats{InferredExits: 2},
 	}, {
 		name: "missed exit inferred by a shallower entry",
-		events: []bpf.Event{
+		events: []wire.Event{
 			in(0, s0, A), in(10, s2, B), in(20, s1, C), out(25, s1, C), out(40, s0, A),
 		},
 		want:  "A 1 40;A/B 1 10;A/C 1 5",
 		stats: SimStats{InferredExits: 1},
 	}, {
 		name: "exit pops deeper frames (longjmp)",
-		events: []bpf.Event{
+		events: []wire.Event{
 			in(0, s0, A), in(10, s1, B), in(20, s2, C), in(30, s3, D),
 			out(50, s1, B), out(60, s0, A),
 		},
@@ -230,7 +230,7 @@ func TestSimulator(t *testing.T) {
 		stats: SimStats{InferredExits: 2},
 	}, {
 		name: "clone continues its caller",
-		events: []bpf.Event{
+		events: []wire.Event{
 			in(0, s0, A), in(5, s1, F), in(10, s2, Fp),
 			in(20, s3, B), out(30, s3, B),
 			out(40, s2, Fp), out(50, s1, F), out(60, s0, A),
@@ -238,7 +238,7 @@ func TestSimulator(t *testing.T) {
 		want: "A 1 60;A/F 1 45;A/F/B 1 10",
 	}, {
 		name: "clone tail-called by its caller continues it",
-		events: []bpf.Event{
+		events: []wire.Event{
 			in(0, s0, A), in(5, s1, F), in(10, s1, Fp),
 			in(20, s2, B), out(30, s2, B),
 			out(40, s1, Fp), out(60, s0, A),
@@ -247,13 +247,13 @@ func TestSimulator(t *testing.T) {
 		stats: SimStats{TailCalls: 1},
 	}, {
 		name: "clone called from elsewhere is a call of its logical function",
-		events: []bpf.Event{
+		events: []wire.Event{
 			in(0, s0, A), in(10, s1, Fp), out(30, s1, Fp), out(60, s0, A),
 		},
 		want: "A 1 60;A/F 1 20",
 	}, {
 		name: "two threads interleaved",
-		events: []bpf.Event{
+		events: []wire.Event{
 			on(1, in(0, s0, A)), on(1, in(10, s1, B)),
 			on(2, in(12, s0, A)), on(2, in(14, s1, C)),
 			on(1, out(20, s1, B)),
@@ -268,7 +268,7 @@ func TestSimulator(t *testing.T) {
 		},
 	}, {
 		name: "finish closes open frames",
-		events: []bpf.Event{
+		events: []wire.Event{
 			in(0, s0, A), in(10, s1, B), in(20, s1, C), in(30, s2, D), out(40, s2, D),
 		},
 		finish: 100,
@@ -279,7 +279,7 @@ func TestSimulator(t *testing.T) {
 		// at the same slot: C's return pops both, B's is a chained
 		// return, not an error.
 		name: "uretprobe returns of a tail-call chain",
-		events: []bpf.Event{
+		events: []wire.Event{
 			in(0, s0, A), in(10, s1, B), in(20, s1, C), ret(30, s1, C), ret(30, s1, B),
 			in(40, s1, B), ret(50, s1, B), ret(60, s0, A),
 		},
@@ -287,8 +287,8 @@ func TestSimulator(t *testing.T) {
 		stats: SimStats{TailCalls: 1, ChainedReturns: 1},
 	}, {
 		name: "thread exit inside the root ends its frames",
-		events: []bpf.Event{
-			in(0, s0, A), in(10, s1, B), in(20, s2, C), ev(bpf.KindThreadExit, 50, 0, 0),
+		events: []wire.Event{
+			in(0, s0, A), in(10, s1, B), in(20, s2, C), ev(wire.KindThreadExit, 50, 0, 0),
 			in(60, s0, A), out(70, s0, A),
 		},
 		finish: 100,
@@ -298,7 +298,7 @@ func TestSimulator(t *testing.T) {
 		// Adjust time after an entry lands in the new frame, after an
 		// exit in the caller; callers lose their callees' adjust too.
 		name: "adjust time",
-		events: []bpf.Event{
+		events: []wire.Event{
 			in(0, s0, A), adj(in(10, s1, B), 4), adj(out(30, s1, B), 5), out(50, s0, A),
 		},
 		want:  "A 1 41;A/B 1 16",
@@ -307,7 +307,7 @@ func TestSimulator(t *testing.T) {
 		// An exception thrown in D unwinds D and C and lands in B's
 		// handler, which calls D; B and A then return normally.
 		name: "catch pops the frames an exception unwound",
-		events: []bpf.Event{
+		events: []wire.Event{
 			in(0, s0, A), in(10, s1, B), in(20, s2, C), in(30, s3, D), catch(50, s1, B),
 			in(55, s2, D), out(58, s2, D), out(60, s1, B), out(70, s0, A),
 		},
@@ -317,7 +317,7 @@ func TestSimulator(t *testing.T) {
 		// __cxa_begin_catch at slot s2 (a handler in B calls it): C,
 		// whose callee frame had slot s2, is gone too.
 		name: "sync pops the frames at and below its slot",
-		events: []bpf.Event{
+		events: []wire.Event{
 			in(0, s0, A), in(10, s1, B), in(20, s2, C), in(25, s3, D), syncAt(40, s2), out(60, s1, B), out(70, s0, A),
 		},
 		want:  "A 1 70;A/B 1 50;A/B/C 1 20;A/B/C/D 1 15",
@@ -326,14 +326,14 @@ func TestSimulator(t *testing.T) {
 		// The root was left by an exception caught outside it: the probe
 		// program says so with a sync at the top of the stack.
 		name: "sync at the top pops everything",
-		events: []bpf.Event{
+		events: []wire.Event{
 			in(0, s0, A), in(10, s1, B), syncAt(40, ^uint64(0)), in(50, s0, A), out(60, s0, A),
 		},
 		want:  "A 2 50;A/B 1 30",
 		stats: SimStats{Unwound: 2},
 	}, {
 		name: "catch without its frame",
-		events: []bpf.Event{
+		events: []wire.Event{
 			in(0, s0, A), in(10, s2, C), catch(20, s1, B), out(30, s0, A),
 		},
 		want:  "A 1 30;A/C 1 10",
@@ -343,15 +343,15 @@ func TestSimulator(t *testing.T) {
 		// plus): the slot rules stay inside the handler's frames, and
 		// sigreturn ends them; B then returns.
 		name: "signal handler",
-		events: []bpf.Event{
-			in(0, s0, A), in(10, s1, B), ev(bpf.KindSignal, 20, 0, 0), in(22, s0+0x100, C), out(25, s0+0x100, C),
-			in(26, s0+0x100, D), ev(bpf.KindSigreturn, 30, 0, 0), out(40, s1, B), out(50, s0, A),
+		events: []wire.Event{
+			in(0, s0, A), in(10, s1, B), ev(wire.KindSignal, 20, 0, 0), in(22, s0+0x100, C), out(25, s0+0x100, C),
+			in(26, s0+0x100, D), ev(wire.KindSigreturn, 30, 0, 0), out(40, s1, B), out(50, s0, A),
 		},
 		want:  "A 1 50;A/B 1 30;A/B/[signal] 1 10;A/B/[signal]/C 1 3;A/B/[signal]/D 1 4",
 		stats: SimStats{Signals: 1},
 	}, {
 		name: "mismatch and unmatched exits",
-		events: []bpf.Event{
+		events: []wire.Event{
 			in(0, s0, A), in(10, s1, B), out(20, s1, C),
 			out(25, s2, D),
 			out(30, s0, A),
@@ -364,7 +364,7 @@ func TestSimulator(t *testing.T) {
 		// morestack (C, then D), which copies the stack and jumps back
 		// to B's entry: the same call starting over, not a second one.
 		name: "go stack growth restarts the call",
-		events: []bpf.Event{
+		events: []wire.Event{
 			in(0, s0, A), in(10, s1, B), in(11, s2, C), in(12, s3, D),
 			in(20, s1, B), in(25, s2, C), out(30, s2, C), out(40, s1, B),
 			in(45, s1, B), out(50, s1, B), out(60, s0, A),
@@ -375,7 +375,7 @@ func TestSimulator(t *testing.T) {
 	}, {
 		// Without SetRestarts the same events count B twice.
 		name: "a function entered again in its own slot is a new call in C",
-		events: []bpf.Event{
+		events: []wire.Event{
 			in(0, s0, A), in(10, s1, B), in(20, s1, B), out(40, s1, B), out(60, s0, A),
 		},
 		want:  "A 1 60;A/B 2 30",
@@ -387,9 +387,9 @@ func TestSimulator(t *testing.T) {
 			fs[A].Root = true
 			return fs
 		}(),
-		events: []bpf.Event{
+		events: []wire.Event{
 			in(0, s0, A), out(10, s0, A),
-			lost(in(20, s1, B)), ev(bpf.KindCatch, 25, s1, B), out(30, s1, B),
+			lost(in(20, s1, B)), ev(wire.KindCatch, 25, s1, B), out(30, s1, B),
 			in(40, s0, A), out(50, s0, A),
 			in(60, s0, 99), out(70, s0, 99),
 		},
@@ -414,16 +414,16 @@ func TestSimulator(t *testing.T) {
 				s.Handle(e)
 				want.Events++
 				switch e.Kind {
-				case bpf.KindEntry:
+				case wire.KindEntry:
 					want.Entries++
-				case bpf.KindExit, bpf.KindReturn:
+				case wire.KindExit, wire.KindReturn:
 					want.Exits++
-				case bpf.KindCatch:
+				case wire.KindCatch:
 					want.Catches++
-				case bpf.KindSync:
+				case wire.KindSync:
 					want.Syncs++
 				}
-				if e.Flags&bpf.FlagLostBefore != 0 {
+				if e.Flags&wire.FlagLostBefore != 0 {
 					want.LostMarks++
 				}
 			}
@@ -468,7 +468,7 @@ func TestSimulatorForgetsIdleThreads(t *testing.T) {
 			s.Handle(ptr(on(1, in(0, s0, A))))
 			for i := range uint32(n) {
 				tid, t0 := 2+i, uint64(10+10*i)
-				for _, e := range []bpf.Event{in(t0, s0, A), in(t0+1, s1, B), out(t0+2, s1, B), out(t0+4, s0, A)} {
+				for _, e := range []wire.Event{in(t0, s0, A), in(t0+1, s1, B), out(t0+2, s1, B), out(t0+4, s0, A)} {
 					s.Handle(ptr(on(tid, e)))
 				}
 			}
@@ -488,11 +488,11 @@ func TestSimulatorForgetsIdleThreads(t *testing.T) {
 }
 
 // ptr returns a pointer to a copy of e.
-func ptr(e bpf.Event) *bpf.Event { return &e }
+func ptr(e wire.Event) *wire.Event { return &e }
 
 func TestSimulatorThreadsSeparate(t *testing.T) {
 	s := NewSimulator(testFuncs())
-	for _, e := range []bpf.Event{
+	for _, e := range []wire.Event{
 		on(7, in(0, 0x100, A)), on(8, in(1, 0x200, B)), on(7, out(5, 0x100, A)),
 	} {
 		s.Handle(&e)
@@ -522,7 +522,7 @@ type fakeReconciler struct {
 	covered uint64
 }
 
-func (f fakeReconciler) Frames(*bpf.Stack) ([]RealFrame, uint64) { return f.frames, f.covered }
+func (f fakeReconciler) Frames(*wire.Stack) ([]RealFrame, uint64) { return f.frames, f.covered }
 
 // TestHandleStack checks the matching of real and simulated stacks: a
 // simulated frame without a real frame at its slot, or with another
@@ -551,12 +551,12 @@ func TestHandleStack(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := NewSimulator(testFuncs())
 			s.SetReconciler(fakeReconciler{tc.real, tc.covered})
-			for _, e := range []bpf.Event{in(0, s0, A), in(10, s1, B), in(20, s2, C), in(30, s3, D)} {
+			for _, e := range []wire.Event{in(0, s0, A), in(10, s1, B), in(20, s2, C), in(30, s3, D)} {
 				s.Handle(&e)
 			}
-			st := ev(bpf.KindStack, 40, s0, 0)
-			s.HandleStack(&st, &bpf.Stack{SP: s3 - 0x40})
-			for _, e := range []bpf.Event{out(45, s3, D), out(48, s2, C), out(50, s1, B), out(50, s0, A)} {
+			st := ev(wire.KindStack, 40, s0, 0)
+			s.HandleStack(&st, &wire.Stack{SP: s3 - 0x40})
+			for _, e := range []wire.Event{out(45, s3, D), out(48, s2, C), out(50, s1, B), out(50, s0, A)} {
 				s.Handle(&e)
 			}
 			// Exits of frames already popped are unmatched, not errors.
@@ -585,11 +585,11 @@ func TestHandleStackTailRun(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := NewSimulator(testFuncs())
 			s.SetReconciler(fakeReconciler{[]RealFrame{{s1, tc.at}, {s0, A}}, s0})
-			for _, e := range []bpf.Event{in(0, s0, A), in(10, s1, B), in(20, s1, C)} {
+			for _, e := range []wire.Event{in(0, s0, A), in(10, s1, B), in(20, s1, C)} {
 				s.Handle(&e)
 			}
-			st := ev(bpf.KindStack, 40, s0, 0)
-			s.HandleStack(&st, &bpf.Stack{SP: s1 - 0x40})
+			st := ev(wire.KindStack, 40, s0, 0)
+			s.HandleStack(&st, &wire.Stack{SP: s1 - 0x40})
 			if got := s.Stats().Repairs; got != tc.repairs {
 				t.Errorf("%d repairs, want %d", got, tc.repairs)
 			}
@@ -606,12 +606,12 @@ func TestSimulatorGaps(t *testing.T) {
 	const s0, s1, s2 = 0x7ffd_0000_1000, 0x7ffd_0000_0fe0, 0x7ffd_0000_0fc0
 	tests := []struct {
 		name     string
-		events   []bpf.Event
+		events   []wire.Event
 		want     map[string]cct.Moments // by context, "A/B"
 		callGaps map[string]cct.Moments
 	}{{
 		name: "loop",
-		events: []bpf.Event{
+		events: []wire.Event{
 			in(0, s0, A),
 			in(10, s1, B), out(12, s1, B),
 			in(20, s1, B), ret(22, s1, B),
@@ -622,7 +622,7 @@ func TestSimulatorGaps(t *testing.T) {
 		callGaps: map[string]cct.Moments{"A": {N: 2, Sum: 8 + 3, SumSq: 64 + 9}},
 	}, {
 		name: "adjust",
-		events: []bpf.Event{
+		events: []wire.Event{
 			in(0, s0, A),
 			in(10, s1, B), adj(out(12, s1, B), 5),
 			in(20, s1, B), out(22, s1, B),
@@ -632,7 +632,7 @@ func TestSimulatorGaps(t *testing.T) {
 		callGaps: map[string]cct.Moments{"A": {N: 1, Sum: 3, SumSq: 9}},
 	}, {
 		name: "another call between",
-		events: []bpf.Event{
+		events: []wire.Event{
 			in(0, s0, A),
 			in(10, s1, B), out(12, s1, B),
 			in(14, s1, C), out(16, s1, C),
@@ -642,7 +642,7 @@ func TestSimulatorGaps(t *testing.T) {
 		callGaps: map[string]cct.Moments{"A": {N: 2, Sum: 2 + 4, SumSq: 4 + 16}},
 	}, {
 		name: "deeper calls are not between",
-		events: []bpf.Event{
+		events: []wire.Event{
 			in(0, s0, A),
 			in(10, s1, B), in(11, s2, D), out(12, s2, D), out(13, s1, B),
 			in(20, s1, B), in(21, s2, D), out(22, s2, D), out(23, s1, B),
@@ -652,7 +652,7 @@ func TestSimulatorGaps(t *testing.T) {
 		callGaps: map[string]cct.Moments{"A": {N: 1, Sum: 7, SumSq: 49}},
 	}, {
 		name: "inferred exit",
-		events: []bpf.Event{
+		events: []wire.Event{
 			in(0, s0, A),
 			in(10, s1, B), in(11, s2, D),
 			in(20, s1, B), out(22, s1, B),
@@ -660,7 +660,7 @@ func TestSimulatorGaps(t *testing.T) {
 		},
 	}, {
 		name: "catch",
-		events: []bpf.Event{
+		events: []wire.Event{
 			in(0, s0, A),
 			in(10, s1, B), out(12, s1, B),
 			catch(15, s0, A),

@@ -1,10 +1,11 @@
 package symbolizer
 
 import (
-	"github.com/kprofd/kprofd/internal/testtarget"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/kprofd/kprofd/internal/testtarget"
 
 	"golang.org/x/arch/x86/x86asm"
 )

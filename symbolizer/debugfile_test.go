@@ -1,10 +1,11 @@
 package symbolizer
 
 import (
-	"github.com/kprofd/kprofd/internal/testtarget"
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/kprofd/kprofd/internal/testtarget"
 )
 
 // TestDebugFile checks that a stripped object takes its names from the

@@ -2,7 +2,6 @@ package symbolizer
 
 import (
 	"bufio"
-	"github.com/kprofd/kprofd/internal/testtarget"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/kprofd/kprofd/internal/testtarget"
 )
 
 // run runs a command in dir and fails the test if it fails.

@@ -4,12 +4,13 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"github.com/kprofd/kprofd/internal/testtarget"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/kprofd/kprofd/internal/testtarget"
 
 	"golang.org/x/arch/x86/x86asm"
 )

@@ -10,7 +10,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/kprofd/kprofd/bpf"
+	"github.com/kprofd/kprofd/internal/wire"
 )
 
 // Registers of the System V calling convention, and rax, where Go's
@@ -20,7 +20,7 @@ const (
 	rdi = 7
 	rsi = 6
 	rdx = 2
-	no  = bpf.NoReg
+	no  = wire.NoReg
 )
 
 // Role says what an allocator does with memory.
@@ -43,15 +43,15 @@ const (
 type Allocator struct {
 	Role Role
 	// Spec is where its arguments are, for the probe program.
-	Spec bpf.AllocSpec
+	Spec wire.AllocSpec
 }
 
 func allocates(size0, size1 uint8) Allocator {
-	return Allocator{Allocates, bpf.AllocSpec{Size: [2]uint8{size0, size1}, Ptr: no, Out: no}}
+	return Allocator{Allocates, wire.AllocSpec{Size: [2]uint8{size0, size1}, Ptr: no, Out: no}}
 }
 
 func frees() Allocator {
-	return Allocator{Frees, bpf.AllocSpec{Size: [2]uint8{no, no}, Ptr: rdi, Out: no}}
+	return Allocator{Frees, wire.AllocSpec{Size: [2]uint8{no, no}, Ptr: rdi, Out: no}}
 }
 
 // byName holds the allocators by symbol name. C++ operators come in every
@@ -64,9 +64,9 @@ var byName = map[string]Allocator{
 	"memalign":       allocates(rsi, no),
 	"valloc":         allocates(rdi, no),
 	"pvalloc":        allocates(rdi, no),
-	"posix_memalign": {Allocates, bpf.AllocSpec{Size: [2]uint8{rdx, no}, Ptr: no, Out: rdi}},
-	"realloc":        {Reallocates, bpf.AllocSpec{Size: [2]uint8{rsi, no}, Ptr: rdi, Out: no}},
-	"reallocarray":   {Reallocates, bpf.AllocSpec{Size: [2]uint8{rsi, rdx}, Ptr: rdi, Out: no}},
+	"posix_memalign": {Allocates, wire.AllocSpec{Size: [2]uint8{rdx, no}, Ptr: no, Out: rdi}},
+	"realloc":        {Reallocates, wire.AllocSpec{Size: [2]uint8{rsi, no}, Ptr: rdi, Out: no}},
+	"reallocarray":   {Reallocates, wire.AllocSpec{Size: [2]uint8{rsi, rdx}, Ptr: rdi, Out: no}},
 	"free":           frees(),
 	"cfree":          frees(),
 }
@@ -92,7 +92,7 @@ func init() {
 
 // goMalloc is the Go runtime's allocator: mallocgc(size uintptr, typ
 // *_type, needzero bool) unsafe.Pointer, the size and the result in rax.
-var goMalloc = Allocator{Collects, bpf.AllocSpec{Size: [2]uint8{rax, no}, Ptr: no, Out: no}}
+var goMalloc = Allocator{Collects, wire.AllocSpec{Size: [2]uint8{rax, no}, Ptr: no, Out: no}}
 
 // goSizeClassMallocs are the prefixes of the size-class copies of mallocgc
 // that the compiler calls directly under GOEXPERIMENT=sizespecializedmalloc

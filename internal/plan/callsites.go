@@ -5,8 +5,8 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/kprofd/kprofd/bpf"
 	"github.com/kprofd/kprofd/internal/english"
+	"github.com/kprofd/kprofd/internal/wire"
 	"github.com/kprofd/kprofd/internal/x86"
 	"github.com/kprofd/kprofd/symbolizer"
 )
@@ -91,7 +91,7 @@ func (pl *Plan) countAtCallSites(f *Func, why error) {
 		if cs.Tail {
 			adjust = 0
 		}
-		p, _, err := withOffset(cs.Caller, Probe{Addr: cs.Addr, Kind: bpf.KindEntry, Class: x86.ProbeClass(&in), SlotAdjust: adjust, CallSite: true})
+		p, _, err := withOffset(cs.Caller, Probe{Addr: cs.Addr, Kind: wire.KindEntry, Class: x86.ProbeClass(&in), SlotAdjust: adjust, CallSite: true})
 		if err != nil {
 			bad++
 			continue
@@ -176,7 +176,7 @@ func (pl *Plan) ReplaceEntry(f *Func, refused uint64) (string, bool) {
 		f.Exits, f.Catches = nil, nil
 		return "", false
 	}
-	if len(f.Exits) == 1 && f.Exits[0].Kind == bpf.KindReturn && f.Exits[0].Addr == old.Addr || len(f.CallSites) > 0 {
+	if len(f.Exits) == 1 && f.Exits[0].Kind == wire.KindReturn && f.Exits[0].Addr == old.Addr || len(f.CallSites) > 0 {
 		if exits, err := placeExits(f, pl.Exits); err == nil {
 			f.Exits = exits
 		}
@@ -212,7 +212,7 @@ func (pl *Plan) checkSafe() error {
 		switch c := x86.ProbeClass(&in); {
 		case c == x86.ClassUnprobeable:
 			return fmt.Errorf("%s: probe planned at %#x of %s on %s, which is %s", owner, p.Addr, obj.Base(), describe(&in), x86.Hazard(&in))
-		case c == x86.ClassOptimized && (p.Kind != bpf.KindEntry && p.Kind != bpf.KindReturn && p.Kind != bpf.KindSync || p.CallSite):
+		case c == x86.ClassOptimized && (p.Kind != wire.KindEntry && p.Kind != wire.KindReturn && p.Kind != wire.KindSync || p.CallSite):
 			return fmt.Errorf("%s: probe planned at %#x of %s, %s", owner, p.Addr, obj.Base(), x86.RedZoneHazard)
 		}
 		return nil

@@ -14,10 +14,10 @@ import (
 
 	"golang.org/x/arch/x86/x86asm"
 
-	"github.com/kprofd/kprofd/bpf"
 	"github.com/kprofd/kprofd/internal/alloc"
 	"github.com/kprofd/kprofd/internal/callgraph"
 	"github.com/kprofd/kprofd/internal/english"
+	"github.com/kprofd/kprofd/internal/wire"
 	"github.com/kprofd/kprofd/internal/x86"
 	"github.com/kprofd/kprofd/symbolizer"
 )
@@ -73,7 +73,7 @@ type Probe struct {
 	// Offset is its offset in the file, what the kernel takes.
 	Offset uint64
 	// Kind is the event the probe emits.
-	Kind bpf.Kind
+	Kind wire.Kind
 	// Class is what a hit costs.
 	Class x86.Class
 	// SlotAdjust turns the stack pointer (or rbp, with FromRBP) at the
@@ -378,7 +378,7 @@ func (pl *Plan) placeSites(f *Func) {
 			skipped++
 			continue
 		}
-		p, _, err := withOffset(n, Probe{Addr: addr, Kind: bpf.KindSite, Class: x86.ProbeClass(&in)})
+		p, _, err := withOffset(n, Probe{Addr: addr, Kind: wire.KindSite, Class: x86.ProbeClass(&in)})
 		if err != nil {
 			skipped++
 			continue
@@ -457,7 +457,7 @@ func placeCatches(n *callgraph.Node) ([]Probe, []string) {
 			notes = append(notes, fmt.Sprintf("catch site %#x: %v", addr, err))
 			continue
 		}
-		p, _, err := withOffset(n, Probe{Addr: addr, Kind: bpf.KindCatch, Class: x86.ProbeClass(&in),
+		p, _, err := withOffset(n, Probe{Addr: addr, Kind: wire.KindCatch, Class: x86.ProbeClass(&in),
 			SlotAdjust: int(adjust), FromRBP: fromRBP, Capture: true})
 		if err != nil {
 			notes = append(notes, fmt.Sprintf("catch site %#x: %v", addr, err))
@@ -530,7 +530,7 @@ func placeSyncs(p *symbolizer.Process, traced map[*symbolizer.Func]uint32) []Obj
 		// further in; reconciliation notices such exceptions later.
 		return nil
 	}
-	return []ObjProbe{{Obj: m, Probe: Probe{Addr: fn.Addr, Offset: off, Kind: bpf.KindSync, Class: x86.ProbeClass(&in)}}}
+	return []ObjProbe{{Obj: m, Probe: Probe{Addr: fn.Addr, Offset: off, Kind: wire.KindSync, Class: x86.ProbeClass(&in)}}}
 }
 
 // placeSigreturns probes the signal trampolines (glibc's __restore_rt):
@@ -558,7 +558,7 @@ func placeSigreturns(p *symbolizer.Process) []ObjProbe {
 				if err != nil {
 					continue
 				}
-				probes = append(probes, ObjProbe{Obj: m, Probe: Probe{Addr: addr, Offset: off, Kind: bpf.KindSigreturn, Class: x86.ProbeClass(&in)}})
+				probes = append(probes, ObjProbe{Obj: m, Probe: Probe{Addr: addr, Offset: off, Kind: wire.KindSigreturn, Class: x86.ProbeClass(&in)}})
 				break
 			}
 		}
@@ -580,7 +580,7 @@ func isLoadRtSigreturn(in *x86.Inst) bool {
 // one.
 func (pl *Plan) SyncProbe() (ObjProbe, bool) {
 	for _, s := range pl.Syncs {
-		if s.Kind == bpf.KindSync {
+		if s.Kind == wire.KindSync {
 			return s, true
 		}
 	}
@@ -591,7 +591,7 @@ func (pl *Plan) SyncProbe() (ObjProbe, bool) {
 // signal handlers can be told apart.
 func (pl *Plan) Sigreturns() bool {
 	for _, s := range pl.Syncs {
-		if s.Kind == bpf.KindSigreturn {
+		if s.Kind == wire.KindSigreturn {
 			return true
 		}
 	}
@@ -675,9 +675,9 @@ func entrySite(code []byte, addr uint64, targets []uint64, reserved func(uint64)
 			// The call would end where it is seen to start: counted,
 			// but its time lost. Call sites do better.
 		case c <= x86.ClassEmulated:
-			return Probe{Addr: at, Kind: bpf.KindEntry, Class: c, SlotAdjust: depth}, nil, nil
+			return Probe{Addr: at, Kind: wire.KindEntry, Class: c, SlotAdjust: depth}, nil, nil
 		case stepped == nil:
-			stepped = &Probe{Addr: at, Kind: bpf.KindEntry, Class: c, SlotAdjust: depth}
+			stepped = &Probe{Addr: at, Kind: wire.KindEntry, Class: c, SlotAdjust: depth}
 		}
 		if in.IsBranch() {
 			break // an emulated branch was taken above; others end the search
@@ -771,7 +771,7 @@ func placeExits(f *Func, mode ExitMode) ([]Probe, error) {
 			site = Probe{Addr: n.Func.Addr, Class: x86.ProbeClass(&first)}
 		}
 		if site.Class != x86.ClassUnprobeable {
-			p, _, err := withOffset(n, Probe{Addr: site.Addr, Kind: bpf.KindReturn, Class: site.Class, SlotAdjust: -8})
+			p, _, err := withOffset(n, Probe{Addr: site.Addr, Kind: wire.KindReturn, Class: site.Class, SlotAdjust: -8})
 			if err != nil {
 				return nil, err
 			}
@@ -791,7 +791,7 @@ func placeExits(f *Func, mode ExitMode) ([]Probe, error) {
 			f.Notes = append(f.Notes, fmt.Sprintf("ret at %#x not probed (its exits are inferred)", r))
 			continue
 		}
-		p, _, err := withOffset(n, Probe{Addr: r, Kind: bpf.KindExit, Class: x86.ProbeClass(&in)})
+		p, _, err := withOffset(n, Probe{Addr: r, Kind: wire.KindExit, Class: x86.ProbeClass(&in)})
 		if err != nil {
 			return nil, err
 		}
@@ -917,7 +917,7 @@ func exitSummary(f *Func) string {
 	if len(f.Exits) == 0 {
 		return "none"
 	}
-	if f.Exits[0].Kind == bpf.KindReturn {
+	if f.Exits[0].Kind == wire.KindReturn {
 		return "uretprobe"
 	}
 	return fmt.Sprintf("%d ret", len(f.Exits))

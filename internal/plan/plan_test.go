@@ -4,9 +4,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kprofd/kprofd/bpf"
 	"github.com/kprofd/kprofd/internal/callgraph"
 	"github.com/kprofd/kprofd/internal/testtarget"
+	"github.com/kprofd/kprofd/internal/wire"
 	"github.com/kprofd/kprofd/internal/x86"
 	"github.com/kprofd/kprofd/symbolizer"
 )
@@ -71,7 +71,7 @@ func TestPlanCTree(t *testing.T) {
 			if f == nil {
 				t.Fatalf("%s not in the plan", tc.name)
 			}
-			if f.Entry.Class != tc.class || f.Entry.Kind != bpf.KindEntry {
+			if f.Entry.Class != tc.class || f.Entry.Kind != wire.KindEntry {
 				t.Errorf("%s: entry %s %s, want %s", tc.name, f.Entry.Kind, f.Entry.Class, tc.class)
 			}
 			switch mode {
@@ -80,7 +80,7 @@ func TestPlanCTree(t *testing.T) {
 					t.Errorf("%s: %d exit probes, want %d rets", tc.name, len(f.Exits), tc.rets)
 				}
 				for _, e := range f.Exits {
-					if e.Kind != bpf.KindExit || e.SlotAdjust != 0 {
+					if e.Kind != wire.KindExit || e.SlotAdjust != 0 {
 						t.Errorf("%s: exit %+v", tc.name, e)
 					}
 				}
@@ -89,7 +89,7 @@ func TestPlanCTree(t *testing.T) {
 				if f.Entry.SlotAdjust != 0 {
 					want = f.Node.Func.Addr
 				}
-				if len(f.Exits) != 1 || f.Exits[0].Kind != bpf.KindReturn || f.Exits[0].Addr != want || f.Exits[0].SlotAdjust != -8 {
+				if len(f.Exits) != 1 || f.Exits[0].Kind != wire.KindReturn || f.Exits[0].Addr != want || f.Exits[0].SlotAdjust != -8 {
 					t.Errorf("%s: exits %+v, want one uretprobe at %#x", tc.name, f.Exits, want)
 				}
 			}
@@ -161,7 +161,7 @@ func TestPlanSIMD(t *testing.T) {
 			}
 			for _, cs := range f.CallSites {
 				in, err := decodeAt(cs.Obj, cs.Addr)
-				if err != nil || !in.IsCall() || cs.SlotAdjust != -8 || !cs.CallSite || cs.Kind != bpf.KindEntry || cs.Class != tc.class {
+				if err != nil || !in.IsCall() || cs.SlotAdjust != -8 || !cs.CallSite || cs.Kind != wire.KindEntry || cs.Class != tc.class {
 					t.Errorf("%s: call site %+v on %v (%v)", tc.name, cs.Probe, in.Op, err)
 				}
 				if target, _ := in.Target(); target != f.Node.Func.Addr || cs.Obj.Base() != "simd" {
@@ -169,7 +169,7 @@ func TestPlanSIMD(t *testing.T) {
 				}
 			}
 			// Its exits are its rets, whatever the mode.
-			if len(f.Exits) != 1 || f.Exits[0].Kind != bpf.KindExit {
+			if len(f.Exits) != 1 || f.Exits[0].Kind != wire.KindExit {
 				t.Errorf("%s: exits %+v, want its ret", tc.name, f.Exits)
 			}
 		}

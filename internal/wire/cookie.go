@@ -1,4 +1,4 @@
-package bpf
+package wire
 
 import "fmt"
 
@@ -17,18 +17,18 @@ const (
 	CookieCapture uint64 = 1 << 39
 	// CookieBurst marks the entry probes of a burst of sampled
 	// instrumentation: their events carry FlagBurst, and a thread's first
-	// one in each burst (see Program.SetBurst) is preceded by its real
+	// one in each burst (see bpf.Program.SetBurst) is preceded by its real
 	// stack.
 	CookieBurst uint64 = 1 << 40
 	// CookieNoCheck marks probes where the thread's stack cannot be
 	// unwound (a stack switch): a thread running at the attach is
-	// checked at its next probe hit instead (see Config.SeedThreads).
+	// checked at its next probe hit instead (see bpf.Config.SeedThreads).
 	CookieNoCheck uint64 = 1 << 41
 	// CookieAlloc marks the entry and exit probes of an allocator (see
-	// Program.SetAllocs): KindAlloc events follow their events.
+	// bpf.Program.SetAllocs): KindAlloc events follow their events.
 	CookieAlloc uint64 = 1 << 42
 	// CookieCount marks a probe that only counts its hits, as an entry
-	// of its function id (see Program.CallCounts): it opens no context
+	// of its function id (see bpf.Program.CallCounts): it opens no context
 	// and sends nothing.
 	CookieCount uint64 = 1 << 43
 

@@ -1,4 +1,12 @@
-package bpf
+// Package wire holds what kprofd's probe program (bpf/kprofd.bpf.c) and
+// its Go side share: event kinds and flags, the Event and Stack records
+// the ring buffer carries, the attach cookies' layout, allocator specs,
+// and the layout of the per-function call counters. It imports nothing,
+// so that planning, simulation and estimation can use it without the
+// BPF loader.
+package wire
+
+import "unsafe"
 
 // Kind says which probe produced an Event.
 type Kind uint8
@@ -19,7 +27,7 @@ const (
 	// KindSync says every frame at or below Slot is gone (the entry of
 	// __cxa_begin_catch, or the root found left: Slot is then ^0).
 	KindSync Kind = 5
-	// KindStack is a captured real stack; Reader.Stack returns it.
+	// KindStack is a captured real stack (bpf.Reader.Stack returns it).
 	KindStack Kind = 6
 	// KindSignal says a signal handler starts running on a thread inside
 	// the root; KindSigreturn that it returned (into the C library's
@@ -27,7 +35,7 @@ const (
 	KindSignal    Kind = 7
 	KindSigreturn Kind = 8
 	// KindSample is a cpu-clock sample of a thread inside the root: a
-	// captured real stack, in order with the thread's events; Reader.Stack
+	// captured real stack, in order with the thread's events; bpf.Reader.Stack
 	// returns it. FlagKernel marks one taken in the kernel.
 	KindSample Kind = 9
 	// KindSite fires at an indirect call; KindTarget is what it emits the
@@ -91,13 +99,13 @@ const (
 	FlagBurst uint8 = 1 << 2
 	// FlagSeed marks the real stack of a thread at its first probe hit,
 	// when the thread was running as kprofd attached: the caller looks
-	// for a root frame on it and answers with Program.Settle.
+	// for a root frame on it and answers with bpf.Program.Settle.
 	// FlagAtEntry says the hit was an entry probe's, whose event (next)
 	// opens the innermost frame.
 	FlagSeed    uint8 = 1 << 3
 	FlagAtEntry uint8 = 1 << 4
 	// FlagAlloc marks the KindSample stack of an allocation sampled by
-	// bytes (see Program.SampleAllocs): the KindAlloc AllocSample event
+	// bytes (see bpf.Program.SampleAllocs): the KindAlloc AllocSample event
 	// before it has the size.
 	FlagAlloc uint8 = 1 << 5
 	// FlagTrap marks a sample taken in the kernel in a uprobe's trap (a
@@ -149,7 +157,7 @@ type Stack struct {
 	// PC, SP and BP are the user registers at the probe or sample.
 	PC, SP, BP uint64
 	// Delta turns a stack address into the form event slots take: 0, or
-	// for a goroutine (Config.Go) the distance of its stack's top from a
+	// for a goroutine (bpf.Config.Go) the distance of its stack's top from a
 	// fixed address, so that slots survive the stack being copied.
 	Delta uint64
 	// Data is the stack memory from SP up.
@@ -158,3 +166,42 @@ type Stack struct {
 
 // StackMax is the most stack a capture copies (STACK_MAX in kprofd.bpf.c).
 const StackMax = 16384
+
+// EventSize is the bytes an Event takes in the ring buffer.
+const EventSize = int(unsafe.Sizeof(Event{}))
+
+// What a KindAlloc event's Slot holds; its Func says which.
+const (
+	// AllocSize is the size the allocator was asked for.
+	AllocSize = 0
+	// AllocFree is the pointer it was given to free (free, operator
+	// delete, realloc's old block).
+	AllocFree = 1
+	// AllocResult is the block it returned: 0 for none (or for free).
+	AllocResult = 2
+	// AllocSample is the size of an allocation sampled by bytes, whose
+	// stack (FlagAlloc) follows, except in Go mode. The allocator's id is
+	// in the bits of Func above the low 8 (AllocWhat).
+	AllocSample = 3
+)
+
+// AllocWhat splits a KindAlloc event's Func into what its Slot holds
+// (AllocSize, ...) and, for AllocSample, the allocator's function id.
+func AllocWhat(ev *Event) (what, fn uint32) { return ev.Func & 0xff, ev.Func >> 8 }
+
+// AllocSpec says where an allocator's arguments are, as general register
+// numbers (x86 hardware numbering) or NoReg: the size asked for is the
+// product of Size[0] and Size[1], Ptr holds the pointer freed, and Out the
+// address the new block's address is stored at (posix_memalign); without
+// Out the allocator returns it.
+type AllocSpec struct {
+	Size     [2]uint8
+	Ptr, Out uint8
+}
+
+// Register numbers besides the general registers (rax 0 ... r15 15), in
+// allocator specs and indirect call sites' descriptors.
+const (
+	NoReg  = 0xff
+	RegRIP = 16
+)
