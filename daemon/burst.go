@@ -16,6 +16,7 @@ import (
 	"github.com/cilium/ebpf/link"
 
 	"github.com/kprofd/kprofd/bpf"
+	"github.com/kprofd/kprofd/daemon/probes"
 	"github.com/kprofd/kprofd/internal/cct"
 	"github.com/kprofd/kprofd/internal/english"
 	"github.com/kprofd/kprofd/internal/plan"
@@ -1139,7 +1140,7 @@ func (b *burster) burst(gen uint32, chosen uint64, funcs []*plan.Func, set map[u
 		err = s.prog.SetWholeWindow(gen, math.MaxUint64)
 	}
 	if err != nil {
-		closeAll(links)
+		probes.CloseAll(links)
 		b.log.disarm(armed, monotonicNow())
 		return 0, 0, 0, errors.Join(err, b.setArmed(-1))
 	}
@@ -1169,7 +1170,7 @@ func (b *burster) burst(gen uint32, chosen uint64, funcs []*plan.Func, set map[u
 	// Closing removes the breakpoints at once; the rest of the close
 	// (a grace period) need not hold the next burst up.
 	go func() {
-		closeAll(links)
+		probes.CloseAll(links)
 		b.log.disarm(armed, monotonicNow())
 		if err := b.setArmed(-1); err != nil {
 			s.cfg.warnf("burst of sampled instrumentation: %v", err)

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/kprofd/kprofd/internal/plan"
+	"github.com/kprofd/kprofd/internal/plan/plantest"
 	"github.com/kprofd/kprofd/internal/testtarget"
 )
 
@@ -13,7 +14,7 @@ import (
 // program, which demotes most of the plan. The monitor decides nothing
 // else meanwhile.
 func BenchmarkDecideRound(b *testing.B) {
-	pl := filesPlan(b, "handle_request", plan.ExitsRet, testtarget.BuildJSONParse(b))
+	pl := plantest.FromFiles(b, "handle_request", plan.ExitsRet, testtarget.BuildJSONParse(b))
 	costs := callCosts(pl, nil)
 	rates := make([]float64, 2*len(pl.Funcs))
 	for i := range pl.Funcs {

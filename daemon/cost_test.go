@@ -10,23 +10,16 @@ import (
 
 	"github.com/kprofd/kprofd/internal/alloc"
 	"github.com/kprofd/kprofd/internal/plan"
+	"github.com/kprofd/kprofd/internal/plan/plantest"
 )
 
 // funcsByName maps the plan's functions by symbol name.
-func funcsByName(pl *plan.Plan) map[string]*plan.Func {
-	m := map[string]*plan.Func{}
-	for _, f := range pl.Funcs {
-		m[f.Node.Func.Name] = f
-	}
-	return m
-}
-
 // TestCostModel checks the demotion decisions on ctree's plan with
 // uncalibrated costs: nothing while within budget, the costliest leaf
 // first and all the way, a caller only after its callees, never a root.
 func TestCostModel(t *testing.T) {
-	pl := ctreePlan(t, plan.ExitsUretprobe)
-	byName := funcsByName(pl)
+	pl := plantest.CTree(t, plan.ExitsUretprobe)
+	byName := plantest.ByName(pl)
 	costs := callCosts(pl, nil)
 	for _, f := range pl.Funcs {
 		if c := costs[f.ID]; c.entry <= 0 || c.full < c.entry {
@@ -301,8 +294,8 @@ func demotionNames(pl *plan.Plan, ds []demotion) string {
 // while the samples do not prove the budget passed, a step down to what
 // they prove, and the longer window's mix ranking the functions.
 func TestCostModelMeasured(t *testing.T) {
-	pl := ctreePlan(t, plan.ExitsUretprobe)
-	byName := funcsByName(pl)
+	pl := plantest.CTree(t, plan.ExitsUretprobe)
+	byName := plantest.ByName(pl)
 	costs := callCosts(pl, nil)
 	rates := func(r map[string]float64) []float64 {
 		out := make([]float64, 2*len(pl.Funcs))
@@ -358,8 +351,8 @@ func TestCostModelMeasured(t *testing.T) {
 // budget passed on their own do with the floor, and a floor over the
 // budget leaves nothing, so every function below the root goes.
 func TestCostModelFloor(t *testing.T) {
-	pl := ctreePlan(t, plan.ExitsUretprobe)
-	byName := funcsByName(pl)
+	pl := plantest.CTree(t, plan.ExitsUretprobe)
+	byName := plantest.ByName(pl)
 	costs := callCosts(pl, nil)
 	hot := make([]float64, 2*len(pl.Funcs))
 	for name, v := range map[string]float64{"walk": 2e6, "parse": 1000, "handle_request": 1000} {
@@ -464,8 +457,8 @@ func TestCostModelSiblings(t *testing.T) {
 // go: their samples in probes measure nothing, so the prediction steers,
 // scaled as the last measured window found, and only then.
 func TestCostModelInFlight(t *testing.T) {
-	pl := ctreePlan(t, plan.ExitsUretprobe)
-	walk := int(funcsByName(pl)["walk"].ID)
+	pl := plantest.CTree(t, plan.ExitsUretprobe)
+	walk := int(plantest.ByName(pl)["walk"].ID)
 	costs := callCosts(pl, nil)
 	const cpu = 1e9
 	const many = 100000
@@ -505,8 +498,8 @@ func TestCostModelInFlight(t *testing.T) {
 // priced as one more probe: demoted alone when caught exceptions cost
 // most, never when the session has none to drop, and once.
 func TestCostModelSync(t *testing.T) {
-	pl := ctreePlan(t, plan.ExitsUretprobe)
-	byName := funcsByName(pl)
+	pl := plantest.CTree(t, plan.ExitsUretprobe)
+	byName := plantest.ByName(pl)
 	costs := callCosts(pl, nil)
 	rates := make([]float64, 2*len(pl.Funcs))
 	rates[2*byName["walk"].ID] = 2e4 // about 2% of a CPU

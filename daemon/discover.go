@@ -11,6 +11,7 @@ import (
 	"github.com/cilium/ebpf/link"
 
 	"github.com/kprofd/kprofd/bpf"
+	"github.com/kprofd/kprofd/daemon/probes"
 	"github.com/kprofd/kprofd/internal/callgraph"
 	"github.com/kprofd/kprofd/internal/cct"
 	"github.com/kprofd/kprofd/internal/plan"
@@ -75,15 +76,15 @@ type discovery struct {
 	mem  *os.File // the target's memory, for the call graph
 
 	mu      sync.Mutex
-	known   map[uint64]objKey     // run-time entry addresses traced (in the object) or given up (no object)
-	traced  map[cct.FuncID]bool   // ids of the functions discovered and traced
-	found   []Discovered          // in order
-	sites   []siteInfo            // every site, by index
-	siteOf  map[uint64]siteInfo   // the site that reported each target
-	procs   []*symbolizer.Process // loaded after attach, for new mappings
-	dropped int                   // reports the channel had no room for
-	closed  bool                  // stop was called: no more reports
-	inside  int                   // targets inside functions (jump tables), ignored
+	known   map[uint64]probes.ObjKey // run-time entry addresses traced (in the object) or given up (no object)
+	traced  map[cct.FuncID]bool      // ids of the functions discovered and traced
+	found   []Discovered             // in order
+	sites   []siteInfo               // every site, by index
+	siteOf  map[uint64]siteInfo      // the site that reported each target
+	procs   []*symbolizer.Process    // loaded after attach, for new mappings
+	dropped int                      // reports the channel had no room for
+	closed  bool                     // stop was called: no more reports
+	inside  int                      // targets inside functions (jump tables), ignored
 	// waiters are closed when their target becomes known: a thread a
 	// site probe paused waits on one.
 	waiters  map[uint64]chan struct{}
@@ -103,7 +104,7 @@ type siteInfo struct {
 }
 
 func newDiscovery(s *Session) *discovery {
-	d := &discovery{s: s, ch: make(chan uint64, 1024), done: make(chan struct{}), known: map[uint64]objKey{},
+	d := &discovery{s: s, ch: make(chan uint64, 1024), done: make(chan struct{}), known: map[uint64]probes.ObjKey{},
 		traced: map[cct.FuncID]bool{}, siteOf: map[uint64]siteInfo{}, waiters: map[uint64]chan struct{}{}}
 	d.mem, _ = os.Open(fmt.Sprintf("/proc/%d/mem", s.cfg.PID))
 	return d
@@ -118,7 +119,7 @@ func (d *discovery) start(pl *plan.Plan) error {
 	for _, f := range pl.Funcs {
 		a := f.Node.Func.Addr + f.Node.Obj.Bias
 		addrs = append(addrs, a)
-		d.markKnown(a, keyOf(f.Node.Obj))
+		d.markKnown(a, probes.KeyOf(f.Node.Obj))
 	}
 	d.mu.Unlock()
 	if _, err := d.s.prog.MarkTargets(addrs); err != nil {
@@ -195,7 +196,7 @@ func (d *discovery) noteSite(target uint64, site uint32) {
 // markKnown records a run-time entry address as traced in object in, or
 // given up (a zero in), and lets the threads waiting for it go on. d.mu
 // is held.
-func (d *discovery) markKnown(addr uint64, in objKey) {
+func (d *discovery) markKnown(addr uint64, in probes.ObjKey) {
 	d.known[addr] = in
 	if ch, ok := d.waiters[addr]; ok {
 		close(ch)
@@ -357,17 +358,17 @@ func (d *discovery) checkUnmapped() {
 	if err != nil {
 		return // the process is gone: Stop detaches everything
 	}
-	mapped := map[objKey]bool{}
+	mapped := map[probes.ObjKey]bool{}
 	for _, m := range maps {
-		mapped[mappedKey(m.Path, m.Start)] = true
+		mapped[probes.MappedKey(m.Path, m.Start)] = true
 	}
-	for _, k := range s.probes.objects() {
+	for _, k := range s.probes.Objects() {
 		if mapped[k] {
 			continue
 		}
-		n, ids, err := s.probes.detachObject(k)
+		n, ids, err := s.probes.DetachObject(k)
 		if err != nil {
-			s.cfg.warnf("detaching the probes of %s, unmapped: %v", k.path, err)
+			s.cfg.warnf("detaching the probes of %s, unmapped: %v", k.Path, err)
 		}
 		var forget []uint64
 		d.mu.Lock()
@@ -377,7 +378,7 @@ func (d *discovery) checkUnmapped() {
 				forget = append(forget, a)
 			}
 		}
-		d.unloaded = append(d.unloaded, Unloaded{Object: k.path, At: time.Since(s.start), Probes: n, Links: ids})
+		d.unloaded = append(d.unloaded, Unloaded{Object: k.Path, At: time.Since(s.start), Probes: n, Links: ids})
 		d.mu.Unlock()
 		s.prog.ForgetTargets(forget)
 	}
@@ -437,7 +438,7 @@ func (d *discovery) discover(target uint64) {
 		before, _ := s.prog.MarkTargets([]uint64{target})
 		rec.Before = before[target]
 		d.mu.Lock()
-		d.markKnown(target, objKey{})
+		d.markKnown(target, probes.ObjKey{})
 		d.found = append(d.found, rec)
 		d.mu.Unlock()
 	}
@@ -477,7 +478,7 @@ func (d *discovery) discover(target uint64) {
 		// and nothing worth a line of the profile each.
 		s.prog.MarkTargets([]uint64{target})
 		d.mu.Lock()
-		d.markKnown(target, keyOf(m))
+		d.markKnown(target, probes.KeyOf(m))
 		d.inside++
 		d.mu.Unlock()
 		return
@@ -533,16 +534,16 @@ func (d *discovery) discover(target uint64) {
 		giveUp(err.Error())
 		return
 	}
-	opts := attachOptions{perFunc: s.cfg.Mode == ModeHybrid, noRoot: true}
+	opts := probes.Options{PerFunc: s.cfg.Mode == ModeHybrid, NoRoot: true}
 	var remembered []demotion
 	if s.monitor != nil {
 		// Into the model before the attach: what the last session
 		// demoted starts demoted, its lost probes never attached.
 		remembered = s.recallFound(sub)
-		opts.omit = omitted(remembered)
+		opts.Omit = omitted(remembered)
 	}
 	attached := monotonicNow()
-	set, err := attachPlan(s.prog, s.cfg.PID, sub, opts, s.cfg.attachWarnf)
+	set, err := probes.Attach(s.prog, s.cfg.PID, sub, opts, s.cfg.attachWarnf)
 	if err != nil {
 		if s.monitor != nil {
 			s.monitor.dropFuncs(sub)
@@ -550,7 +551,7 @@ func (d *discovery) discover(target uint64) {
 		giveUp(fmt.Sprintf("attaching its probes: %v", err))
 		return
 	}
-	s.probes.merge(set)
+	s.probes.Merge(set)
 	if s.samples != nil {
 		s.samples.addProbes(sub)
 	}
@@ -558,11 +559,11 @@ func (d *discovery) discover(target uint64) {
 		s.monitor.remember(remembered, attached, sub)
 	}
 	var addrs []uint64
-	in := map[uint64]objKey{target: keyOf(m)}
+	in := map[uint64]probes.ObjKey{target: probes.KeyOf(m)}
 	for _, f := range sub.Funcs {
 		a := f.Node.Func.Addr + f.Node.Obj.Bias
 		addrs = append(addrs, a)
-		in[a] = keyOf(f.Node.Obj)
+		in[a] = probes.KeyOf(f.Node.Obj)
 	}
 	if !slices.Contains(addrs, target) {
 		addrs = append(addrs, target)

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kprofd/kprofd/daemon/probes"
 	"github.com/kprofd/kprofd/internal/plan"
 	"github.com/kprofd/kprofd/internal/wire"
 	"github.com/kprofd/kprofd/symbolizer"
@@ -215,10 +216,10 @@ func recall(mf *memoryFile, pl *plan.Plan, m *costModel, budget float64) (ds []d
 }
 
 // omitted returns what the attach leaves out for the remembered
-// demotions ds (attachOptions.omit): each one's demoted probe parts, but
+// demotions ds (probes.Options.omit): each one's demoted probe parts, but
 // none of an idle one's; nil when there are none.
-func omitted(ds []demotion) func(f *plan.Func, part int) bool {
-	parts := map[int][]int{}
+func omitted(ds []demotion) func(f *plan.Func, part probes.Part) bool {
+	parts := map[int][]probes.Part{}
 	for _, d := range ds {
 		if !d.idle {
 			parts[d.id] = append(parts[d.id], demotedParts(d)...)
@@ -227,7 +228,7 @@ func omitted(ds []demotion) func(f *plan.Func, part int) bool {
 	if len(parts) == 0 {
 		return nil
 	}
-	return func(f *plan.Func, part int) bool { return slices.Contains(parts[int(f.ID)], part) }
+	return func(f *plan.Func, part probes.Part) bool { return slices.Contains(parts[int(f.ID)], part) }
 }
 
 // staleBursts is how many bursts must have had a function the prior

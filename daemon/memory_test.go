@@ -5,7 +5,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kprofd/kprofd/daemon/probes"
 	"github.com/kprofd/kprofd/internal/plan"
+	"github.com/kprofd/kprofd/internal/plan/plantest"
 )
 
 // TestMemory checks what a session leaves for the next one and what the
@@ -15,8 +17,8 @@ import (
 // changed) is not used, and a remembered function nothing saw called is
 // forgotten.
 func TestMemory(t *testing.T) {
-	pl := ctreePlan(t, plan.ExitsRet)
-	byName := funcsByName(pl)
+	pl := plantest.CTree(t, plan.ExitsRet)
+	byName := plantest.ByName(pl)
 	costs := callCosts(pl, nil)
 	model := func() *costModel { return newCostModel(pl, costs, 0.10) }
 	m := model()
@@ -87,10 +89,10 @@ func TestMemory(t *testing.T) {
 		t.Errorf("recalled stages %v, want %v", got, stages)
 	}
 	parts := omittedParts(ds, pl)
-	if got := parts[caller]; !slices.Equal(got, allParts) {
-		t.Errorf("%s leaves out parts %v, want all %v", m.name(caller), got, allParts)
+	if got := parts[caller]; !slices.Equal(got, probes.AllParts) {
+		t.Errorf("%s leaves out parts %v, want all %v", m.name(caller), got, probes.AllParts)
 	}
-	if got := parts[leaf]; !slices.Equal(got, []int{partExits}) {
+	if got := parts[leaf]; !slices.Equal(got, []probes.Part{probes.Exits}) {
 		t.Errorf("%s leaves out parts %v, want its exits", m.name(leaf), got)
 	}
 	for _, d := range ds {
@@ -134,7 +136,7 @@ func TestMemory(t *testing.T) {
 			t.Errorf("caller alone: %s idle %v", m.name(d.id), d.idle)
 		}
 	}
-	if parts := omittedParts(ds, pl); len(parts) != 1 || !slices.Equal(parts[caller], allParts) {
+	if parts := omittedParts(ds, pl); len(parts) != 1 || !slices.Equal(parts[caller], probes.AllParts) {
 		t.Errorf("caller alone: parts left out %v, want the caller's only", parts)
 	}
 
@@ -175,7 +177,7 @@ func TestMemory(t *testing.T) {
 // TestMemorySync checks that a dropped sync probe is remembered, alone
 // too, and that such a memory made at a smaller budget is not used.
 func TestMemorySync(t *testing.T) {
-	pl := ctreePlan(t, plan.ExitsRet)
+	pl := plantest.CTree(t, plan.ExitsRet)
 	exe := pl.Funcs[0].Node.Obj
 	end := sessionEnd{stages: make([]Stage, len(pl.Funcs)), called: func(int) bool { return true }}
 	if mf := memorize(pl.Funcs, exe.Path(), nil, 0.10, end); mf.Sync {
@@ -200,11 +202,11 @@ func TestMemorySync(t *testing.T) {
 
 // omittedParts returns the probe parts omitted(ds) leaves out of the
 // attach of each of pl's functions that loses some, by id.
-func omittedParts(ds []demotion, pl *plan.Plan) map[int][]int {
+func omittedParts(ds []demotion, pl *plan.Plan) map[int][]probes.Part {
 	omit := omitted(ds)
-	parts := map[int][]int{}
+	parts := map[int][]probes.Part{}
 	for _, f := range pl.Funcs {
-		for _, part := range allParts {
+		for _, part := range probes.AllParts {
 			if omit != nil && omit(f, part) {
 				parts[int(f.ID)] = append(parts[int(f.ID)], part)
 			}

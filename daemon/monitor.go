@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kprofd/kprofd/daemon/probes"
 	"github.com/kprofd/kprofd/internal/plan"
 	"github.com/kprofd/kprofd/internal/wire"
 )
@@ -391,13 +392,13 @@ func (m *monitor) step(now time.Time) error {
 			idle++
 			continue
 		}
-		breakpoints = append(breakpoints, m.s.probes.breakpoints(m.funcOf(d.id), demotedParts(d)...)...)
+		breakpoints = append(breakpoints, m.s.probes.Breakpoints(m.funcOf(d.id), demotedParts(d)...)...)
 	}
 	for _, id := range late {
-		breakpoints = append(breakpoints, m.s.probes.breakpoints(m.funcOf(id), allParts...)...)
+		breakpoints = append(breakpoints, m.s.probes.Breakpoints(m.funcOf(id), probes.AllParts...)...)
 	}
 	if sync != nil {
-		breakpoints = append(breakpoints, m.s.probes.syncBreakpoints()...)
+		breakpoints = append(breakpoints, m.s.probes.SyncBreakpoints()...)
 	}
 	recorded := len(ds) // the demotions the round records
 	if sync != nil {
@@ -462,20 +463,17 @@ func (m *monitor) goneNow() bool {
 	return len(m.going) == 0
 }
 
-// allParts are the parts of a function's probes.
-var allParts = []int{partEntry, partExits, partCatches, partSites}
-
 // demotedParts returns the parts of a function's probes d detaches: its
 // indirect calls' site probes, its exits (StageEntry), or all of them
 // (StageSampled).
-func demotedParts(d demotion) []int {
+func demotedParts(d demotion) []probes.Part {
 	switch {
 	case d.sites:
-		return []int{partSites}
+		return []probes.Part{probes.Sites}
 	case d.stage == StageSampled:
-		return allParts
+		return probes.AllParts
 	}
-	return []int{partExits}
+	return []probes.Part{probes.Exits}
 }
 
 // takeLingering, under mu, returns the lingering functions that were
@@ -496,7 +494,7 @@ func (m *monitor) takeLingering(ds []demotion, calls wire.Counters[uint64]) (lat
 			continue
 		}
 		f := m.funcLocked(d.id)
-		if f == nil || !calls.Has(d.id) || len(m.s.probes.breakpoints(f, partEntry)) == 0 {
+		if f == nil || !calls.Has(d.id) || len(m.s.probes.Breakpoints(f, probes.Entry)) == 0 {
 			ds[i].idle = false
 			continue
 		}
@@ -522,14 +520,14 @@ func (m *monitor) detach(ds []demotion, late []int, syncDem *Demotion, now time.
 		if syncErr = m.s.prog.SetSampleRootRule(); syncErr == nil {
 			wg.Go(func() {
 				t0 := time.Now()
-				_, syncErr = m.s.probes.demoteSync()
+				_, syncErr = m.s.probes.DetachSync()
 				syncDem.Detach = time.Since(t0)
 			})
 		}
 	}
-	take := func(i int, f *plan.Func, parts []int) time.Duration {
+	take := func(i int, f *plan.Func, parts []probes.Part) time.Duration {
 		t0 := time.Now()
-		_, errs[i] = m.s.probes.demoteParts(f, parts...)
+		_, errs[i] = m.s.probes.DetachParts(f, parts...)
 		if u := m.s.samples; u != nil {
 			u.detach(f.ID, parts...)
 		}
@@ -552,7 +550,7 @@ func (m *monitor) detach(ds []demotion, late []int, syncDem *Demotion, now time.
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			take(len(ds)+k, m.funcOf(id), allParts)
+			take(len(ds)+k, m.funcOf(id), probes.AllParts)
 		}()
 	}
 	wg.Wait()

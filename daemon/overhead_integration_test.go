@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kprofd/kprofd/daemon"
+	"github.com/kprofd/kprofd/daemon/probes"
 	"github.com/kprofd/kprofd/internal/plan"
 	"github.com/kprofd/kprofd/internal/testtarget"
 )
@@ -69,7 +70,7 @@ func BenchmarkProbeCost(b *testing.B) {
 			for range b.N {
 				none.add(runHot(b, target, tc.n))
 
-				probes, err := daemon.AttachBare(pr, false)
+				probes, err := probes.AttachBare(pr.Plan, pr.Proc.Pid, false)
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -126,7 +127,7 @@ func BenchmarkSiteCost(b *testing.B) {
 	var bareNo, bareSite, kprofdNo, kprofdSite hotCost
 	for range b.N {
 		for _, noSites := range []bool{true, false} {
-			probes, err := daemon.AttachBare(pr, noSites)
+			probes, err := probes.AttachBare(pr.Plan, pr.Proc.Pid, noSites)
 			if err != nil {
 				b.Fatal(err)
 			}

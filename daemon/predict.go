@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/kprofd/kprofd/bpf"
+	"github.com/kprofd/kprofd/daemon/probes"
 	"github.com/kprofd/kprofd/internal/plan"
 	"github.com/kprofd/kprofd/internal/wire"
 )
@@ -116,7 +117,7 @@ func (s *Session) rootsCounted() (calls, samples uint64, err error) {
 // probes with the prior's demotions left out (attachAll) and starts the
 // event loop. Stop ends the wait; a failure is warned of at once, and
 // Stop returns it.
-func (s *Session) awaitRoots(model *costModel, opt attachOptions, base uint64) {
+func (s *Session) awaitRoots(model *costModel, opt probes.Options, base uint64) {
 	defer close(s.awaitDone)
 	defer s.markAttached()
 	err := s.awaitAndAttach(model, opt, base)
@@ -134,7 +135,7 @@ func (s *Session) awaitRoots(model *costModel, opt attachOptions, base uint64) {
 // that may start late, it missed the calls made meanwhile (up to a dozen
 // of the parser's, in TestHybridPredicts on a loaded machine), which
 // were then in neither the profile nor the count before it.
-func (s *Session) awaitAndAttach(model *costModel, opt attachOptions, base uint64) (err error) {
+func (s *Session) awaitAndAttach(model *costModel, opt probes.Options, base uint64) (err error) {
 	defer func() {
 		// What the counting probes saw is what the profile lacks: close
 		// them once the roots' own probes count.
@@ -144,7 +145,7 @@ func (s *Session) awaitAndAttach(model *costModel, opt attachOptions, base uint6
 		if cerr == nil {
 			s.before.calls = calls - base
 		}
-		err = errors.Join(err, cerr, closeAll(s.counting))
+		err = errors.Join(err, cerr, probes.CloseAll(s.counting))
 		s.counting = nil
 	}()
 	wait := func(d time.Duration) bool {
@@ -187,7 +188,7 @@ func (s *Session) awaitAndAttach(model *costModel, opt attachOptions, base uint6
 		own := float64(s1-s0) * float64(s.sampler.Period) / took.Seconds()
 		ds = model.predictRound(rates, own, fmt.Sprintf("predicted from the loops around its calls, at %s root calls/s", rate(rootRate)))
 		if len(ds) > 0 {
-			opt.omit = omitted(ds)
+			opt.Omit = omitted(ds)
 		}
 	}
 	s.attachMu.Lock()

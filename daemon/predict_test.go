@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/kprofd/kprofd/internal/plan"
+	"github.com/kprofd/kprofd/internal/plan/plantest"
 )
 
 // TestPredictRound checks the prior on ctree's plan: a function whose
@@ -13,8 +14,8 @@ import (
 // that slack, though over the budget, is left to the monitor to measure;
 // the root is never demoted.
 func TestPredictRound(t *testing.T) {
-	pl := ctreePlan(t, plan.ExitsUretprobe)
-	byName := funcsByName(pl)
+	pl := plantest.CTree(t, plan.ExitsUretprobe)
+	byName := plantest.ByName(pl)
 	costs := callCosts(pl, nil)
 	const own = 1e9 // ns/s: one CPU busy with the target's own work
 	// rate returns the calls per second at which name's full probes

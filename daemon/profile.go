@@ -363,7 +363,7 @@ func (s *Session) comments(st bpf.Stats) []string {
 	what := map[Mode]string{ModeExact: "exact trace", ModeHybrid: "hybrid trace", ModeSample: "sampled profile"}[s.cfg.Mode]
 	var funcs, probes int
 	if s.probes != nil {
-		funcs, probes = s.probes.counts()
+		funcs, probes = s.probes.Counts()
 	}
 	c := []string{
 		fmt.Sprintf("kprofd %s of pid %d, root %s", what, s.cfg.PID, strings.Join(s.cfg.Roots, ", ")),

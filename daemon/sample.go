@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/kprofd/kprofd/daemon/probes"
 	"github.com/kprofd/kprofd/internal/cct"
 	"github.com/kprofd/kprofd/internal/plan"
 	"github.com/kprofd/kprofd/internal/wire"
@@ -185,20 +186,20 @@ func (u *sampleUnwinder) addProbes(pl *plan.Plan) {
 	for _, f := range pl.Funcs {
 		bias := f.Node.Obj.Bias
 		for _, p := range f.EntryProbes() {
-			u.add(p.Addr+p.Obj.Bias, f.ID, partEntry)
+			u.add(p.Addr+p.Obj.Bias, f.ID, probes.Entry)
 		}
 		for _, p := range f.Exits {
-			u.add(p.Addr+bias, f.ID, partExits) // a uretprobe's is at the entry
+			u.add(p.Addr+bias, f.ID, probes.Exits) // a uretprobe's is at the entry
 		}
 		for _, p := range f.Catches {
-			u.add(p.Addr+bias, f.ID, partCatches)
+			u.add(p.Addr+bias, f.ID, probes.Catches)
 		}
 	}
 	for _, p := range pl.Syncs {
-		u.add(p.Addr+p.Obj.Bias, noProbeFunc, partEntry)
+		u.add(p.Addr+p.Obj.Bias, noProbeFunc, probes.Entry)
 	}
 	for _, st := range pl.Sites {
-		u.add(st.Addr+st.Obj.Bias, st.Caller.ID, partSites)
+		u.add(st.Addr+st.Obj.Bias, st.Caller.ID, probes.Sites)
 	}
 }
 
@@ -225,7 +226,7 @@ type probeAt struct {
 }
 
 // add records a probe of part of function fn at addr. u.probesMu is held.
-func (u *sampleUnwinder) add(addr uint64, fn uint32, part int) {
+func (u *sampleUnwinder) add(addr uint64, fn uint32, part probes.Part) {
 	p := u.probes[addr]
 	p.fn = fn
 	p.parts |= 1 << part
@@ -234,7 +235,7 @@ func (u *sampleUnwinder) add(addr uint64, fn uint32, part int) {
 
 // detach records that hybrid mode removed these parts of function fn's
 // probes.
-func (u *sampleUnwinder) detach(fn uint32, parts ...int) {
+func (u *sampleUnwinder) detach(fn uint32, parts ...probes.Part) {
 	u.probesMu.Lock()
 	defer u.probesMu.Unlock()
 	for _, p := range parts {
@@ -254,7 +255,7 @@ func (u *sampleUnwinder) probeFunc(pc, t uint64) (uint32, bool) {
 			continue
 		}
 		live := p.parts&^u.detached[p.fn] != 0 ||
-			p.parts&(1<<partEntry) != 0 && u.bursts != nil && u.bursts.inWindowOf(t, p.fn)
+			p.parts&(1<<probes.Entry) != 0 && u.bursts != nil && u.bursts.inWindowOf(t, p.fn)
 		if live {
 			return p.fn, true
 		}

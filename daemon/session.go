@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kprofd/kprofd/bpf"
+	"github.com/kprofd/kprofd/daemon/probes"
 	"github.com/kprofd/kprofd/internal/cct"
 	"github.com/kprofd/kprofd/internal/plan"
 	"github.com/kprofd/kprofd/internal/ptrace"
@@ -35,7 +36,7 @@ type Session struct {
 	cfg    Config
 	prep   *Prepared
 	prog   *bpf.Program
-	probes *probeSet
+	probes *probes.Set
 	reader *bpf.Reader
 	sim    *Simulator
 
@@ -273,7 +274,7 @@ func StartPrepared(pr *Prepared, cfg Config) (_ *Session, err error) {
 			s.signals = true
 		}
 	}
-	var opt attachOptions
+	var opt probes.Options
 	if cfg.Mode != ModeExact {
 		hz := cfg.SampleHz
 		if hz < 1 || hz > 100000 {
@@ -287,7 +288,7 @@ func StartPrepared(pr *Prepared, cfg Config) (_ *Session, err error) {
 	}
 	switch cfg.Mode {
 	case ModeHybrid:
-		opt.perFunc = true
+		opt.PerFunc = true
 	case ModeSample:
 		s.stages = make([]Stage, len(pr.Plan.Funcs))
 		for i, f := range pr.Plan.Funcs {
@@ -295,7 +296,7 @@ func StartPrepared(pr *Prepared, cfg Config) (_ *Session, err error) {
 				s.stages[i] = StageSampled
 			}
 		}
-		opt.omit = func(f *plan.Func, _ int) bool { return !f.Root }
+		opt.Omit = func(f *plan.Func, _ probes.Part) bool { return !f.Root }
 	}
 	var model *costModel
 	var remembered []demotion
@@ -304,7 +305,7 @@ func StartPrepared(pr *Prepared, cfg Config) (_ *Session, err error) {
 		model = newCostModel(pr.Plan, callCosts(pr.Plan, cfg.Calibration), cfg.Budget)
 		remembered = s.recall(model)
 		if len(remembered) > 0 {
-			opt.omit = omitted(remembered)
+			opt.Omit = omitted(remembered)
 		}
 		// A sync probe the last session dropped is not attached, and
 		// the root's return address does its job from the start.
@@ -312,10 +313,10 @@ func StartPrepared(pr *Prepared, cfg Config) (_ *Session, err error) {
 			if err := s.prog.SetSampleRootRule(); err != nil {
 				return nil, err
 			}
-			opt.noSync, rememberedSync = true, true
+			opt.NoSync, rememberedSync = true, true
 		}
 	}
-	opt.noSites = !discover
+	opt.NoSites = !discover
 	s.start, s.startMono = time.Now(), monotonicNow()
 	s.watching = true
 	go s.watchExit()
@@ -334,7 +335,7 @@ func StartPrepared(pr *Prepared, cfg Config) (_ *Session, err error) {
 			go s.awaitRoots(model, opt, base)
 			return s, nil
 		}
-		cfg.warnf("attaching every probe at once: %v", errors.Join(cerr, closeAll(s.counting)))
+		cfg.warnf("attaching every probe at once: %v", errors.Join(cerr, probes.CloseAll(s.counting)))
 		s.counting = nil
 	}
 	if err := s.attachAll(model, opt, remembered, rememberedSync); err != nil {
@@ -358,9 +359,9 @@ func (s *Session) markAttached() { s.attachedOnce.Do(func() { close(s.attached) 
 // and the demotions the session starts with (remembered, or predicted).
 // The event loop must not run yet. On error, what it attached is
 // released with the session.
-func (s *Session) attachAll(model *costModel, opt attachOptions, remembered []demotion, rememberedSync bool) error {
+func (s *Session) attachAll(model *costModel, opt probes.Options, remembered []demotion, rememberedSync bool) error {
 	cfg, pr := s.cfg, s.prep
-	if !opt.noSites {
+	if !opt.NoSites {
 		// The sites' descriptors must be in place before their probes.
 		s.disc = newDiscovery(s)
 		if err := s.disc.addSites(pr.Plan); err != nil {
@@ -368,7 +369,7 @@ func (s *Session) attachAll(model *costModel, opt attachOptions, remembered []de
 		}
 	}
 	attached := monotonicNow() // remembered demotions date from before any probe
-	probes, err := attachPlan(s.prog, cfg.PID, pr.Plan, opt, cfg.warnf)
+	probes, err := probes.Attach(s.prog, cfg.PID, pr.Plan, opt, cfg.warnf)
 	if err != nil {
 		return err
 	}
@@ -398,7 +399,7 @@ func (s *Session) attachAll(model *costModel, opt attachOptions, remembered []de
 			// kernel single-steps.
 			model.sites, model.siteCost = true, probeCost(cfg.Calibration, x86.ClassStepped)
 		}
-		if p, ok := droppableSync(pr.Plan); ok && len(s.probes.syncBreakpoints()) > 0 {
+		if p, ok := droppableSync(pr.Plan); ok && len(s.probes.SyncBreakpoints()) > 0 {
 			model.syncCost = probeCost(cfg.Calibration, p.Class)
 		}
 		model.burstShare = burstShare
@@ -589,7 +590,7 @@ func (s *Session) Progress() Progress {
 	s.attachMu.Unlock()
 	var funcs, probes int
 	if set != nil {
-		funcs, probes = set.counts()
+		funcs, probes = set.Counts()
 	}
 	p := Progress{
 		Events:        s.events.Load(),
@@ -743,7 +744,7 @@ func (s *Session) KernelIDs() ([]ebpf.ProgramID, []link.ID) {
 	defer s.attachMu.Unlock()
 	var ids []link.ID
 	if s.probes != nil {
-		ids = s.probes.ids
+		ids = s.probes.IDs()
 	}
 	for _, l := range s.counting {
 		if info, err := l.Info(); err == nil {

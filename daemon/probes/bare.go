@@ -1,4 +1,4 @@
-package daemon
+package probes
 
 import (
 	"errors"
@@ -8,6 +8,7 @@ import (
 	"github.com/cilium/ebpf/link"
 
 	"github.com/kprofd/kprofd/bpf"
+	"github.com/kprofd/kprofd/internal/plan"
 )
 
 // bareProbes is an empty BPF program attached at a plan's probe sites.
@@ -16,18 +17,18 @@ type bareProbes struct {
 	links []link.Link
 }
 
-// AttachBare attaches an empty BPF program at every probe site of pr's
-// plan: what the same uprobes cost without kprofd's program, for
-// benchmarks and calibration. Close detaches it.
-func AttachBare(pr *Prepared, noSites bool) (io.Closer, error) {
-	prog, err := bpf.Load(bpf.Config{PID: pr.Proc.Pid})
+// AttachBare attaches an empty BPF program at every probe site of plan pl
+// in process pid: what the same uprobes cost without kprofd's program,
+// for benchmarks and calibration. Close detaches it.
+func AttachBare(pl *plan.Plan, pid int, noSites bool) (io.Closer, error) {
+	prog, err := bpf.Load(bpf.Config{PID: pid})
 	if err != nil {
 		return nil, err
 	}
 	b := &bareProbes{prog: prog}
-	for _, files := range groupProbes(pr.Plan, attachOptions{noSites: noSites}, nil) {
+	for _, files := range groupProbes(pl, Options{NoSites: noSites}, nil) {
 		for _, fp := range files {
-			links, err := prog.AttachEmpty(fp.obj.Path(), pr.Proc.Pid, fp.probes)
+			links, err := prog.AttachEmpty(fp.obj.Path(), pid, fp.probes)
 			if err != nil {
 				return nil, errors.Join(fmt.Errorf("attaching empty probes in %s: %w", fp.obj.MapPath, err), b.Close())
 			}

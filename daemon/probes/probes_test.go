@@ -1,4 +1,4 @@
-package daemon
+package probes
 
 import (
 	"errors"
@@ -11,11 +11,10 @@ import (
 	"github.com/cilium/ebpf/link"
 
 	"github.com/kprofd/kprofd/bpf"
-	"github.com/kprofd/kprofd/internal/callgraph"
 	"github.com/kprofd/kprofd/internal/plan"
+	"github.com/kprofd/kprofd/internal/plan/plantest"
 	"github.com/kprofd/kprofd/internal/testtarget"
 	"github.com/kprofd/kprofd/internal/wire"
-	"github.com/kprofd/kprofd/symbolizer"
 )
 
 // fakeAttacher stands in for the kernel, which cannot be made to fail
@@ -72,43 +71,13 @@ func (a *fakeAttacher) Attach(path string, pid int, probes []bpf.Probe) ([]link.
 	return []link.Link{&fakeLink{a: a, n: len(probes)}}, nil
 }
 
-func ctreePlan(t *testing.T, mode plan.ExitMode) *plan.Plan {
-	t.Helper()
-	b := testtarget.BuildCTree(t)
-	return filesPlan(t, "handle_request", mode, b.Exe, b.Lib)
-}
-
-// filesPlan returns the plan of the functions below root, a symbol of the
-// first of files (an executable and its libraries), read from the files.
-func filesPlan(t testing.TB, root string, mode plan.ExitMode, files ...string) *plan.Plan {
-	t.Helper()
-	p, err := symbolizer.OpenFiles(files...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Close() })
-	fns := p.Objects[0].Lookup(root)
-	if len(fns) == 0 {
-		t.Fatalf("%s: no symbol %s", files[0], root)
-	}
-	g, err := callgraph.Build(p, []callgraph.Root{{Obj: p.Objects[0], Func: fns[0]}}, callgraph.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pl, err := plan.New(g, p, mode)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pl
-}
-
 func TestAttachPlanRollsBack(t *testing.T) {
-	pl := ctreePlan(t, plan.ExitsRet)
+	pl := plantest.CTree(t, plan.ExitsRet)
 	// Phases: entries (ctree, libktarget.so), exits (ctree,
 	// libktarget.so), root entry (ctree). Fail each call in turn.
 	for failAt := 1; failAt <= 5; failAt++ {
 		a := &fakeAttacher{failAt: failAt}
-		set, err := attachPlan(a, 1, pl, attachOptions{}, t.Logf)
+		set, err := Attach(a, 1, pl, Options{}, t.Logf)
 		if err == nil {
 			set.Close()
 			t.Fatalf("call %d failed but attachPlan succeeded", failAt)
@@ -118,7 +87,7 @@ func TestAttachPlanRollsBack(t *testing.T) {
 		}
 	}
 	a := &fakeAttacher{}
-	set, err := attachPlan(a, 1, pl, attachOptions{}, t.Logf)
+	set, err := Attach(a, 1, pl, Options{}, t.Logf)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +102,7 @@ func TestAttachPlanRollsBack(t *testing.T) {
 	// Without any probe in the root there is nothing to trace.
 	root := pl.Funcs[0]
 	a = &fakeAttacher{refuseAt: inFunc(root)}
-	if _, err := attachPlan(a, 1, pl, attachOptions{}, t.Logf); err == nil || a.open != 0 {
+	if _, err := Attach(a, 1, pl, Options{}, t.Logf); err == nil || a.open != 0 {
 		t.Errorf("root refused everywhere: error %v, %d links open", err, a.open)
 	}
 }
@@ -156,12 +125,12 @@ func TestAttachPlanRefused(t *testing.T) {
 		return func(format string, args ...any) { *w = append(*w, fmt.Sprintf(format, args...)) }
 	}
 	t.Run("entry moves, exit dropped", func(t *testing.T) {
-		pl := ctreePlan(t, plan.ExitsRet)
-		walk, parse := funcsByName(pl)["walk"], funcsByName(pl)["parse"]
+		pl := plantest.CTree(t, plan.ExitsRet)
+		walk, parse := plantest.ByName(pl)["walk"], plantest.ByName(pl)["parse"]
 		first := walk.Entry
 		a := &fakeAttacher{refuse: map[uint64]bool{first.Offset: true, parse.Exits[0].Offset: true}}
 		var w []string
-		set, err := attachPlan(a, 1, pl, attachOptions{}, warnings(&w))
+		set, err := Attach(a, 1, pl, Options{}, warnings(&w))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -178,11 +147,11 @@ func TestAttachPlanRefused(t *testing.T) {
 		}
 	})
 	t.Run("entry at the call sites", func(t *testing.T) {
-		pl := ctreePlan(t, plan.ExitsRet)
-		helper := funcsByName(pl)["lib_helper"]
+		pl := plantest.CTree(t, plan.ExitsRet)
+		helper := plantest.ByName(pl)["lib_helper"]
 		a := &fakeAttacher{refuseAt: inFunc(helper)}
 		var w []string
-		set, err := attachPlan(a, 1, pl, attachOptions{}, warnings(&w))
+		set, err := Attach(a, 1, pl, Options{}, warnings(&w))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -193,14 +162,14 @@ func TestAttachPlanRefused(t *testing.T) {
 			t.Errorf("lib_helper: %d call sites; %d functions, %d probes; want call sites, %d, %d", len(helper.CallSites), set.funcs, a.probes, len(pl.Funcs), want)
 		}
 		for _, cs := range helper.CallSites {
-			if cs.Obj != funcsByName(pl)["lib_compute"].Node.Obj || !cs.CallSite {
+			if cs.Obj != plantest.ByName(pl)["lib_compute"].Node.Obj || !cs.CallSite {
 				t.Errorf("call site %+v", cs)
 			}
 		}
 	})
 	t.Run("nothing left", func(t *testing.T) {
-		pl := ctreePlan(t, plan.ExitsRet)
-		helper, compute := funcsByName(pl)["lib_helper"], funcsByName(pl)["lib_compute"]
+		pl := plantest.CTree(t, plan.ExitsRet)
+		helper, compute := plantest.ByName(pl)["lib_helper"], plantest.ByName(pl)["lib_compute"]
 		inHelper, inCompute := inFunc(helper), inFunc(compute)
 		// lib_helper's body and the calls of it in lib_compute's (which
 		// keeps its entry, at its start).
@@ -209,7 +178,7 @@ func TestAttachPlanRefused(t *testing.T) {
 			return inHelper(path, off) || inCompute(path, off) && off != computeEntry
 		}}
 		var w []string
-		set, err := attachPlan(a, 1, pl, attachOptions{}, warnings(&w))
+		set, err := Attach(a, 1, pl, Options{}, warnings(&w))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -227,10 +196,10 @@ func TestAttachPlanRefused(t *testing.T) {
 // function at a time: its exits first, then all of them, the other
 // functions' untouched; and that skipped functions are not attached.
 func TestDemote(t *testing.T) {
-	pl := ctreePlan(t, plan.ExitsRet)
-	walk := funcsByName(pl)["walk"]
+	pl := plantest.CTree(t, plan.ExitsRet)
+	walk := plantest.ByName(pl)["walk"]
 	a := &fakeAttacher{}
-	set, err := attachPlan(a, 1, pl, attachOptions{perFunc: true}, t.Logf)
+	set, err := Attach(a, 1, pl, Options{PerFunc: true}, t.Logf)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -239,11 +208,11 @@ func TestDemote(t *testing.T) {
 	if a.probes != all || set.probes != all {
 		t.Fatalf("%d probes attached, %d counted; want %d", a.probes, set.probes, all)
 	}
-	if n, err := set.demoteParts(walk, demotedParts(demotion{stage: StageEntry})...); err != nil || n != len(walk.Exits) || a.probes != all-n {
+	if n, err := set.DetachParts(walk, Exits); err != nil || n != len(walk.Exits) || a.probes != all-n {
 		t.Errorf("exits of walk: %d detached (%v), %d left; want %d, %d", n, err, a.probes, len(walk.Exits), all-len(walk.Exits))
 	}
 	want := all - len(walk.Exits) - 1 - len(walk.Catches)
-	if _, err := set.demoteParts(walk, demotedParts(demotion{stage: StageSampled})...); err != nil || a.probes != want || set.probes != want || set.funcs != len(pl.Funcs)-1 {
+	if _, err := set.DetachParts(walk, AllParts...); err != nil || a.probes != want || set.probes != want || set.funcs != len(pl.Funcs)-1 {
 		t.Errorf("all of walk: %d probes left (%d counted, %v), %d functions; want %d, %d", a.probes, set.probes, err, set.funcs, want, len(pl.Funcs)-1)
 	}
 	set.Close()
@@ -253,7 +222,7 @@ func TestDemote(t *testing.T) {
 
 	// Sample mode attaches only the roots (and the syncs).
 	a = &fakeAttacher{}
-	set, err = attachPlan(a, 1, pl, attachOptions{omit: func(f *plan.Func, _ int) bool { return !f.Root }}, t.Logf)
+	set, err = Attach(a, 1, pl, Options{Omit: func(f *plan.Func, _ Part) bool { return !f.Root }}, t.Logf)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -267,7 +236,7 @@ func TestDemote(t *testing.T) {
 	// A session that starts with remembered demotions leaves out the
 	// parts they dropped: here every function's exits but the root's.
 	a = &fakeAttacher{}
-	set, err = attachPlan(a, 1, pl, attachOptions{omit: func(f *plan.Func, part int) bool { return !f.Root && part == partExits }}, t.Logf)
+	set, err = Attach(a, 1, pl, Options{Omit: func(f *plan.Func, part Part) bool { return !f.Root && part == Exits }}, t.Logf)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -286,7 +255,7 @@ func TestDemote(t *testing.T) {
 // noSites (--discover=false).
 func TestAttachSites(t *testing.T) {
 	exe, _ := testtarget.BuildIndirect(t)
-	pl := filesPlan(t, "_Z6handlei", plan.ExitsRet, exe)
+	pl := plantest.FromFiles(t, "_Z6handlei", plan.ExitsRet, exe)
 	// handle's virtual call, dispatch's jump through the table,
 	// probe_plugin's jump through plugin_fn.
 	if len(pl.Sites) < 3 {
@@ -294,7 +263,7 @@ func TestAttachSites(t *testing.T) {
 	}
 	pl.FirstSite = 100
 	sites := 0
-	for _, files := range groupProbes(pl, attachOptions{}, nil) {
+	for _, files := range groupProbes(pl, Options{}, nil) {
 		for _, fp := range files {
 			for _, pr := range fp.probes {
 				if wire.CookieKind(pr.Cookie) == wire.KindSite {
@@ -310,12 +279,12 @@ func TestAttachSites(t *testing.T) {
 		t.Errorf("%d site probes, want %d", sites, len(pl.Sites))
 	}
 	a := &fakeAttacher{}
-	set, err := attachPlan(a, 1, pl, attachOptions{noSites: true}, t.Logf)
+	set, err := Attach(a, 1, pl, Options{NoSites: true}, t.Logf)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer set.Close()
 	if a.probes != pl.NumProbes()-len(pl.Sites) {
-		t.Errorf("noSites: %d probes attached, want %d", a.probes, pl.NumProbes()-len(pl.Sites))
+		t.Errorf("NoSites: %d probes attached, want %d", a.probes, pl.NumProbes()-len(pl.Sites))
 	}
 }
