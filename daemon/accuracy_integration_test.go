@@ -14,6 +14,7 @@ import (
 
 	"github.com/kprofd/kprofd/calibrate"
 	"github.com/kprofd/kprofd/daemon"
+	"github.com/kprofd/kprofd/daemon/cost"
 	"github.com/kprofd/kprofd/internal/cct"
 	"github.com/kprofd/kprofd/internal/plan"
 	"github.com/kprofd/kprofd/internal/testtarget"
@@ -158,7 +159,7 @@ func compensated(raw *cct.Tree, pr *daemon.Prepared, cal *calibrate.Result, stat
 	t.Merge(raw)
 	costs := map[cct.FuncID]cct.Costs{}
 	for _, f := range pr.Plan.Funcs {
-		pair := daemon.ProbePair(f)
+		pair := cost.ProbePair(f)
 		for _, m := range cal.Measurements {
 			if m.Pair == pair {
 				costs[cct.FuncID(f.ID)] = cct.Costs{Inner: stat(m.Inner), Outer: stat(m.Outer)}

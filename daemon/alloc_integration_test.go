@@ -12,6 +12,7 @@ import (
 	"github.com/google/pprof/profile"
 
 	"github.com/kprofd/kprofd/daemon"
+	"github.com/kprofd/kprofd/daemon/cost"
 	"github.com/kprofd/kprofd/internal/testtarget"
 )
 
@@ -217,12 +218,12 @@ func TestAllocHybrid(t *testing.T) {
 	}
 	ds := s.Demotions()
 	p := stopAndCheckGone(t, s, target.Pid())
-	stage := map[string]daemon.Stage{}
+	stage := map[string]cost.Stage{}
 	for _, d := range ds {
 		stage[d.Func[strings.LastIndex(d.Func, ":")+1:]] = d.Stage
 	}
-	bursts := stage["malloc"] == daemon.StageSampled
-	if stage["malloc"] == daemon.StageFull || stage["free"] != daemon.StageSampled {
+	bursts := stage["malloc"] == cost.StageSampled
+	if stage["malloc"] == cost.StageFull || stage["free"] != cost.StageSampled {
 		t.Fatalf("demotions %v: want malloc sampling (by bytes or by bursts) and free without probes", ds)
 	}
 	pp := roundTrip(t, p)

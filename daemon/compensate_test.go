@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/kprofd/kprofd/calibrate"
+	"github.com/kprofd/kprofd/daemon/cost"
 	"github.com/kprofd/kprofd/internal/callgraph"
 	"github.com/kprofd/kprofd/internal/cct"
 	"github.com/kprofd/kprofd/internal/plan"
@@ -62,11 +63,11 @@ func TestDescriber(t *testing.T) {
 			f.Logical = f.ID
 		}
 	}
-	stage := func(i int) Stage {
+	stage := func(i int) cost.Stage {
 		if i == 1 {
-			return StageSampled
+			return cost.StageSampled
 		}
-		return StageFull
+		return cost.StageFull
 	}
 	describe := describer(&plan.Plan{Funcs: funcs}, stage)
 	for _, tc := range []struct {

@@ -11,9 +11,11 @@ import (
 	"github.com/cilium/ebpf/link"
 
 	"github.com/kprofd/kprofd/bpf"
+	"github.com/kprofd/kprofd/daemon/cost"
 	"github.com/kprofd/kprofd/daemon/probes"
 	"github.com/kprofd/kprofd/internal/callgraph"
 	"github.com/kprofd/kprofd/internal/cct"
+	"github.com/kprofd/kprofd/internal/monotonic"
 	"github.com/kprofd/kprofd/internal/plan"
 	"github.com/kprofd/kprofd/internal/proc"
 	"github.com/kprofd/kprofd/internal/ptrace"
@@ -535,18 +537,18 @@ func (d *discovery) discover(target uint64) {
 		return
 	}
 	opts := probes.Options{PerFunc: s.cfg.Mode == ModeHybrid, NoRoot: true}
-	var remembered []demotion
-	if s.monitor != nil {
+	var remembered []cost.Decision
+	if s.hybrid != nil {
 		// Into the model before the attach: what the last session
 		// demoted starts demoted, its lost probes never attached.
 		remembered = s.recallFound(sub)
-		opts.Omit = omitted(remembered)
+		opts.Omit = cost.Omitted(remembered)
 	}
-	attached := monotonicNow()
+	attached := monotonic.Now()
 	set, err := probes.Attach(s.prog, s.cfg.PID, sub, opts, s.cfg.attachWarnf)
 	if err != nil {
-		if s.monitor != nil {
-			s.monitor.dropFuncs(sub)
+		if s.hybrid != nil {
+			s.hybrid.DropFound(sub)
 		}
 		giveUp(fmt.Sprintf("attaching its probes: %v", err))
 		return
@@ -555,8 +557,8 @@ func (d *discovery) discover(target uint64) {
 	if s.samples != nil {
 		s.samples.addProbes(sub)
 	}
-	if s.monitor != nil {
-		s.monitor.remember(remembered, attached, sub)
+	if s.hybrid != nil {
+		s.hybrid.Remember(remembered, attached, sub)
 	}
 	var addrs []uint64
 	in := map[uint64]probes.ObjKey{target: probes.KeyOf(m)}

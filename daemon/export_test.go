@@ -5,20 +5,16 @@ import (
 	"time"
 
 	"github.com/kprofd/kprofd/bpf"
+	"github.com/kprofd/kprofd/internal/monotonic"
 )
 
 // DropSync makes hybrid session s's monitor demote the sync probe at its
 // next reading, as a round does when the budget asks for it, and waits
 // until the demotion is recorded.
 func DropSync(s *Session) error {
-	m := s.monitor
-	m.mu.Lock()
-	if m.model.syncCost == 0 {
-		m.mu.Unlock()
+	if !s.hybrid.DropSync("dropped by the test") {
 		return errors.New("the session has no sync probe it may drop")
 	}
-	m.model.syncCost, m.model.syncGone = 0, "dropped by the test"
-	m.mu.Unlock()
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
 		for _, d := range s.Demotions() {
 			if d.Sync {
@@ -48,7 +44,7 @@ func AwaitedCounts(s *Session) (entries, exits uint64, err error) {
 }
 
 // MonotonicNow is the events' clock now.
-func MonotonicNow() uint64 { return monotonicNow() }
+func MonotonicNow() uint64 { return monotonic.Now() }
 
 // KernelStats returns the probe program's counters of session s.
 func KernelStats(s *Session) (bpf.Stats, error) { return s.prog.Stats() }

@@ -11,6 +11,8 @@ import (
 
 	"github.com/kprofd/kprofd/bpf"
 	"github.com/kprofd/kprofd/daemon"
+	"github.com/kprofd/kprofd/daemon/cost"
+	"github.com/kprofd/kprofd/daemon/hybrid"
 	"github.com/kprofd/kprofd/internal/cct"
 	"github.com/kprofd/kprofd/internal/testtarget"
 )
@@ -43,7 +45,7 @@ func TestHybridFloor(t *testing.T) {
 	}
 	leaf := false
 	for _, d := range ds {
-		leaf = leaf || d.Func == "hot:leaf" && d.Stage == daemon.StageSampled
+		leaf = leaf || d.Func == "hot:leaf" && d.Stage == cost.StageSampled
 	}
 	if !leaf {
 		t.Errorf("leaf not demoted to sampling: %v", ds)
@@ -76,7 +78,7 @@ func TestHybridCalleesOutsideRoot(t *testing.T) {
 	// 5 root calls per thread in each command: at 0, 4096, ...,
 	// 16384.
 	const perCommand, rootsPerCommand = 20000, 2 * 5
-	session := func(budget float64, done func(*daemon.Session) bool) (p *cct.Profile, ds []daemon.Demotion, warnings *warnLog, st bpf.Stats) {
+	session := func(budget float64, done func(*daemon.Session) bool) (p *cct.Profile, ds []hybrid.Demotion, warnings *warnLog, st bpf.Stats) {
 		target := testtarget.Start(t, exe)
 		warnings = &warnLog{}
 		s, err := daemon.Start(daemon.Config{PID: target.Pid(), Roots: []string{"root"}, Mode: daemon.ModeHybrid, Budget: budget, Warnf: warnings.warnf})
@@ -121,8 +123,8 @@ func TestHybridCalleesOutsideRoot(t *testing.T) {
 		t.Errorf("the profile's comments do not say what the probes outside the root cost: %q", p.Comments)
 	}
 
-	leafDemoted := func(ds []daemon.Demotion) bool {
-		return slices.ContainsFunc(ds, func(d daemon.Demotion) bool { return d.Func == "hot:leaf" && d.Stage == daemon.StageSampled })
+	leafDemoted := func(ds []hybrid.Demotion) bool {
+		return slices.ContainsFunc(ds, func(d hybrid.Demotion) bool { return d.Func == "hot:leaf" && d.Stage == cost.StageSampled })
 	}
 	_, ds, warnings, _ := session(0.10, func(s *daemon.Session) bool { return leafDemoted(s.Demotions()) })
 	if !leafDemoted(ds) {

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/kprofd/kprofd/daemon"
+	"github.com/kprofd/kprofd/daemon/cost"
+	"github.com/kprofd/kprofd/daemon/hybrid"
 	"github.com/kprofd/kprofd/internal/export"
 	"github.com/kprofd/kprofd/internal/testtarget"
 )
@@ -117,7 +119,7 @@ func TestGoHybridDemotesHotLeaf(t *testing.T) {
 		t.Errorf("traced, the target printed %q; untraced %q", out, refOut)
 	}
 	ds := s.Demotions()
-	last := slices.IndexFunc(ds, func(d daemon.Demotion) bool { return d.ID == leaf.ID && d.Stage == daemon.StageSampled })
+	last := slices.IndexFunc(ds, func(d hybrid.Demotion) bool { return d.ID == leaf.ID && d.Stage == cost.StageSampled })
 	if last < 0 {
 		t.Fatalf("demotions %v, want hotLeaf's probes all dropped", ds)
 	}

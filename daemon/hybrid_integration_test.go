@@ -22,6 +22,9 @@ import (
 	"github.com/google/pprof/profile"
 
 	"github.com/kprofd/kprofd/daemon"
+	"github.com/kprofd/kprofd/daemon/cost"
+	"github.com/kprofd/kprofd/daemon/estimate"
+	"github.com/kprofd/kprofd/daemon/hybrid"
 	"github.com/kprofd/kprofd/internal/cct"
 	"github.com/kprofd/kprofd/internal/export"
 	"github.com/kprofd/kprofd/internal/plan"
@@ -116,7 +119,7 @@ func TestHybridDemotesHotLeaf(t *testing.T) {
 	// step or lost its exits first depends on what the first windows
 	// measured.)
 	ds := s.Demotions()
-	if len(ds) == 0 || slices.ContainsFunc(ds, func(d daemon.Demotion) bool { return d.ID != hot.ID }) || ds[len(ds)-1].Stage != daemon.StageSampled {
+	if len(ds) == 0 || slices.ContainsFunc(ds, func(d hybrid.Demotion) bool { return d.ID != hot.ID }) || ds[len(ds)-1].Stage != cost.StageSampled {
 		t.Fatalf("demotions %v, want hot_leaf's probes all dropped, nothing else demoted", ds)
 	}
 	for _, d := range ds {
@@ -351,7 +354,7 @@ func labelOf(p *profile.Profile, ctx, key string) string {
 func checkCrossCheck(t *testing.T, s *daemon.Session, name string) {
 	t.Helper()
 	xs := s.CrossChecks()
-	i := slices.IndexFunc(xs, func(x daemon.CrossCheck) bool { return x.Func == name })
+	i := slices.IndexFunc(xs, func(x estimate.CrossCheck) bool { return x.Func == name })
 	if i < 0 {
 		t.Errorf("no cross-check of %s in %+v", name, xs)
 		return
@@ -425,7 +428,7 @@ func TestHybridRemembers(t *testing.T) {
 	hot := planFunc(t, s.Prepared().Plan, "hot_leaf")
 	first.Run(t, testtarget.HybridRequests)
 	ds := s.Demotions()
-	if !slices.ContainsFunc(ds, func(d daemon.Demotion) bool { return d.ID == hot.ID && d.Stage == daemon.StageSampled }) {
+	if !slices.ContainsFunc(ds, func(d hybrid.Demotion) bool { return d.ID == hot.ID && d.Stage == cost.StageSampled }) {
 		t.Fatalf("the first session did not demote hot_leaf to sampling: %v", ds)
 	}
 	stopAndCheckGone(t, s, first.Pid())
@@ -433,8 +436,8 @@ func TestHybridRemembers(t *testing.T) {
 
 	second := testtarget.Start(t, exe)
 	cfg.PID = second.Pid()
-	var told []daemon.Demotion
-	cfg.Demoted = func(d daemon.Demotion) { told = append(told, d) } // Start tells the remembered ones
+	var told []hybrid.Demotion
+	cfg.Demoted = func(d hybrid.Demotion) { told = append(told, d) } // Start tells the remembered ones
 	s, err = daemon.Start(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -449,7 +452,7 @@ func TestHybridRemembers(t *testing.T) {
 		}
 		remembered = append(remembered, fmt.Sprintf("%s:%d", d.Func, d.Stage))
 	}
-	if want := []string{fmt.Sprintf("hybrid:hot_leaf:%d", daemon.StageSampled)}; !slices.Equal(remembered, want) {
+	if want := []string{fmt.Sprintf("hybrid:hot_leaf:%d", cost.StageSampled)}; !slices.Equal(remembered, want) {
 		t.Errorf("the second session started with %v demoted, want %v", remembered, want)
 	}
 	if !probedAt(t, second.Pid(), medium) || !unprobedBetweenBursts(t, second.Pid(), hot) {
@@ -531,7 +534,7 @@ func TestHybridRemembersFound(t *testing.T) {
 		t.Fatal("hot_leaf is in the plan: the build calls hot_caller directly")
 	}
 	first.Run(t, testtarget.HybridRequests)
-	if !slices.ContainsFunc(s.Demotions(), func(d daemon.Demotion) bool { return d.Func == hotLeaf && d.Stage == daemon.StageSampled }) {
+	if !slices.ContainsFunc(s.Demotions(), func(d hybrid.Demotion) bool { return d.Func == hotLeaf && d.Stage == cost.StageSampled }) {
 		t.Fatalf("the first session did not demote hot_leaf to sampling: %v", s.Demotions())
 	}
 	stopAndCheckGone(t, s, first.Pid())
@@ -541,9 +544,9 @@ func TestHybridRemembersFound(t *testing.T) {
 	cfg.PID = second.Pid()
 	var (
 		mu   sync.Mutex
-		told []daemon.Demotion
+		told []hybrid.Demotion
 	)
-	cfg.Demoted = func(d daemon.Demotion) { // from discovery's goroutine too
+	cfg.Demoted = func(d hybrid.Demotion) { // from discovery's goroutine too
 		mu.Lock()
 		told = append(told, d)
 		mu.Unlock()
@@ -570,7 +573,7 @@ func TestHybridRemembersFound(t *testing.T) {
 		}
 	}
 	mu.Unlock()
-	if want := []string{fmt.Sprintf("%s:%d", hotLeaf, daemon.StageSampled)}; !slices.Equal(remembered, want) {
+	if want := []string{fmt.Sprintf("%s:%d", hotLeaf, cost.StageSampled)}; !slices.Equal(remembered, want) {
 		t.Errorf("the second session started %v demoted, want %v", remembered, want)
 	}
 	if found := s.Discovered(); !slices.ContainsFunc(found, func(d daemon.Discovered) bool { return d.Func == "hybrid:hot_caller" && d.Err == "" }) {
@@ -595,7 +598,7 @@ func TestHybridRemembersFound(t *testing.T) {
 // stopped session against its demotions ds: a round record for each round
 // of them, demoting as many and taking breakpoints out, and a detached
 // record for every round record.
-func checkRoundLog(t *testing.T, log *bytes.Buffer, ds []daemon.Demotion) {
+func checkRoundLog(t *testing.T, log *bytes.Buffer, ds []hybrid.Demotion) {
 	t.Helper()
 	type record struct {
 		Msg         string `json:"msg"`

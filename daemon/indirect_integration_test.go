@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kprofd/kprofd/daemon"
+	"github.com/kprofd/kprofd/daemon/cost"
 	"github.com/kprofd/kprofd/internal/testtarget"
 )
 
@@ -139,7 +140,7 @@ func TestDiscoverHybrid(t *testing.T) {
 	}
 	var demoted []string
 	for _, d := range s.Demotions() {
-		if d.Stage == daemon.StageSampled {
+		if d.Stage == cost.StageSampled {
 			demoted = append(demoted, d.Func)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/kprofd/kprofd/daemon"
+	"github.com/kprofd/kprofd/daemon/cost"
 	"github.com/kprofd/kprofd/internal/testtarget"
 )
 
@@ -36,7 +37,7 @@ func TestHybridLingeringProbes(t *testing.T) {
 	// The end state the design guarantees: step and rare both demoted
 	// to sampling, nothing else; rare along with step, while it had no
 	// calls.
-	stages := map[string]daemon.Stage{}
+	stages := map[string]cost.Stage{}
 	lingering := false
 	for _, d := range s.Demotions() {
 		t.Logf("demoted %s", d)
@@ -45,7 +46,7 @@ func TestHybridLingeringProbes(t *testing.T) {
 			lingering = strings.Contains(d.Reason, "not called lately")
 		}
 	}
-	if len(stages) != 2 || stages[step.Node.Name()] != daemon.StageSampled || stages[rare.Node.Name()] != daemon.StageSampled || !lingering {
+	if len(stages) != 2 || stages[step.Node.Name()] != cost.StageSampled || stages[rare.Node.Name()] != cost.StageSampled || !lingering {
 		t.Fatalf("demotions %v (rare lingering %v), want step and rare demoted to sampling, rare before it was called", stages, lingering)
 	}
 	if !unprobedBetweenBursts(t, target.Pid(), step) {

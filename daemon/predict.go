@@ -7,7 +7,9 @@ import (
 	"time"
 
 	"github.com/kprofd/kprofd/bpf"
+	"github.com/kprofd/kprofd/daemon/cost"
 	"github.com/kprofd/kprofd/daemon/probes"
+	"github.com/kprofd/kprofd/internal/english"
 	"github.com/kprofd/kprofd/internal/plan"
 	"github.com/kprofd/kprofd/internal/wire"
 )
@@ -35,7 +37,7 @@ import (
 // ran with no probe below them, are left out, and the profile's comments
 // say how many (a thread inside a root at the attach is taken up there,
 // as at any attach). The prior only takes what it predicts far over the
-// budget (priorSlack): the static estimate knows nothing of which
+// budget (cost.PriorSlack): the static estimate knows nothing of which
 // branches run, and a function it overrates loses its exact count for the
 // session (the bursts estimate it).
 
@@ -47,10 +49,6 @@ const predictWindow = 100 * time.Millisecond
 // rate to scale the static estimate by: with fewer, the session attaches
 // every probe.
 const minPredictCalls = 8
-
-// priorSlack is how far over the budget the prior lets the predicted
-// overhead stay: what it predicts within that much, the monitor measures.
-const priorSlack = 2
 
 // awaitPoll is how often a predicting session looks whether its roots
 // have been called.
@@ -117,7 +115,7 @@ func (s *Session) rootsCounted() (calls, samples uint64, err error) {
 // probes with the prior's demotions left out (attachAll) and starts the
 // event loop. Stop ends the wait; a failure is warned of at once, and
 // Stop returns it.
-func (s *Session) awaitRoots(model *costModel, opt probes.Options, base uint64) {
+func (s *Session) awaitRoots(model *cost.Model, opt probes.Options, base uint64) {
 	defer close(s.awaitDone)
 	defer s.markAttached()
 	err := s.awaitAndAttach(model, opt, base)
@@ -135,7 +133,7 @@ func (s *Session) awaitRoots(model *costModel, opt probes.Options, base uint64) 
 // that may start late, it missed the calls made meanwhile (up to a dozen
 // of the parser's, in TestHybridPredicts on a loaded machine), which
 // were then in neither the profile nor the count before it.
-func (s *Session) awaitAndAttach(model *costModel, opt probes.Options, base uint64) (err error) {
+func (s *Session) awaitAndAttach(model *cost.Model, opt probes.Options, base uint64) (err error) {
 	defer func() {
 		// What the counting probes saw is what the profile lacks: close
 		// them once the roots' own probes count.
@@ -176,19 +174,19 @@ func (s *Session) awaitAndAttach(model *costModel, opt probes.Options, base uint
 		return err
 	}
 	took := time.Since(t0)
-	var ds []demotion
+	var ds []cost.Decision
 	rootRate := 0.0
-	if c1-c0 >= minPredictCalls && s1-s0 >= minProbeSamples {
+	if c1-c0 >= minPredictCalls && s1-s0 >= cost.MinProbeSamples {
 		rootRate = float64(c1-c0) / took.Seconds()
-		prior := staticCalls(s.prep.Plan)
-		rates := wire.MakeCounters[float64](len(model.funcs))
+		prior := cost.StaticCalls(s.prep.Plan)
+		rates := wire.MakeCounters[float64](model.Len())
 		for i, f := range prior {
 			rates.SetCalls(i, rootRate*f)
 		}
 		own := float64(s1-s0) * float64(s.sampler.Period) / took.Seconds()
-		ds = model.predictRound(rates, own, fmt.Sprintf("predicted from the loops around its calls, at %s root calls/s", rate(rootRate)))
+		ds = model.PredictRound(rates, own, fmt.Sprintf("predicted from the loops around its calls, at %s root calls/s", english.Rate(rootRate)))
 		if len(ds) > 0 {
-			opt.Omit = omitted(ds)
+			opt.Omit = cost.Omitted(ds)
 		}
 	}
 	s.attachMu.Lock()
@@ -201,69 +199,6 @@ func (s *Session) awaitAndAttach(model *costModel, opt probes.Options, base uint
 	s.cfg.log().Debug("hybrid: attached below the roots", "window", took, "root_calls", c1-c0, "predicted", len(ds),
 		"decided", t1.Sub(t0)-took, "attach", time.Since(t1))
 	return nil
-}
-
-// staticCalls returns the static estimate of each planned function's
-// calls per root call, by id (callgraph.Graph.Frequencies).
-func staticCalls(pl *plan.Plan) []float64 {
-	freq := pl.Graph.Frequencies()
-	out := make([]float64, len(pl.Funcs))
-	for i, f := range pl.Funcs {
-		out[i] = freq[f.Node]
-	}
-	return out
-}
-
-// predictRound demotes, as a round would, what the predicted call rates
-// cost beyond priorSlack times the budget (less the bursts' share) of own,
-// the target's own CPU time (ns/s), and returns the demotions, marked
-// predicted; why ends their reasons.
-func (m *costModel) predictRound(rates wire.Counters[float64], own float64, why string) []demotion {
-	if own <= 0 {
-		return nil
-	}
-	budget := priorSlack * m.budget * (1 - burstShare)
-	target := budget * own
-	budgetText := fmt.Sprintf("%.0f%%, the prior takes what is over %g times it", 100*m.budget, float64(priorSlack))
-	probe := 0.0
-	for i := range m.funcs {
-		probe += m.load(rates, i, m.funcs[i].stage)
-	}
-	before := probe / own
-	// A function whose probes alone cost more than the target goes,
-	// whatever else does: taken in one pass, where the rounds' ranking
-	// (take) would rescan every function for each of them (on
-	// testdata/jsonparse, a thousand functions, for seconds).
-	var ds []demotion
-	for i := range m.funcs {
-		f := &m.funcs[i]
-		load := m.load(rates, i, f.stage)
-		if f.pinned || f.alloc != 0 || f.stage == StageSampled || load <= target {
-			continue
-		}
-		reason := fmt.Sprintf("%s calls/s × %s of probes per call = %.0f%% of the target's own CPU time (all probes %.0f%%: %s, budget %s)",
-			rate(rates.Calls(i)), time.Duration(f.cost.at(f.stage)).Round(time.Nanosecond), 100*load/own, 100*before, why, budgetText)
-		for _, j := range m.subtree(i) {
-			if m.funcs[j].alloc != 0 {
-				continue
-			}
-			probe -= m.load(rates, j, m.funcs[j].stage) - m.load(rates, j, StageSampled)
-			m.clearFloor(j)
-			m.funcs[j].stage = StageSampled
-			why := reason
-			if j != i {
-				why = fmt.Sprintf("below %s, demoted to sampling", m.name(i))
-			}
-			ds = append(ds, demotion{id: j, stage: StageSampled, reason: why, lead: j == i})
-		}
-	}
-	g := roundGoal{probe: probe, target: target, budget: budget, perOwn: 1 / own, before: before, scale: 1,
-		measured: ": " + why, budgetText: budgetText}
-	ds = append(ds, m.take(rates, &g)...)
-	for i := range ds {
-		ds[i].predicted = true
-	}
-	return ds
 }
 
 // comment says, for the profile, what the roots ran before the attach,
@@ -279,9 +214,9 @@ func (b beforeAttach) comment(roots []string, attached bool) string {
 	prior := "too few to predict by: every probe attached"
 	switch {
 	case b.rate > 0 && b.predicted > 0:
-		prior = fmt.Sprintf("%d functions started demoted, as the loops around their calls predict at %s calls/s", b.predicted, rate(b.rate))
+		prior = fmt.Sprintf("%d functions started demoted, as the loops around their calls predict at %s calls/s", b.predicted, english.Rate(b.rate))
 	case b.rate > 0:
-		prior = fmt.Sprintf("at %s calls/s, the loops around the calls predict no function over %d times the budget: every probe attached", rate(b.rate), priorSlack)
+		prior = fmt.Sprintf("at %s calls/s, the loops around the calls predict no function over %d times the budget: every probe attached", english.Rate(b.rate), cost.PriorSlack)
 	}
 	return fmt.Sprintf("the profile counts from the attach: %d calls of %s ran before it, from the first for %s, with no probe below it (%s; --predict=false attaches at once)",
 		b.calls, root, b.window.Round(time.Millisecond), prior)

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/kprofd/kprofd/daemon"
+	"github.com/kprofd/kprofd/daemon/cost"
+	"github.com/kprofd/kprofd/daemon/hybrid"
 	"github.com/kprofd/kprofd/internal/cct"
 	"github.com/kprofd/kprofd/internal/export"
 	"github.com/kprofd/kprofd/internal/testtarget"
@@ -52,8 +54,8 @@ func TestHybridPredicts(t *testing.T) {
 			predicted++
 		}
 	}
-	i := slices.IndexFunc(ds, func(d daemon.Demotion) bool { return d.ID == isWS.ID })
-	if i < 0 || !ds[i].Predicted || ds[i].Stage != daemon.StageSampled || ds[i].At != 0 {
+	i := slices.IndexFunc(ds, func(d hybrid.Demotion) bool { return d.ID == isWS.ID })
+	if i < 0 || !ds[i].Predicted || ds[i].Stage != cost.StageSampled || ds[i].At != 0 {
 		t.Errorf("json::is_ws: demotion %+v, want predicted to sampling at the attach", ds[min(max(i, 0), len(ds)-1)])
 	} else {
 		t.Logf("%d functions predicted, %d demotions in all; %s", predicted, len(ds), ds[i])
@@ -179,7 +181,7 @@ func TestHybridWholeBurstsProbed(t *testing.T) {
 	ref.Exit(t)
 	early := map[string]bool{}
 	for _, d := range s.Demotions() {
-		if _, name, ok := strings.Cut(d.Func, ":"); ok && d.Stage == daemon.StageSampled && d.At < time.Second && !d.Sites && !d.Sync {
+		if _, name, ok := strings.Cut(d.Func, ":"); ok && d.Stage == cost.StageSampled && d.At < time.Second && !d.Sites && !d.Sync {
 			early[name] = true
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kprofd/kprofd/calibrate"
+	"github.com/kprofd/kprofd/daemon/hybrid"
 	"github.com/kprofd/kprofd/internal/alloc"
 	"github.com/kprofd/kprofd/internal/callgraph"
 	"github.com/kprofd/kprofd/internal/plan"
@@ -73,7 +74,7 @@ type Config struct {
 	// modes; 0 means DefaultSampleHz.
 	SampleHz int
 	// Demoted, when set, hears of each demotion as it happens.
-	Demoted func(Demotion)
+	Demoted func(hybrid.Demotion)
 	// Log, when set, receives hybrid mode's control decisions at debug
 	// level: each round of demotions (the window it measured, what it
 	// took and the breakpoints it takes out), when a round's
@@ -100,7 +101,7 @@ type Config struct {
 	Alloc bool
 	// AllocRate is the mean bytes between two allocation samples of a
 	// thread once hybrid mode samples allocations by bytes; 0 means
-	// DefaultAllocRate.
+	// stack.DefaultAllocRate.
 	AllocRate uint64
 }
 

@@ -9,6 +9,9 @@ import (
 
 	"github.com/kprofd/kprofd/bpf"
 	"github.com/kprofd/kprofd/calibrate"
+	"github.com/kprofd/kprofd/daemon/cost"
+	"github.com/kprofd/kprofd/daemon/estimate"
+	"github.com/kprofd/kprofd/daemon/stack"
 	"github.com/kprofd/kprofd/internal/alloc"
 	"github.com/kprofd/kprofd/internal/callgraph"
 	"github.com/kprofd/kprofd/internal/cct"
@@ -73,8 +76,8 @@ func (s *Session) buildProfile(end uint64, st bpf.Stats) *cct.Profile {
 	for _, e := range s.outside.list() {
 		p.Functions = append(p.Functions, e.function(addMapping(e.obj)))
 	}
-	if s.sim.burst != nil {
-		for id, err := range s.sim.burst.errorsByFunc() {
+	if s.counts != nil {
+		for id, err := range s.counts.ErrorsByFunc() {
 			if int(id) < len(p.Functions) {
 				p.Functions[id].CallsEstimated, p.Functions[id].CallsError = true, err
 			}
@@ -86,7 +89,11 @@ func (s *Session) buildProfile(end uint64, st bpf.Stats) *cct.Profile {
 			s.estimate(t)
 			s.markSampledCounts(t)
 		}
-		if note := s.lowerBoundNote(p.Tree); note != "" {
+		note := ""
+		if s.hybrid != nil {
+			note = lowerBoundNote(p.Tree, s.stageOf, s.hybrid.WholeProgress)
+		}
+		if note != "" {
 			p.Comments = append(p.Comments, note)
 			s.countsNote.Store(&note)
 		}
@@ -113,9 +120,9 @@ func (s *Session) estimate(t *cct.Tree) {
 		case n.Calls == 0:
 			n.Estimated = true
 		case int(n.Func) < nplan:
-			n.Estimated = s.stageOf(int(n.Func)) != StageFull
+			n.Estimated = s.stageOf(int(n.Func)) != cost.StageFull
 		case s.disc != nil && s.disc.isTraced(n.Func):
-			n.Estimated = s.stageOf(int(n.Func)) != StageFull // discovered, traced since
+			n.Estimated = s.stageOf(int(n.Func)) != cost.StageFull // discovered, traced since
 		case n.Func != s.sim.SignalFunc():
 			n.Estimated = true
 		}
@@ -135,9 +142,9 @@ func (s *Session) markSampledCounts(t *cct.Tree) {
 			return
 		}
 		switch st := s.stageOf(int(n.Func)); {
-		case st == StageSampled && s.burster != nil:
+		case st == cost.StageSampled && s.hybrid != nil:
 			n.Incomplete = true
-		case n.Calls > 0 && st != StageFull && int(n.Func) < len(funcs) && funcs[n.Func].Alloc != nil:
+		case n.Calls > 0 && st != cost.StageFull && int(n.Func) < len(funcs) && funcs[n.Func].Alloc != nil:
 			// Its entries went silent when it turned to byte sampling.
 			n.Incomplete = true
 		}
@@ -149,15 +156,13 @@ func (s *Session) markSampledCounts(t *cct.Tree) {
 // what would give them estimates: in a session of seconds on a program
 // with hundreds demoted, that is most of them, and a user who reads
 // "≥6234" for a function called 70 million times needs to know that
-// the number is not a count ("" when there are none).
-func (s *Session) lowerBoundNote(t *cct.Tree) string {
-	if s.burster == nil {
-		return ""
-	}
+// the number is not a count ("" when there are none). stage is each
+// function's stage, progress says how far the whole bursts got.
+func lowerBoundNote(t *cct.Tree, stage func(int) cost.Stage, progress func() string) string {
 	funcs := map[cct.FuncID]bool{}
 	contexts := 0
 	t.Root.Walk(func(n *cct.Node) {
-		if n.Func == cct.NoFunc || !n.Incomplete || n.Running || n.CoveredByEstimate || s.stageOf(int(n.Func)) != StageSampled {
+		if n.Func == cct.NoFunc || !n.Incomplete || n.Running || n.CoveredByEstimate || stage(int(n.Func)) != cost.StageSampled {
 			return
 		}
 		funcs[n.Func] = true
@@ -169,7 +174,7 @@ func (s *Session) lowerBoundNote(t *cct.Tree) string {
 	return fmt.Sprintf("the calls of %s demoted to sampling are lower bounds (≥, pprof label calls=incomplete) in %s of theirs: "+
 		"an estimate needs %d calls of the context's nearest caller still probed seen whole by the bursts; %s: "+
 		"trace longer, or raise the overhead budget (--overhead-budget)",
-		english.Plural(len(funcs), "function"), english.Plural(contexts, "context"), minAnchorFrames, s.burster.wholeProgress())
+		english.Plural(len(funcs), "function"), english.Plural(contexts, "context"), estimate.MinAnchorCalls, progress())
 }
 
 // compensate takes the probes' own time out of p's trees, using the
@@ -183,14 +188,14 @@ func (s *Session) lowerBoundNote(t *cct.Tree) string {
 // A context whose own code between calls is a few instructions measured
 // its callees' outer time itself, in the gaps between them
 // (cct.Costs.GapsMeasured): those gaps replace the estimates there.
-func compensate(p *cct.Profile, pl *plan.Plan, c *calibrate.Result, stage func(int) Stage) []string {
+func compensate(p *cct.Profile, pl *plan.Plan, c *calibrate.Result, stage func(int) cost.Stage) []string {
 	costs := make([]cct.Costs, len(pl.Funcs))
-	perCall := callCosts(pl, c)
+	perCall := cost.CallCosts(pl, c)
 	describe := describer(pl, stage)
 	refs := calibrate.InTarget(p.Tree, describe)
 	var missing []string
 	for i, f := range pl.Funcs {
-		pair := ProbePair(f)
+		pair := cost.ProbePair(f)
 		var ok bool
 		costs[i], ok = c.Costs(pair)
 		if r, found := refs[pair]; found && (ok || r.Inner.OK() && r.Outer.OK()) {
@@ -200,10 +205,10 @@ func compensate(p *cct.Profile, pl *plan.Plan, c *calibrate.Result, stage func(i
 			missing = append(missing, pair.String())
 		}
 		switch stage(i) {
-		case StageEntry:
+		case cost.StageEntry:
 			// Most of its calls came after its exits went.
-			costs[i] = cct.Costs{Outer: perCall[i].entry, OuterErr: costs[i].InnerErr + costs[i].OuterErr}
-		case StageSampled:
+			costs[i] = cct.Costs{Outer: perCall[i].Entry, OuterErr: costs[i].InnerErr + costs[i].OuterErr}
+		case cost.StageSampled:
 			// Its calls were counted before its entry went.
 			costs[i] = cct.Costs{Outer: costs[i].Inner + costs[i].Outer, OuterErr: costs[i].InnerErr + costs[i].OuterErr}
 		}
@@ -264,7 +269,7 @@ func measuredGaps(t *cct.Tree, cost func(cct.FuncID) cct.Costs) (contexts int, g
 // when every function it calls is probed in full: a call no probe sees
 // would sit inside a gap. A function with partial-inlining clones, whose
 // calls count as its own, has its code split: it qualifies for neither.
-func describer(pl *plan.Plan, stage func(int) Stage) func(cct.FuncID) (calibrate.Func, bool) {
+func describer(pl *plan.Plan, stage func(int) cost.Stage) func(cct.FuncID) (calibrate.Func, bool) {
 	byNode := make(map[*callgraph.Node]int, len(pl.Funcs))
 	cloned := map[uint32]bool{}
 	for i, f := range pl.Funcs {
@@ -273,13 +278,13 @@ func describer(pl *plan.Plan, stage func(int) Stage) func(cct.FuncID) (calibrate
 			cloned[f.Logical] = true
 		}
 	}
-	full := func(i int) bool { return stage(i) == StageFull && pl.Funcs[i].Untraced == "" }
+	full := func(i int) bool { return stage(i) == cost.StageFull && pl.Funcs[i].Untraced == "" }
 	return func(id cct.FuncID) (calibrate.Func, bool) {
 		if int(id) >= len(pl.Funcs) || !full(int(id)) {
 			return calibrate.Func{}, false
 		}
 		f := pl.Funcs[id]
-		d := calibrate.Func{Pair: ProbePair(f)}
+		d := calibrate.Func{Pair: cost.ProbePair(f)}
 		if f.Node == nil || cloned[f.ID] {
 			return d, true
 		}
@@ -343,19 +348,6 @@ func contextName(p *cct.Profile, n *cct.Node) string {
 	return strings.Join(names, ";")
 }
 
-// ProbePair returns the probe classes of a planned function, which select
-// its calibrated costs.
-func ProbePair(f *plan.Func) calibrate.Pair {
-	p := calibrate.Pair{Entry: f.EntryClass(), Exit: calibrate.ExitNone}
-	if len(f.Exits) > 0 {
-		p.Exit = calibrate.ExitRet
-		if f.Exits[0].Kind == wire.KindReturn {
-			p.Exit = calibrate.ExitUretprobe
-		}
-	}
-	return p
-}
-
 // comments say what the profile is and every reason it may be inexact.
 func (s *Session) comments(st bpf.Stats) []string {
 	pl := s.prep.Plan
@@ -389,13 +381,11 @@ func (s *Session) comments(st bpf.Stats) []string {
 	if s.awaitDone != nil {
 		c = append(c, s.before.comment(s.cfg.Roots, s.probes != nil))
 	}
-	if s.cfg.Mode == ModeHybrid && s.monitor != nil {
+	if s.cfg.Mode == ModeHybrid && s.hybrid != nil {
 		ds := s.Demotions()
-		c = append(c, fmt.Sprintf("overhead budget %.0f%%: %d demotions; %s", 100*s.cfg.Budget, len(ds), s.monitor.summary()))
-		if s.burster != nil {
-			c = append(c, s.burster.summary())
-		}
-		c = append(c, crossCheckComments(s.crossChecks)...)
+		monitor, bursts := s.hybrid.Summary()
+		c = append(c, fmt.Sprintf("overhead budget %.0f%%: %d demotions; %s", 100*s.cfg.Budget, len(ds), monitor), bursts)
+		c = append(c, estimate.CrossCheckComments(s.crossChecks)...)
 		for _, d := range ds {
 			c = append(c, "demoted "+d.String())
 		}
@@ -414,7 +404,7 @@ func (s *Session) comments(st bpf.Stats) []string {
 	}
 	if ss.Folded > 0 {
 		outermost := ""
-		if n := s.sim.outermostFolded(); n > 0 {
+		if n := s.sim.OutermostFolded(); n > 0 {
 			outermost = fmt.Sprintf("; %d of them outermost calls, in no context", n)
 		}
 		c = append(c, fmt.Sprintf("WARNING: node budget of %d calling contexts reached: %d calls needing new ones folded into their nearest counted caller (pprof label folded_calls; their time, probes' included, is that caller's self time)%s",
@@ -519,15 +509,15 @@ func (s *Session) comments(st bpf.Stats) []string {
 
 // allocComment says what --alloc traced and how far to trust in-use
 // numbers.
-func allocComment(pl *plan.Plan, ss SimStats, stage func(int) Stage, rate uint64) string {
+func allocComment(pl *plan.Plan, ss stack.SimStats, stage func(int) cost.Stage, rate uint64) string {
 	var names, demoted, bursted []string
 	for _, f := range pl.Funcs {
 		if f.Alloc != nil {
 			names = append(names, f.Node.Func.Display)
-			if stage(int(f.ID)) != StageFull {
+			if stage(int(f.ID)) != cost.StageFull {
 				demoted = append(demoted, f.Node.Func.Display)
 			}
-			if stage(int(f.ID)) == StageSampled && f.Alloc.Role != alloc.Frees {
+			if stage(int(f.ID)) == cost.StageSampled && f.Alloc.Role != alloc.Frees {
 				bursted = append(bursted, f.Node.Func.Display)
 			}
 		}
@@ -581,6 +571,6 @@ func floorOverhead(st bpf.Stats) float64 {
 	if st.TargetSamples <= inProbes {
 		return 0
 	}
-	point, _ := overheadBounds(st.OutsideTrapSamples, st.TargetSamples-inProbes)
+	point, _ := cost.OverheadBounds(st.OutsideTrapSamples, st.TargetSamples-inProbes)
 	return point
 }

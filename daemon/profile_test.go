@@ -2,8 +2,8 @@ package daemon
 
 import (
 	"testing"
-	"time"
 
+	"github.com/kprofd/kprofd/daemon/cost"
 	"github.com/kprofd/kprofd/internal/cct"
 )
 
@@ -12,7 +12,8 @@ import (
 // sampling whose calls the bursts could not estimate count (not one
 // running at the attach, not an estimated one, not one its function's
 // estimate covers, not a lower bound of a function still probed), and
-// the note says how far the whole bursts got.
+// the note says how far the whole bursts got (see hybrid's
+// TestWholeProgress).
 func TestLowerBoundNote(t *testing.T) {
 	const (
 		root = cct.FuncID(iota)
@@ -23,7 +24,7 @@ func TestLowerBoundNote(t *testing.T) {
 		once
 		covered
 	)
-	stages := []Stage{root: StageFull, twice: StageSampled, running: StageSampled, estimated: StageSampled, probed: StageEntry, once: StageSampled, covered: StageSampled}
+	stages := []cost.Stage{root: cost.StageFull, twice: cost.StageSampled, running: cost.StageSampled, estimated: cost.StageSampled, probed: cost.StageEntry, once: cost.StageSampled, covered: cost.StageSampled}
 	tree := cct.NewTree()
 	top := tree.Root.Child(root)
 	top.Child(twice).Incomplete = true
@@ -39,22 +40,12 @@ func TestLowerBoundNote(t *testing.T) {
 	const counts = "the calls of 2 functions demoted to sampling are lower bounds (≥, pprof label calls=incomplete) in 3 contexts of theirs: " +
 		"an estimate needs 3 calls of the context's nearest caller still probed seen whole by the bursts; "
 	const advice = ": trace longer, or raise the overhead budget (--overhead-budget)"
-	for _, tc := range []struct {
-		name string
-		b    *burster
-		tree *cct.Tree
-		want string
-	}{
-		{"no bursts (exact or sample mode)", nil, tree, ""},
-		{"no whole burst yet", &burster{}, tree,
-			counts + "no whole burst (every demoted function's entry probes back for whole calls of the roots) ran: the first comes 2s after the bursts start" + advice},
-		{"one whole call", &burster{wholes: 2, wholeCalls: 1, wholePeriod: 21637 * time.Millisecond}, tree,
-			counts + "whole bursts (every demoted function's entry probes back for whole calls of the roots) took 1 call of the roots, one burst every 21.6s at this budget" + advice},
-		{"every count estimated", &burster{wholes: 9, wholeCalls: 12}, cct.NewTree(), ""},
-	} {
-		s := &Session{stages: stages, burster: tc.b}
-		if got := s.lowerBoundNote(tc.tree); got != tc.want {
-			t.Errorf("%s:\n got %q\nwant %q", tc.name, got, tc.want)
-		}
+	progress := func() string { return "how far the whole bursts got" }
+	stage := func(id int) cost.Stage { return stages[id] }
+	if got, want := lowerBoundNote(tree, stage, progress), counts+"how far the whole bursts got"+advice; got != want {
+		t.Errorf("lower bounds:\n got %q\nwant %q", got, want)
+	}
+	if got := lowerBoundNote(cct.NewTree(), stage, progress); got != "" {
+		t.Errorf("every count estimated: %q, want none", got)
 	}
 }

@@ -3,6 +3,7 @@ package daemon
 import (
 	"sync/atomic"
 
+	"github.com/kprofd/kprofd/daemon/stack"
 	"github.com/kprofd/kprofd/internal/cct"
 	"github.com/kprofd/kprofd/internal/unwind"
 	"github.com/kprofd/kprofd/internal/wire"
@@ -39,7 +40,7 @@ func (r *stackReconciler) useProcess(p *symbolizer.Process) { r.u.Store(unwind.N
 // complete: the unwind stops at the end of the copy, at code it does not
 // know (a uretprobe's hijacked return address among others), or at a frame
 // it cannot compute.
-func (r *stackReconciler) Frames(st *wire.Stack) ([]RealFrame, uint64) {
+func (r *stackReconciler) Frames(st *wire.Stack) ([]stack.RealFrame, uint64) {
 	return r.realFrames(st, r.planned)
 }
 
@@ -54,9 +55,9 @@ func (r *stackReconciler) planned(obj *symbolizer.Mapped, fn *symbolizer.Func) c
 }
 
 // realFrames unwinds st, naming each frame's function with name.
-func (r *stackReconciler) realFrames(st *wire.Stack, name func(*symbolizer.Mapped, *symbolizer.Func) cct.FuncID) ([]RealFrame, uint64) {
+func (r *stackReconciler) realFrames(st *wire.Stack, name func(*symbolizer.Mapped, *symbolizer.Func) cct.FuncID) ([]stack.RealFrame, uint64) {
 	frames, _ := r.u.Load().Unwind(unwind.Regs{PC: st.PC, SP: st.SP, BP: st.BP}, unwind.Stack{Addr: st.SP, Data: st.Data}, maxRealFrames)
-	real := make([]RealFrame, 0, len(frames))
+	real := make([]stack.RealFrame, 0, len(frames))
 	// Slots as events carry them (st.Delta: a goroutine's stack moves).
 	// Until the innermost frame is unwound nothing is known, not even
 	// the slot at the stack pointer (code in no known object).
@@ -65,7 +66,7 @@ func (r *stackReconciler) realFrames(st *wire.Stack, name func(*symbolizer.Mappe
 		if f.CFA == 0 || f.Obj == nil {
 			break
 		}
-		real = append(real, RealFrame{Slot: f.CFA - 8 + st.Delta, Func: name(f.Obj, f.Func)})
+		real = append(real, stack.RealFrame{Slot: f.CFA - 8 + st.Delta, Func: name(f.Obj, f.Func)})
 		covered = f.CFA - 8 + st.Delta
 	}
 	return real, covered

@@ -7,149 +7,14 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/kprofd/kprofd/daemon/estimate"
 	"github.com/kprofd/kprofd/daemon/probes"
+	"github.com/kprofd/kprofd/daemon/stack"
 	"github.com/kprofd/kprofd/internal/cct"
 	"github.com/kprofd/kprofd/internal/plan"
 	"github.com/kprofd/kprofd/internal/wire"
 	"github.com/kprofd/kprofd/symbolizer"
 )
-
-// A SampleUnwinder unwinds a sample's stack into real frames, innermost
-// first, naming every frame: functions outside the plan get ids of their
-// own. covered is the
-// highest slot up to which the frames are complete. inProbe says the
-// sample caught the thread in kprofd's probes (a uprobe trap, the
-// out-of-line step, the uretprobe trampoline): kprofd's time, not the
-// target's; ProbeFunc then names the function whose probe it is, when it
-// can.
-type SampleUnwinder interface {
-	SampleFrames(st *wire.Stack) (frames []RealFrame, covered uint64, inProbe bool)
-	// StackFrames is SampleFrames for a stack captured by a probe on
-	// purpose (an allocation sample's): never kprofd's time.
-	StackFrames(st *wire.Stack) (frames []RealFrame, covered uint64)
-	ProbeFunc(pc, t uint64) (fn uint32, ok bool)
-}
-
-// probeSample counts a sample that caught the thread in a probe: the
-// steady probes' cost by function, which hybrid mode's monitor ranks them
-// by (the kernel counts the totals it steers by), unless a burst's probes
-// may have taken it.
-func (s *Simulator) probeSample(ev *wire.Event, st *wire.Stack) {
-	s.stats.ProbeSamples++
-	f, known := s.samp.ProbeFunc(st.PC, st.Time)
-	if s.burst != nil && s.burst.log.armedAt(ev.Time) || ev.Time < s.trapSince.Load() {
-		return
-	}
-	if known && f != noProbeFunc {
-		s.trapMu.Lock()
-		if s.trapByFunc == nil {
-			s.trapByFunc = map[uint32]uint64{}
-		}
-		s.trapByFunc[f]++
-		s.trapMu.Unlock()
-	}
-}
-
-// SetSampleUnwinder makes HandleSample attribute samples.
-func (s *Simulator) SetSampleUnwinder(u SampleUnwinder) { s.samp = u }
-
-// HandleSample attributes a cpu-clock sample of a thread inside the root
-// (Whaley's partial calling context tree): below the deepest frame of the
-// simulated stack that the real stack confirms, it follows the real frames
-// that no probe reported (functions demoted or never traced) and counts
-// one sample in the context it reaches. Frames the real stack refutes are
-// left alone: unlike captured stacks, samples do not repair the
-// simulation. An allocation sample's stack (wire.FlagAlloc) is placed the
-// same way (see allocSample).
-func (s *Simulator) HandleSample(ev *wire.Event, st *wire.Stack) {
-	s.stats.Events++
-	defer func() {
-		if ev.Adjust != 0 {
-			s.adjust(ev.Tid, ev.Adjust)
-		}
-	}()
-	if ev.Flags&wire.FlagAlloc != 0 {
-		s.allocSample(s.thread(ev.Tid), st)
-		return
-	}
-	s.stats.Samples++
-	if s.samp == nil || st == nil {
-		s.stats.UnplacedSamples++
-		return
-	}
-	// The kernel marks a sample in a uprobe's trap (FlagTrap); the user
-	// pc tells the rest: at a probe, or in the [uprobes] mapping.
-	if ev.Flags&wire.FlagTrap != 0 {
-		s.probeSample(ev, st)
-		return
-	}
-	real, covered, inProbe := s.samp.SampleFrames(st)
-	if inProbe {
-		s.probeSample(ev, st)
-		return
-	}
-	node := s.placeSample(s.thread(ev.Tid), real, covered, st.SP+st.Delta)
-	if node == nil {
-		s.stats.UnplacedSamples++
-		return
-	}
-	node.Samples++
-}
-
-// placeSample returns the context of a sample whose real frames are real
-// (see SampleUnwinder) and stack pointer sp: below the deepest frame of
-// the simulated stack that the real stack confirms, it follows the real
-// frames that no probe reported. It returns nil when no simulated frame
-// is confirmed.
-func (s *Simulator) placeSample(th *thread, real []RealFrame, covered, sp uint64) *cct.Node {
-	i, k := s.confirmed(th, real, covered, sp)
-	if i < 0 {
-		return nil
-	}
-	node := th.frames[i].node
-	if th.frames[i].flags&frameFolded == 0 {
-		// Past the node budget the sample stays in the deepest context
-		// there is, as the calls there fold into it.
-		for m := k - 1; m >= 0 && real[m].Func != cct.NoFunc; m-- {
-			ch := s.node(node, real[m].Func)
-			if ch == nil {
-				break
-			}
-			node = ch
-		}
-	}
-	return node
-}
-
-// confirmed returns the deepest simulated frame that the real frames do
-// not refute, and how many real frames lie below it (real[:k]); i is -1
-// when there is none. A simulated frame is refuted when it is deeper than
-// the stack pointer (it returned), or when the real stack covers its slot
-// and has no frame there or a frame of another function.
-func (s *Simulator) confirmed(th *thread, real []RealFrame, covered, sp uint64) (i, k int) {
-	for i = len(th.frames) - 1; i >= 0; i-- {
-		f := &th.frames[i]
-		if f.flags&frameSignal != 0 {
-			// A handler's own frames are above the marker; what lies
-			// below it on the real stack is the interrupted code.
-			return i, 0
-		}
-		if f.slot < sp {
-			continue
-		}
-		k = 0
-		for k < len(real) && real[k].Slot < f.slot {
-			k++
-		}
-		if f.slot > covered {
-			return i, k
-		}
-		if k < len(real) && real[k].Slot == f.slot && (real[k].Func == f.fn || real[k].Func == cct.NoFunc) {
-			return i, k
-		}
-	}
-	return -1, 0
-}
 
 // sampleUnwinder is the stackReconciler extended to name the functions
 // outside the plan that samples find, and to tell kprofd's own time.
@@ -165,7 +30,7 @@ type sampleUnwinder struct {
 	detached map[uint32]uint8
 	// bursts, in hybrid mode, says when a burst of sampled
 	// instrumentation had a demoted function's entries back.
-	bursts *burstLog
+	bursts *estimate.Log
 	// uprobes is the kernel's [uprobes] mapping (out-of-line steps and
 	// the uretprobe trampoline), once found.
 	uprobes       [2]uint64
@@ -196,27 +61,24 @@ func (u *sampleUnwinder) addProbes(pl *plan.Plan) {
 		}
 	}
 	for _, p := range pl.Syncs {
-		u.add(p.Addr+p.Obj.Bias, noProbeFunc, probes.Entry)
+		u.add(p.Addr+p.Obj.Bias, stack.NoProbeFunc, probes.Entry)
 	}
 	for _, st := range pl.Sites {
 		u.add(st.Addr+st.Obj.Bias, st.Caller.ID, probes.Sites)
 	}
 }
 
-func (u *sampleUnwinder) StackFrames(st *wire.Stack) ([]RealFrame, uint64) {
+func (u *sampleUnwinder) StackFrames(st *wire.Stack) ([]stack.RealFrame, uint64) {
 	return u.realFrames(st, u.funcID)
 }
 
-func (u *sampleUnwinder) SampleFrames(st *wire.Stack) ([]RealFrame, uint64, bool) {
+func (u *sampleUnwinder) SampleFrames(st *wire.Stack) ([]stack.RealFrame, uint64, bool) {
 	if _, ok := u.probeFunc(st.PC, st.Time); ok || u.inUprobes(st.PC) {
 		return nil, st.SP + st.Delta, true
 	}
 	real, covered := u.realFrames(st, u.funcID)
 	return real, covered, false
 }
-
-// noProbeFunc is the function of probes that belong to none (syncs).
-const noProbeFunc = ^uint32(0)
 
 // probeAt is what probes an address holds: their function and parts
 // (bits 1<<part; a function's entry and its uretprobe share one).
@@ -233,9 +95,9 @@ func (u *sampleUnwinder) add(addr uint64, fn uint32, part probes.Part) {
 	u.probes[addr] = p
 }
 
-// detach records that hybrid mode removed these parts of function fn's
+// Detached records that hybrid mode removed these parts of function fn's
 // probes.
-func (u *sampleUnwinder) detach(fn uint32, parts ...probes.Part) {
+func (u *sampleUnwinder) Detached(fn uint32, parts ...probes.Part) {
 	u.probesMu.Lock()
 	defer u.probesMu.Unlock()
 	for _, p := range parts {
@@ -255,7 +117,7 @@ func (u *sampleUnwinder) probeFunc(pc, t uint64) (uint32, bool) {
 			continue
 		}
 		live := p.parts&^u.detached[p.fn] != 0 ||
-			p.parts&(1<<probes.Entry) != 0 && u.bursts != nil && u.bursts.inWindowOf(t, p.fn)
+			p.parts&(1<<probes.Entry) != 0 && u.bursts != nil && u.bursts.InWindowOf(t, p.fn)
 		if live {
 			return p.fn, true
 		}

@@ -15,8 +15,13 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kprofd/kprofd/bpf"
+	"github.com/kprofd/kprofd/daemon/cost"
+	"github.com/kprofd/kprofd/daemon/estimate"
+	"github.com/kprofd/kprofd/daemon/hybrid"
 	"github.com/kprofd/kprofd/daemon/probes"
+	"github.com/kprofd/kprofd/daemon/stack"
 	"github.com/kprofd/kprofd/internal/cct"
+	"github.com/kprofd/kprofd/internal/monotonic"
 	"github.com/kprofd/kprofd/internal/plan"
 	"github.com/kprofd/kprofd/internal/ptrace"
 	"github.com/kprofd/kprofd/internal/wire"
@@ -38,7 +43,7 @@ type Session struct {
 	prog   *bpf.Program
 	probes *probes.Set
 	reader *bpf.Reader
-	sim    *Simulator
+	sim    *stack.Simulator
 
 	// Hybrid and sample modes.
 	sampler *bpf.Sampler
@@ -47,18 +52,19 @@ type Session struct {
 	disc    *discovery     // functions found through indirect calls; nil in sample mode
 	tracer  *ptrace.Tracer // holds the threads discovery pauses; nil without pauses
 	rec     *stackReconciler
-	// burster runs hybrid mode's bursts of sampled instrumentation, whose
-	// calls burstCounts scales into estimates.
-	burster     *burster
-	burstCounts *burstCounts
-	// check cross-checks the events the bursts' estimates are made of
-	// with the call counters; crossChecks is what it found, once stopped.
-	check       *counterCheck
-	crossChecks []CrossCheck
-	monitor     *monitor // hybrid mode's demotions
-	stages      []Stage  // by function id: in sample mode from the start, in hybrid mode once stopped
+	// hybrid is hybrid mode's controller: its demotions, and its bursts
+	// of sampled instrumentation, logged in bursts, whose calls counts
+	// scales into estimates. check cross-checks the events the
+	// estimates are made of with the call counters; crossChecks is what
+	// it found, once stopped.
+	hybrid      *hybrid.Controller
+	bursts      *estimate.Log
+	counts      *estimate.Counts
+	check       *estimate.Check
+	crossChecks []estimate.CrossCheck
+	stages      []cost.Stage // by function id: in sample mode from the start, in hybrid mode once stopped
 	// attachMu guards what a predicting session's attach sets while
-	// other goroutines may read it: probes, monitor, start.
+	// other goroutines may read it: probes, hybrid, start.
 	attachMu sync.Mutex
 	// counting holds the probes that count the roots' calls before a
 	// predicting session attaches (Config.Predict); awaitStop stops its
@@ -74,7 +80,7 @@ type Session struct {
 	// memory is what the last session on the program left (Config.Memory)
 	// when this one starts from it: functions found through indirect
 	// calls start at their remembered stages too.
-	memory *memoryFile
+	memory *cost.Memory
 
 	start     time.Time
 	startMono uint64
@@ -247,7 +253,7 @@ func StartPrepared(pr *Prepared, cfg Config) (_ *Session, err error) {
 	if err := s.prog.SetAllocNested(nestedAllocReturns(pr)); err != nil {
 		return nil, err
 	}
-	s.sim = NewSimulator(funcInfos(pr))
+	s.sim = stack.NewSimulator(funcInfos(pr))
 	s.sim.SetAllocRate(allocRate(cfg.AllocRate), pr.Go == nil)
 	s.sim.SetRestarts(pr.Go != nil)
 	if !cfg.PerThread {
@@ -290,22 +296,22 @@ func StartPrepared(pr *Prepared, cfg Config) (_ *Session, err error) {
 	case ModeHybrid:
 		opt.PerFunc = true
 	case ModeSample:
-		s.stages = make([]Stage, len(pr.Plan.Funcs))
+		s.stages = make([]cost.Stage, len(pr.Plan.Funcs))
 		for i, f := range pr.Plan.Funcs {
 			if !f.Root {
-				s.stages[i] = StageSampled
+				s.stages[i] = cost.StageSampled
 			}
 		}
 		opt.Omit = func(f *plan.Func, _ probes.Part) bool { return !f.Root }
 	}
-	var model *costModel
-	var remembered []demotion
+	var model *cost.Model
+	var remembered []cost.Decision
 	var rememberedSync bool
 	if cfg.Mode == ModeHybrid {
-		model = newCostModel(pr.Plan, callCosts(pr.Plan, cfg.Calibration), cfg.Budget)
+		model = cost.NewModel(pr.Plan, cost.CallCosts(pr.Plan, cfg.Calibration), cfg.Budget)
 		remembered = s.recall(model)
 		if len(remembered) > 0 {
-			opt.Omit = omitted(remembered)
+			opt.Omit = cost.Omitted(remembered)
 		}
 		// A sync probe the last session dropped is not attached, and
 		// the root's return address does its job from the start.
@@ -317,7 +323,7 @@ func StartPrepared(pr *Prepared, cfg Config) (_ *Session, err error) {
 		}
 	}
 	opt.NoSites = !discover
-	s.start, s.startMono = time.Now(), monotonicNow()
+	s.start, s.startMono = time.Now(), monotonic.Now()
 	s.watching = true
 	go s.watchExit()
 	if cfg.Mode == ModeHybrid && s.memory == nil && cfg.Predict && !cfg.Alloc && pr.Go == nil {
@@ -359,7 +365,7 @@ func (s *Session) markAttached() { s.attachedOnce.Do(func() { close(s.attached) 
 // and the demotions the session starts with (remembered, or predicted).
 // The event loop must not run yet. On error, what it attached is
 // released with the session.
-func (s *Session) attachAll(model *costModel, opt probes.Options, remembered []demotion, rememberedSync bool) error {
+func (s *Session) attachAll(model *cost.Model, opt probes.Options, remembered []cost.Decision, rememberedSync bool) error {
 	cfg, pr := s.cfg, s.prep
 	if !opt.NoSites {
 		// The sites' descriptors must be in place before their probes.
@@ -368,18 +374,18 @@ func (s *Session) attachAll(model *costModel, opt probes.Options, remembered []d
 			return err
 		}
 	}
-	attached := monotonicNow() // remembered demotions date from before any probe
+	attached := monotonic.Now() // remembered demotions date from before any probe
 	probes, err := probes.Attach(s.prog, cfg.PID, pr.Plan, opt, cfg.warnf)
 	if err != nil {
 		return err
 	}
 	s.attachMu.Lock()
 	s.probes = probes
-	s.start, s.startMono = time.Now(), monotonicNow()
+	s.start, s.startMono = time.Now(), monotonic.Now()
 	s.attachMu.Unlock()
 	// The roots' probes are in: a thread started from now on enters a
 	// root under their eyes, and needs no check.
-	if err := s.prog.SeedBefore(monotonicNow()); err != nil {
+	if err := s.prog.SeedBefore(monotonic.Now()); err != nil {
 		return err
 	}
 	if pr.Go != nil {
@@ -397,30 +403,36 @@ func (s *Session) attachAll(model *costModel, opt probes.Options, remembered []d
 		if s.disc != nil {
 			// Site probes sit on indirect calls and jumps, which the
 			// kernel single-steps.
-			model.sites, model.siteCost = true, probeCost(cfg.Calibration, x86.ClassStepped)
+			model.SetSites(cost.ProbeCost(cfg.Calibration, x86.ClassStepped))
 		}
 		if p, ok := droppableSync(pr.Plan); ok && len(s.probes.SyncBreakpoints()) > 0 {
-			model.syncCost = probeCost(cfg.Calibration, p.Class)
+			model.SetSyncCost(cost.ProbeCost(cfg.Calibration, p.Class))
 		}
-		model.burstShare = burstShare
-		m := newMonitor(s, model, s.sampler.Period)
-		m.bursts = newBurstLog()
-		s.samples.bursts = m.bursts
-		s.burstCounts = newBurstCounts(m.bursts, func(id uint32) float64 { return m.entryCost(int(id)) })
-		s.sim.SetBurstCounts(s.burstCounts)
-		s.check = newCounterCheck()
-		s.burster = newBurster(s, m, m.bursts)
+		model.SetBurstShare(cost.BurstShare)
+		s.bursts, s.check = estimate.NewLog(), estimate.NewCheck()
+		s.samples.bursts = s.bursts
+		ctl := hybrid.New(s.hybridConfig(), hybrid.Env{Program: s.prog, Probes: s.probes, Sim: s.sim, Samples: s.samples,
+			Bursts: s.bursts, Check: s.check}, model)
+		s.counts = estimate.NewCounts(s.bursts, ctl.EntryCost)
+		s.sim.SetObserver(s.counts)
 		s.attachMu.Lock()
-		s.monitor = m
+		s.hybrid = ctl
 		s.attachMu.Unlock()
-		m.remember(remembered, attached, nil)
+		ctl.Remember(remembered, attached, nil)
 		if rememberedSync {
-			m.rememberSync(s.memory.reason())
+			ctl.RememberSync(s.memory.Reason())
 		}
-		go m.run()
-		go s.burster.run()
+		ctl.Start()
 	}
 	return nil
+}
+
+// hybridConfig returns the session as hybrid mode's controller sees it.
+func (s *Session) hybridConfig() hybrid.Config {
+	cfg := s.cfg
+	return hybrid.Config{PID: cfg.PID, Budget: cfg.Budget, RingBytes: cfg.RingBytes, SamplePeriod: s.sampler.Period,
+		Plan: s.prep.Plan, Start: s.start, StartMono: s.startMono, Log: cfg.Log, Warnf: cfg.Warnf,
+		AttachWarnf: cfg.attachWarnf, Demoted: cfg.Demoted}
 }
 
 // droppableSync returns pl's sync probe when hybrid mode may drop it:
@@ -434,27 +446,27 @@ func droppableSync(pl *plan.Plan) (plan.ObjProbe, bool) {
 
 // CrossChecks returns, once the session is stopped, how the events the
 // bursts' estimates are made of compare with the kernel's call counters,
-// function by function (hybrid mode; see CrossCheck).
-func (s *Session) CrossChecks() []CrossCheck {
+// function by function (hybrid mode; see estimate.CrossCheck).
+func (s *Session) CrossChecks() []estimate.CrossCheck {
 	return s.crossChecks
 }
 
 // Demotions returns the functions hybrid mode demoted so far.
-func (s *Session) Demotions() []Demotion {
+func (s *Session) Demotions() []hybrid.Demotion {
 	s.attachMu.Lock()
-	m := s.monitor
+	ctl := s.hybrid
 	s.attachMu.Unlock()
-	if m == nil {
+	if ctl == nil {
 		return nil
 	}
-	return m.Demotions()
+	return ctl.Demotions()
 }
 
 // stageOf returns the stage function id reached during the session; call
 // it once the session is stopped.
-func (s *Session) stageOf(id int) Stage {
+func (s *Session) stageOf(id int) cost.Stage {
 	if id >= len(s.stages) {
-		return StageFull
+		return cost.StageFull
 	}
 	return s.stages[id]
 }
@@ -487,15 +499,15 @@ func nestedAllocReturns(pr *Prepared) []uint64 {
 // allocRate returns the allocation sampling rate a session uses.
 func allocRate(rate uint64) uint64 {
 	if rate == 0 {
-		return DefaultAllocRate
+		return stack.DefaultAllocRate
 	}
 	return rate
 }
 
-func funcInfos(pr *Prepared) []FuncInfo {
-	infos := make([]FuncInfo, len(pr.Plan.Funcs))
+func funcInfos(pr *Prepared) []stack.FuncInfo {
+	infos := make([]stack.FuncInfo, len(pr.Plan.Funcs))
 	for i, f := range pr.Plan.Funcs {
-		infos[i] = FuncInfo{Logical: cct.FuncID(f.Logical), Root: f.Root}
+		infos[i] = stack.FuncInfo{Logical: cct.FuncID(f.Logical), Root: f.Root}
 		if f.Alloc != nil {
 			infos[i].Alloc = f.Alloc.Role
 		}
@@ -574,7 +586,7 @@ func (s *Session) run() {
 // publish copies for Progress what the simulator, which only the event
 // loop (and Stop after it) may touch, has seen of the roots.
 func (s *Session) publish() {
-	st := &s.sim.stats
+	st := s.sim.Stats()
 	s.dropped.Store(st.Dropped)
 	s.nodes.Store(st.Nodes)
 	s.folded.Store(st.Folded)
@@ -586,7 +598,7 @@ func (s *Session) publish() {
 // Progress returns a snapshot of the session.
 func (s *Session) Progress() Progress {
 	s.attachMu.Lock()
-	set, start, m, before := s.probes, s.start, s.monitor, s.before.calls
+	set, start, ctl, before := s.probes, s.start, s.hybrid, s.before.calls
 	s.attachMu.Unlock()
 	var funcs, probes int
 	if set != nil {
@@ -605,10 +617,10 @@ func (s *Session) Progress() Progress {
 		Nodes:         s.nodes.Load(),
 		Folded:        s.folded.Load(),
 	}
-	if m != nil {
-		p.PredictedOverhead = m.predicted()
-		p.Bursts = s.burster.count(false)
-		p.WholeCalls = s.burster.wholeCallsTaken()
+	if ctl != nil {
+		p.PredictedOverhead = ctl.Predicted()
+		p.Bursts = ctl.Bursts()
+		p.WholeCalls = ctl.WholeCalls()
 	}
 	st, err := s.prog.Stats()
 	if final := s.final.Load(); final != nil {
@@ -656,16 +668,10 @@ func (s *Session) stop() (*cct.Profile, error) {
 	if s.tracer != nil {
 		pauseErr = errors.Join(pauseErr, s.tracer.Detach())
 	}
-	var monitorErr error
-	if s.burster != nil {
-		s.burster.Stop() // its probes go first: they need the monitor's view
-		monitorErr = s.burster.err
-	}
-	if s.monitor != nil {
-		s.monitor.Stop() // after it, its fields are ours
-		monitorErr = errors.Join(monitorErr, s.monitor.err)
-		s.stages = s.monitor.model.stages()
-		s.memorize()
+	var hybridErr error
+	if s.hybrid != nil {
+		hybridErr = s.hybrid.Stop()
+		s.stages = s.hybrid.Stages()
 	}
 	var detachErr error
 	if s.probes != nil {
@@ -674,7 +680,7 @@ func (s *Session) stop() (*cct.Profile, error) {
 	if s.sampler != nil {
 		detachErr = errors.Join(detachErr, s.sampler.Close())
 	}
-	end := monotonicNow()
+	end := monotonic.Now()
 	batched, drainErr := s.prog.Drain()
 	s.stopping.Store(true)
 	s.reader.Flush()
@@ -684,16 +690,22 @@ func (s *Session) stop() (*cct.Profile, error) {
 	}
 	s.events.Add(uint64(len(batched)))
 	s.publish()
+	if s.hybrid != nil {
+		// Once every event is in: a session no thread entered a root in
+		// leaves the memory as it was, and the event loop may have run
+		// far behind.
+		s.memorize()
+	}
 	stats, statsErr := s.prog.Stats()
 	if statsErr == nil {
 		s.final.Store(&stats)
 	}
 	s.sim.Finish(end)
-	if s.burstCounts != nil {
-		s.crossChecks = s.check.checks(s.burstCounts.tallies(s.check.leftOut), s.monitor.funcName, s.burstCounts.log.isLossy)
+	if s.counts != nil {
+		s.crossChecks = estimate.CrossChecks(s.counts, s.check, s.hybrid.FuncName)
 	}
 	p := s.buildProfile(end, stats)
-	return p, errors.Join(attachErr, monitorErr, pauseErr, detachErr, drainErr, s.runErr, statsErr)
+	return p, errors.Join(attachErr, hybridErr, pauseErr, detachErr, drainErr, s.runErr, statsErr)
 }
 
 // Close stops the session if needed and releases everything: probes,
@@ -752,14 +764,6 @@ func (s *Session) KernelIDs() ([]ebpf.ProgramID, []link.ID) {
 		}
 	}
 	return s.prog.IDs(), ids
-}
-
-func monotonicNow() uint64 {
-	var ts unix.Timespec
-	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
-		panic(err) // cannot fail on Linux
-	}
-	return uint64(ts.Nano())
 }
 
 // Prepared returns the analysis and plan the session runs.

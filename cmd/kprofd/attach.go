@@ -18,9 +18,10 @@ import (
 
 	"github.com/kprofd/kprofd/calibrate"
 	"github.com/kprofd/kprofd/daemon"
+	"github.com/kprofd/kprofd/daemon/estimate"
+	"github.com/kprofd/kprofd/daemon/service"
 	"github.com/kprofd/kprofd/internal/english"
 	"github.com/kprofd/kprofd/internal/plan"
-	"github.com/kprofd/kprofd/internal/service"
 )
 
 type attachOptions struct {
@@ -408,8 +409,8 @@ func (l *progressLine) show(p daemon.Progress) {
 		// What the demoted functions' estimates wait for when they
 		// are counted per the roots (see daemon.Progress.WholeCalls).
 		whole = fmt.Sprintf("  %s seen whole", english.Plural(p.WholeCalls, "root call"))
-		if p.WholeCalls < daemon.MinAnchorCalls {
-			whole += fmt.Sprintf(" (estimates from %d)", daemon.MinAnchorCalls)
+		if p.WholeCalls < estimate.MinAnchorCalls {
+			whole += fmt.Sprintf(" (estimates from %d)", estimate.MinAnchorCalls)
 		}
 	}
 	fmt.Fprintf(l.w, "\r\x1b[K%6.0fs  %d events (%.0f/s)  %d functions probed  %d demoted%s  %d threads in root  %d lost%s",

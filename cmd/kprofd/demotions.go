@@ -9,7 +9,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/kprofd/kprofd/daemon"
+	"github.com/kprofd/kprofd/daemon/cost"
+	"github.com/kprofd/kprofd/daemon/hybrid"
 	"github.com/kprofd/kprofd/internal/english"
 )
 
@@ -26,12 +27,12 @@ type demotionReporter struct {
 	verbose bool
 
 	mu      sync.Mutex
-	pending []daemon.Demotion
+	pending []hybrid.Demotion
 	timer   *time.Timer
 }
 
 // add takes one demotion, as the session reports it.
-func (r *demotionReporter) add(d daemon.Demotion) {
+func (r *demotionReporter) add(d hybrid.Demotion) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.verbose {
@@ -55,7 +56,7 @@ func (r *demotionReporter) flush() {
 	}
 	// A session's remembered or predicted demotions all come at its
 	// attach.
-	var remembered, predicted, rounds []daemon.Demotion
+	var remembered, predicted, rounds []hybrid.Demotion
 	for _, d := range r.pending {
 		switch {
 		case d.Remembered:
@@ -92,7 +93,7 @@ func (r *demotionReporter) flush() {
 
 // demotedParts says how many of ds's functions lost what: "12 to
 // sampling, 3 exits dropped".
-func demotedParts(ds []daemon.Demotion) string {
+func demotedParts(ds []hybrid.Demotion) string {
 	var sampled, entry, sites, syncs int
 	for _, d := range ds {
 		switch {
@@ -100,7 +101,7 @@ func demotedParts(ds []daemon.Demotion) string {
 			sites++
 		case d.Sync:
 			syncs++
-		case d.Stage == daemon.StageSampled:
+		case d.Stage == cost.StageSampled:
 			sampled++
 		default:
 			entry++
@@ -125,9 +126,9 @@ func demotedParts(ds []daemon.Demotion) string {
 // summarizeDemotions says in one line what a series of demotion rounds
 // did: how many functions lost what, the costliest one, and the predicted
 // overhead before and after.
-func summarizeDemotions(ds []daemon.Demotion) string {
+func summarizeDemotions(ds []hybrid.Demotion) string {
 	// Rounds detach in the background and may be reported out of order.
-	ds = slices.SortedStableFunc(slices.Values(ds), func(a, b daemon.Demotion) int { return cmp.Compare(a.Round, b.Round) })
+	ds = slices.SortedStableFunc(slices.Values(ds), func(a, b hybrid.Demotion) int { return cmp.Compare(a.Round, b.Round) })
 	rounds := map[int]bool{}
 	for _, d := range ds {
 		rounds[d.Round] = true

@@ -17,7 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kprofd/kprofd/daemon"
-	"github.com/kprofd/kprofd/internal/service"
+	"github.com/kprofd/kprofd/daemon/service"
 )
 
 type serveOptions struct {

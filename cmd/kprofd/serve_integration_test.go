@@ -20,7 +20,7 @@ import (
 
 	"github.com/google/pprof/profile"
 
-	"github.com/kprofd/kprofd/internal/service"
+	"github.com/kprofd/kprofd/daemon/service"
 	"github.com/kprofd/kprofd/internal/testtarget"
 )
 

@@ -38,3 +38,10 @@ func (c Counters[T]) SiteHits(id int) T {
 
 // SetCalls sets function id's calls.
 func (c Counters[T]) SetCalls(id int, v T) { c[2*id] = v }
+
+// CallsSince returns function id's calls counted between the readings
+// before and c: never below zero, as the counters only grow (a reading
+// of one CPU's share taken before another's may read lower).
+func (c Counters[T]) CallsSince(before Counters[T], id int) T {
+	return c.Calls(id) - min(before.Calls(id), c.Calls(id))
+}

@@ -1,0 +1,798 @@
+package hybrid
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/cilium/ebpf/link"
+
+	"github.com/kprofd/kprofd/bpf"
+	"github.com/kprofd/kprofd/daemon/cost"
+	"github.com/kprofd/kprofd/daemon/estimate"
+	"github.com/kprofd/kprofd/daemon/probes"
+	"github.com/kprofd/kprofd/internal/english"
+	"github.com/kprofd/kprofd/internal/monotonic"
+	"github.com/kprofd/kprofd/internal/plan"
+	"github.com/kprofd/kprofd/internal/wire"
+	"github.com/kprofd/kprofd/symbolizer"
+)
+
+// Sampled instrumentation (Arnold and Ryder): a function hybrid mode
+// demoted to sampling gets its entry probes back for short bursts, one per
+// burstPeriod or more, and the calls the bursts see are scaled into
+// estimates (see estimate.Counts).
+// The bursts' probes carry wire.CookieBurst: their entries keep the
+// simulated stacks (so that callees land in the right context) but are
+// counted here, not as exact calls; a thread's first one in a burst is
+// preceded by its real stack, which puts back the frames of demoted
+// functions entered before the burst.
+const (
+	burstPeriod = 100 * time.Millisecond
+	minBurst    = 2 * time.Millisecond
+	// initialDuty is the bursts' duty cycle before one has measured
+	// what they cost.
+	initialDuty = 0.02
+	// maxPeriod bounds the period a long window stretches.
+	maxPeriod = 2 * time.Second
+	maxDuty   = 0.5
+	// maxSettle bounds how long a window waits for the frames it took
+	// to end, settlePoll how often it looks. A window is at most
+	// estimate.MaxWindow long (the period grows with it, keeping the
+	// duty cycle).
+	maxSettle  = estimate.MaxWindow
+	settlePoll = time.Millisecond
+	// Whole bursts come at least every maxWholePeriod (see
+	// wholePeriodAfter), and the first after maxPeriod: before one has
+	// run, nothing says how long its probes will be in. A whole burst's
+	// window waits up to estimate.MaxWholeSettle for the roots' calls it
+	// takes to begin, and as long again for them to end: with every
+	// demoted function's entries in, one takes a hundred times as long
+	// (hundreds of ms on the parser).
+	maxWholePeriod = 60 * time.Second
+)
+
+// burster runs the bursts of sampled instrumentation of a hybrid session.
+type burster struct {
+	cfg *Config
+	env *Env
+	m   *monitor
+	log *estimate.Log
+
+	stop chan struct{}
+	done chan struct{}
+
+	// idle says no call of a root ran in the last window (set by burst,
+	// read by run: both on run's goroutine); take is what
+	// that window took, costs what all whole ones did, and calls how
+	// many calls of the roots the next one waits for, at most maxCalls
+	// (see wholeCallsAfter).
+	idle            bool
+	take            wholeTake
+	costs           wholeCosts
+	calls, maxCalls int
+
+	mu         sync.Mutex
+	bursts     int
+	wholes     int // of them whole (see run)
+	wholeCalls int // the calls of the roots the whole ones took, in windows that missed no event and no cost.Decision cut
+	// wholePeriod is the period of the latest whole burst (see
+	// wholePeriodAfter).
+	wholePeriod time.Duration
+	total       time.Duration // the bursts' windows, summed
+	err         error
+	armed       uint32 // bursts whose probes are going in, in or going out
+}
+
+// setArmed adds delta to the bursts armed and tells the sampler, which
+// counts the samples in a trap meanwhile as the bursts'.
+func (b *burster) setArmed(delta int) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.armed = uint32(int(b.armed) + delta)
+	return b.env.Program.SetBurstsArmed(b.armed)
+}
+
+func newBurster(cfg *Config, env *Env, m *monitor) *burster {
+	return &burster{cfg: cfg, env: env, m: m, log: env.Bursts, calls: 1, maxCalls: maxWholeCalls, stop: make(chan struct{}), done: make(chan struct{})}
+}
+
+// run starts a burst once per period, at a random point of it (so that
+// the bursts do not lock onto a periodic phase of the target), while any
+// function is demoted to sampling; a window that waited long for its
+// frames to end stretches its period (burstPeriodAfter). A burst takes
+// some of the demoted functions, in turn: putting a probe in and taking
+// it out again stalls the target (the kernel rewrites the page under the
+// process's memory lock), so each burst takes as many as the bursts'
+// share of the budget pays for, at the attach time the last one measured.
+// When taking them in turn would reach each less often than once per
+// maxPeriod (hundreds demoted, most below others that are), a burst is
+// whole instead (wholeBurst): it has every demoted function's entries
+// back for the whole of one call of the roots, as Arnold and Ryder's
+// sampling of whole invocations.
+func (b *burster) run() {
+	defer close(b.done)
+	// duties holds what each function's last burst measured: sets cost
+	// very differently (a hot leaf's burst traps at every call, its
+	// caller's a few times a request).
+	duties := map[uint32]float64{}
+	perFunc := time.Duration(0) // attaching and detaching one function's entries, as measured
+	perBurst := 0.0             // the functions a burst taken in turn was for, on average
+	began := time.Now()
+	next := 0 // where in the demoted functions the next burst starts
+	for gen := uint32(1); ; gen++ {
+		chosen := monotonic.Now() // when its functions are taken
+		all := b.m.sampledFuncs()
+		var set map[uint32]bool
+		var funcs []*plan.Func
+		n := burstFuncs(len(all), perFunc, b.cfg.Budget)
+		whole := wholeBurst(len(all), n, perBurst)
+		var duty float64
+		var length time.Duration
+		if whole {
+			// Its functions are taken after the wait below.
+			// Long enough for the calls of the roots it waits for
+			// to begin, with the one running at the attach slowed
+			// by every probe.
+			length = estimate.MaxWholeSettle
+		} else {
+			if len(all) > 0 {
+				ids := make([]uint32, len(all))
+				for i, f := range all {
+					ids[i] = f.ID
+				}
+				set, next = b.log.BurstSet(ids, next%len(all), n, b.m.sampledCallers())
+				for id := range set {
+					if f := b.m.funcOf(int(id)); f != nil {
+						funcs = append(funcs, f)
+					}
+				}
+			}
+			duty = setDuty(duties, set)
+			length = burstLength(duty, b.log.Wanted(set))
+		}
+		offset := time.Duration(rand.Int64N(int64(max(burstPeriod-length, 1))))
+		first := whole && b.count(true) == 0
+		if first {
+			// The first whole burst: see estimate.MaxWholeSettle.
+			offset += max(maxPeriod-time.Since(began), 0)
+		}
+		select {
+		case <-b.stop:
+			return
+		case <-time.After(offset):
+		}
+		if first {
+			offset = 0 // its period starts here
+		}
+		if whole {
+			// Every function demoted to sampling by now, those the
+			// rounds demoted while it waited (seconds, before the
+			// first) included: a function a whole window lacks has
+			// one frame of the roots' fewer to be estimated by, and
+			// stays a lower bound longer.
+			chosen = monotonic.Now()
+			funcs = b.m.sampledFuncs()
+			set = make(map[uint32]bool, len(funcs))
+			for _, f := range funcs {
+				set[f.ID] = true
+			}
+		}
+		took := time.Duration(0)
+		var attach time.Duration
+		if len(funcs) > 0 {
+			var err error
+			t0 := time.Now()
+			if duty, attach, took, err = b.burst(gen, chosen, funcs, set, length, whole); err != nil {
+				b.mu.Lock()
+				b.err = err
+				b.mu.Unlock()
+				return
+			}
+			isFors := 0
+			for id, isFor := range set {
+				if !isFor {
+					continue
+				}
+				isFors++
+				if duty > 0 && !whole {
+					duties[id] = duty
+				}
+			}
+			if !whole {
+				perBurst = cmp.Or(perBurst, float64(isFors))*(1-burstAverage) + float64(isFors)*burstAverage
+			}
+			args := []any{"at", t0.Sub(b.cfg.Start), "whole", whole, "for", isFors, "functions", len(funcs), "length", length,
+				"window", took, "attach", attach, "next_duty", duty}
+			if whole {
+				args = append(args, "root_calls", b.take.calls, "root_calls_wanted", b.calls, "hits", b.take.hits)
+			}
+			b.m.log.Debug("hybrid: burst", args...)
+			// Detaching costs about what attaching did.
+			perFunc = 2 * attach / time.Duration(len(funcs))
+		}
+		// The probes fire from the start of the attach to the end of
+		// the detach (which costs about what attaching did), not only
+		// in the window: with hundreds of functions demoted, attaching
+		// them takes longer than the window.
+		armed := took + 2*attach
+		// A window in which no call of a root ran cost the target
+		// only the attach and the detach: an idle target (a server
+		// between requests) is not to hold the bursts off for seconds
+		// of its next work.
+		cost := armed
+		if b.idle {
+			cost = 2 * attach
+		}
+		period := burstPeriodAfter(cost, duty)
+		if whole {
+			period = wholePeriodAfter(cost, b.cfg.Budget)
+			b.mu.Lock()
+			b.wholePeriod = period
+			b.mu.Unlock()
+			if !b.idle {
+				b.costs.add(b.take)
+				b.calls, b.maxCalls = wholeCallsAfter(b.take, b.costs, attach, ringEvents(b.cfg.RingBytes), b.maxCalls)
+			}
+		}
+		select {
+		case <-b.stop:
+			return
+		case <-time.After(period - offset - armed):
+		}
+	}
+}
+
+// wholePeriodAfter returns the period a whole burst whose probes were in
+// for armed belongs to: one in which they were in for cost.BurstShare of the
+// budget, at least burstPeriod and up to maxWholePeriod. A whole burst
+// slows the target for about as long as its probes are in (every call
+// below the roots traps, and the attach and the detach stall it), and
+// neither the samples nor the probes' calls measure all of that; nor do
+// the steady probes leave it the rest of the budget they were predicted
+// to (paced by that, BenchmarkHybridJSONLong ran 1.37x at 10%).
+func wholePeriodAfter(armed time.Duration, budget float64) time.Duration {
+	return min(maxWholePeriod, max(burstPeriod, time.Duration(float64(armed)/(cost.BurstShare*budget)).Round(time.Millisecond)))
+}
+
+// wholeTake is what a whole burst's window took: it opened at start and
+// closed at end (monotonic ns); calls of the roots began while it took
+// new ones, the first seen at first (0: none); the entry probes it was
+// for were hit hits times in it; lossy says the ring buffer lost events
+// while its probes were in.
+type wholeTake struct {
+	start, first, end uint64
+	calls             int
+	hits              uint64
+	lossy             bool
+}
+
+// maxWholeCalls bounds the calls of the roots a whole burst waits for.
+const maxWholeCalls = 32
+
+// wholeCosts averages what the whole bursts that took calls took: the
+// tail of the call running when each opened (first-start), a call's
+// length, and the hits per ns of their windows. The tail is a draw from
+// zero to a whole call, and the calls differ: the last burst alone once
+// sized the parser's next ones 1, 3, then 1 call.
+type wholeCosts struct {
+	n              int
+	tails, lengths float64 // ns summed: the tails, and the calls' after them
+	calls          int
+	hits           uint64
+}
+
+// add takes in t, if it took calls.
+func (c *wholeCosts) add(t wholeTake) {
+	if t.calls == 0 || t.first <= t.start || t.end <= t.first {
+		return
+	}
+	c.n++
+	c.tails += float64(t.first - t.start)
+	c.lengths += float64(t.end - t.first)
+	c.calls += t.calls
+	c.hits += t.hits
+}
+
+// wholeCallsAfter returns how many calls of the roots the whole burst
+// after the one that took t waits for, with c the whole bursts' costs so
+// far (t's included), and the most any later one may (ceiling, lowered
+// for good by a window that lost events). Every whole burst pays for its
+// attach and its detach (attach each) and for the end of the call that
+// was running when it opened (its frames are not a sample, see
+// estimate.Log.fits), whatever it takes after: on the parser, together,
+// about as long as one call with every probe in (README). So a burst
+// takes enough calls for those to be a third of its time at most, on
+// average. It takes no more calls than would fill half the ring buffer,
+// ring events, at the hits per call measured (the event loop falls far
+// behind a whole burst). The first whole burst, with nothing measured,
+// takes one call: its lump comes 2 s after the attach, before the
+// pacing has spread anything, and three calls there (where the first
+// burst alone would give every context it saw an estimate) ran the
+// parser's 10-s sessions 1.30x at 10%, against 1.15x with one
+// (BenchmarkHybridJSONLong).
+func wholeCallsAfter(t wholeTake, c wholeCosts, attach time.Duration, ring int, ceiling int) (calls, newCeiling int) {
+	if t.lossy {
+		ceiling = max(1, min(ceiling, t.calls-1))
+	}
+	if c.n == 0 {
+		return 1, ceiling
+	}
+	perCall := c.lengths / float64(c.calls)
+	fixed := c.tails/float64(c.n) + 2*float64(attach)
+	calls = int(math.Ceil(2 * fixed / perCall))
+	calls = min(max(calls, 1), maxWholeCalls)
+	// The windows' hits came at about one rate, the end of the call
+	// each opened in included.
+	if hits := float64(c.hits) * perCall / (c.tails + c.lengths); hits > 0 {
+		calls = min(calls, max(1, int(float64(ring)/2/hits)))
+	}
+	return min(calls, ceiling), ceiling
+}
+
+// ringEvents returns how many events a ring buffer of bytes (0: the
+// default) holds.
+func ringEvents(bytes int) int {
+	return cmp.Or(bytes, bpf.DefaultRingBytes) / wire.EventSize
+}
+
+// burstAverage is the weight of the latest burst in perBurst's moving
+// average.
+const burstAverage = 0.25
+
+// wholeBurst reports whether the next burst should be whole: when bursts
+// of n functions (perBurst on average so far, 0 if none yet: they stop
+// at functions below others the burst is for) would take longer than
+// maxPeriod to come round all demoted functions, of which there are
+// demoted. Each function's estimate rests on the calls of its anchor
+// seen in its bursts, and with hundreds demoted, taken in turn, a
+// session of seconds would give most of them none.
+func wholeBurst(demoted, n int, perBurst float64) bool {
+	if demoted == 0 {
+		return false
+	}
+	each := min(float64(n), cmp.Or(perBurst, firstBurstFuncs))
+	return float64(demoted)/max(each, 1)*float64(burstPeriod) > float64(maxPeriod)
+}
+
+// setDuty returns the duty cycle of a burst for the functions set marks
+// true: the least their last bursts allowed (see burstDuty), initialDuty
+// for one not measured or whose burst saw nothing.
+func setDuty(duties map[uint32]float64, set map[uint32]bool) float64 {
+	duty := math.Inf(1)
+	for id, isFor := range set {
+		if !isFor {
+			continue
+		}
+		d, ok := duties[id]
+		if !ok || d == 0 {
+			d = initialDuty
+		}
+		duty = min(duty, d)
+	}
+	if math.IsInf(duty, 1) {
+		return initialDuty
+	}
+	return duty
+}
+
+// burstLength returns how long the next window may take new frames for
+// (see burster.window): duty of burstPeriod, at least minBurst, and as
+// long as the functions' anchor frames want, up to estimate.MaxWindow and up to
+// what the duty pays for in maxPeriod (initialDuty after a burst that
+// saw nothing).
+func burstLength(duty float64, want time.Duration) time.Duration {
+	if duty == 0 {
+		// The last burst saw no calls: nothing to go by.
+		duty = initialDuty
+	}
+	length := max(time.Duration(duty*float64(burstPeriod)), minBurst)
+	if want > length {
+		// No longer than the duty allows in maxPeriod: a long
+		// period would hold up every other function's bursts.
+		length = max(min(want, estimate.MaxWindow, time.Duration(duty*float64(maxPeriod))), length)
+	}
+	return length
+}
+
+// burstPeriodAfter returns the period a window that took so long
+// belongs to: burstPeriod, or as long as keeps the duty cycle
+// (initialDuty after a burst that saw nothing), up to maxPeriod. A
+// window lasts until its frames end, so it is known only after; one
+// stretched by a loaded machine (its frames preempted) with a small duty
+// would otherwise hold every burst off for the rest of a short session.
+func burstPeriodAfter(took time.Duration, duty float64) time.Duration {
+	if duty == 0 {
+		duty = initialDuty
+	}
+	return min(maxPeriod, max(burstPeriod, time.Duration(float64(took)/duty)))
+}
+
+// firstBurstFuncs is how many functions a burst takes before one has
+// measured what attaching them costs.
+const firstBurstFuncs = 16
+
+// burstFuncs returns how many of n demoted functions the next burst may
+// take: as many as cost.BurstShare of the budget pays for in one period at
+// perFunc each (attach and detach), at least one; 16 before anything is
+// measured.
+func burstFuncs(n int, perFunc time.Duration, budget float64) int {
+	k := firstBurstFuncs
+	if perFunc > 0 {
+		k = int(cost.BurstShare * budget * float64(burstPeriod) / float64(perFunc))
+	}
+	return min(max(k, 1), n)
+}
+
+// burst attaches the probes of funcs (see burstProbes) for a window
+// that takes new frames for up to length (see window), records the
+// window (for the functions set marks true, see burstSet; cut at the
+// first cost.Decision since chosen, when funcs were taken, of a function it
+// lacks: see estimate.Log.demote) and returns the
+// duty cycle the next burst may have (what keeps the bursts' cost within
+// their share of the budget, at the call rates this one measured), how
+// long attaching took and how long the window was.
+func (b *burster) burst(gen uint32, chosen uint64, funcs []*plan.Func, set map[uint32]bool, length time.Duration, whole bool) (duty float64, attach, took time.Duration, err error) {
+	// Two numbers per burst: a thread's first hit while the probes go
+	// in captures its stack, and its first with all of them in again
+	// (see below).
+	if err := b.env.Program.SetBurst(2*gen - 1); err != nil {
+		return 0, 0, 0, err
+	}
+	nids := 0
+	ids := make([]uint32, 0, len(funcs))
+	for _, f := range funcs {
+		nids = max(nids, int(f.ID)+1)
+		ids = append(ids, f.ID)
+	}
+	before, lostBefore, err := b.burstSamples()
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	var links []link.Link
+	if err := b.setArmed(1); err != nil {
+		return 0, 0, 0, err
+	}
+	armed := b.log.Arm(monotonic.Now())
+	attachStart := time.Now()
+	for obj, probes := range burstProbes(funcs, set) {
+		ls, err := b.env.Program.Attach(obj.Path(), b.cfg.PID, probes)
+		if err != nil {
+			// A function the kernel took at first but not now (its
+			// object unmapped): this burst goes without it.
+			b.cfg.attachWarnf("burst of sampled instrumentation: %s: %v", obj.Base(), err)
+			continue
+		}
+		links = append(links, ls...)
+	}
+	attach = time.Since(attachStart)
+	// A thread whose stack was captured while the probes went in (a
+	// whole burst's take hundreds of ms) has entered functions since
+	// whose probes were not in yet: their frames are on no simulated
+	// stack, and the calls they make would land in their callers'
+	// callers' contexts. Its first hit from now on captures it again.
+	err = b.env.Program.SetBurst(2 * gen)
+	// The calls counted while every probe of the burst is in, for the
+	// load and the cross-check.
+	inRead := monotonic.Now()
+	inCalls, inErr := b.env.Program.CallCounts(nil, nids)
+	// The kernel counts the calls of the roots a whole window awaits
+	// from here on (see wholeWindow).
+	base, statsErr := b.env.Program.Stats()
+	err = errors.Join(err, statsErr)
+	if err == nil && whole {
+		err = b.env.Program.SetWholeWindow(gen, math.MaxUint64)
+	}
+	if err != nil {
+		probes.CloseAll(links)
+		b.log.Disarm(armed, monotonic.Now())
+		return 0, 0, 0, errors.Join(err, b.setArmed(-1))
+	}
+	start := monotonic.Now()
+	if whole {
+		b.log.OpenWhole(inRead, start, length, set)
+		b.log.CutSince(chosen)
+		take, err := b.wholeWindow(gen, base, start, b.calls, length)
+		if err != nil {
+			b.cfg.warnf("burst of sampled instrumentation: %v", err)
+		}
+		b.take = take
+	} else {
+		b.log.Open(inRead, start, length, set)
+		b.log.CutSince(chosen)
+		b.window(start, length)
+	}
+	// No call of a root ran while its probes were in: they cost the
+	// target their attach and detach alone.
+	st, err := b.env.Program.Stats()
+	b.idle = err == nil && base.RootEntries <= base.RootExits && st.RootEntries == base.RootEntries
+	end := monotonic.Now()
+	b.log.Close(end)
+	outCalls, outErr := b.env.Program.CallCounts(nil, nids)
+	outRead := monotonic.Now()
+	b.log.CountedTo(outRead)
+	// Closing removes the breakpoints at once; the rest of the close
+	// (a grace period) need not hold the next burst up.
+	go func() {
+		probes.CloseAll(links)
+		b.log.Disarm(armed, monotonic.Now())
+		if err := b.setArmed(-1); err != nil {
+			b.cfg.warnf("burst of sampled instrumentation: %v", err)
+		}
+	}()
+	after, lostAfter, err := b.burstSamples()
+	if err = errors.Join(inErr, outErr, err); err != nil {
+		return 0, 0, 0, err
+	}
+	if lostAfter > lostBefore {
+		// Events of some thread were lost while this burst's probes
+		// were in: its frames may lack calls.
+		b.log.LostLast()
+	}
+	if whole {
+		b.take.end, b.take.lossy = end, lostAfter > lostBefore
+		for _, id := range ids {
+			b.take.hits += outCalls.CallsSince(inCalls, int(id))
+		}
+	}
+	b.env.Check.Window(b.log.Last(), inRead, ids, inCalls, outCalls)
+	// What the burst cost as measured: its samples in the probe program
+	// and in the traps (those the event loop has placed by now).
+	measured := float64(after-before) * float64(b.cfg.SamplePeriod)
+	b.mu.Lock()
+	b.bursts++
+	if whole {
+		b.wholes++
+		if !b.take.lossy && !b.log.IsCut(b.log.Last()) {
+			// A window that missed events gives no frame, nor one
+			// a cost.Decision cut (some, not every one).
+			b.wholeCalls += b.take.calls
+		}
+	}
+	b.total += time.Duration(end - start)
+	b.mu.Unlock()
+	// The probe time per second the bursted functions would cost fully
+	// probed, and the share of the target's own CPU the bursts may take.
+	secs := float64(end-start) / 1e9
+	load := 0.0
+	for _, f := range funcs {
+		load += float64(outCalls.CallsSince(inCalls, int(f.ID))) / secs * b.m.entryCost(int(f.ID))
+	}
+	load = math.Max(load, measured/secs)
+	return burstDuty(load, b.m.burstBudget(b.cfg.Budget), b.m.ownCPU()), attach, time.Duration(end - start), nil
+}
+
+// window holds the open window, from start, while it takes new frames
+// (up to length, or minBurst once one has begun: the first frames to
+// begin after a random time are as long as any) and then until the
+// frames it took have ended (up to maxSettle): those frames are seen
+// whole, and their calls are what the estimates are made of.
+func (b *burster) window(start uint64, length time.Duration) {
+	tick := time.NewTicker(settlePoll)
+	defer tick.Stop()
+	catch := time.NewTimer(length)
+	defer catch.Stop()
+catching:
+	for {
+		select {
+		case <-b.stop:
+			return
+		case <-catch.C:
+			break catching
+		case <-tick.C:
+			if b.log.Caught() && time.Duration(monotonic.Now()-start) >= minBurst {
+				break catching
+			}
+		}
+	}
+	b.log.StopCatching(monotonic.Now())
+	settle := time.NewTimer(maxSettle)
+	defer settle.Stop()
+	for !b.log.Settled() {
+		select {
+		case <-b.stop:
+			return
+		case <-settle.C:
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// wholeWindow holds whole burst gen's window, open since start, until
+// calls of the roots have begun in it (up to length; fewer if that
+// passes) and then until they have ended (up to estimate.MaxWholeSettle), going
+// by the kernel's counts of both since base (bpf.Stats.AwaitedEntries,
+// AwaitedExits). With every probe in, the event loop runs far behind
+// the target (a whole burst on the parser makes 150,000-200,000 events
+// a request, which take longer to take than to make), and waiting for
+// it to see the calls end kept the probes in for several more requests
+// (windows of 1.37 s, against 0.22-0.53 s closed by the counts, one
+// request each). The kernel counts the ends of the calls the window
+// awaited, each on its own thread: counting every thread's calls,
+// another thread's short call, begun after the window stopped taking
+// new ones, could stand for an awaited one still running. A window in
+// which the probe program dropped burst hits (the ring buffer half
+// full) closes at once: its frames are left out. The event loop places
+// the frames by their times later (estimate.Log.catching, fits). It returns
+// what the window took.
+func (b *burster) wholeWindow(gen uint32, base bpf.Stats, start uint64, calls int, length time.Duration) (wholeTake, error) {
+	took := wholeTake{start: start}
+	st := base
+	tick := time.NewTicker(settlePoll)
+	defer tick.Stop()
+	catch := time.NewTimer(length)
+	defer catch.Stop()
+	var err error
+catching:
+	for st.AwaitedEntries-base.AwaitedEntries < uint64(calls) {
+		select {
+		case <-b.stop:
+			return took, nil
+		case <-catch.C:
+			break catching
+		case <-tick.C:
+		}
+		if st, err = b.env.Program.Stats(); err != nil {
+			return took, err
+		}
+		if took.first == 0 && st.AwaitedEntries > base.AwaitedEntries {
+			took.first = monotonic.Now()
+		}
+		if st.BurstDropped > base.BurstDropped {
+			break catching // its frames are lost: the sooner out, the better
+		}
+	}
+	stop := monotonic.Now()
+	b.log.StopCatching(stop)
+	if err := b.env.Program.SetWholeWindow(gen, stop); err != nil {
+		return took, err
+	}
+	// A call that began by stop may still be counted a moment after:
+	// the counts are read again after the next tick.
+	settle := time.NewTimer(estimate.MaxWholeSettle)
+	defer settle.Stop()
+	for {
+		select {
+		case <-b.stop:
+			return took, nil
+		case <-settle.C:
+			return took, nil
+		case <-tick.C:
+		}
+		if st, err = b.env.Program.Stats(); err != nil {
+			return took, err
+		}
+		took.calls = int(st.AwaitedEntries - base.AwaitedEntries)
+		if took.calls == 0 {
+			return took, nil // no call of a root began
+		}
+		if st.AwaitedExits-base.AwaitedExits >= st.AwaitedEntries-base.AwaitedEntries || st.BurstDropped > base.BurstDropped {
+			return took, nil
+		}
+	}
+}
+
+// burstSamples returns the samples taken in burst probes so far (in
+// their program and in their traps, both counted in the kernel) and the
+// events the ring buffer lost so far, or the probe program dropped to
+// keep its room for exact events.
+func (b *burster) burstSamples() (samples, lost uint64, err error) {
+	st, err := b.env.Program.Stats()
+	if err != nil {
+		return 0, 0, err
+	}
+	return st.BurstSamples + st.BurstTrapSamples, st.Lost + st.BurstDropped, nil
+}
+
+// burstDuty returns the share of each period the next burst may take:
+// what keeps its probes' cost, load ns per second of burst at the rates
+// the last one measured, within share, the bursts' part of the overhead
+// budget (a fraction of the target's own CPU time, own ns/s). Bursts
+// that saw nothing get the shortest length.
+func burstDuty(load, share, own float64) float64 {
+	if load <= 0 || own <= 0 {
+		return 0
+	}
+	return math.Min(maxDuty, share*own/load)
+}
+
+// Stop ends the bursts, the one running included, and waits.
+func (b *burster) Stop() {
+	close(b.stop)
+	<-b.done
+}
+
+// count returns how many bursts have ended, or how many of them were
+// whole.
+func (b *burster) count(whole bool) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if whole {
+		return b.wholes
+	}
+	return b.bursts
+}
+
+// wholeCallsTaken returns how many calls of the roots the whole bursts
+// have taken in windows that missed no event and no cost.Decision cut: the
+// frames the estimates rest on.
+func (b *burster) wholeCallsTaken() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.wholeCalls
+}
+
+// wholeProgress says how far the whole bursts got, and how often they
+// come: what a context's estimate waits for when its anchor is a root.
+func (b *burster) wholeProgress() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.wholes == 0 {
+		return fmt.Sprintf("no whole burst (every demoted function's entry probes back for whole calls of the roots) ran: the first comes %s after the bursts start", maxPeriod)
+	}
+	return fmt.Sprintf("whole bursts (every demoted function's entry probes back for whole calls of the roots) took %s of the roots, one burst every %s at this budget",
+		english.Plural(b.wholeCalls, "call"), b.wholePeriod.Round(100*time.Millisecond))
+}
+
+// summary says what the bursts did.
+func (b *burster) summary() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.bursts == 0 {
+		return "no bursts of sampled instrumentation"
+	}
+	whole := ""
+	if b.wholes > 0 {
+		whole = fmt.Sprintf(", %d of them whole: every demoted function's entry probes back for whole calls of the roots, %d calls in all in windows that missed no event and no cost.Decision cut", b.wholes, b.wholeCalls)
+	}
+	if n := b.log.LossyWindows(); n > 0 {
+		whole += fmt.Sprintf("; %d of their windows missed events (the ring buffer full, or half full and burst hits dropped) and were left out", n)
+	}
+	if n := b.log.CutWindows(); n > 0 {
+		whole += fmt.Sprintf("; %d of their windows were cut by a cost.Decision to sampling of a function they lacked: no frame that ended after it counts", n)
+	}
+	return fmt.Sprintf("%d bursts of sampled instrumentation (%s of entry probes of the functions demoted to sampling, one burst per %s or more%s); "+
+		"the calls of a context they saw per call of its nearest caller still probed, or of its caller demoted with it, in at least %d of that caller's calls that began and ended inside a burst, times that caller's calls, make its estimated count (~ in text views, pprof labels timing=estimated and count_error); "+
+		"otherwise the calls they saw are a lower bound (≥, pprof label calls=incomplete)",
+		b.bursts, b.total.Round(time.Millisecond), burstPeriod, whole, estimate.MinAnchorCalls)
+}
+
+// burstProbes returns the entry probes of funcs, by object, marked as a
+// burst's, and the exit probes of those set marks as companions: their
+// frames are what the calls below them are counted per, and a frame
+// whose end is only inferred (from the next event at its slot or above,
+// maybe long after the window) would seldom seem to fit in one.
+func burstProbes(funcs []*plan.Func, set map[uint32]bool) map[*symbolizer.Mapped][]bpf.Probe {
+	byObj := map[*symbolizer.Mapped][]bpf.Probe{}
+	add := func(f *plan.Func, obj *symbolizer.Mapped, p plan.Probe) {
+		flags := wire.CookieBurst
+		if f.Alloc != nil {
+			// Its calls' sizes: what its allocations are estimated by.
+			flags |= wire.CookieAlloc
+		}
+		if p.FromRBP {
+			flags |= wire.CookieSlotRBP
+		}
+		cookie, err := wire.Cookie(f.ID, p.Kind, flags, p.SlotAdjust)
+		if err != nil {
+			panic(err) // the plan made the same cookie at attach
+		}
+		byObj[obj] = append(byObj[obj], bpf.Probe{Offset: p.Offset, Cookie: cookie})
+	}
+	for _, f := range funcs {
+		for _, p := range f.EntryProbes() {
+			add(f, p.Obj, p.Probe)
+		}
+		if isFor, ok := set[f.ID]; ok && !isFor {
+			for _, p := range f.Exits {
+				add(f, f.Node.Obj, p)
+			}
+		}
+	}
+	return byObj
+}

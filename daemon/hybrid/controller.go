@@ -1,0 +1,158 @@
+package hybrid
+
+import (
+	"errors"
+	"maps"
+	"slices"
+
+	"github.com/kprofd/kprofd/daemon/cost"
+	"github.com/kprofd/kprofd/internal/plan"
+	"github.com/kprofd/kprofd/internal/wire"
+)
+
+// Controller runs hybrid mode for one session: the monitor's rounds of
+// demotions and the bursts of sampled instrumentation.
+type Controller struct {
+	cfg Config
+	env Env
+	m   *monitor
+	b   *burster
+}
+
+// New returns the controller of a session whose probes are attached,
+// steering by model. It does nothing until Start.
+func New(cfg Config, env Env, model *cost.Model) *Controller {
+	c := &Controller{cfg: cfg, env: env}
+	c.m = newMonitor(&c.cfg, &c.env, model)
+	c.b = newBurster(&c.cfg, &c.env, c.m)
+	return c
+}
+
+// Remember takes in the decisions ds that the session starts with
+// (found is nil), or that the functions of found, found through an
+// indirect call, start with: their probes were left out of the attach,
+// as of monotonic time t (cost.Omitted), but for the idle ones', which
+// linger until they are called. They are recorded as round 0 and told to
+// Config.Demoted.
+func (c *Controller) Remember(ds []cost.Decision, t uint64, found *plan.Plan) {
+	c.m.remember(ds, t, found)
+}
+
+// RememberSync records that the session started without the sync probe,
+// for reason. Call it before Start.
+func (c *Controller) RememberSync(reason string) { c.m.rememberSync(reason) }
+
+// Start starts the monitor and the bursts.
+func (c *Controller) Start() {
+	go c.m.run()
+	go c.b.run()
+}
+
+// Stop ends the bursts (their probes go first: they need the monitor's
+// view), then the monitor, and returns what stopped either early.
+func (c *Controller) Stop() error {
+	c.b.Stop()
+	c.m.Stop()
+	c.b.mu.Lock()
+	berr := c.b.err
+	c.b.mu.Unlock()
+	c.m.mu.Lock()
+	defer c.m.mu.Unlock()
+	return errors.Join(berr, c.m.err)
+}
+
+// Demotions returns the demotions so far, those of a round being applied
+// included (it waits for their detaches).
+func (c *Controller) Demotions() []Demotion { return c.m.Demotions() }
+
+// Predicted returns the probes' predicted overhead after the last
+// reading's demotions, as a fraction of the target's own CPU time.
+func (c *Controller) Predicted() float64 { return c.m.predicted() }
+
+// Bursts returns how many bursts have ended; WholeCalls how many calls
+// of the roots whole bursts took in windows that missed no event and no
+// demotion cut (the frames the estimates per root call rest on).
+func (c *Controller) Bursts() int     { return c.b.count(false) }
+func (c *Controller) WholeCalls() int { return c.b.wholeCallsTaken() }
+
+// WholeProgress says how far the whole bursts got, and how often they
+// come: what an estimate per root call waits for.
+func (c *Controller) WholeProgress() string { return c.b.wholeProgress() }
+
+// Summary returns the profile's lines on the monitor and the bursts.
+func (c *Controller) Summary() (monitor, bursts string) { return c.m.summary(), c.b.summary() }
+
+// FuncName names function id, as demotions do.
+func (c *Controller) FuncName(id uint32) string { return c.m.funcName(id) }
+
+// EntryCost is what one hit of function id's entry probes costs, in ns.
+func (c *Controller) EntryCost(id uint32) float64 { return c.m.entryCost(int(id)) }
+
+// AddFound adds sub, functions found through an indirect call, to the
+// cost model at costs, and returns the decisions they start with from
+// mem (nil: none), applied to the model: a function the last session
+// demoted is demoted again as soon as it is found, its lost probes never
+// attached. Until Remember takes them in, the monitor and the bursts
+// know none of sub's functions.
+func (c *Controller) AddFound(sub *plan.Plan, costs []cost.CallCost, mem *cost.Memory) []cost.Decision {
+	m := c.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.model.Add(sub, costs)
+	if mem == nil {
+		return nil
+	}
+	ds, _ := cost.Recall(mem, sub, m.model, c.cfg.Budget)
+	return ds
+}
+
+// DropFound takes out of the model the functions of sub, found through
+// an indirect call, whose probes could not be attached.
+func (c *Controller) DropFound(sub *plan.Plan) { c.m.dropFuncs(sub) }
+
+// DropSync makes the next round demote the sync probe, as one does when
+// the budget asks for it, and reports whether there was one to demote.
+func (c *Controller) DropSync(reason string) bool {
+	c.m.mu.Lock()
+	defer c.m.mu.Unlock()
+	return c.m.model.DropSync(reason)
+}
+
+// End returns, once stopped, how the session's functions ended, for the
+// memory of the next session, with the functions found through indirect
+// calls after the plan's (Config.Plan's), in id order.
+func (c *Controller) End() (cost.SessionEnd, []*plan.Func) {
+	m := c.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var calls wire.Counters[uint64]
+	if len(m.history) > 0 {
+		calls = m.history[len(m.history)-1].calls
+	}
+	e := cost.SessionEnd{Stages: m.model.Stages(), NoSites: m.model.NoSites(), Remembered: maps.Clone(m.remembered),
+		Lingering: map[int]bool{}, Predicted: maps.Clone(m.prior),
+		Called: func(id int) bool { return calls.Calls(id) > 0 },
+		Bursted: func(id int) int {
+			if m.bursts == nil {
+				return 0
+			}
+			return m.bursts.Bursted(uint32(id))
+		},
+		SyncDropped: slices.ContainsFunc(m.demotions, func(d Demotion) bool { return d.Sync }),
+	}
+	for id := range m.lingering {
+		e.Lingering[id] = true
+	}
+	funcs := slices.Clone(c.cfg.Plan.Funcs)
+	for _, id := range slices.Sorted(maps.Keys(m.found)) {
+		funcs = append(funcs, m.found[id])
+	}
+	return e, funcs
+}
+
+// Stages returns, once stopped, the stage each function ended at, by id.
+func (c *Controller) Stages() []cost.Stage {
+	c.m.mu.Lock()
+	defer c.m.mu.Unlock()
+	return c.m.model.Stages()
+}
