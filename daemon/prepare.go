@@ -3,140 +3,14 @@ package daemon
 import (
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
-	"regexp"
-	"time"
 
-	"github.com/kprofd/kprofd/calibrate"
-	"github.com/kprofd/kprofd/daemon/hybrid"
 	"github.com/kprofd/kprofd/internal/alloc"
 	"github.com/kprofd/kprofd/internal/callgraph"
 	"github.com/kprofd/kprofd/internal/plan"
 	"github.com/kprofd/kprofd/internal/proc"
 	"github.com/kprofd/kprofd/symbolizer"
 )
-
-// Config describes one tracing session.
-type Config struct {
-	// PID is the process to trace.
-	PID int
-	// Roots name the root functions (see symbolizer.Process.Resolve for
-	// the accepted forms).
-	Roots []string
-	// Exclude drops matching functions from the call graph.
-	Exclude []*regexp.Regexp
-	// MaxFunctions fails the session when the roots reach more functions;
-	// 0 means no limit.
-	MaxFunctions int
-	// Exits chooses how exits are probed.
-	Exits plan.ExitMode
-	// RingBytes sizes the ring buffer; 0 means the default.
-	RingBytes int
-	// PerThread keeps one tree per thread in the profile; without it
-	// every thread (goroutine) counts into one tree as it runs.
-	PerThread bool
-	// MaxNodes bounds the calling contexts the session keeps, all trees
-	// together (Whaley's bounded partial calling-context tree): calls
-	// that would need more fold into their nearest counted caller, and
-	// the profile says how many. 0 means DefaultMaxNodes, negative no
-	// bound.
-	MaxNodes int
-	// NoDiscovery leaves indirect calls unprobed: their targets are
-	// traced only when the call graph finds their addresses taken.
-	NoDiscovery bool
-	// NoPause never stops a thread: without it, discovery traces the
-	// target's threads (ptrace) and holds one that calls a function no
-	// probe covers yet at that function's first instruction until its
-	// probes are in, so the call and all below it are counted. With it,
-	// or when the threads cannot be traced, such calls are counted as
-	// missed and their contexts marked incomplete.
-	NoPause bool
-	// Calibration, when set, is used to take the probes' own time out of
-	// the profile's times (the raw times stay in it too).
-	Calibration *calibrate.Result
-	// CheckInterval is how often each thread inside the root has its real
-	// stack compared with the simulated one (besides at catch sites); 0
-	// means DefaultCheckInterval, negative only at catch sites.
-	CheckInterval time.Duration
-	// Warnf receives warnings about the target and the plan; nil discards
-	// them.
-	Warnf func(format string, args ...any)
-
-	// Mode chooses exact tracing, hybrid tracing and sampling, or
-	// sampling alone; the zero value is ModeExact.
-	Mode Mode
-	// Budget is the overhead hybrid mode allows: the probes' predicted
-	// time as a fraction of the target's own CPU time. 0 means
-	// DefaultBudget.
-	Budget float64
-	// SampleHz is the sampling frequency per CPU in hybrid and sample
-	// modes; 0 means DefaultSampleHz.
-	SampleHz int
-	// Demoted, when set, hears of each demotion as it happens.
-	Demoted func(hybrid.Demotion)
-	// Log, when set, receives hybrid mode's control decisions at debug
-	// level: each round of demotions (the window it measured, what it
-	// took and the breakpoints it takes out), when a round's
-	// breakpoints are gone from the target's code, and when its
-	// detaches returned. Where a session's time goes before it settles
-	// is read from these.
-	Log *slog.Logger
-	// Memory, in hybrid mode, is the directory where a session leaves
-	// the stages its functions ended at, per executable and roots, and
-	// where the next one starts from (see memory.go); "" for none.
-	// Sessions with Alloc neither read nor write it.
-	Memory string
-	// Predict, in hybrid mode with no memory to start from, counts the
-	// roots' calls before it attaches anything below them: once they have
-	// run for a moment, the session starts demoted what the loops around
-	// their calls predict far too costly at that rate, and attaches the
-	// rest (see predict.go). The roots' calls in that moment are not in
-	// the profile, which says how many there were. Sessions with Alloc,
-	// and on Go programs, never predict.
-	Predict bool
-	// Alloc profiles allocations: the allocators (package alloc) the
-	// roots reach are traced as leaves, whatever Exclude says, and
-	// report the blocks they allocate and free.
-	Alloc bool
-	// AllocRate is the mean bytes between two allocation samples of a
-	// thread once hybrid mode samples allocations by bytes; 0 means
-	// stack.DefaultAllocRate.
-	AllocRate uint64
-}
-
-// Defaults for Config's zero values.
-const (
-	DefaultBudget   = 0.10
-	DefaultSampleHz = 999
-	// DefaultMaxNodes holds a session's trees to about 120 MB.
-	DefaultMaxNodes = 1_000_000
-)
-
-// log returns c.Log, or a logger that discards.
-func (c *Config) log() *slog.Logger {
-	if c.Log != nil {
-		return c.Log
-	}
-	return slog.New(slog.DiscardHandler)
-}
-
-func (c *Config) warnf(format string, args ...any) {
-	if c.Warnf != nil {
-		c.Warnf(format, args...)
-	}
-}
-
-// attachWarnf warns, as warnf, of probes the kernel refused while the
-// session runs, unless the target has exited meanwhile: its objects went
-// with it (opening /proc/PID/map_files fails), the session is ending,
-// and a warning then only alarms (the exit watcher may not have told the
-// session yet).
-func (c *Config) attachWarnf(format string, args ...any) {
-	if proc.Alive(c.PID) {
-		c.warnf(format, args...)
-	}
-}
 
 // Prepared is a process analysed and a plan made, before anything is
 // attached: what --dry-run shows.
@@ -154,14 +28,12 @@ func (p *Prepared) Close() error { return p.Proc.Close() }
 // Prepare reads the target's mappings and symbols, resolves the roots,
 // builds the call graph and places the probes. It attaches nothing.
 func Prepare(cfg Config) (*Prepared, error) {
-	if cfg.PID <= 0 {
-		return nil, fmt.Errorf("invalid pid %d", cfg.PID)
+	cfg, err := cfg.Check()
+	if err != nil {
+		return nil, err
 	}
 	if !proc.Alive(cfg.PID) {
 		return nil, fmt.Errorf("no process with pid %d", cfg.PID)
-	}
-	if len(cfg.Roots) == 0 {
-		return nil, errors.New("no root function given (--root)")
 	}
 	p, err := symbolizer.LoadProcess(cfg.PID)
 	if err != nil {
@@ -202,6 +74,9 @@ func prepare(cfg Config, p *symbolizer.Process) (*Prepared, error) {
 		opt.Mem = mem
 	}
 	g, err := callgraph.Build(p, roots, opt)
+	if tooLarge := (*callgraph.TooLargeError)(nil); errors.As(err, &tooLarge) {
+		return nil, &ConfigError{Field: "MaxFunctions", Err: err}
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -221,7 +96,7 @@ func prepare(cfg Config, p *symbolizer.Process) (*Prepared, error) {
 			}
 		}
 		if found == 0 {
-			cfg.warnf("--alloc: the roots call no allocator kprofd knows (malloc, free, operator new, ...): no allocation will be seen")
+			cfg.warnf("allocations: the roots call no allocator kprofd knows (malloc, free, operator new, ...): no allocation will be seen")
 		}
 	}
 	pr := &Prepared{Proc: p, Plan: pl}

@@ -400,7 +400,7 @@ func (s *Session) comments(st bpf.Stats) []string {
 		c = append(c, fmt.Sprintf("%d calls started over in their own frame after growing their goroutine's stack (counted once)", ss.Restarts))
 	}
 	if s.cfg.Alloc {
-		c = append(c, allocComment(s.prep.Plan, ss, s.stageOf, allocRate(s.cfg.AllocRate)))
+		c = append(c, allocComment(s.prep.Plan, ss, s.stageOf, s.cfg.AllocRate))
 	}
 	if ss.Folded > 0 {
 		outermost := ""
@@ -408,7 +408,7 @@ func (s *Session) comments(st bpf.Stats) []string {
 			outermost = fmt.Sprintf("; %d of them outermost calls, in no context", n)
 		}
 		c = append(c, fmt.Sprintf("WARNING: node budget of %d calling contexts reached: %d calls needing new ones folded into their nearest counted caller (pprof label folded_calls; their time, probes' included, is that caller's self time)%s",
-			nodeBudget(s.cfg.MaxNodes), ss.Folded, outermost))
+			s.cfg.MaxNodes, ss.Folded, outermost))
 	}
 	if ss.InferredExits > 0 {
 		c = append(c, fmt.Sprintf("%d exits inferred from stack pointers (their time is an upper bound)", ss.InferredExits))

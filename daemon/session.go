@@ -28,10 +28,6 @@ import (
 	"github.com/kprofd/kprofd/internal/x86"
 )
 
-// DefaultCheckInterval is how often a thread inside the root has its real
-// stack captured to check the simulated one, besides at every catch site.
-const DefaultCheckInterval = 100 * time.Millisecond
-
 // pollInterval is how often the reader looks at the ring buffer when the
 // probe program has not woken it (DESIGN.md §2: 20-50 ms).
 const pollInterval = 30 * time.Millisecond
@@ -168,19 +164,12 @@ type Progress struct {
 	CountsNote string `json:"counts_note,omitempty"`
 }
 
-// nodeBudget returns the simulator's node budget for Config.MaxNodes.
-func nodeBudget(max int) uint64 {
-	switch {
-	case max == 0:
-		return DefaultMaxNodes
-	case max < 0:
-		return 0
-	}
-	return uint64(max)
-}
-
 // Start prepares and attaches a session.
 func Start(cfg Config) (*Session, error) {
+	cfg, err := cfg.Check()
+	if err != nil {
+		return nil, err
+	}
 	pr, err := Prepare(cfg)
 	if err != nil {
 		return nil, err
@@ -201,11 +190,8 @@ func Start(cfg Config) (*Session, error) {
 // Stop's. pr stays the caller's: Close leaves it open, so one plan can
 // serve several sessions.
 func StartPrepared(pr *Prepared, cfg Config) (_ *Session, err error) {
-	if cfg.Budget == 0 {
-		cfg.Budget = DefaultBudget
-	}
-	if cfg.SampleHz == 0 {
-		cfg.SampleHz = DefaultSampleHz
+	if cfg, err = cfg.Check(); err != nil {
+		return nil, err
 	}
 	s := &Session{cfg: cfg, prep: pr, done: make(chan struct{}), exited: make(chan struct{}), watchDone: make(chan struct{}), pidfd: -1,
 		attached: make(chan struct{})}
@@ -214,13 +200,7 @@ func StartPrepared(pr *Prepared, cfg Config) (_ *Session, err error) {
 			s.release()
 		}
 	}()
-	check := cfg.CheckInterval
-	switch {
-	case check == 0:
-		check = DefaultCheckInterval
-	case check < 0:
-		check = 0
-	}
+	check := max(cfg.CheckInterval, 0) // negative: at catch sites only
 	bcfg := bpf.Config{PID: cfg.PID, RingBytes: cfg.RingBytes, CheckInterval: check, Sampling: cfg.Mode != ModeExact,
 		SeedThreads: true}
 	discover := cfg.Mode != ModeSample && !cfg.NoDiscovery
@@ -247,14 +227,14 @@ func StartPrepared(pr *Prepared, cfg Config) (_ *Session, err error) {
 	if err := s.prog.SetAllocs(allocSpecs(pr)); err != nil {
 		return nil, err
 	}
-	if err := s.prog.SetAllocRate(allocRate(cfg.AllocRate)); err != nil {
+	if err := s.prog.SetAllocRate(cfg.AllocRate); err != nil {
 		return nil, err
 	}
 	if err := s.prog.SetAllocNested(nestedAllocReturns(pr)); err != nil {
 		return nil, err
 	}
 	s.sim = stack.NewSimulator(funcInfos(pr))
-	s.sim.SetAllocRate(allocRate(cfg.AllocRate), pr.Go == nil)
+	s.sim.SetAllocRate(cfg.AllocRate, pr.Go == nil)
 	s.sim.SetRestarts(pr.Go != nil)
 	if !cfg.PerThread {
 		// Threads and goroutines may come and go by the thousand: a
@@ -262,7 +242,7 @@ func StartPrepared(pr *Prepared, cfg Config) (_ *Session, err error) {
 		// contexts, and a new one would find no room for its first.
 		s.sim.SetSharedTree()
 	}
-	s.sim.SetNodeBudget(nodeBudget(cfg.MaxNodes))
+	s.sim.SetNodeBudget(uint64(max(cfg.MaxNodes, 0))) // negative: no bound
 	s.outside = newOutsidePlan(s.sim.SignalFunc() + 1)
 	rec := newReconciler(pr)
 	s.rec = rec
@@ -283,9 +263,6 @@ func StartPrepared(pr *Prepared, cfg Config) (_ *Session, err error) {
 	var opt probes.Options
 	if cfg.Mode != ModeExact {
 		hz := cfg.SampleHz
-		if hz < 1 || hz > 100000 {
-			return nil, fmt.Errorf("sampling frequency %d Hz is out of range (1-100000)", hz)
-		}
 		s.samples = newSampleUnwinder(pr, rec, s.outside)
 		s.sim.SetSampleUnwinder(s.samples)
 		if s.sampler, err = s.prog.StartSampling(time.Second / time.Duration(hz)); err != nil {
@@ -494,14 +471,6 @@ func nestedAllocReturns(pr *Prepared) []uint64 {
 		}
 	}
 	return rs
-}
-
-// allocRate returns the allocation sampling rate a session uses.
-func allocRate(rate uint64) uint64 {
-	if rate == 0 {
-		return stack.DefaultAllocRate
-	}
-	return rate
 }
 
 func funcInfos(pr *Prepared) []stack.FuncInfo {

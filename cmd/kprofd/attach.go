@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 
+	"github.com/kprofd/kprofd/bpf"
 	"github.com/kprofd/kprofd/calibrate"
 	"github.com/kprofd/kprofd/daemon"
 	"github.com/kprofd/kprofd/daemon/estimate"
@@ -133,13 +134,13 @@ Exits (--exits): ` + plan.ExitRule + `.`,
 	f.StringVar(&o.format, "format", "tree", "what to print at the end: tree, top or none")
 	f.StringVar(&o.folded, "folded", "", "also write folded stacks (for flame graphs) to this file")
 	f.StringArrayVar(&o.exclude, "exclude", nil, "do not trace functions whose 'object:function' name matches this regular expression, nor what only they reach (repeatable)")
-	f.IntVar(&o.maxFunctions, "max-functions", 5000, "refuse to trace when the root reaches more functions than this")
+	f.IntVar(&o.maxFunctions, "max-functions", daemon.DefaultMaxFunctions, "refuse to trace when the root reaches more functions than this (0: no limit)")
 	f.BoolVar(&o.dryRun, "dry-run", false, "print the functions and probes that would be attached, then exit")
 	f.StringVar(&o.exits, "exits", "auto", "how to probe exits: auto, ret or uretprobe")
 	f.BoolVar(&o.perThread, "per-thread", false, "keep one tree per thread (pprof label 'thread')")
 	f.BoolVar(&o.discover, "discover", true, "probe indirect calls in the traced code to trace their targets as they are found\n(each hit of such a probe costs a single-stepped trap; --discover=false for none)")
 	f.BoolVar(&o.pause, "pause", true, "with --discover, hold a thread that calls a function found at run time at its first instruction until its\nprobes are in (ptrace; a few ms per function found), so that no call is missed; --pause=false to count them instead")
-	f.IntVar(&o.ringMiB, "ring-mib", service.DefaultRingMiB, "ring buffer size in MiB (a power of two)")
+	f.IntVar(&o.ringMiB, "ring-mib", bpf.DefaultRingBytes>>20, "ring buffer size in MiB (a power of two)")
 	f.IntVar(&o.maxNodes, "max-nodes", daemon.DefaultMaxNodes, "calling contexts to keep, at most (about 120 bytes each); calls past them fold into their callers\nand the profile says how many (0: no bound; through the daemon, at most its own --max-nodes)")
 	f.BoolVar(&o.alloc, "alloc", false, "also profile allocations: objects and bytes allocated, and still in use, per calling context\n(malloc, calloc, realloc, free, operator new and delete, ... called inside the root)")
 	f.BoolVar(&o.remember, "remember", true, "hybrid mode: start with the demotions the last session on the same executable and roots ended with\n(their probes are never attached), and leave this session's for the next; --remember=false for neither")
@@ -166,22 +167,29 @@ func (o *attachOptions) logger(stderr io.Writer) *slog.Logger {
 func (o *attachOptions) request() *service.Request {
 	return &service.Request{
 		PID: o.pid, Roots: o.roots, Mode: o.mode, Budget: o.budget, SampleHz: o.sampleHz,
-		Exclude: o.exclude, MaxFunctions: o.maxFunctions, Exits: o.exits, PerThread: o.perThread,
+		Exclude: o.exclude, MaxFunctions: noBoundIfZero(o.maxFunctions), Exits: o.exits, PerThread: o.perThread,
 		NoDiscovery: !o.discover, NoPause: !o.pause, RingMiB: o.ringMiB, Format: o.format,
 		Folded: o.folded != "", Duration: durationString(o.duration), MaxNodes: o.maxNodesRequest(), Alloc: o.alloc,
 		Forget: !o.remember, NoPredict: !o.predict,
 	}
 }
 
-// maxNodesRequest returns --max-nodes as a Request takes it.
+// maxNodesRequest returns --max-nodes as a Request takes it: the
+// default (the daemon's, through it) unless given.
 func (o *attachOptions) maxNodesRequest() int {
-	switch {
-	case !o.maxNodesSet:
+	if !o.maxNodesSet {
 		return 0
-	case o.maxNodes == 0:
+	}
+	return noBoundIfZero(o.maxNodes)
+}
+
+// noBoundIfZero returns a limit flag's value as a Request takes it: the
+// flag's 0 (no bound) is negative there, its 0 the default.
+func noBoundIfZero(n int) int {
+	if n == 0 {
 		return -1
 	}
-	return o.maxNodes
+	return n
 }
 
 func durationString(d time.Duration) string {
@@ -209,24 +217,22 @@ func (o *attachOptions) socketFor(stderr io.Writer) (string, error) {
 }
 
 func runAttach(ctx context.Context, o *attachOptions, stdout, stderr io.Writer) error {
-	// A request's zero values mean the defaults; a flag's zero is an
-	// error.
+	// The flags' zero values that are no request's (a request's zero
+	// means the default).
 	switch {
 	case o.duration < 0:
 		return errors.New("--duration must be positive")
-	case o.sampleHz < 1 || o.sampleHz > 100000:
-		return fmt.Errorf("--sample-hz must be between 1 and 100000, not %d", o.sampleHz)
-	case o.ringMiB <= 0 || o.ringMiB&(o.ringMiB-1) != 0:
-		return fmt.Errorf("--ring-mib must be a power of two, not %d", o.ringMiB)
-	case o.maxFunctions < 1:
-		return fmt.Errorf("--max-functions must be positive, not %d", o.maxFunctions)
-	case o.maxNodes < 0:
-		return fmt.Errorf("--max-nodes must be 0 (no bound) or positive, not %d", o.maxNodes)
+	case o.sampleHz == 0:
+		return errors.New("--sample-hz must be between 1 and 100000, not 0")
+	case o.ringMiB == 0:
+		return errors.New("--ring-mib must be a power of two, not 0")
+	case o.maxNodes < 0 || o.maxFunctions < 0:
+		return errors.New("--max-nodes and --max-functions take 0 (no bound) or a positive number")
 	}
 	req := o.request()
 	cfg, _, err := req.Config()
 	if err != nil {
-		return err
+		return flagError(err)
 	}
 	socket, err := o.socketFor(stderr)
 	if err != nil {
@@ -299,7 +305,7 @@ func runAttach(ctx context.Context, o *attachOptions, stdout, stderr io.Writer) 
 		end, err = runLocal(ctx, req, o.recalibrate, hooks, stderr)
 	}
 	if err != nil {
-		return err
+		return flagError(err)
 	}
 	o.demotions.flush()
 	if end.Why != "" {
@@ -465,4 +471,26 @@ func writeFile(path string, data []byte) error {
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
 	return os.Rename(tmp, path)
+}
+
+// flags names the flag of each field a daemon.ConfigError can name.
+var flags = map[string]string{
+	"PID": "--pid", "Roots": "--root", "Mode": "--mode", "Budget": "--overhead-budget", "SampleHz": "--sample-hz",
+	"RingBytes": "--ring-mib", "MaxFunctions": "--max-functions", "MaxNodes": "--max-nodes", "Exits": "--exits",
+	"Exclude": "--exclude", "Format": "--format", "Duration": "--duration",
+}
+
+// flagError puts the flag a configuration error is about in front of it.
+func flagError(err error) error {
+	var ce *daemon.ConfigError
+	if errors.As(err, &ce) {
+		if flag, ok := flags[ce.Field]; ok {
+			hint := ""
+			if ce.Field == "MaxFunctions" {
+				hint = " (--exclude REGEX leaves out what only the matching functions reach, for example --exclude 'libc\\.so')"
+			}
+			return fmt.Errorf("%s: %w%s", flag, err, hint)
+		}
+	}
+	return err
 }

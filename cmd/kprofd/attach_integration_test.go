@@ -316,7 +316,7 @@ func TestAttachErrors(t *testing.T) {
 		{"bad budget", []string{"attach", "-p", pid, "--root", "handle_request", "--overhead-budget", "0%"}, 0, "--overhead-budget"},
 		{"bad sample rate", []string{"attach", "-p", pid, "--root", "handle_request", "--sample-hz", "0"}, 0, "--sample-hz"},
 		{"bad exits", []string{"attach", "-p", pid, "--root", "handle_request", "--exits", "never"}, 0, "--exits"},
-		{"too many functions", []string{"attach", "-p", pid, "--root", "handle_request", "--max-functions", "3"}, 0, "--max-functions 3"},
+		{"too many functions", []string{"attach", "-p", pid, "--root", "handle_request", "--max-functions", "3"}, 0, "--max-functions: the root reaches"},
 		{"missing root flag", []string{"attach", "-p", pid}, 0, "root"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

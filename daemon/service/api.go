@@ -60,6 +60,9 @@ type End struct {
 // APIError is the body of an error answer.
 type APIError struct {
 	Error string `json:"error"`
+	// Field, when the request is wrong, names its field as
+	// daemon.ConfigError does.
+	Field string `json:"field,omitempty"`
 }
 
 // SessionInfo describes a session in GET /v1/sessions.

@@ -11,6 +11,8 @@ import (
 	"net"
 	"net/http"
 	"sync"
+
+	"github.com/kprofd/kprofd/daemon"
 )
 
 // DefaultSocket is where `kprofd serve` listens by default.
@@ -141,6 +143,9 @@ func apiError(resp *http.Response) error {
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	var e APIError
 	if json.Unmarshal(b, &e) == nil && e.Error != "" {
+		if e.Field != "" {
+			return &daemon.ConfigError{Field: e.Field, Err: errors.New(e.Error)}
+		}
 		return errors.New(e.Error)
 	}
 	return fmt.Errorf("the daemon answered %s", resp.Status)

@@ -12,7 +12,6 @@ import (
 	"regexp"
 	"time"
 
-	"github.com/kprofd/kprofd/bpf"
 	"github.com/kprofd/kprofd/calibrate"
 	"github.com/kprofd/kprofd/daemon"
 	"github.com/kprofd/kprofd/internal/plan"
@@ -61,15 +60,10 @@ type Request struct {
 	Folded bool   `json:"folded,omitempty"`
 }
 
-// Defaults of the fields a Request leaves zero.
-const (
-	DefaultMaxFunctions = 5000
-	DefaultRingMiB      = bpf.DefaultRingBytes >> 20
-)
-
-// Config checks the request and returns the session's configuration,
-// without its callbacks (Warnf, Demoted), and how long it is to run (0:
-// until stopped).
+// Config returns the session's configuration, checked and defaulted by
+// daemon.Config.Check, without its callbacks (Warnf, Demoted), and how
+// long it is to run (0: until stopped). Errors are *daemon.ConfigError:
+// Duration and Format name the request's own fields.
 func (r *Request) Config() (daemon.Config, time.Duration, error) {
 	cfg := daemon.Config{
 		PID:          r.PID,
@@ -83,58 +77,42 @@ func (r *Request) Config() (daemon.Config, time.Duration, error) {
 		MaxNodes:     r.MaxNodes,
 		Alloc:        r.Alloc,
 	}
-	if r.PID <= 0 {
-		return cfg, 0, fmt.Errorf("invalid pid %d", r.PID)
-	}
-	if len(r.Roots) == 0 {
-		return cfg, 0, fmt.Errorf("no root function given (--root)")
-	}
-	if cfg.MaxFunctions == 0 {
-		cfg.MaxFunctions = DefaultMaxFunctions
-	}
-	if r.RingMiB == 0 {
-		cfg.RingBytes = DefaultRingMiB << 20
-	}
-	if cfg.SampleHz == 0 {
-		cfg.SampleHz = daemon.DefaultSampleHz
-	}
 	var err error
 	if cfg.Mode, err = daemon.ParseMode(or(r.Mode, "hybrid")); err != nil {
-		return cfg, 0, fmt.Errorf("--mode: %w", err)
+		return cfg, 0, &daemon.ConfigError{Field: "Mode", Err: err}
 	}
-	if cfg.Budget, err = daemon.ParseBudget(or(r.Budget, "10%")); err != nil {
-		return cfg, 0, fmt.Errorf("--overhead-budget: %w", err)
+	if r.Budget != "" {
+		if cfg.Budget, err = daemon.ParseBudget(r.Budget); err != nil {
+			return cfg, 0, &daemon.ConfigError{Field: "Budget", Err: err}
+		}
+	}
+	if cfg.Exits, err = plan.ParseExitMode(or(r.Exits, "auto")); err != nil {
+		return cfg, 0, &daemon.ConfigError{Field: "Exits", Err: err}
+	}
+	for _, e := range r.Exclude {
+		re, err := regexp.Compile(e)
+		if err != nil {
+			return cfg, 0, &daemon.ConfigError{Field: "Exclude", Err: fmt.Errorf("%q: %w", e, err)}
+		}
+		cfg.Exclude = append(cfg.Exclude, re)
 	}
 	if cfg.Mode == daemon.ModeHybrid && !r.Forget {
 		cfg.Memory = MemoryDir()
 	}
 	cfg.Predict = cfg.Mode == daemon.ModeHybrid && !r.NoPredict
-	if cfg.SampleHz < 1 || cfg.SampleHz > 100000 {
-		return cfg, 0, fmt.Errorf("--sample-hz must be between 1 and 100000, not %d", cfg.SampleHz)
+	if cfg, err = cfg.Check(); err != nil {
+		return cfg, 0, err
 	}
 	switch r.Format {
 	case "", "tree", "top", "none":
 	default:
-		return cfg, 0, fmt.Errorf("--format must be tree, top or none, not %q", r.Format)
-	}
-	if m := r.RingMiB; m < 0 || m&(m-1) != 0 {
-		return cfg, 0, fmt.Errorf("--ring-mib must be a power of two, not %d", m)
+		return cfg, 0, &daemon.ConfigError{Field: "Format", Err: fmt.Errorf("the text view must be tree, top or none, not %q", r.Format)}
 	}
 	var d time.Duration
 	if r.Duration != "" {
 		if d, err = time.ParseDuration(r.Duration); err != nil || d <= 0 {
-			return cfg, 0, fmt.Errorf("--duration must be a positive duration, not %q", r.Duration)
+			return cfg, 0, &daemon.ConfigError{Field: "Duration", Err: fmt.Errorf("the session's length must be a positive duration, not %q", r.Duration)}
 		}
-	}
-	if cfg.Exits, err = plan.ParseExitMode(or(r.Exits, "auto")); err != nil {
-		return cfg, 0, err
-	}
-	for _, e := range r.Exclude {
-		re, err := regexp.Compile(e)
-		if err != nil {
-			return cfg, 0, fmt.Errorf("--exclude %q: %w", e, err)
-		}
-		cfg.Exclude = append(cfg.Exclude, re)
 	}
 	return cfg, d, nil
 }
@@ -157,12 +135,4 @@ func or(s, def string) string {
 		return def
 	}
 	return s
-}
-
-// nodes writes a node budget as --max-nodes takes it: 0 for no bound.
-func nodes(max int) string {
-	if max < 0 {
-		return "0 (no bound)"
-	}
-	return fmt.Sprint(max)
 }

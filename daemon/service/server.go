@@ -170,7 +170,8 @@ func (s *Server) admit(r *http.Request, who Peer) (*Request, int, error) {
 		return nil, http.StatusBadRequest, err
 	}
 	if d > s.MaxDuration {
-		return nil, http.StatusBadRequest, fmt.Errorf("--duration %s is over the daemon's limit of %s (kprofd serve --max-duration)", d, s.MaxDuration)
+		return nil, http.StatusBadRequest, &daemon.ConfigError{Field: "Duration",
+			Err: fmt.Errorf("a session of %s is over the daemon's limit of %s (kprofd serve --max-duration)", d, s.MaxDuration)}
 	}
 	if d == 0 {
 		req.Duration = s.MaxDuration.String()
@@ -179,7 +180,12 @@ func (s *Server) admit(r *http.Request, who Peer) (*Request, int, error) {
 	case req.MaxNodes == 0:
 		req.MaxNodes = s.MaxNodes
 	case req.MaxNodes < 0 || req.MaxNodes > s.MaxNodes:
-		return nil, http.StatusBadRequest, fmt.Errorf("--max-nodes %s is over the daemon's limit of %d (kprofd serve --max-nodes)", nodes(req.MaxNodes), s.MaxNodes)
+		asked := fmt.Sprintf("%d calling contexts are", req.MaxNodes)
+		if req.MaxNodes < 0 {
+			asked = "no bound on the calling contexts is"
+		}
+		return nil, http.StatusBadRequest, &daemon.ConfigError{Field: "MaxNodes",
+			Err: fmt.Errorf("%s over the daemon's limit of %d (kprofd serve --max-nodes)", asked, s.MaxNodes)}
 	}
 	t, err := ReadTarget(req.PID)
 	if err != nil {
@@ -311,7 +317,13 @@ func (s *Server) startSession(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		s.metrics.refused()
 		s.Log.Info("session refused", "uid", who.UID, "error", err)
-		writeError(w, code, "%v", err)
+		var field string
+		if ce := (*daemon.ConfigError)(nil); errors.As(err, &ce) {
+			field = ce.Field
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(code)
+		json.NewEncoder(w).Encode(APIError{Error: err.Error(), Field: field})
 		return
 	}
 	x, ctx, err := s.register(who, req)

@@ -42,25 +42,28 @@ func TestBadRequests(t *testing.T) {
 	srv, c := testServer(t)
 	self := os.Getpid()
 	for _, tc := range []struct {
-		name string
-		body string
-		code int
-		want string
+		name  string
+		body  string
+		code  int
+		want  string
+		field string // the request's field the answer names (daemon.ConfigError)
 	}{
-		{"not JSON", "pid=1", http.StatusBadRequest, "bad request"},
-		{"unknown field", `{"pid":1,"roots":["main"],"frequency":5}`, http.StatusBadRequest, `unknown field "frequency"`},
-		{"no root", fmt.Sprintf(`{"pid":%d}`, self), http.StatusBadRequest, "no root function"},
-		{"bad pid", `{"pid":-4,"roots":["main"]}`, http.StatusBadRequest, "invalid pid -4"},
-		{"unknown pid", `{"pid":1073741824,"roots":["main"]}`, http.StatusNotFound, "no process with pid 1073741824"},
-		{"bad mode", fmt.Sprintf(`{"pid":%d,"roots":["main"],"mode":"fast"}`, self), http.StatusBadRequest, "--mode"},
-		{"bad budget", fmt.Sprintf(`{"pid":%d,"roots":["main"],"overhead_budget":"0%%"}`, self), http.StatusBadRequest, "--overhead-budget"},
-		{"bad duration", fmt.Sprintf(`{"pid":%d,"roots":["main"],"duration":"soon"}`, self), http.StatusBadRequest, "--duration"},
-		{"over the limit", fmt.Sprintf(`{"pid":%d,"roots":["main"],"duration":"2h"}`, self), http.StatusBadRequest, "over the daemon's limit of 1m0s"},
-		{"too many nodes", fmt.Sprintf(`{"pid":%d,"roots":["main"],"max_nodes":2000000}`, self), http.StatusBadRequest, "--max-nodes 2000000 is over the daemon's limit of 1000000"},
-		{"unbounded nodes", fmt.Sprintf(`{"pid":%d,"roots":["main"],"max_nodes":-1}`, self), http.StatusBadRequest, "--max-nodes 0 (no bound) is over"},
-		{"bad exclude", fmt.Sprintf(`{"pid":%d,"roots":["main"],"exclude":["("]}`, self), http.StatusBadRequest, "--exclude"},
-		{"oversize body", `{"pid":1,"roots":["` + strings.Repeat("x", maxBody) + `"]}`, http.StatusRequestEntityTooLarge, "over 65536 bytes"},
-		{"no such root", fmt.Sprintf(`{"pid":%d,"roots":["no_function_is_called_this"]}`, self), http.StatusBadRequest, "no_function_is_called_this"},
+		{"not JSON", "pid=1", http.StatusBadRequest, "bad request", ""},
+		{"unknown field", `{"pid":1,"roots":["main"],"frequency":5}`, http.StatusBadRequest, `unknown field "frequency"`, ""},
+		{"no root", fmt.Sprintf(`{"pid":%d}`, self), http.StatusBadRequest, "no root function", "Roots"},
+		{"bad pid", `{"pid":-4,"roots":["main"]}`, http.StatusBadRequest, "invalid pid -4", "PID"},
+		{"unknown pid", `{"pid":1073741824,"roots":["main"]}`, http.StatusNotFound, "no process with pid 1073741824", ""},
+		{"bad mode", fmt.Sprintf(`{"pid":%d,"roots":["main"],"mode":"fast"}`, self), http.StatusBadRequest, "mode must be exact, hybrid or sample", "Mode"},
+		{"bad budget", fmt.Sprintf(`{"pid":%d,"roots":["main"],"overhead_budget":"0%%"}`, self), http.StatusBadRequest, "overhead budget must be", "Budget"},
+		{"bad duration", fmt.Sprintf(`{"pid":%d,"roots":["main"],"duration":"soon"}`, self), http.StatusBadRequest, "positive duration", "Duration"},
+		{"over the limit", fmt.Sprintf(`{"pid":%d,"roots":["main"],"duration":"2h"}`, self), http.StatusBadRequest, "over the daemon's limit of 1m0s", "Duration"},
+		{"too many nodes", fmt.Sprintf(`{"pid":%d,"roots":["main"],"max_nodes":2000000}`, self), http.StatusBadRequest, "2000000 calling contexts are over the daemon's limit of 1000000", "MaxNodes"},
+		{"unbounded nodes", fmt.Sprintf(`{"pid":%d,"roots":["main"],"max_nodes":-1}`, self), http.StatusBadRequest, "no bound on the calling contexts is over", "MaxNodes"},
+		{"bad exclude", fmt.Sprintf(`{"pid":%d,"roots":["main"],"exclude":["("]}`, self), http.StatusBadRequest, "error parsing regexp", "Exclude"},
+		{"bad ring", fmt.Sprintf(`{"pid":%d,"roots":["main"],"ring_mib":3}`, self), http.StatusBadRequest, "power of two", "RingBytes"},
+		{"bad frequency", fmt.Sprintf(`{"pid":%d,"roots":["main"],"sample_hz":200000}`, self), http.StatusBadRequest, "out of range (1-100000)", "SampleHz"},
+		{"oversize body", `{"pid":1,"roots":["` + strings.Repeat("x", maxBody) + `"]}`, http.StatusRequestEntityTooLarge, "over 65536 bytes", ""},
+		{"no such root", fmt.Sprintf(`{"pid":%d,"roots":["no_function_is_called_this"]}`, self), http.StatusBadRequest, "no_function_is_called_this", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			resp, err := c.Post("http://kprofd/v1/sessions", "application/json", strings.NewReader(tc.body))
@@ -70,8 +73,9 @@ func TestBadRequests(t *testing.T) {
 			defer resp.Body.Close()
 			var e APIError
 			b, _ := io.ReadAll(resp.Body)
-			if err := json.Unmarshal(b, &e); err != nil || resp.StatusCode != tc.code || !strings.Contains(e.Error, tc.want) || strings.Contains(e.Error, "\n") {
-				t.Errorf("answer %s %q, want %d and one line saying %q", resp.Status, b, tc.code, tc.want)
+			if err := json.Unmarshal(b, &e); err != nil || resp.StatusCode != tc.code || !strings.Contains(e.Error, tc.want) || strings.Contains(e.Error, "\n") ||
+				e.Field != tc.field || strings.Contains(e.Error, "--"+strings.ToLower(tc.field)) {
+				t.Errorf("answer %s %q, want %d and one line saying %q of field %q, naming no flag", resp.Status, b, tc.code, tc.want, tc.field)
 			}
 		})
 	}
@@ -93,8 +97,8 @@ func TestBadRequests(t *testing.T) {
 		t.Errorf("%d sessions running", n)
 	}
 	m := scrape(t, c)
-	if got := m[MetricSessionsRefused]; got != 13 {
-		t.Errorf("%s = %v, want 13", MetricSessionsRefused, got)
+	if got := m[MetricSessionsRefused]; got != 15 {
+		t.Errorf("%s = %v, want 15", MetricSessionsRefused, got)
 	}
 	if got := m[MetricSessionsActive]; got != 0 {
 		t.Errorf("%s = %v, want 0", MetricSessionsActive, got)

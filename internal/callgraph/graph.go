@@ -154,7 +154,7 @@ func (e *TooLargeError) Error() string {
 	for _, o := range objs {
 		parts = append(parts, fmt.Sprintf("%s %d", o, e.PerObject[o]))
 	}
-	return fmt.Sprintf("the root reaches %d functions, more than --max-functions %d (%s); exclude some with --exclude REGEX (for example --exclude 'libc\\.so') or raise --max-functions",
+	return fmt.Sprintf("the root reaches %d functions, more than the limit of %d (%s): exclude some, or raise the limit",
 		e.Reachable, e.Limit, strings.Join(parts, ", "))
 }
 

@@ -184,7 +184,7 @@ func TestBuildTooLarge(t *testing.T) {
 	if tl.Reachable != 11 || tl.PerObject["ctree"] != 9 || tl.PerObject["libktarget.so"] != 2 {
 		t.Errorf("reachable %d per object %v; want 11: ctree 9, libktarget.so 2", tl.Reachable, tl.PerObject)
 	}
-	if msg := err.Error(); !strings.Contains(msg, "--max-functions 5") || !strings.Contains(msg, "ctree 9, libktarget.so 2") {
+	if msg := err.Error(); !strings.Contains(msg, "more than the limit of 5") || !strings.Contains(msg, "ctree 9, libktarget.so 2") {
 		t.Errorf("message %q", msg)
 	}
 }

@@ -44,7 +44,7 @@ func ParseExitMode(s string) (ExitMode, error) {
 	case "uretprobe":
 		return ExitsUretprobe, nil
 	}
-	return 0, fmt.Errorf("--exits must be auto, ret or uretprobe, not %q", s)
+	return 0, fmt.Errorf("exits must be probed auto, ret or uretprobe, not %q", s)
 }
 
 func (m ExitMode) String() string {
