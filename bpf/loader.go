@@ -27,7 +27,7 @@ type Config struct {
 	// PID is the target's process id (thread group id).
 	PID int
 	// RingBytes is the ring buffer size, a power of two multiple of the page
-	// size; 0 means 8 MiB.
+	// size; 0 means DefaultRingBytes.
 	RingBytes int
 	// WakeupBytes wakes the reader once this many bytes are waiting; below
 	// that the reader finds events when it polls. 0 means

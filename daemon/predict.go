@@ -18,7 +18,7 @@ import (
 // second taking most of them out again: on a template-heavy parser,
 // twenty rounds, one per phase of the first request, each at full probe
 // cost while it is measured, and some 1,200 breakpoints removed while the
-// target traps (see README, Hybrid mode). What those rounds find is mostly
+// target traps (docs/hybrid.md). What those rounds find is mostly
 // written in the code: a function called inside loops, or below
 // recursion, runs many times per call of the root. So a predicting
 // session (Config.Predict) with no memory to start from attaches, at

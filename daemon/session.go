@@ -29,7 +29,8 @@ import (
 )
 
 // pollInterval is how often the reader looks at the ring buffer when the
-// probe program has not woken it (DESIGN.md §2: 20-50 ms).
+// probe program has not woken it: 20-50 ms keeps the ring buffer far from
+// full at any event rate (docs/architecture.md).
 const pollInterval = 30 * time.Millisecond
 
 // Session is one attached tracing session.

@@ -76,13 +76,12 @@ empty profile and exits with status 1.
 
 Modes (--mode):
   hybrid  (default) trace exactly what fits the overhead budget and sample
-          the rest: every function starts fully probed; when the probes'
-          cost (measured by the samples that land in them, and shared out
-          by calibrated cost per call times the live call rate) passes
-          --overhead-budget of the target's own CPU time, the
-          costliest functions lose their exit probes (calls and tree shape
-          stay exact, exits are inferred from stack pointers), then, leaves
-          first, all their probes. Their time comes from cpu-clock samples of
+          the rest: when the probes' cost (measured by the samples that
+          land in them, and shared out by calibrated cost per call times
+          the live call rate) passes --overhead-budget of the target's own
+          CPU time, the costliest functions lose their exit probes (calls
+          and tree shape stay exact, exits are inferred from stack
+          pointers), then, leaves first, all their probes. Their time comes from cpu-clock samples of
           the threads inside the root, attributed below the deepest traced
           frame. The root's own probes cannot be demoted: what they cost
           (most of their traps fall outside the root, and are measured

@@ -7,7 +7,7 @@ import (
 	"github.com/kprofd/kprofd/internal/x86"
 )
 
-// Uncalibrated probe costs per hit, in ns: DESIGN.md §1, measured on the
+// Uncalibrated probe costs per hit, in ns (docs/probe-safety.md), measured on the
 // machines kprofd is developed on, for when no calibration is at hand.
 var defaultEntryCost = map[x86.Class]float64{
 	x86.ClassOptimized: 460,

@@ -20,12 +20,10 @@ import (
 // counted exactly: fewer mean events lost on the way (a full ring
 // buffer, a thread's root context gone), which makes estimates low.
 //
-// (A second estimate of the calls themselves, the counters' hits per
-// call of the roots in the windows times the roots' calls since the
-// demotion, was tried: on testdata/hybrid it gave 16,780 calls per root
-// call, where every request makes 25,000 and the estimate was within
-// 0.1%. The windows are not random stretches of the program's work: they
-// end when the frames they wait for end.)
+// The counters' hits per call of the roots in the windows are no
+// estimate of the calls themselves: the windows are not random
+// stretches of the program's work, they end when the frames they wait
+// for end.
 type Check struct {
 	mu    sync.Mutex
 	funcs map[uint32]*checkAcc

@@ -28,11 +28,10 @@ import (
 //     frames.
 //
 // A context with too few anchor frames in the windows gets the calls seen
-// as a lower bound. (Scaling the calls seen by the context's cpu-clock
-// samples, own work in the windows against all since the demotion, was
-// tried: it was off by 10x and more, with a small claimed error, where
-// the probes' traps slow the work after them or a caller's traps slow a
-// companion's.)
+// as a lower bound. The context's cpu-clock samples are no unit to
+// scale by: the probes' traps slow the work after them, and a caller's
+// traps a companion's, so such estimates are off by ten times and more
+// with a small claimed error.
 type Counts struct {
 	log  *Log
 	accs map[*cct.Node]*burstAcc

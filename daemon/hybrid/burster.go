@@ -254,7 +254,7 @@ func (b *burster) run() {
 // below the roots traps, and the attach and the detach stall it), and
 // neither the samples nor the probes' calls measure all of that; nor do
 // the steady probes leave it the rest of the budget they were predicted
-// to (paced by that, BenchmarkHybridJSONLong ran 1.37x at 10%).
+// to.
 func wholePeriodAfter(armed time.Duration, budget float64) time.Duration {
 	return min(maxWholePeriod, max(burstPeriod, time.Duration(float64(armed)/(cost.BurstShare*budget)).Round(time.Millisecond)))
 }
@@ -305,16 +305,14 @@ func (c *wholeCosts) add(t wholeTake) {
 // attach and its detach (attach each) and for the end of the call that
 // was running when it opened (its frames are not a sample, see
 // estimate.Log.fits), whatever it takes after: on the parser, together,
-// about as long as one call with every probe in (README). So a burst
+// about as long as one call with every probe in (docs/estimation.md). So a burst
 // takes enough calls for those to be a third of its time at most, on
 // average. It takes no more calls than would fill half the ring buffer,
 // ring events, at the hits per call measured (the event loop falls far
 // behind a whole burst). The first whole burst, with nothing measured,
 // takes one call: its lump comes 2 s after the attach, before the
-// pacing has spread anything, and three calls there (where the first
-// burst alone would give every context it saw an estimate) ran the
-// parser's 10-s sessions 1.30x at 10%, against 1.15x with one
-// (BenchmarkHybridJSONLong).
+// pacing has spread anything, and more calls there would break a short
+// session's budget.
 func wholeCallsAfter(t wholeTake, c wholeCosts, attach time.Duration, ring int, ceiling int) (calls, newCeiling int) {
 	if t.lossy {
 		ceiling = max(1, min(ceiling, t.calls-1))
@@ -608,11 +606,10 @@ catching:
 // passes) and then until they have ended (up to estimate.MaxWholeSettle), going
 // by the kernel's counts of both since base (bpf.Stats.AwaitedEntries,
 // AwaitedExits). With every probe in, the event loop runs far behind
-// the target (a whole burst on the parser makes 150,000-200,000 events
-// a request, which take longer to take than to make), and waiting for
-// it to see the calls end kept the probes in for several more requests
-// (windows of 1.37 s, against 0.22-0.53 s closed by the counts, one
-// request each). The kernel counts the ends of the calls the window
+// the target (a whole burst makes hundreds of thousands of events a
+// call of a parser's root, which take longer to take than to make), and
+// waiting for it to see the calls end would keep the probes in for
+// several more calls. The kernel counts the ends of the calls the window
 // awaited, each on its own thread: counting every thread's calls,
 // another thread's short call, begun after the window stopped taking
 // new ones, could stand for an awaited one still running. A window in

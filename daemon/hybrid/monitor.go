@@ -90,14 +90,13 @@ type monitor struct {
 }
 
 // linger is a function demoted to sampling along with a caller while it
-// had no calls (cost.Decision.idle), whose probes stay in until it is called:
-// a probe that never fires costs nothing, while taking a breakpoint out
-// takes the target's memory lock, about 0.1 ms each while the target
-// traps at full rate (on testdata/jsonparse, 390 of a first round's 397
-// functions were such callees, most of them never called: the error and
-// allocation paths of libc). Its events are dropped all the same
-// (Simulator.Demote), and bursts leave it out until its probes are gone
-// (they count calls by the same counters).
+// had no calls (cost.Decision.Idle), whose probes stay in until it is
+// called: a probe that never fires costs nothing, while taking a
+// breakpoint out takes the target's memory lock, about 0.1 ms each while
+// the target traps at full rate, and most callees demoted with a hot
+// caller are never called (the error and allocation paths of libc). Its
+// events are dropped all the same (Simulator.Drop), and bursts leave it
+// out until its probes are gone (they count calls by the same counters).
 type linger struct {
 	calls   uint64 // what its entries had counted when it was demoted
 	leaving bool   // its entries fired since: its probes are going
@@ -313,9 +312,8 @@ func (m *monitor) step(now time.Time) error {
 	meas := cost.Measurement{Calls: c.calls, InFlight: len(m.going) > 0, Floor: floor, Syncs: float64(c.syncs-old.syncs) / dt}
 	m.floorPeak = max(m.floorPeak, meas.Floor)
 	// The warning, as a round's measurement, needs cost.MinProbeSamples:
-	// Wilson's bound is no bound on one or two. (One of the three
-	// samples of a session's first 20 ms bounded the floor at 13.7%,
-	// over the 10% budget of TestHybridCalleesOutsideRoot in CI.) The
+	// Wilson's bound is no bound on one or two samples (one of a
+	// session's first three can bound the floor over a 10% budget). The
 	// rounds take the floor as it is: read high, it only demotes more.
 	if meas.Floor > m.model.Budget() && floorSamples >= cost.MinProbeSamples && !m.floorSaid {
 		m.floorSaid = true
@@ -794,9 +792,9 @@ func (m *monitor) ownCPU() float64 {
 // burstBudget is the part of the overhead budget the bursts of sampled
 // instrumentation may use: cost.BurstShare of it (which the cost model keeps
 // free), or what the steady probes, as last predicted, leave of the rest
-// if more. Giving them the whole budget the steady probes leave was
-// measured: on testdata/hybrid the target ran 1.45x slower at a 10%
-// budget, against 1.08x this way (BenchmarkHybridCounts).
+// if more. Not the whole budget the steady probes leave: the bursts'
+// cost is measured after them, and the steady probes' prediction
+// errs, so bursts paced by what is left overshoot (docs/hybrid.md).
 func (m *monitor) burstBudget(budget float64) float64 {
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -24,7 +24,7 @@ type metrics struct {
 	events, lost, demotions uint64 // of finished sessions
 }
 
-// Metric names, for the README and the tests.
+// Metric names, as docs and tests name them.
 const (
 	MetricSessionsActive    = "kprofd_sessions_active"
 	MetricSessionsTotal     = "kprofd_sessions_total"

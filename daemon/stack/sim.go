@@ -43,7 +43,7 @@ type funcInfo struct {
 //
 // Slots order frames: stacks grow down, so a frame with a smaller slot is
 // deeper, and an event at slot s proves that every frame with a slot below
-// s has returned (DESIGN.md §1 "Exits can be inferred"). A frame popped
+// s has returned (docs/probe-safety.md, "Frames that end without an exit"). A frame popped
 // that way ends at the time of the event that proved it, an upper bound.
 //
 // Frames with the same slot: a function that tail-calls (jmp) another

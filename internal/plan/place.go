@@ -267,7 +267,7 @@ func placeEntry(n *callgraph.Node, reserved func(uint64) bool) (Probe, []string,
 // first such instruction a probe may go on at all, single-stepped.
 // Instructions with an x86.Hazard, and addresses reserved reports, are
 // never chosen. targets are the function's own branch targets, sorted.
-// DESIGN.md §1, internal/x86/SAFETY.md.
+// docs/probe-safety.md, internal/x86/SAFETY.md.
 func entrySite(code []byte, addr uint64, targets []uint64, reserved func(uint64) bool) (Probe, []string, error) {
 	in, err := x86.Decode(code, addr)
 	if err != nil {

@@ -283,7 +283,7 @@ func writesRSP(xi *x86asm.Inst) bool {
 	return false
 }
 
-// Class is what a uprobe on an instruction costs, from DESIGN.md §1.
+// Class is what a uprobe on an instruction costs (docs/probe-safety.md).
 type Class uint8
 
 // Probe classes, cheapest first.
