@@ -145,7 +145,7 @@ func TestHybridWholeBursts(t *testing.T) {
 		}
 		below++
 		// (One the samples alone found, no burst saw called, has
-		// calls unknown: ≥0.)
+		// calls unknown: "?" in the text views.)
 		if slices.Contains(smp.Label["calls"], "incomplete") && smp.Value[0] > 0 {
 			t.Errorf("%s: a lower bound", ctx)
 		}

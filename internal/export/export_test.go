@@ -399,6 +399,45 @@ func TestIncomplete(t *testing.T) {
 	}
 }
 
+// TestUnknownCount: a context known from samples only (a lower bound of
+// 0 calls) shows ? in both views, with one legend line, and the pprof
+// label as any lower bound.
+func TestUnknownCount(t *testing.T) {
+	p := testProfile(false)
+	p.Tree.Root.Walk(func(n *cct.Node) {
+		if n.Func == fCompute {
+			n.Incomplete, n.Calls = true, 0
+		}
+	})
+	for _, write := range []func(*bytes.Buffer) error{
+		func(b *bytes.Buffer) error { return WriteTree(b, p, TreeOptions{}) },
+		func(b *bytes.Buffer) error { return WriteTop(b, p, 0) },
+	} {
+		var b bytes.Buffer
+		if err := write(&b); err != nil {
+			t.Fatal(err)
+		}
+		out := b.String()
+		if strings.Contains(out, "≥0") || strings.Count(out, unknownLegend) != 1 {
+			t.Errorf("want ? and one legend line, no ≥0:\n%s", out)
+		}
+		for line := range strings.Lines(out) {
+			if f := strings.Fields(line); len(f) > 1 && f[len(f)-1] == "compute" && f[0] != "?" {
+				t.Errorf("compute's row %q does not start with ?", line)
+			}
+		}
+	}
+	pp, err := Pprof(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range pp.Sample {
+		if s.Location[0].Line[0].Function.Name == "compute" && (len(s.Label["calls"]) != 1 || s.Label["calls"][0] != "incomplete") {
+			t.Errorf("compute's calls label %q, want incomplete", s.Label["calls"])
+		}
+	}
+}
+
 // TestCoveredByEstimate: a context whose calls no burst saw, below a
 // caller the bursts saw enough of, is a lower bound itself (≥ in the
 // tree) and not for its function's estimate (~ without ≥ in the top

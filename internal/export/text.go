@@ -52,6 +52,7 @@ func WriteTree(w io.Writer, p *cct.Profile, opt TreeOptions) error {
 	}
 	rows := [][]string{append(header, "function")}
 	var hiddenSmall, hiddenSmallNodes, hiddenDeep int
+	unknown := false // some count shows as unknownCount
 	var walk func(n *cct.Node, depth int, prefix string)
 	walk = func(n *cct.Node, depth int, prefix string) {
 		kids := sortedChildren(p, n)
@@ -75,8 +76,10 @@ func WriteTree(w io.Writer, p *cct.Profile, opt TreeOptions) error {
 			if depth == 1 {
 				branch, indent = "", ""
 			}
+			count := countText(ch.Calls, ch.Incomplete, ch.CallsEstimated)
+			unknown = unknown || count == unknownCount
 			row := []string{
-				atLeast(ch.Incomplete) + estimated(ch.CallsEstimated) + strconv.FormatUint(ch.Calls, 10),
+				count,
 				estimated(ch.Estimated) + Duration(ch.Wall),
 				selfTime(ch.Self(), ch.SelfError, ch.Estimated),
 			}
@@ -96,6 +99,9 @@ func WriteTree(w io.Writer, p *cct.Profile, opt TreeOptions) error {
 	writeComments(bw, p)
 	fmt.Fprintf(bw, "total wall %s, %d nodes\n", Duration(total), t.NumNodes())
 	writeTable(bw, rows, len(header))
+	if unknown {
+		fmt.Fprintln(bw, unknownLegend)
+	}
 	var hid []string
 	if hiddenSmall > 0 {
 		hid = append(hid, fmt.Sprintf("%d subtrees (%d nodes) below %g%%", hiddenSmall, hiddenSmallNodes, opt.MinPercent))
@@ -184,11 +190,14 @@ func WriteTop(w io.Writer, p *cct.Profile, n int) error {
 		header = append(header, allocHeader...)
 	}
 	rows := [][]string{append(header, "function")}
+	unknown := false // some count shows as unknownCount
 	for _, st := range list {
+		// Contexts covered by an estimate its function lacks (none of
+		// its contexts seen) leave its total a bound.
+		count := countText(st.calls, st.incomplete || st.covered && !st.callsEstimated, st.callsEstimated)
+		unknown = unknown || count == unknownCount
 		row := []string{
-			// Contexts covered by an estimate its function lacks
-			// (none of its contexts seen) leave its total a bound.
-			atLeast(st.incomplete || st.covered && !st.callsEstimated) + estimated(st.callsEstimated) + strconv.FormatUint(st.calls, 10),
+			count,
 			selfTime(st.self, st.selfErr, st.estimated),
 			percent(st.self, total),
 			estimated(st.estimated) + Duration(st.cum),
@@ -215,6 +224,9 @@ func WriteTop(w io.Writer, p *cct.Profile, n int) error {
 	}
 	fmt.Fprintln(bw)
 	writeTable(bw, rows, len(header))
+	if unknown {
+		fmt.Fprintln(bw, unknownLegend)
+	}
 	if err := bw.Flush(); err != nil {
 		return fmt.Errorf("writing top list: %w", err)
 	}
@@ -384,6 +396,23 @@ func writeTable(w io.Writer, rows [][]string, right int) {
 		b.WriteByte('\n')
 		io.WriteString(w, b.String())
 	}
+}
+
+// unknownCount is how a count shows that is known to be no more than a
+// lower bound of 0: it says nothing, and "≥0" reads like a number.
+const unknownCount = "?"
+
+// unknownLegend explains unknownCount, once below a table that shows it.
+const unknownLegend = "? calls unknown: seen by samples only (no probe, and no burst of probes, counted them)"
+
+// countText formats a count of calls: ≥ marks a lower bound (calls of
+// an incomplete context), ~ an estimate, and a lower bound of 0 is
+// unknownCount.
+func countText(calls uint64, incomplete, est bool) string {
+	if incomplete && calls == 0 && !est {
+		return unknownCount
+	}
+	return atLeast(incomplete) + estimated(est) + strconv.FormatUint(calls, 10)
 }
 
 // atLeast marks a lower bound: the calls of an incomplete context.
