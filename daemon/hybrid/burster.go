@@ -79,7 +79,7 @@ type burster struct {
 	mu         sync.Mutex
 	bursts     int
 	wholes     int // of them whole (see run)
-	wholeCalls int // the calls of the roots the whole ones took, in windows that missed no event and no cost.Decision cut
+	wholeCalls int // the calls of the roots the whole ones took, in windows that missed no event and no demotion cut
 	// wholePeriod is the period of the latest whole burst (see
 	// wholePeriodAfter).
 	wholePeriod time.Duration
@@ -429,7 +429,7 @@ func burstFuncs(n int, perFunc time.Duration, budget float64) int {
 // burst attaches the probes of funcs (see burstProbes) for a window
 // that takes new frames for up to length (see window), records the
 // window (for the functions set marks true, see burstSet; cut at the
-// first cost.Decision since chosen, when funcs were taken, of a function it
+// first demotion since chosen, when funcs were taken, of a function it
 // lacks: see estimate.Log.demote) and returns the
 // duty cycle the next burst may have (what keeps the bursts' cost within
 // their share of the budget, at the call rates this one measured), how
@@ -547,7 +547,7 @@ func (b *burster) burst(gen uint32, chosen uint64, funcs []*plan.Func, set map[u
 		b.wholes++
 		if !b.take.lossy && !b.log.IsCut(b.log.Last()) {
 			// A window that missed events gives no frame, nor one
-			// a cost.Decision cut (some, not every one).
+			// a demotion cut (some, not every one).
 			b.wholeCalls += b.take.calls
 		}
 	}
@@ -716,7 +716,7 @@ func (b *burster) count(whole bool) int {
 }
 
 // wholeCallsTaken returns how many calls of the roots the whole bursts
-// have taken in windows that missed no event and no cost.Decision cut: the
+// have taken in windows that missed no event and no demotion cut: the
 // frames the estimates rest on.
 func (b *burster) wholeCallsTaken() int {
 	b.mu.Lock()
@@ -745,13 +745,13 @@ func (b *burster) summary() string {
 	}
 	whole := ""
 	if b.wholes > 0 {
-		whole = fmt.Sprintf(", %d of them whole: every demoted function's entry probes back for whole calls of the roots, %d calls in all in windows that missed no event and no cost.Decision cut", b.wholes, b.wholeCalls)
+		whole = fmt.Sprintf(", %d of them whole: every demoted function's entry probes back for whole calls of the roots, %d calls in all in windows that missed no event and no demotion cut", b.wholes, b.wholeCalls)
 	}
 	if n := b.log.LossyWindows(); n > 0 {
 		whole += fmt.Sprintf("; %d of their windows missed events (the ring buffer full, or half full and burst hits dropped) and were left out", n)
 	}
 	if n := b.log.CutWindows(); n > 0 {
-		whole += fmt.Sprintf("; %d of their windows were cut by a cost.Decision to sampling of a function they lacked: no frame that ended after it counts", n)
+		whole += fmt.Sprintf("; %d of their windows were cut by a demotion to sampling of a function they lacked: no frame that ended after it counts", n)
 	}
 	return fmt.Sprintf("%d bursts of sampled instrumentation (%s of entry probes of the functions demoted to sampling, one burst per %s or more%s); "+
 		"the calls of a context they saw per call of its nearest caller still probed, or of its caller demoted with it, in at least %d of that caller's calls that began and ended inside a burst, times that caller's calls, make its estimated count (~ in text views, pprof labels timing=estimated and count_error); "+

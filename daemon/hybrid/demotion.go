@@ -22,7 +22,7 @@ type Demotion struct {
 	// Detach is how long detaching its probes took.
 	Detach time.Duration `json:"detach_ns"`
 	// Sites says the demotion was of the probes on its indirect calls
-	// only (their targets are no longer discovered); cost.Stage is unchanged.
+	// only (their targets are no longer discovered); Stage is unchanged.
 	Sites bool `json:"sites"`
 	// Sync says the demotion was of the sync probe on __cxa_begin_catch
 	// (Func names it; ID is 0), which fires at every exception caught in

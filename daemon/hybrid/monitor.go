@@ -252,7 +252,7 @@ type floorReading struct {
 
 // floorAt takes in reading c and returns the lower bound of the overhead
 // of the probes that threads meet outside the root (the root's own entry
-// and exits, which no cost.Decision takes) over the last floorWindow: a lower
+// and exits, which no demotion takes) over the last floorWindow: a lower
 // bound, since demotions are never undone and a floor read too high would
 // take functions for good; and the samples in those probes it rests on.
 func (m *monitor) floorAt(c counts) (low float64, samples uint64) {
@@ -468,7 +468,7 @@ func (m *monitor) goneNow() bool {
 // takeLingering, under mu, returns the lingering functions that were
 // called since they were demoted (calls are the entry counts just read),
 // marking them leaving, and takes in a round's idle demotions ds as
-// lingering; an idle cost.Decision of a function without an entry probe,
+// lingering; an idle demotion of a function without an entry probe,
 // whose calls would never be seen, is turned into a detach.
 func (m *monitor) takeLingering(ds []cost.Decision, calls wire.Counters[uint64]) (late []int) {
 	for id, l := range m.lingering {
@@ -574,7 +574,7 @@ func (m *monitor) detach(ds []cost.Decision, late []int, syncDem *Demotion, now 
 		m.mu.Unlock()
 		return
 	}
-	// The session is told of each cost.Decision up to the first detach that
+	// The session is told of each demotion up to the first detach that
 	// failed, which stops the monitor.
 	for i, err := range errs {
 		if err != nil {
@@ -821,7 +821,7 @@ func (m *monitor) summary() string {
 		s += fmt.Sprintf("; %d demoted along with a caller before they were called kept their probes until called, %d called since", m.lingered, m.called)
 	}
 	if m.floorPeak > 0 {
-		s += fmt.Sprintf("; the root's own probes took up to %.1f%% of the budget (the lower bounds of 1 s windows; no cost.Decision takes them)", 100*min(m.floorPeak, m.model.Budget()))
+		s += fmt.Sprintf("; the root's own probes took up to %.1f%% of the budget (the lower bounds of 1 s windows; no demotion takes them)", 100*min(m.floorPeak, m.model.Budget()))
 	}
 	return s
 }
