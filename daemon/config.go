@@ -3,6 +3,7 @@ package daemon
 import (
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"regexp"
 	"time"
@@ -66,7 +67,7 @@ type Config struct {
 	// sampling alone; the zero value is ModeExact.
 	Mode Mode
 	// Budget is the overhead hybrid mode allows: the probes' time as a
-	// fraction of the target's own CPU time, at most MaxBudget. 0 means
+	// fraction of the target's own CPU time. 0 means
 	// DefaultBudget.
 	Budget float64
 	// SampleHz is the sampling frequency per CPU in hybrid and sample
@@ -124,7 +125,6 @@ const (
 // Bounds of Config's fields.
 const (
 	MaxSampleHz = 100000
-	MaxBudget   = 10 // 1000%
 )
 
 // A ConfigError says which field of a Config, or of the request it was
@@ -159,8 +159,8 @@ func (cfg Config) Check() (Config, error) {
 		return cfg, fieldErr("Mode", "no mode %d", cfg.Mode)
 	case cfg.Exits > plan.ExitsUretprobe:
 		return cfg, fieldErr("Exits", "no exit mode %d", cfg.Exits)
-	case cfg.Budget < 0 || cfg.Budget > MaxBudget:
-		return cfg, fieldErr("Budget", "overhead budget %g%% is out of range (above 0%% and at most %d%%)", 100*cfg.Budget, 100*MaxBudget)
+	case cfg.Budget < 0 || math.IsNaN(cfg.Budget) || math.IsInf(cfg.Budget, 0):
+		return cfg, fieldErr("Budget", "overhead budget %g%% is not a percentage above 0", 100*cfg.Budget)
 	case cfg.SampleHz < 0 || cfg.SampleHz > MaxSampleHz:
 		return cfg, fieldErr("SampleHz", "sampling frequency %d Hz is out of range (1-%d)", cfg.SampleHz, MaxSampleHz)
 	case cfg.RingBytes < 0 || cfg.RingBytes&(cfg.RingBytes-1) != 0 || cfg.RingBytes%os.Getpagesize() != 0:

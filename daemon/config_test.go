@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"errors"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -39,7 +40,7 @@ func TestConfigCheck(t *testing.T) {
 		{"Roots", func(c *Config) { c.Roots = nil }},
 		{"Mode", func(c *Config) { c.Mode = ModeSample + 1 }},
 		{"Budget", func(c *Config) { c.Budget = -0.1 }},
-		{"Budget", func(c *Config) { c.Budget = 11 }},
+		{"Budget", func(c *Config) { c.Budget = math.Inf(1) }},
 		{"SampleHz", func(c *Config) { c.SampleHz = MaxSampleHz + 1 }},
 		{"SampleHz", func(c *Config) { c.SampleHz = -1 }},
 		{"RingBytes", func(c *Config) { c.RingBytes = 3 << 20 }},

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 )
@@ -44,11 +45,11 @@ func ParseMode(s string) (Mode, error) {
 }
 
 // ParseBudget parses an overhead budget given as a percentage, "10%" or
-// "10", into a fraction (0.10). It must be above 0% and at most 1000%.
+// "10", into a fraction (0.10). It must be above 0%.
 func ParseBudget(s string) (float64, error) {
 	v, err := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(s), "%")), 64)
-	if err != nil || v <= 0 || v > 1000 {
-		return 0, fmt.Errorf("overhead budget must be a percentage above 0 and at most 1000, like 10%% or 10, not %q", s)
+	if err != nil || !(v > 0) || math.IsInf(v, 0) {
+		return 0, fmt.Errorf("overhead budget must be a percentage above 0, like 10%% or 10, not %q", s)
 	}
 	return v / 100, nil
 }

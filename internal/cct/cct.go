@@ -348,27 +348,36 @@ type Costs struct {
 // calls they precede. Each node's SelfError is the same sum over the
 // estimated costs' errors, plus twice the standard deviation of that many
 // calls' costs. Estimated nodes keep their self time, which samples in
-// the probes never reached. It keeps the measured times in Raw, rewrites
-// Wall, and returns how many nodes it clamped at zero self time.
+// the probes never reached: the probes hit below one (a burst's, below a
+// function demoted to sampling) cost the nearest exact caller, whose
+// measured time holds them, as its children's outer time. It keeps the
+// measured times in Raw, rewrites Wall, and returns how many nodes it
+// clamped at zero self time.
 func (t *Tree) Compensate(cost func(FuncID) Costs) (clamped int) {
 	for _, ch := range t.Root.Children {
-		clamped += compensate(ch, cost)
+		c, _ := compensate(ch, cost)
+		clamped += c
 	}
 	return clamped
 }
 
-func compensate(n *Node, cost func(FuncID) Costs) (clamped int) {
+// probeTime is the probes' time below an estimated node that it passes
+// on to its caller, with its error and variance as Compensate sums them.
+type probeTime struct{ time, err, variance float64 }
+
+func compensate(n *Node, cost func(FuncID) Costs) (clamped int, below probeTime) {
 	var childRaw, childWall uint64
 	outer, outerErr, variance, calls := 0.0, 0.0, 0.0, 0.0
 	for _, ch := range n.Children {
-		clamped += compensate(ch, cost)
+		cl, p := compensate(ch, cost)
+		clamped += cl
 		childRaw += ch.Raw
 		childWall += ch.Wall
 		c := cost(ch.Func)
 		probed := float64(ch.Calls - ch.Unprobed)
-		outer += probed * c.Outer
-		outerErr += probed * c.OuterErr
-		variance += probed * c.OuterSD * c.OuterSD
+		outer += probed*c.Outer + p.time
+		outerErr += probed*c.OuterErr + p.err
+		variance += probed*c.OuterSD*c.OuterSD + p.variance
 		calls += probed
 	}
 	c := cost(n.Func)
@@ -389,9 +398,10 @@ func compensate(n *Node, cost func(FuncID) Costs) (clamped int) {
 		self = float64(n.Raw - childRaw)
 	}
 	if n.Estimated {
-		// Samples in the probes are not the node's: nothing to take out.
+		// Samples in the probes are not the node's: nothing to take
+		// out here, the caller's time holds its children's probes.
 		n.Wall = uint64(math.Round(self)) + childWall
-		return clamped
+		return clamped, probeTime{outer, outerErr, variance}
 	}
 	probed := float64(n.Calls - n.Unprobed)
 	self -= probed*c.Inner + outer
@@ -405,7 +415,7 @@ func compensate(n *Node, cost func(FuncID) Costs) (clamped int) {
 		clamped++
 	}
 	n.Wall = uint64(math.Round(self)) + childWall
-	return clamped
+	return clamped, probeTime{}
 }
 
 // NumNodes returns the number of nodes in t, not counting the root.

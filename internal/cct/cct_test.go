@@ -221,6 +221,39 @@ func TestCompensate(t *testing.T) {
 // TestCompensateError checks each context's error bound: its probed calls
 // times its inner time's error plus its callees' probed calls times their
 // outer times' errors, and when a self time is below its bound.
+// TestCompensateBelowEstimated: probes hit below a node whose time
+// comes from samples (a burst's probes, below a function demoted to
+// sampling) are paid by the nearest exact caller, whose measured time
+// holds them: the estimated nodes keep their sampled times.
+func TestCompensateBelowEstimated(t *testing.T) {
+	// dispatch (10 calls, 100,000 ns) calls work 500 times (estimated,
+	// 60,000 ns from samples; 20 calls probed), which calls leaf 5,000
+	// times (estimated, 50,000 ns; 1,000 calls a burst's probes saw).
+	tr := NewTree()
+	dispatch := tr.Root.Child(0)
+	dispatch.Calls, dispatch.Wall = 10, 100000
+	work := dispatch.Child(1)
+	work.Calls, work.Unprobed, work.Wall, work.Estimated = 500, 480, 60000, true
+	leaf := work.Child(2)
+	leaf.Calls, leaf.Unprobed, leaf.Wall, leaf.Estimated = 5000, 4000, 50000, true
+	costs := map[FuncID]Costs{0: {Inner: 100, Outer: 50, OuterErr: 1}, 1: {Outer: 300, OuterErr: 2}, 2: {Outer: 20, OuterErr: 3}}
+	tr.Compensate(func(f FuncID) Costs { return costs[f] })
+	// dispatch: 40,000 - 10*100 - 20*300 - 1000*20 = 13,000,
+	// ± 20*2 + 1000*3.
+	for _, tc := range []struct {
+		n         *Node
+		self, err uint64
+	}{
+		{leaf, 50000, 0},
+		{work, 10000, 0},
+		{dispatch, 13000, 3040},
+	} {
+		if tc.n.Self() != tc.self || tc.n.SelfError != tc.err {
+			t.Errorf("%v: self %d ± %d; want %d ± %d", tc.n.Path(), tc.n.Self(), tc.n.SelfError, tc.self, tc.err)
+		}
+	}
+}
+
 func TestCompensateError(t *testing.T) {
 	// fanout (10 calls, 50,000 ns) calls tiny 400 times (20,000 ns), of
 	// which bursts estimated 100 (no probe hit them).
