@@ -57,6 +57,10 @@ type Node struct {
 	// SetjmpReturns are the return addresses of its calls of setjmp and
 	// its kin: a longjmp lands there, skipping the frames in between.
 	SetjmpReturns []uint64
+	// ReturnsTwice marks setjmp and its kin, traced as leaves: the
+	// second return comes from a longjmp, to a return site
+	// (SetjmpReturns) that no exit probe may hijack or expect.
+	ReturnsTwice bool
 	// Taken are the functions whose address it takes, directly or in a
 	// table it refers to: callees through pointers, traced from the
 	// start so that their calls are counted where they happen.
@@ -229,9 +233,10 @@ func (b *builder) nodeOf(obj *symbolizer.Mapped, fn *symbolizer.Func, asLeaf boo
 		return nil
 	}
 	name := obj.Base() + ":" + fn.Display
-	leaf := asLeaf || b.opt.Leaf != nil && b.opt.Leaf(fn)
+	forced := b.opt.Leaf != nil && b.opt.Leaf(fn) // traced whatever Exclude says
+	leaf := asLeaf || forced
 	for _, re := range b.opt.Exclude {
-		if leaf {
+		if forced {
 			break
 		}
 		if re.MatchString(name) || re.MatchString(fn.Display) {
@@ -320,19 +325,20 @@ func (b *builder) analyze(n *Node) error {
 			}
 			continue
 		}
-		if isSetjmp(fn) {
-			// It returns twice, the second time from a longjmp: not
-			// traced, its return sites are probed instead.
-			if s.kind == siteCall || s.kind == siteCallSlot {
-				n.SetjmpReturns = append(n.SetjmpReturns, s.next)
-			}
-			continue
+		// setjmp and its kin return twice, the second time from a
+		// longjmp, to their return sites, which are probed: their calls
+		// are counted at their entry, leaves without exit probes (the
+		// first return is inferred), and their gaps not measured.
+		twice := isSetjmp(fn)
+		if twice && call {
+			n.SetjmpReturns = append(n.SetjmpReturns, s.next)
 		}
-		callee := b.nodeOf(obj, fn, leaf)
+		callee := b.nodeOf(obj, fn, twice)
 		if callee == nil {
 			continue
 		}
-		if call {
+		callee.ReturnsTwice = callee.ReturnsTwice || twice
+		if call && !twice {
 			traced++
 		}
 		callee.CalledFrom = append(callee.CalledFrom, CallSite{Caller: n, Addr: s.from,
@@ -408,6 +414,9 @@ func (b *builder) resolveCode(n *Node, target uint64) (*symbolizer.Mapped, *symb
 		slot, _ := pltSlot(obj.Object, target)
 		return b.resolveImport(n, name, slot)
 	}
+	if slot, ok := obj.IRelative(target); ok {
+		return b.resolveIRelative(n, obj, slot)
+	}
 	if fn := obj.FuncAt(target); fn != nil {
 		n.Notes = append(n.Notes, fmt.Sprintf("branch into the middle of %s (%#x) not followed", fn.Display, target))
 		return nil, nil
@@ -418,6 +427,9 @@ func (b *builder) resolveCode(n *Node, target uint64) (*symbolizer.Mapped, *symb
 
 // resolveSlot finds the function a call or jump through a GOT slot enters.
 func (b *builder) resolveSlot(n *Node, slot uint64) (*symbolizer.Mapped, *symbolizer.Func) {
+	if irel, ok := n.Obj.IRelative(slot); ok {
+		return b.resolveIRelative(n, n.Obj, irel)
+	}
 	name, ok := n.Obj.Import(slot)
 	if !ok {
 		n.Indirect++
@@ -426,19 +438,62 @@ func (b *builder) resolveSlot(n *Node, slot uint64) (*symbolizer.Mapped, *symbol
 	return b.resolveImport(n, name, slot)
 }
 
+// resolveIRelative finds the function a call through obj's GOT slot
+// enters, which the dynamic linker filled at load with what an IFUNC
+// resolver chose (R_X86_64_IRELATIVE): a library's calls of its own
+// IFUNCs. The slot is read from the target's memory.
+func (b *builder) resolveIRelative(n *Node, obj *symbolizer.Mapped, slot uint64) (*symbolizer.Mapped, *symbolizer.Func) {
+	if m, fn := b.boundSlot(obj, slot); fn != nil {
+		return b.usable(m, fn)
+	}
+	n.Notes = append(n.Notes, fmt.Sprintf("call through the IFUNC slot %#x of %s, which cannot be read, not followed", slot, obj.Base()))
+	return nil, nil
+}
+
+// boundSlot returns the function at the address GOT slot (a link-time
+// address of obj) holds in the target's memory; nil when it cannot be
+// read or holds no function's start.
+func (b *builder) boundSlot(obj *symbolizer.Mapped, slot uint64) (*symbolizer.Mapped, *symbolizer.Func) {
+	if b.opt.Mem == nil {
+		return nil, nil
+	}
+	var buf [8]byte
+	if _, err := b.opt.Mem.ReadAt(buf[:], int64(slot+obj.Bias)); err != nil {
+		return nil, nil
+	}
+	addr := binary.LittleEndian.Uint64(buf[:])
+	m := b.proc.MappedAt(addr)
+	if m == nil {
+		return nil, nil
+	}
+	fn := m.FuncStart(addr - m.Bias)
+	if fn == nil || fn.Fragment {
+		return nil, nil
+	}
+	return m, fn
+}
+
+// ifuncChoice returns the implementation the dynamic linker chose for
+// the IFUNC fn of m, as its object's own calls of it were bound at load
+// (R_X86_64_IRELATIVE slots with fn's resolver): a lazily bound import of
+// an IFUNC (a program linked with -z lazy) is then traced from its first
+// call, before its own slot is bound.
+func (b *builder) ifuncChoice(m *symbolizer.Mapped, fn *symbolizer.Func) (*symbolizer.Mapped, *symbolizer.Func) {
+	for _, slot := range m.ResolvedBy(fn.Addr) {
+		if im, impl := b.boundSlot(m, slot); impl != nil && !impl.IFunc {
+			return im, impl
+		}
+	}
+	return nil, nil
+}
+
 // resolveImport finds the definition of an imported function: the bound
 // GOT slot when the target's memory can be read and the slot is bound,
 // else the dynamic linker's symbol search.
 func (b *builder) resolveImport(n *Node, name string, slot uint64) (*symbolizer.Mapped, *symbolizer.Func) {
-	if b.opt.Mem != nil && slot != 0 {
-		var buf [8]byte
-		if _, err := b.opt.Mem.ReadAt(buf[:], int64(slot+n.Obj.Bias)); err == nil {
-			addr := binary.LittleEndian.Uint64(buf[:])
-			if m := b.proc.MappedAt(addr); m != nil {
-				if fn := m.FuncStart(addr - m.Bias); fn != nil && !fn.Fragment {
-					return b.usable(m, fn)
-				}
-			}
+	if slot != 0 {
+		if m, fn := b.boundSlot(n.Obj, slot); fn != nil {
+			return b.usable(m, fn)
 		}
 	}
 	m, fn := b.proc.ResolveImport(name)
@@ -447,7 +502,10 @@ func (b *builder) resolveImport(n *Node, name string, slot uint64) (*symbolizer.
 		return nil, nil
 	}
 	if fn.IFunc {
-		b.skipped(fmt.Sprintf("%s: an IFUNC whose implementation is not bound yet", name))
+		if im, impl := b.ifuncChoice(m, fn); impl != nil {
+			return im, impl
+		}
+		b.skipped(fmt.Sprintf("%s: an IFUNC whose implementation is not bound yet (nor chosen for its own object's calls)", name))
 		return nil, nil
 	}
 	return b.usable(m, fn)

@@ -378,6 +378,13 @@ func withOffset(n *callgraph.Node, p Probe) (Probe, []string, error) {
 // still points at the return address, else a probe on every ret.
 func placeExits(f *Func, mode ExitMode) ([]Probe, error) {
 	n := f.Node
+	if n.ReturnsTwice {
+		// A uretprobe's hijacked return address would be saved in the
+		// jmp_buf and returned to by longjmp; its rets are left
+		// alone too: the frame ends by the slot rule.
+		f.Notes = append(f.Notes, "returns twice: exits inferred")
+		return nil, nil
+	}
 	if mode == ExitsUretprobe && len(f.CallSites) == 0 {
 		// The kernel hijacks the word at the stack pointer, which must
 		// be the return address: share the entry probe's trap when it
