@@ -73,6 +73,9 @@ type beforeAttach struct {
 	rate   float64
 	// predicted counts the functions the prior started demoted.
 	predicted int
+	// running says the target ran for window without calling a root:
+	// every probe was attached then, with nothing to predict by.
+	running bool
 }
 
 // countRoots attaches a probe on every root's entry that only counts its
@@ -157,12 +160,24 @@ func (s *Session) awaitAndAttach(model *cost.Model, opt probes.Options, base uin
 		}
 	}
 	var c0, s0 uint64
+	_, sStart, err := s.rootsCounted()
+	if err != nil {
+		return err
+	}
+	waitStart := time.Now()
 	for c0 <= base {
 		if !wait(awaitPoll) {
 			return nil
 		}
 		if c0, s0, err = s.rootsCounted(); err != nil {
 			return err
+		}
+		if c0 <= base && s0-sStart >= cost.MinProbeSamples && time.Since(waitStart) >= predictWindow {
+			// The target runs, yet no root is called: a root may be
+			// running since before the attach (an interpreter's eval
+			// of a script, a server's loop), and only the probes below
+			// it find its thread (seeding). No call rate to predict by.
+			return s.attachUnpredicted(model, opt, time.Since(waitStart))
 		}
 	}
 	t0 := time.Now()
@@ -201,6 +216,19 @@ func (s *Session) awaitAndAttach(model *cost.Model, opt probes.Options, base uin
 	return nil
 }
 
+// attachUnpredicted attaches every probe of a predicting session whose
+// roots were not called while the target ran for waited.
+func (s *Session) attachUnpredicted(model *cost.Model, opt probes.Options, waited time.Duration) error {
+	s.attachMu.Lock()
+	s.before = beforeAttach{window: waited, running: true}
+	s.attachMu.Unlock()
+	if err := s.attachAll(model, opt, nil, false); err != nil {
+		return err
+	}
+	s.cfg.log().Debug("hybrid: attached below the roots, none called", "waited", waited)
+	return nil
+}
+
 // comment says, for the profile, what the roots ran before the attach,
 // or, when nothing was attached below them, before the session stopped.
 func (b beforeAttach) comment(roots []string, attached bool) string {
@@ -210,6 +238,10 @@ func (b beforeAttach) comment(roots []string, attached bool) string {
 			return fmt.Sprintf("%s was never called: nothing below it was attached (a predicting session attaches once the roots have run; --predict=false attaches at once)", root)
 		}
 		return fmt.Sprintf("stopped before the probes below %s went in: its %d calls are not in the profile (--predict=false attaches at once)", root, b.calls)
+	}
+	if b.running {
+		return fmt.Sprintf("the profile counts from the attach, %s after the session began: the target ran but never called %s, which may have been running since before it; every probe attached (--predict=false attaches at once)",
+			b.window.Round(time.Millisecond), root)
 	}
 	prior := "too few to predict by: every probe attached"
 	switch {

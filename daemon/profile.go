@@ -101,6 +101,11 @@ func (s *Session) buildProfile(end uint64, st bpf.Stats) *cct.Profile {
 	if c := s.cfg.Calibration; c != nil {
 		p.Comments = append(p.Comments, compensate(p, pr.Plan, c, s.stageOf)...)
 	}
+	if s.samples != nil {
+		for _, t := range p.AllTrees() {
+			t.ShareOut()
+		}
+	}
 	if s.disc != nil {
 		for _, t := range p.AllTrees() {
 			s.disc.markIncomplete(t)
@@ -117,7 +122,9 @@ func (s *Session) estimate(t *cct.Tree) {
 	t.Root.Walk(func(n *cct.Node) {
 		switch {
 		case n.Func == cct.NoFunc:
-		case n.Calls == 0:
+		case n.Calls == 0 && !n.Running:
+			// A frame running at the attach counts no call, but its
+			// time from then on is measured like any other's.
 			n.Estimated = true
 		case int(n.Func) < nplan:
 			n.Estimated = s.stageOf(int(n.Func)) != cost.StageFull
@@ -367,7 +374,7 @@ func (s *Session) comments(st bpf.Stats) []string {
 		c = append(c, fmt.Sprintf("Go program (%s): calls kept per goroutine (runtime.g's layout from %s); a call blocked or parked inside the root counts its wall time", g.Version, g.Source))
 	}
 	if s.sampler != nil {
-		c = append(c, fmt.Sprintf("sampled every %s of CPU time: %d samples inside the root, %d of them in kprofd's probes (not the target's time), %d unplaced; estimated times (pprof label timing=estimated, ~ in text views) are CPU time from samples",
+		c = append(c, fmt.Sprintf("sampled every %s of CPU time: %d samples inside the root, %d of them in kprofd's probes (not the target's time), %d unplaced; estimated times (pprof label timing=estimated, ~ in text views) share out by samples the time their nearest exact caller measured and its exact callees leave",
 			s.sampler.Period, ss.Samples+st.ProbeSamples, ss.ProbeSamples+st.ProbeSamples, ss.UnplacedSamples))
 		if st.OutsideTrapSamples > 0 {
 			c = append(c, fmt.Sprintf("%d samples of threads outside the root were in the root's own entry and exit probes: %.1f%% of the target's own CPU time",

@@ -102,45 +102,71 @@ func TestRootRunningAtAttach(t *testing.T) {
 
 // TestRootBusyAtAttach attaches to testdata/running while its main thread
 // spins through requests inside its root, marks with SIGUSR2 once the
-// session has started, and stops it with SIGUSR1. Whatever the timing,
+// session has attached, and stops it with SIGUSR1. Whatever the timing,
 // every request after the mark counts in full, nothing counts that was
-// not made, and the spinning serve is in the tree, marked running.
+// not made, and the spinning serve is in the tree, marked running, its
+// time measured from the attach. A predicting hybrid session, whose root
+// is never called, attaches all the same once the target has run a
+// moment.
 func TestRootBusyAtAttach(t *testing.T) {
 	requireRoot(t)
-	target := testtarget.Start(t, testtarget.BuildRunning(t))
-	target.Send(t, "spin 1")
-	expectLine(t, target, "spinning")
-	s := traceRunning(t, target, "serve", false)
-	if err := target.Cmd.Process.Signal(syscall.SIGUSR2); err != nil {
-		t.Fatal(err)
+	exe := testtarget.BuildRunning(t)
+	for _, tc := range []struct {
+		name string
+		cfg  daemon.Config
+	}{
+		{"exact", daemon.Config{Mode: daemon.ModeExact}},
+		{"hybrid, predicting", daemon.Config{Mode: daemon.ModeHybrid, Budget: 1000, Predict: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			target := testtarget.Start(t, exe)
+			target.Send(t, "spin 1")
+			expectLine(t, target, "spinning")
+			cfg := tc.cfg
+			cfg.PID, cfg.Roots, cfg.Exclude, cfg.Warnf = target.Pid(), []string{"serve"}, noLibc, t.Logf
+			s, err := daemon.Start(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { s.Close() })
+			select {
+			case <-s.Attached():
+			case <-time.After(10 * time.Second):
+				t.Fatalf("not attached within 10 s: %+v", s.Progress())
+			}
+			if err := target.Cmd.Process.Signal(syscall.SIGUSR2); err != nil {
+				t.Fatal(err)
+			}
+			const marked = 300 * time.Millisecond
+			time.Sleep(marked)
+			if err := target.Cmd.Process.Signal(syscall.SIGUSR1); err != nil {
+				t.Fatal(err)
+			}
+			var made, after uint64
+			line := target.Line(t)
+			if _, err := fmt.Sscanf(line, "done %d %d", &made, &after); err != nil {
+				t.Fatalf("target printed %q: %v", line, err)
+			}
+			p := stopAndCheckGone(t, s, target.Pid())
+			got := testtarget.PprofCounts(roundTrip(t, p), nil)
+			for _, c := range []struct {
+				ctx string
+				per uint64
+			}{{"serve;handle_request", 1}, {"serve;handle_request;compute", 2}, {"serve;handle_request;compute;leaf", 4}} {
+				if n := got[c.ctx]; n < c.per*after || n > c.per*made {
+					t.Errorf("%s: %d calls, want %d to %d (%d requests made, %d after the attach)", c.ctx, n, c.per*after, c.per*made, made, after)
+				}
+			}
+			if after == 0 {
+				t.Errorf("no request after the attach")
+			}
+			serve := p.Tree.Root.Lookup(funcID(t, p, "serve"))
+			if serve == nil || !serve.Running || serve.Calls != 0 || serve.Estimated || serve.Wall < uint64(marked) {
+				t.Errorf("the spinning serve: %+v, want running with 0 calls, its time measured (at least %s)", serve, marked)
+			}
+			exitRunning(t, target)
+		})
 	}
-	time.Sleep(300 * time.Millisecond)
-	if err := target.Cmd.Process.Signal(syscall.SIGUSR1); err != nil {
-		t.Fatal(err)
-	}
-	var made, after uint64
-	line := target.Line(t)
-	if _, err := fmt.Sscanf(line, "done %d %d", &made, &after); err != nil {
-		t.Fatalf("target printed %q: %v", line, err)
-	}
-	p := stopAndCheckGone(t, s, target.Pid())
-	got := testtarget.PprofCounts(roundTrip(t, p), nil)
-	for _, c := range []struct {
-		ctx string
-		per uint64
-	}{{"serve;handle_request", 1}, {"serve;handle_request;compute", 2}, {"serve;handle_request;compute;leaf", 4}} {
-		if n := got[c.ctx]; n < c.per*after || n > c.per*made {
-			t.Errorf("%s: %d calls, want %d to %d (%d requests made, %d after the attach)", c.ctx, n, c.per*after, c.per*made, made, after)
-		}
-	}
-	if after == 0 {
-		t.Errorf("no request after the attach")
-	}
-	serve := p.Tree.Root.Lookup(funcID(t, p, "serve"))
-	if serve == nil || !serve.Running || serve.Calls != 0 {
-		t.Errorf("the spinning serve: %+v, want running with 0 calls", serve)
-	}
-	exitRunning(t, target)
 }
 
 // TestRootNeverEntered attaches below never_called, which testdata/running

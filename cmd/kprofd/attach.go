@@ -102,7 +102,8 @@ Modes (--mode):
   exact   probe every reachable function whatever it costs; no sampling.
   sample  probe only the roots (exact calls and time of the roots) and
           sample everything below them: a cheap first look.
-Estimated times are CPU time from samples, marked ~ in the text views and
+Estimated times share out by samples the time the nearest exact caller
+measured and its exact callees leave, marked ~ in the text views and
 labelled timing=estimated in the pprof output (samples/count sample type).
 
 The root may be given as a symbol (mangled or not), a demangled name without

@@ -4,6 +4,7 @@ package cct
 import (
 	"fmt"
 	"math"
+	"slices"
 	"time"
 )
 
@@ -477,6 +478,61 @@ func (t *Tree) EstimateTimes(period time.Duration) {
 		return n.Wall
 	}
 	walk(t.Root)
+}
+
+// ShareOut gives the wall time of each exact node's sampled region (its
+// own code, and the Estimated nodes below it down to the next exact
+// ones) to the region's nodes in proportion to their samples. Samples
+// count CPU time; the exact node's measured time also holds what its
+// thread spent off the CPU in the region (preempted, or blocked in a
+// call no probe times), which would otherwise all land in the exact
+// node's self time, though it may do nothing itself. Call it once the
+// times are final (after EstimateTimes and Compensate); a region without
+// samples keeps its time as the exact node's self time.
+func (t *Tree) ShareOut() {
+	t.Root.Walk(func(n *Node) {
+		if n == t.Root || n.Estimated || !slices.ContainsFunc(n.Children, func(ch *Node) bool { return ch.Estimated }) {
+			return
+		}
+		shareOut(n)
+	})
+}
+
+// shareOut shares out exact node p's sampled region (see ShareOut).
+func shareOut(p *Node) {
+	samples := p.Samples
+	var frontier uint64 // the wall time of the exact nodes below the region
+	var scan func(n *Node)
+	scan = func(n *Node) {
+		for _, ch := range n.Children {
+			if !ch.Estimated {
+				frontier += ch.Wall
+				continue
+			}
+			samples += ch.Samples
+			scan(ch)
+		}
+	}
+	scan(p)
+	if samples == 0 || p.Wall <= frontier {
+		return
+	}
+	perSample := float64(p.Wall-frontier) / float64(samples)
+	var set func(n *Node) uint64
+	set = func(n *Node) uint64 {
+		if !n.Estimated {
+			return n.Wall
+		}
+		wall := uint64(math.Round(float64(n.Samples) * perSample))
+		for _, ch := range n.Children {
+			wall += set(ch)
+		}
+		n.Wall = wall
+		return wall
+	}
+	for _, ch := range p.Children {
+		set(ch)
+	}
 }
 
 // Func returns the function for id, or a placeholder named "func#<id>"

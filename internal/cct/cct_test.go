@@ -254,6 +254,44 @@ func TestCompensateBelowEstimated(t *testing.T) {
 	}
 }
 
+// TestShareOut: an exact node's time that its exact callees leave goes
+// to it and its sampled callees in proportion to their samples, down to
+// the exact nodes below them, which keep their measured times.
+func TestShareOut(t *testing.T) {
+	// p (exact, 10,000 ns, 1 sample of its own) calls e (exact, 1,000 ns)
+	// and x (estimated: 3 samples), which calls y (estimated: 4 samples)
+	// and z (exact, 500 ns). The samples say 4,000 ns of CPU time in the
+	// 8,500 ns the exact nodes leave.
+	tr := NewTree()
+	p := tr.Root.Child(0)
+	p.Calls, p.Wall, p.Samples = 1, 10000, 1
+	e := p.Child(1)
+	e.Calls, e.Wall = 1, 1000
+	x := p.Child(2)
+	x.Estimated, x.Samples = true, 3
+	y := x.Child(3)
+	y.Estimated, y.Samples = true, 4
+	z := x.Child(4)
+	z.Calls, z.Wall = 1, 500
+	tr.EstimateTimes(500) // 500 ns a sample
+	tr.ShareOut()
+	// 8,500 ns over 8 samples: 1,062.5 each.
+	for _, tc := range []struct {
+		n          *Node
+		wall, self uint64
+	}{
+		{p, 10000, 1062}, // its share, less x's rounding up
+		{e, 1000, 1000},
+		{x, 3188 + 4250 + 500, 3188},
+		{y, 4250, 4250},
+		{z, 500, 500},
+	} {
+		if tc.n.Wall != tc.wall || tc.n.Self() != tc.self {
+			t.Errorf("%v: wall %d self %d, want %d %d", tc.n.Path(), tc.n.Wall, tc.n.Self(), tc.wall, tc.self)
+		}
+	}
+}
+
 func TestCompensateError(t *testing.T) {
 	// fanout (10 calls, 50,000 ns) calls tiny 400 times (20,000 ns), of
 	// which bursts estimated 100 (no probe hit them).

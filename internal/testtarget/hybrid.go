@@ -80,3 +80,10 @@ func BuildLinger(t testing.TB) string {
 	t.Helper()
 	return BuildOne(t, "gcc", "linger", "linger/linger.c")
 }
+
+// BuildIdle builds testdata/idle, whose root and its callee dispatch do
+// nothing but call a hot subtree.
+func BuildIdle(t testing.TB) string {
+	t.Helper()
+	return BuildOne(t, "gcc", "idle", "idle/idle.c")
+}
