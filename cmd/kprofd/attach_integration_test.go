@@ -199,7 +199,8 @@ func TestAttachInterrupt(t *testing.T) {
 		t.Fatal(err)
 	}
 	var foldedSum, wall int64
-	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+	for line := range strings.Lines(string(b)) {
+		line = strings.TrimSpace(line)
 		m := regexp.MustCompile(`^handle_request(;[a-z_]+)* (\d+)$`).FindStringSubmatch(line)
 		if m == nil {
 			t.Fatalf("bad folded line %q", line)
@@ -467,7 +468,10 @@ func checkCompensated(t *testing.T, p *profile.Profile) {
 		wall += s.Value[1]
 		raw += s.Value[2]
 	}
-	if wall >= raw || wall <= 0 {
+	// A calibration made while the machine was busy may price the probes
+	// above what ctree's short calls took: every self time then clamps
+	// at zero, which is still less than measured.
+	if wall >= raw {
 		t.Errorf("compensated %d ns in all, measured %d ns", wall, raw)
 	}
 }
