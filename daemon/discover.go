@@ -226,7 +226,12 @@ func (s *Session) pauseThreads() {
 			target, site, ok := s.prog.TakePause(tid)
 			return target | uint64(site)<<addrBits, ok
 		},
-		Pause: func(tid int, v uint64) { s.disc.await(v&(1<<addrBits-1), uint32(v>>addrBits)) },
+		Pause: func(tid int, v uint64) {
+			start := monotonic.Now()
+			s.disc.await(v&(1<<addrBits-1), uint32(v>>addrBits))
+			// The thread stood still for kprofd: not its caller's time.
+			s.sim.Paused(uint32(tid), start, monotonic.Now())
+		},
 	})
 	if err != nil {
 		s.cfg.warnf("calls to functions found at run time cannot wait for their probes (%v): those made before the probes are in are counted as missed, and their contexts marked incomplete", err)

@@ -426,6 +426,9 @@ func (s *Session) comments(st bpf.Stats) []string {
 	if ss.Mismatches+ss.UnmatchedExits > 0 {
 		c = append(c, fmt.Sprintf("%d exits did not match the simulated stack", ss.Mismatches+ss.UnmatchedExits))
 	}
+	if ss.PausedNs > 0 {
+		c = append(c, fmt.Sprintf("%s that threads were held for their calls' probes to go in (functions found at run time) taken out of the frames they were in", time.Duration(ss.PausedNs)))
+	}
 	if ss.AdjustNs > 0 {
 		c = append(c, fmt.Sprintf("%s of kprofd's own work (flushing event batches) taken out of the frames it landed in", time.Duration(ss.AdjustNs)))
 	}

@@ -69,6 +69,9 @@ func (s *Simulator) SetReconciler(r Reconciler) { s.rec = r }
 // repair while a burst's probes are in needs them.
 func (s *Simulator) HandleStack(ev *wire.Event, st *wire.Stack) {
 	s.stats.Events++
+	if s.paused.Load() > 0 {
+		s.unpause(ev.Tid, ev.Time)
+	}
 	th := s.thread(ev.Tid)
 	if s.rec != nil && st != nil {
 		start := time.Now()

@@ -59,6 +59,9 @@ func (s *Simulator) SetSampleUnwinder(u SampleUnwinder) { s.samp = u }
 // same way (see allocSample).
 func (s *Simulator) HandleSample(ev *wire.Event, st *wire.Stack) {
 	s.stats.Events++
+	if s.paused.Load() > 0 {
+		s.unpause(ev.Tid, ev.Time)
+	}
 	defer func() {
 		if ev.Adjust != 0 {
 			s.adjust(ev.Tid, ev.Adjust)

@@ -84,6 +84,11 @@ type Simulator struct {
 	blocks    map[uint64]block
 	maxBlocks int
 	stats     SimStats
+	// pauses holds, by thread, when kprofd held it stopped (see Paused);
+	// paused counts them, for the event loop to skip the lock.
+	pauseMu sync.Mutex
+	pauses  map[uint32][]span
+	paused  atomic.Int32
 	rec       Reconciler // nil: stacks are not compared
 	obs       Observer   // nil: every call is counted exactly
 	// gone holds the functions whose probes are going (see Drop).
@@ -254,6 +259,9 @@ func (s *Simulator) SetNodeBudget(max uint64) { s.maxNodes = max }
 // Handle applies one event.
 func (s *Simulator) Handle(ev *wire.Event) {
 	s.stats.Events++
+	if s.paused.Load() > 0 {
+		s.unpause(ev.Tid, ev.Time)
+	}
 	if s.obs != nil {
 		s.obs.Advance(ev.Time, s)
 	}
@@ -318,9 +326,60 @@ func (s *Simulator) Handle(ev *wire.Event) {
 // top frame.
 func (s *Simulator) adjust(tid uint32, d uint32) {
 	s.stats.AdjustNs += uint64(d)
+	s.takeOut(tid, uint64(d))
+}
+
+// takeOut takes d nanoseconds out of the thread's top frame (and, when
+// it ends, its callers').
+func (s *Simulator) takeOut(tid uint32, d uint64) {
 	th := s.thread(tid)
 	if n := len(th.frames); n > 0 {
-		th.frames[n-1].adj += uint64(d)
+		th.frames[n-1].adj += d
+	}
+}
+
+// Paused tells the simulator, from any goroutine, that kprofd held
+// thread tid stopped from monotonic time start to end (discovery holds a
+// thread until the probes of the function it calls are in): that time is
+// taken out of the frame on top, the caller, once the thread's events
+// reach it.
+func (s *Simulator) Paused(tid uint32, start, end uint64) {
+	s.pauseMu.Lock()
+	defer s.pauseMu.Unlock()
+	if s.pauses == nil {
+		s.pauses = map[uint32][]span{}
+	}
+	s.pauses[tid] = append(s.pauses[tid], span{start, end})
+	s.paused.Add(1)
+}
+
+// span is a stretch of monotonic time.
+type span struct{ start, end uint64 }
+
+// unpause takes out of thread tid's top frame its pauses that began
+// before t (see Paused).
+func (s *Simulator) unpause(tid uint32, t uint64) {
+	s.pauseMu.Lock()
+	ps := s.pauses[tid]
+	var d uint64
+	kept := ps[:0]
+	for _, p := range ps {
+		if p.start < t {
+			d += p.end - min(p.start, p.end)
+			s.paused.Add(-1)
+			continue
+		}
+		kept = append(kept, p)
+	}
+	if len(kept) == 0 {
+		delete(s.pauses, tid)
+	} else {
+		s.pauses[tid] = kept
+	}
+	s.pauseMu.Unlock()
+	if d > 0 {
+		s.stats.PausedNs += d
+		s.takeOut(tid, d)
 	}
 }
 

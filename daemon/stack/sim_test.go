@@ -606,3 +606,24 @@ func TestSimulatorGaps(t *testing.T) {
 		})
 	}
 }
+
+// TestPaused: the time kprofd held a thread stopped (discovery's pause)
+// is taken out of the frame it was in, and its callers', not of another
+// thread's, once the thread's events reach it.
+func TestPaused(t *testing.T) {
+	s := stack.NewSimulator(Funcs())
+	for _, e := range []wire.Event{In(0, 1000, A), In(10, 900, B), On(2, In(0, 1000, A))} {
+		s.Handle(&e)
+	}
+	s.Paused(1, 20, 520)  // B held 500 ns
+	s.Paused(1, 600, 600) // nothing
+	for _, e := range []wire.Event{Out(1000, 900, B), Out(2000, 1000, A), On(2, Out(2000, 1000, A))} {
+		s.Handle(&e)
+	}
+	if got, want := TreeString(s.Merged()), "A 2 3500;A/B 1 490"; got != want {
+		t.Errorf("got %s, want %s", got, want)
+	}
+	if got := s.Stats().PausedNs; got != 500 {
+		t.Errorf("PausedNs = %d, want 500", got)
+	}
+}

@@ -34,6 +34,9 @@ type SimStats struct {
 	// AdjustNs is the adjust time taken out of frames: what kprofd spent
 	// in the target's threads beyond its calibrated probe cost.
 	AdjustNs uint64
+	// PausedNs is the time threads were held stopped by kprofd (see
+	// Simulator.Paused), taken out of the frames they were in.
+	PausedNs uint64
 	// Signals is the number of signal handlers that ran inside the root.
 	Signals uint64
 	// ThreadExits is the number of threads that exited inside the root;
