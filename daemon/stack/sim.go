@@ -89,8 +89,8 @@ type Simulator struct {
 	pauseMu sync.Mutex
 	pauses  map[uint32][]span
 	paused  atomic.Int32
-	rec       Reconciler // nil: stacks are not compared
-	obs       Observer   // nil: every call is counted exactly
+	rec     Reconciler // nil: stacks are not compared
+	obs     Observer   // nil: every call is counted exactly
 	// gone holds the functions whose probes are going (see Drop).
 	goneMu sync.Mutex // serializes writers
 	gone   atomic.Pointer[map[uint32]droppedAt]
