@@ -324,12 +324,14 @@ struct {
 
 #define TARGET_KNOWN (1ULL << 63)
 
-// A thread a site probe paused: the target it is about to run, and the
-// site that called it.
+// A thread a site probe paused: the target it is about to run, the site
+// that called it, and when (bpf_ktime_get_ns): from then on the thread
+// stands still for kprofd.
 struct kprofd_pause {
 	__u64 target;
 	__u32 site;
 	__u32 pad;
+	__u64 at;
 };
 
 // Keeps struct kprofd_pause in BTF for bpf2go.
@@ -895,7 +897,7 @@ static __always_inline void site(struct pt_regs *ctx, struct kprofd_thread *th, 
 	__u64 missed = 1;
 	if (sig) {
 		__u32 thread = (__u32)bpf_get_current_pid_tgid();
-		struct kprofd_pause p = {.target = target, .site = idx};
+		struct kprofd_pause p = {.target = target, .site = idx, .at = bpf_ktime_get_ns()};
 		if (!bpf_map_update_elem(&pauses, &thread, &p, BPF_ANY)) {
 			if (!bpf_send_signal_thread(sig))
 				missed = 0;

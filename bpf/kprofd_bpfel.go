@@ -38,6 +38,7 @@ type kprofdKprofdPause struct {
 	Target uint64
 	Site   uint32
 	Pad    uint32
+	At     uint64
 }
 
 type kprofdKprofdSite struct {

@@ -796,14 +796,15 @@ func (p *Program) SeedGoroutinesBefore(goid uint64) error {
 }
 
 // TakePause reports whether a site probe paused thread tid, and for which
-// target and site (its index), forgetting the pause: a stop for the pause
+// target and site (its index) and since when (monotonic ns), forgetting
+// the pause: a stop for the pause
 // signal that is not one of these is a signal the target must receive.
-func (p *Program) TakePause(tid int) (target uint64, site uint32, ok bool) {
+func (p *Program) TakePause(tid int) (target uint64, site uint32, at uint64, ok bool) {
 	var v kprofdKprofdPause
 	if err := p.objs.Pauses.LookupAndDelete(uint32(tid), &v); err != nil {
-		return 0, 0, false
+		return 0, 0, 0, false
 	}
-	return v.Target, v.Site, true
+	return v.Target, v.Site, v.At, true
 }
 
 // ForgetTargets makes the site probes report these run-time addresses

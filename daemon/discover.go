@@ -220,16 +220,30 @@ func (s *Session) pauseThreads() {
 	// The site's index rides in the top bits of the target: user
 	// addresses take 47, and sites are fewer than 1<<16.
 	const addrBits = 48
+	// When each claimed thread's site probe paused it: from then on it
+	// stands still for kprofd, which is not its caller's time.
+	var mu sync.Mutex
+	since := map[int]uint64{}
 	tr, err := ptrace.Seize(s.cfg.PID, ptrace.Options{
 		Signal: pauseSignal,
 		Claim: func(tid int) (uint64, bool) {
-			target, site, ok := s.prog.TakePause(tid)
+			target, site, at, ok := s.prog.TakePause(tid)
+			if ok {
+				mu.Lock()
+				since[tid] = at
+				mu.Unlock()
+			}
 			return target | uint64(site)<<addrBits, ok
 		},
 		Pause: func(tid int, v uint64) {
-			start := monotonic.Now()
+			mu.Lock()
+			start, ok := since[tid]
+			delete(since, tid)
+			mu.Unlock()
+			if !ok {
+				start = monotonic.Now()
+			}
 			s.disc.await(v&(1<<addrBits-1), uint32(v>>addrBits))
-			// The thread stood still for kprofd: not its caller's time.
 			s.sim.Paused(uint32(tid), start, monotonic.Now())
 		},
 	})

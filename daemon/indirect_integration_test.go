@@ -10,6 +10,7 @@ import (
 
 	"github.com/kprofd/kprofd/daemon"
 	"github.com/kprofd/kprofd/daemon/cost"
+	"github.com/kprofd/kprofd/internal/cct"
 	"github.com/kprofd/kprofd/internal/testtarget"
 )
 
@@ -116,6 +117,24 @@ func TestDiscoverPlugin(t *testing.T) {
 			}
 			if c := strings.Join(p.Comments, "\n"); !strings.Contains(c, "discovered libplugin.so:plugin_work (through indirect:probe_plugin(int)+0x") {
 				t.Errorf("the profile does not report the discovery:\n%s", c)
+			}
+			// The thread stood still at plugin_work's first instruction
+			// while its probes went in: that is not the time of the
+			// caller it stopped in, which does next to nothing.
+			if !tc.noPause {
+				var caller *cct.Node
+				p.Tree.Root.Walk(func(n *cct.Node) {
+					if path := n.Path(); len(path) == 2 && testtarget.IndirectOwn(p.Name(path[0])) == "plug_loop" &&
+						testtarget.IndirectOwn(p.Name(path[1])) == "probe_plugin" {
+						caller = n
+					}
+				})
+				if caller == nil {
+					t.Fatal("no context plug_loop;probe_plugin")
+				}
+				if self := time.Duration(caller.Self()); self*2 > found[0].Latency {
+					t.Errorf("probe_plugin, paused for its callee's probes for about %s, holds %s of its own", found[0].Latency, self)
+				}
 			}
 		})
 	}
