@@ -12,6 +12,7 @@ import (
 	"os"
 	"runtime"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/kprofd/kprofd/bpf"
@@ -126,14 +127,24 @@ type Options struct {
 	Batches, BatchSize int
 	// Quick marks a shortened run (for Result.Quick).
 	Quick bool
+	// Pairs, when set, are the only pairs measured.
+	Pairs []Pair
 }
 
 // Full and Quick are the standard calibrations: the patent's 10,000
-// calls per pair, and a run that takes well under two seconds.
+// calls per pair, and a run that takes well under two seconds. Check
+// measures the commonest pair alone, in a few tens of milliseconds: a
+// session does before and after it, to see whether the machine's speed
+// changed meanwhile (Drift).
 var (
 	Full  = Options{Batches: 100, BatchSize: 100}
 	Quick = Options{Batches: 20, BatchSize: 100, Quick: true}
+	Check = Options{Batches: 10, BatchSize: 100, Quick: true, Pairs: []Pair{{Entry: x86.ClassEmulated, Exit: ExitUretprobe}}}
 )
+
+// runMu serializes runs: their probes go on the same functions of this
+// binary, and each run's program would see the other's calls.
+var runMu sync.Mutex
 
 // target is one measurement: a leaf whose probes are of the pair's
 // classes, and the loop that calls it (indexes into targetAddrs).
@@ -171,6 +182,8 @@ func Run(opt Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	runMu.Lock()
+	defer runMu.Unlock()
 	// One thread: the probe program's context and batches are per
 	// thread, and the loops must not migrate mid-measurement.
 	runtime.LockOSThread()
@@ -198,6 +211,9 @@ func Run(opt Options) (*Result, error) {
 	var addrs [8]uintptr
 	targetAddrs(&addrs)
 	for _, t := range targets {
+		if opt.Pairs != nil && !slices.Contains(opt.Pairs, t.pair) {
+			continue
+		}
 		probes, err := t.probes(exe, addrs)
 		if err != nil {
 			return nil, err

@@ -44,3 +44,18 @@ func TestRun(t *testing.T) {
 		t.Errorf("ret-site exit %.0f ns, uretprobe %.0f ns; want the single-stepped ret dearer", ret, uret)
 	}
 }
+
+// TestCheck measures the one pair a session's speed check measures, and
+// no other.
+func TestCheck(t *testing.T) {
+	r, err := Run(Check)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Measurements) != 1 || r.Measurements[0].Pair != Check.Pairs[0] {
+		t.Fatalf("measured %+v, want %s alone", r.Measurements, Check.Pairs[0])
+	}
+	if c, ok := r.Costs(Check.Pairs[0]); !ok || c.Inner+c.Outer <= 0 {
+		t.Errorf("costs %+v, %v", c, ok)
+	}
+}

@@ -94,3 +94,29 @@ func TestResultJSON(t *testing.T) {
 		t.Error("Costs found a pair that was not measured")
 	}
 }
+
+// TestDrift: two checks a session made before and after it tell a change
+// of the machine's speed only past their spreads and a fifth.
+func TestDrift(t *testing.T) {
+	check := func(inner, outer, spread float64) *Result {
+		st := func(mean float64) Stat { return Stat{Mean: mean, P10: mean - spread, P90: mean + spread} }
+		return &Result{Measurements: []Measurement{{Pair: Check.Pairs[0], Inner: st(inner), Outer: st(outer)}}}
+	}
+	for _, tc := range []struct {
+		name          string
+		before, after *Result
+		drift         bool
+	}{
+		{"same", check(300, 500, 20), check(310, 490, 20), false},
+		{"within a fifth and the spreads", check(300, 500, 20), check(380, 560, 20), false},
+		{"slower", check(300, 500, 20), check(600, 1000, 20), true},
+		{"faster", check(600, 1000, 20), check(300, 500, 20), true},
+		{"spread wide", check(300, 500, 300), check(600, 1000, 300), false},
+		{"no check after", check(300, 500, 20), nil, false},
+	} {
+		text, ok := Drift(tc.before, tc.after)
+		if ok != tc.drift || ok != (text != "") {
+			t.Errorf("%s: %q, %v; want drift %v", tc.name, text, ok, tc.drift)
+		}
+	}
+}

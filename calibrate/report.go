@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"text/tabwriter"
 	"time"
 )
@@ -38,4 +39,30 @@ func (r *Result) WriteJSON(w io.Writer) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(r)
+}
+
+// Drift compares two Check runs, made before and after a session, and
+// says how the machine's speed changed when the probes' cost moved by
+// more than the two runs' spreads and a fifth: then times measured in
+// different stretches of the session compare less well, and the
+// compensation is off by up to as much. ok is false when it did not.
+func Drift(before, after *Result) (text string, ok bool) {
+	if before == nil || after == nil {
+		return "", false
+	}
+	for _, p := range Check.Pairs {
+		b, ok1 := before.Costs(p)
+		a, ok2 := after.Costs(p)
+		bt, at := b.Inner+b.Outer, a.Inner+a.Outer
+		if !ok1 || !ok2 || bt <= 0 || at <= 0 {
+			continue
+		}
+		spread := b.InnerErr + b.OuterErr + a.InnerErr + a.OuterErr
+		if math.Abs(at-bt) <= spread+0.2*min(at, bt) {
+			continue
+		}
+		return fmt.Sprintf("WARNING: the machine's speed changed during the session: a probe (%s) cost %.0f ns at its start and %.0f ns at its end (±%.0f ns): times from different stretches of it compare less well, and the probes' time taken out is off by up to %.0f%%",
+			p, bt, at, spread, 100*math.Abs(at-bt)/min(at, bt)), true
+	}
+	return "", false
 }

@@ -115,8 +115,11 @@ func Run(ctx context.Context, req *Request, calibration func() *calibrate.Result
 			return nil, err
 		}
 	}
+	var speed *calibrate.Result // the probes' cost at the start (calibrate.Check)
 	if calibration != nil {
-		cfg.Calibration = calibration()
+		if cfg.Calibration = calibration(); cfg.Calibration != nil {
+			speed, _ = calibrate.Run(calibrate.Check)
+		}
 	}
 	s, err := daemon.StartPrepared(prep, cfg)
 	if err != nil {
@@ -156,6 +159,13 @@ func Run(ctx context.Context, req *Request, calibration func() *calibrate.Result
 		h.Stopping(why)
 	}
 	profile, stopErr := s.Stop()
+	if speed != nil && profile != nil {
+		if end, err := calibrate.Run(calibrate.Check); err == nil {
+			if drift, ok := calibrate.Drift(speed, end); ok {
+				profile.Comments = append(profile.Comments, drift)
+			}
+		}
+	}
 	return &Outcome{Why: why, Profile: profile, Final: s.Progress(), StopErr: stopErr}, nil
 }
 
