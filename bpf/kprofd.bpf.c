@@ -91,6 +91,10 @@ struct bpf_perf_event_data {
 #define FLAG_ALLOC 32
 // A sample taken in the kernel in a uprobe's trap: see kprofd_sample.
 #define FLAG_TRAP 64
+// In Go, the goroutine's stack moved (its top changed) since its last
+// event: an entry of the function on top, at its slot, is that function
+// starting over after runtime.morestack grew the stack.
+#define FLAG_MOVED 128
 
 // The system calls the kernel's uprobe trampolines make (x86-64, Linux
 // 6.11 and later): a return probe's, and an optimized uprobe's.
@@ -218,6 +222,7 @@ struct kprofd_thread {
 	__u64 alloc_out; // posix_memalign's memptr, from its entry to its exit
 	__u64 alloc_left; // bytes to allocate before the next allocation sample (0: none drawn)
 	__u64 trapped;	  // when the probe program last ran on this thread (sampling only)
+	__u64 delta_seen; // Go: the delta (its stack's top) of the goroutine's last event, 0 before one
 	__u64 shadow[SHADOW]; // slots of the innermost frames, shadow[(depth-1) % SHADOW] on top
 	struct kprofd_event buf[BATCH];
 };
@@ -1206,6 +1211,11 @@ static __always_inline void handle_thread(struct pt_regs *ctx, struct kprofd_thr
 			th->burst_gen = gen;
 			capture(PT_REGS_IP(ctx), PT_REGS_SP(ctx), PT_REGS_FP(ctx), 0, th, tid, KIND_STACK, FLAG_BURST);
 		}
+	}
+	if (go_mode && delta != th->delta_seen) {
+		if (th->delta_seen)
+			flags |= FLAG_MOVED;
+		th->delta_seen = delta;
 	}
 	struct kprofd_event *e = append(th, now);
 	e->slot = slot;

@@ -85,6 +85,7 @@ type kprofdKprofdThread struct {
 	AllocOut  uint64
 	AllocLeft uint64
 	Trapped   uint64
+	DeltaSeen uint64
 	Shadow    [32]uint64
 	Buf       [64]kprofdKprofdEvent
 }

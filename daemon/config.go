@@ -92,8 +92,8 @@ type Config struct {
 	// run for a moment, the session starts demoted what the loops around
 	// their calls predict far too costly at that rate, and attaches the
 	// rest (see predict.go). The roots' calls in that moment are not in
-	// the profile, which says how many there were. Sessions with Alloc,
-	// and on Go programs, never predict.
+	// the profile, which says how many there were. Sessions with Alloc
+	// never predict.
 	Predict bool
 	// Alloc profiles allocations: the allocators (package alloc) the
 	// roots reach are traced as leaves, whatever Exclude says, and

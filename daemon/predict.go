@@ -42,13 +42,30 @@ import (
 // session (the bursts estimate it).
 
 // predictWindow is how long a predicting session counts its roots' calls,
-// from the first, before it attaches the probes below them.
-const predictWindow = 100 * time.Millisecond
+// from the first, before it attaches the probes below them; when fewer
+// than minPredictCalls began by then (long calls: a batch job's, an
+// interpreter's), it counts on up to maxPredictWindow, for them or for
+// fewestPredictCalls, whichever comes first.
+const (
+	predictWindow    = 100 * time.Millisecond
+	maxPredictWindow = time.Second
+)
 
-// minPredictCalls is the fewest root calls in the window that measure a
-// rate to scale the static estimate by: with fewer, the session attaches
+// minPredictCalls is how many root calls measure their rate well enough
+// in predictWindow; fewestPredictCalls the fewest that measure a rate to
+// scale the static estimate by at all (long calls, whose rate errs more,
+// also cost more per call predicted): with fewer, the session attaches
 // every probe.
-const minPredictCalls = 8
+const (
+	minPredictCalls    = 8
+	fewestPredictCalls = 3
+)
+
+// unpredictedAfter is how long a predicting session waits for a root to
+// be called while the target runs: one running at the attach may end and
+// be called again meanwhile (a batch job's), or run on (an interpreter's
+// eval of a script), and then every probe goes in.
+const unpredictedAfter = 3 * predictWindow
 
 // awaitPoll is how often a predicting session looks whether its roots
 // have been called.
@@ -172,7 +189,7 @@ func (s *Session) awaitAndAttach(model *cost.Model, opt probes.Options, base uin
 		if c0, s0, err = s.rootsCounted(); err != nil {
 			return err
 		}
-		if c0 <= base && s0-sStart >= cost.MinProbeSamples && time.Since(waitStart) >= predictWindow {
+		if c0 <= base && s0-sStart >= cost.MinProbeSamples && time.Since(waitStart) >= unpredictedAfter {
 			// The target runs, yet no root is called: a root may be
 			// running since before the attach (an interpreter's eval
 			// of a script, a server's loop), and only the probes below
@@ -188,10 +205,18 @@ func (s *Session) awaitAndAttach(model *cost.Model, opt probes.Options, base uin
 	if err != nil {
 		return err
 	}
+	for c1-c0 < minPredictCalls && time.Since(t0) < maxPredictWindow {
+		if !wait(awaitPoll) {
+			return nil
+		}
+		if c1, s1, err = s.rootsCounted(); err != nil {
+			return err
+		}
+	}
 	took := time.Since(t0)
 	var ds []cost.Decision
 	rootRate := 0.0
-	if c1-c0 >= minPredictCalls && s1-s0 >= cost.MinProbeSamples {
+	if c1-c0 >= fewestPredictCalls && s1-s0 >= cost.MinProbeSamples {
 		rootRate = float64(c1-c0) / took.Seconds()
 		prior := cost.StaticCalls(s.prep.Plan)
 		rates := wire.MakeCounters[float64](model.Len())

@@ -304,7 +304,7 @@ func StartPrepared(pr *Prepared, cfg Config) (_ *Session, err error) {
 	s.start, s.startMono = time.Now(), monotonic.Now()
 	s.watching = true
 	go s.watchExit()
-	if cfg.Mode == ModeHybrid && s.memory == nil && cfg.Predict && !cfg.Alloc && pr.Go == nil {
+	if cfg.Mode == ModeHybrid && s.memory == nil && cfg.Predict && !cfg.Alloc {
 		// Nothing to start from: count the roots' calls first, and
 		// attach the rest once they have run (predict.go). A root
 		// entry the kernel refuses is for attachPlan to place again.

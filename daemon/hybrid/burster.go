@@ -75,6 +75,12 @@ type burster struct {
 	take            wholeTake
 	costs           wholeCosts
 	calls, maxCalls int
+	// start is the probe program's counters when the bursts began, for
+	// the roots' calls' length (see wholeAffordable); tooLong says a
+	// whole window waited its longest and no call of a root began in it,
+	// while one ran: the roots' calls are too long for whole bursts.
+	start   bpf.Stats
+	tooLong bool
 
 	mu         sync.Mutex
 	bursts     int
@@ -123,6 +129,7 @@ func (b *burster) run() {
 	perFunc := time.Duration(0) // attaching and detaching one function's entries, as measured
 	perBurst := 0.0             // the functions a burst taken in turn was for, on average
 	began := time.Now()
+	b.start, _ = b.env.Program.Stats()
 	next := 0 // where in the demoted functions the next burst starts
 	for gen := uint32(1); ; gen++ {
 		chosen := monotonic.Now() // when its functions are taken
@@ -130,7 +137,7 @@ func (b *burster) run() {
 		var set map[uint32]bool
 		var funcs []*plan.Func
 		n := burstFuncs(len(all), perFunc, b.cfg.Budget)
-		whole := wholeBurst(len(all), n, perBurst)
+		whole := wholeBurst(len(all), n, perBurst) && b.wholeAffordable()
 		var duty float64
 		var length time.Duration
 		if whole {
@@ -168,6 +175,11 @@ func (b *burster) run() {
 		}
 		if first {
 			offset = 0 // its period starts here
+		}
+		if whole && !b.wholeAffordable() {
+			// What the wait measured of the roots' calls (the first
+			// whole burst is chosen before any is) says no.
+			continue
 		}
 		if whole {
 			// Every function demoted to sampling by now, those the
@@ -228,12 +240,21 @@ func (b *burster) run() {
 		if b.idle {
 			cost = 2 * attach
 		}
-		period := burstPeriodAfter(cost, duty)
+		// The attach and the detach stall the target whatever the
+		// duty: a burst that takes hundreds of companions along waits
+		// as long as its share of the budget pays for them.
+		period := max(burstPeriodAfter(cost, duty), stallPeriod(2*attach, b.cfg.Budget))
 		if whole {
 			period = wholePeriodAfter(cost, b.cfg.Budget)
 			b.mu.Lock()
 			b.wholePeriod = period
 			b.mu.Unlock()
+			if b.take.calls == 0 && !b.idle {
+				// A call of a root ran all the while, with every
+				// probe in: one longer than the window.
+				b.tooLong = true
+				b.m.log.Debug("hybrid: no more whole bursts: a call of the roots outlasted a whole window")
+			}
 			if !b.idle {
 				b.costs.add(b.take)
 				b.calls, b.maxCalls = wholeCallsAfter(b.take, b.costs, attach, ringEvents(b.cfg.RingBytes), b.maxCalls)
@@ -245,6 +266,48 @@ func (b *burster) run() {
 		case <-time.After(period - offset - armed):
 		}
 	}
+}
+
+// wholeSlowdown is how many times as long a call of the roots is with
+// every demoted function's entry probes back, before a whole burst has
+// measured it: the parser's calls ran 20 to 100 times as long.
+const wholeSlowdown = 20
+
+// wholeAffordable reports whether a whole burst fits the bursts' share of
+// the budget over maxWholePeriod: it holds every probe in for the end of
+// the call running when it opens and for a call after, so the roots'
+// calls must be short. A batch job's root, or a server loop's, runs far
+// too long for that; their functions get bursts in turn only. A call's
+// length is measured by the whole bursts once they have taken one, and
+// before by the roots' CPU time per call since the bursts began
+// (bpf.Stats.RootSamples) times wholeSlowdown.
+func (b *burster) wholeAffordable() bool {
+	if b.tooLong {
+		return false
+	}
+	affordable := cost.BurstShare * b.cfg.Budget * float64(maxWholePeriod)
+	if b.costs.calls > 0 {
+		return 1.5*b.costs.lengths/float64(b.costs.calls) <= affordable
+	}
+	st, err := b.env.Program.Stats()
+	if err != nil {
+		return false
+	}
+	calls, samples := st.RootEntries-b.start.RootEntries, st.RootSamples-b.start.RootSamples
+	if calls == 0 {
+		// No call began since the bursts did: one runs still (a
+		// server's loop), or the roots are idle.
+		return samples == 0
+	}
+	perCall := float64(samples) * float64(b.cfg.SamplePeriod) / float64(calls)
+	return 1.5*wholeSlowdown*perCall <= affordable
+}
+
+// stallPeriod returns the least period of bursts whose attach and detach
+// stalled the target for stalled: one in which those take the bursts'
+// share of the budget, up to maxWholePeriod.
+func stallPeriod(stalled time.Duration, budget float64) time.Duration {
+	return min(maxWholePeriod, time.Duration(float64(stalled)/(cost.BurstShare*budget)).Round(time.Millisecond))
 }
 
 // wholePeriodAfter returns the period a whole burst whose probes were in

@@ -194,7 +194,7 @@ func (s *Simulator) entry(th *thread, ev *wire.Event) {
 	tail := false
 	if n := len(th.frames); n > 0 && th.frames[n-1].slot == slot {
 		top := &th.frames[n-1]
-		if s.restarts && top.phys == ev.Func && top.flags&frameReplaced == 0 {
+		if s.restarts && top.phys == ev.Func && top.flags&frameReplaced == 0 && ev.Flags&wire.FlagMoved != 0 {
 			s.stats.Restarts++
 			return
 		}

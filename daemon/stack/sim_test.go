@@ -287,12 +287,22 @@ func TestSimulator(t *testing.T) {
 		name: "go stack growth restarts the call",
 		events: []wire.Event{
 			In(0, s0, A), In(10, s1, B), In(11, s2, C), In(12, s3, D),
-			In(20, s1, B), In(25, s2, C), Out(30, s2, C), Out(40, s1, B),
+			Moved(In(20, s1, B)), In(25, s2, C), Out(30, s2, C), Out(40, s1, B),
 			In(45, s1, B), Out(50, s1, B), Out(60, s0, A),
 		},
 		go_:   true,
 		want:  "A 1 60;A/B 2 35;A/B/C 2 14;A/B/C/D 1 8",
 		stats: stack.SimStats{Restarts: 1, InferredExits: 2},
+	}, {
+		// Go: B called three times from A with no exit probe (a
+		// burst's entries): the stack did not move, each is a call.
+		name: "go calls of the same function at the same slot",
+		events: []wire.Event{
+			In(0, s0, A), In(10, s1, B), In(20, s1, B), In(30, s1, B), Out(60, s0, A),
+		},
+		go_:   true,
+		want:  "A 1 60;A/B 3 50",
+		stats: stack.SimStats{InferredExits: 3},
 	}, {
 		// Without SetRestarts the same events count B twice.
 		name: "a function entered again in its own slot is a new call in C",

@@ -115,6 +115,12 @@ const (
 	// pc, which the kernel may already have moved past the probed
 	// instruction.
 	FlagTrap uint8 = 1 << 6
+	// FlagMoved marks, in Go, an event of a goroutine whose stack moved
+	// (its top changed) since its last event: an entry of the function
+	// on top of the simulated stack, at its slot, is that function
+	// starting over after runtime.morestack grew the stack, not a new
+	// call.
+	FlagMoved uint8 = 1 << 7
 )
 
 // Event is one record from the ring buffer. Its layout matches struct

@@ -95,6 +95,9 @@ func Adj(e wire.Event, d uint32) wire.Event { e.Adjust = d; return e }
 // Lost marks an event as the first after a loss.
 func Lost(e wire.Event) wire.Event { e.Flags |= wire.FlagLostBefore; return e }
 
+// Moved marks an event of a goroutine whose stack moved since its last.
+func Moved(e wire.Event) wire.Event { e.Flags |= wire.FlagMoved; return e }
+
 // Burst marks an entry as seen by a burst of sampled instrumentation.
 func Burst(e wire.Event) wire.Event { e.Flags |= wire.FlagBurst; return e }
 
