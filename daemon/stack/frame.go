@@ -194,7 +194,13 @@ func (s *Simulator) entry(th *thread, ev *wire.Event) {
 	tail := false
 	if n := len(th.frames); n > 0 && th.frames[n-1].slot == slot {
 		top := &th.frames[n-1]
-		if s.restarts && top.phys == ev.Func && top.flags&frameReplaced == 0 && ev.Flags&wire.FlagMoved != 0 {
+		// Go: the prologue's morestack jumps back to the entry after
+		// it grew the stack (it moved) or after a preemption at the
+		// prologue (it did not). A burst's function has no exit
+		// probes, so there only a moved stack tells a restart from
+		// the next call of a loop.
+		restart := ev.Flags&wire.FlagMoved != 0 || ev.Flags&wire.FlagBurst == 0
+		if s.restarts && top.phys == ev.Func && top.flags&frameReplaced == 0 && restart {
 			s.stats.Restarts++
 			return
 		}

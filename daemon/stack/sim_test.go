@@ -298,11 +298,21 @@ func TestSimulator(t *testing.T) {
 		// burst's entries): the stack did not move, each is a call.
 		name: "go calls of the same function at the same slot",
 		events: []wire.Event{
-			In(0, s0, A), In(10, s1, B), In(20, s1, B), In(30, s1, B), Out(60, s0, A),
+			In(0, s0, A), Burst(In(10, s1, B)), Burst(In(20, s1, B)), Burst(In(30, s1, B)), Out(60, s0, A),
 		},
 		go_:   true,
 		want:  "A 1 60;A/B 3 50",
 		stats: stack.SimStats{InferredExits: 3},
+	}, {
+		// Go: B preempted in its prologue (morestack, the stack does
+		// not move) starts over at its entry: one call.
+		name: "go preemption in the prologue restarts the call",
+		events: []wire.Event{
+			In(0, s0, A), In(10, s1, B), In(20, s1, B), Out(40, s1, B), Out(60, s0, A),
+		},
+		go_:   true,
+		want:  "A 1 60;A/B 1 30",
+		stats: stack.SimStats{Restarts: 1},
 	}, {
 		// Without SetRestarts the same events count B twice.
 		name: "a function entered again in its own slot is a new call in C",
