@@ -14,9 +14,12 @@ import (
 // the dynamic linker or the C library route, from a first call made after
 // the attach: strspn, the C library's IFUNC, through a PLT slot not
 // bound yet; libpick's IFUNC the same way, and through libpick's own
-// IRELATIVE slot; setjmp, which returns twice; and snprintf, whose
-// vfprintf calls strchrnul through the C library's IRELATIVE slots. Each
-// is counted exactly from its first call.
+// IRELATIVE slot; strstr and libpick's scale, IFUNCs that their own
+// library never calls (no IRELATIVE slot shows the choice: their
+// resolvers' candidates are all traced), through PLT slots not bound
+// yet; setjmp, which returns twice; and snprintf, whose vfprintf calls
+// strchrnul through the C library's IRELATIVE slots. Each is counted
+// exactly from its first call.
 func TestRoutedCalls(t *testing.T) {
 	requireRoot(t)
 	exe := testtarget.BuildIFunc(t)

@@ -300,64 +300,89 @@ func (b *builder) analyze(n *Node) error {
 	calls, traced := 0, 0
 	defer func() { n.Shape = shapeOf(body, traced < calls) }()
 	for _, s := range body.sites {
-		var (
-			obj *symbolizer.Mapped
-			fn  *symbolizer.Func
-		)
+		var to []callee
 		call := s.kind == siteCall || s.kind == siteCallSlot
 		if call {
 			calls++
 		}
 		switch s.kind {
 		case siteCall, siteJump:
-			obj, fn = b.resolveCode(n, s.target)
+			to = b.resolveCode(n, s.target)
 		case siteCallSlot, siteJumpSlot:
-			if obj, fn = b.resolveSlot(n, s.target); fn == nil && s.kind == siteCallSlot && s.synced && !isImport(n, s.target) && !leaf {
+			if to = b.resolveSlot(n, s.target); to == nil && s.kind == siteCallSlot && s.synced && !isImport(n, s.target) && !leaf {
 				n.IndirectSites = append(n.IndirectSites, s.from) // a function pointer in memory
 			}
 		}
-		if fn == nil {
-			continue
+		if b.link(n, s, to, leaf) && call {
+			traced++
 		}
-		if leaf && (s.kind == siteCall || s.kind == siteCallSlot) {
-			if b.opt.Leaf != nil && b.opt.Leaf(fn) {
+	}
+	return nil
+}
+
+// link makes the functions the site s of n enters (to: one, or the
+// candidate implementations of an IFUNC) n's callees, and reports
+// whether each of them is traced as a callee: then the call is seen
+// wherever it goes, not hidden in a gap.
+func (b *builder) link(n *Node, s site, to []callee, leaf bool) (traced bool) {
+	call := s.kind == siteCall || s.kind == siteCallSlot
+	traced = len(to) > 0
+	for _, t := range to {
+		if leaf && call {
+			if b.opt.Leaf != nil && b.opt.Leaf(t.fn) && !slices.Contains(n.LeafReturns, s.next) {
 				n.LeafReturns = append(n.LeafReturns, s.next)
 			}
+			traced = false
 			continue
 		}
 		// setjmp and its kin return twice, the second time from a
 		// longjmp, to their return sites, which are probed: their calls
 		// are counted at their entry, leaves without exit probes (the
 		// first return is inferred), and their gaps not measured.
-		twice := isSetjmp(fn)
-		if twice && call {
+		twice := isSetjmp(t.fn)
+		if twice && call && !slices.Contains(n.SetjmpReturns, s.next) {
 			n.SetjmpReturns = append(n.SetjmpReturns, s.next)
 		}
-		callee := b.nodeOf(obj, fn, twice)
-		if callee == nil {
+		c := b.nodeOf(t.obj, t.fn, twice)
+		if c == nil {
+			traced = false
 			continue
 		}
-		callee.ReturnsTwice = callee.ReturnsTwice || twice
-		if call && !twice {
-			traced++
+		c.ReturnsTwice = c.ReturnsTwice || twice
+		traced = traced && !twice
+		if !t.maybe {
+			c.CalledFrom = append(c.CalledFrom, CallSite{Caller: n, Addr: s.from,
+				Tail: s.kind == siteJump || s.kind == siteJumpSlot, Cond: s.cond, Unsure: !s.synced})
 		}
-		callee.CalledFrom = append(callee.CalledFrom, CallSite{Caller: n, Addr: s.from,
-			Tail: s.kind == siteJump || s.kind == siteJumpSlot, Cond: s.cond, Unsure: !s.synced})
-		if s.kind == siteCall || s.kind == siteCallSlot {
-			if !slices.Contains(n.Calls, callee) {
-				n.Calls = append(n.Calls, callee)
+		if call {
+			if !slices.Contains(n.Calls, c) {
+				n.Calls = append(n.Calls, c)
 			}
-		} else if !slices.Contains(n.TailCalls, callee) {
-			n.TailCalls = append(n.TailCalls, callee)
+		} else if !slices.Contains(n.TailCalls, c) {
+			n.TailCalls = append(n.TailCalls, c)
 		}
 	}
-	return nil
+	return traced
 }
 
 // codeRef is a function an address refers to.
 type codeRef struct {
 	obj *symbolizer.Mapped
 	fn  *symbolizer.Func
+}
+
+// callee is a function a call or jump enters.
+type callee struct {
+	codeRef
+	// maybe marks one of the implementations an IFUNC's resolver may
+	// choose (ifuncCandidates): the call enters one of them, so it is
+	// no call site where any one of them could have its calls counted.
+	maybe bool
+}
+
+// sure returns fn of obj as the one function a call or jump enters.
+func sure(obj *symbolizer.Mapped, fn *symbolizer.Func) []callee {
+	return []callee{{codeRef: codeRef{obj, fn}}}
 }
 
 // Bounds of the scan of a table a function refers to: the first words
@@ -405,7 +430,7 @@ func (b *builder) addressTaken(n *Node, ref uint64) []codeRef {
 // resolveCode finds the function a direct call or jump from n to target
 // enters: a function of the same object, or, through a PLT stub, a
 // function of another object.
-func (b *builder) resolveCode(n *Node, target uint64) (*symbolizer.Mapped, *symbolizer.Func) {
+func (b *builder) resolveCode(n *Node, target uint64) []callee {
 	obj := n.Obj
 	if fn := obj.FuncStart(target); fn != nil && !fn.Fragment {
 		return b.usable(obj, fn)
@@ -419,21 +444,21 @@ func (b *builder) resolveCode(n *Node, target uint64) (*symbolizer.Mapped, *symb
 	}
 	if fn := obj.FuncAt(target); fn != nil {
 		n.Notes = append(n.Notes, fmt.Sprintf("branch into the middle of %s (%#x) not followed", fn.Display, target))
-		return nil, nil
+		return nil
 	}
 	n.Notes = append(n.Notes, fmt.Sprintf("branch to %#x, outside any known function, not followed", target))
-	return nil, nil
+	return nil
 }
 
 // resolveSlot finds the function a call or jump through a GOT slot enters.
-func (b *builder) resolveSlot(n *Node, slot uint64) (*symbolizer.Mapped, *symbolizer.Func) {
+func (b *builder) resolveSlot(n *Node, slot uint64) []callee {
 	if irel, ok := n.Obj.IRelative(slot); ok {
 		return b.resolveIRelative(n, n.Obj, irel)
 	}
 	name, ok := n.Obj.Import(slot)
 	if !ok {
 		n.Indirect++
-		return nil, nil
+		return nil
 	}
 	return b.resolveImport(n, name, slot)
 }
@@ -442,12 +467,12 @@ func (b *builder) resolveSlot(n *Node, slot uint64) (*symbolizer.Mapped, *symbol
 // enters, which the dynamic linker filled at load with what an IFUNC
 // resolver chose (R_X86_64_IRELATIVE): a library's calls of its own
 // IFUNCs. The slot is read from the target's memory.
-func (b *builder) resolveIRelative(n *Node, obj *symbolizer.Mapped, slot uint64) (*symbolizer.Mapped, *symbolizer.Func) {
+func (b *builder) resolveIRelative(n *Node, obj *symbolizer.Mapped, slot uint64) []callee {
 	if m, fn := b.boundSlot(obj, slot); fn != nil {
 		return b.usable(m, fn)
 	}
 	n.Notes = append(n.Notes, fmt.Sprintf("call through the IFUNC slot %#x of %s, which cannot be read, not followed", slot, obj.Base()))
-	return nil, nil
+	return nil
 }
 
 // boundSlot returns the function at the address GOT slot (a link-time
@@ -489,8 +514,10 @@ func (b *builder) ifuncChoice(m *symbolizer.Mapped, fn *symbolizer.Func) (*symbo
 
 // resolveImport finds the definition of an imported function: the bound
 // GOT slot when the target's memory can be read and the slot is bound,
-// else the dynamic linker's symbol search.
-func (b *builder) resolveImport(n *Node, name string, slot uint64) (*symbolizer.Mapped, *symbolizer.Func) {
+// else the dynamic linker's symbol search. An IFUNC not bound yet enters
+// the implementation its object's own calls were bound to, else one of
+// those its resolver may return.
+func (b *builder) resolveImport(n *Node, name string, slot uint64) []callee {
 	if slot != 0 {
 		if m, fn := b.boundSlot(n.Obj, slot); fn != nil {
 			return b.usable(m, fn)
@@ -499,25 +526,28 @@ func (b *builder) resolveImport(n *Node, name string, slot uint64) (*symbolizer.
 	m, fn := b.proc.ResolveImport(name)
 	if fn == nil {
 		b.skipped(fmt.Sprintf("%s: no mapped object defines it", name))
-		return nil, nil
+		return nil
 	}
 	if fn.IFunc {
 		if im, impl := b.ifuncChoice(m, fn); impl != nil {
-			return im, impl
+			return sure(im, impl)
+		}
+		if cs := b.ifuncCandidates(n, name, m, fn); len(cs) > 0 {
+			return cs
 		}
 		b.skipped(fmt.Sprintf("%s: an IFUNC whose implementation is not bound yet (nor chosen for its own object's calls)", name))
-		return nil, nil
+		return nil
 	}
 	return b.usable(m, fn)
 }
 
 // usable filters out functions that cannot be traced.
-func (b *builder) usable(obj *symbolizer.Mapped, fn *symbolizer.Func) (*symbolizer.Mapped, *symbolizer.Func) {
+func (b *builder) usable(obj *symbolizer.Mapped, fn *symbolizer.Func) []callee {
 	if fn.IFunc {
 		b.skipped(fmt.Sprintf("%s:%s: an IFUNC resolver", obj.Base(), fn.Display))
-		return nil, nil
+		return nil
 	}
-	return obj, fn
+	return sure(obj, fn)
 }
 
 // setjmpNames are the C library's functions that return twice.

@@ -18,15 +18,24 @@ func BuildIFunc(t testing.TB) string {
 	return filepath.Join(dir, "ifunc")
 }
 
-// IFuncStrspn is the name IFuncRename gives the C library's strspn
-// implementations, whose names depend on the CPU.
-const IFuncStrspn = "[strspn]"
+// IFuncStrspn and IFuncStrstr are the names IFuncRename gives the C
+// library's strspn and strstr implementations, whose names depend on the
+// CPU.
+const (
+	IFuncStrspn = "[strspn]"
+	IFuncStrstr = "[strstr]"
+)
 
-// IFuncRename maps the names of the C library's strspn implementations in
-// a profile of testdata/ifunc to IFuncStrspn.
+// IFuncRename maps the names of the C library's strspn and strstr
+// implementations in a profile of testdata/ifunc to IFuncStrspn and
+// IFuncStrstr. The generic strstr goes by its internal alias
+// __GI_strstr, the shortest of its names.
 func IFuncRename(name string) string {
-	if strings.HasPrefix(name, "__strspn_") {
+	switch {
+	case strings.HasPrefix(name, "__strspn_"):
 		return IFuncStrspn
+	case strings.HasPrefix(name, "__strstr_"), name == "__GI_strstr":
+		return IFuncStrstr
 	}
 	return name
 }
@@ -40,9 +49,11 @@ func IFuncCounts(n int) map[string]uint64 {
 	return map[string]uint64{
 		"handle_request":                      c,
 		"handle_request;" + IFuncStrspn:       c,
+		"handle_request;" + IFuncStrstr:       c,
 		"handle_request;pick_fast":            c,
 		"handle_request;pick_twice":           c,
 		"handle_request;pick_twice;pick_fast": 2 * c,
+		"handle_request;scale_fast":           c,
 		"handle_request;_setjmp":              c,
 		"handle_request;format":               c,
 		"handle_request;format;snprintf":      c,

@@ -14,7 +14,15 @@
 //   strspn        once, the C library's IFUNC through the lazy PLT: its
 //                 implementation (__strspn_sse42 or another) is chosen
 //                 at its first call
+//   strstr        once, the C library's IFUNC through the lazy PLT, which
+//                 the C library never calls itself (no IRELATIVE slot
+//                 holds its choice): its implementation
+//                 (__strstr_sse2_unaligned, the generic __GI_strstr or
+//                 another) is chosen at its first call
 //   pick          once, libpick's IFUNC through the lazy PLT (pick_fast)
+//   scale         once, libpick's IFUNC that libpick never calls itself,
+//                 through the lazy PLT (scale_fast, chosen at run time
+//                 over scale_slow)
 //   pick_twice    once, which calls pick_fast twice through libpick's
 //                 IRELATIVE slot
 //   _setjmp       once (setjmp), which returns once: no longjmp
@@ -29,11 +37,13 @@
 
 int pick(int x);
 int pick_twice(int x);
+int scale(int x);
 
 static jmp_buf env;
 static char buf[64];
 static char text[] = "aabbc";     // written at run time: strspn is called
 static char sets[2][3] = {"a", "ab"};
+static char needles[2][3] = {"ab", "bc"};
 
 NOINLINE int format(int i)
 {
@@ -43,7 +53,8 @@ NOINLINE int format(int i)
 NOINLINE int handle_request(int i)
 {
 	int s = (int)strspn(text, sets[i % 2]);
-	s += pick(i) + pick_twice(i);
+	s += strstr(text, needles[i % 2]) != NULL;
+	s += pick(i) + pick_twice(i) + scale(i);
 	if (setjmp(env) == 0)
 		s += 1;
 	return s + format(i);
