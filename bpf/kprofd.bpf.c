@@ -37,6 +37,7 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #define KIND_SITE 10
 #define KIND_TARGET 11
 #define KIND_ALLOC 12
+#define KIND_ROOTLESS 13
 
 // Just the fields kprofd reads; CO-RE finds them in the kernel's BTF.
 struct thread_struct {
@@ -378,6 +379,12 @@ volatile __u64 catch_until = 0;
 // outside it (see kprofd_sample).
 volatile __u8 sample_root_rule = 0;
 
+// Set once hybrid mode took the roots' own probes out (they alone cost
+// more than the budget): no thread is inside a root as far as the probes
+// know, so every sample of a target thread goes out with its whole stack
+// (KIND_ROOTLESS), and the daemon looks for a root frame on it.
+volatile __u8 roots_sampled = 0;
+
 // Keeps struct kprofd_thread in BTF for bpf2go: the daemon reads the
 // goroutines' batches at the end of a session.
 const struct kprofd_thread *unused_thread __attribute__((unused));
@@ -581,27 +588,29 @@ static __always_inline struct kprofd_event *append(struct kprofd_thread *th, __u
 	return e;
 }
 
-// capture flushes the thread's batch and writes its real stack, from the
-// stack pointer up to the root's frame, as one record of the given kind
-// after it. The record's adjust is what flushing and copying cost the
-// thread. It returns 0 when the ring buffer had no room.
-static __always_inline int capture(__u64 ip, __u64 sp, __u64 bp, __u64 delta, struct kprofd_thread *th, __u32 tid, __u8 kind, __u8 flags)
+// write_stack writes the stack from sp up to the slot at address top
+// (~0: as far as it is mapped, up to STACK_MAX) as one record of the
+// given kind, whose event carries slot; none is copied for a
+// KIND_ROOTLESS sample in a trap. It returns the record's time, 0 when
+// the ring buffer had no room.
+static __always_inline __u64 write_stack(__u64 ip, __u64 sp, __u64 bp, __u64 delta, __u64 top, __u64 slot, __u32 tid, __u8 kind,
+					 __u8 flags, __u64 t0)
 {
-	__u64 t0 = bpf_ktime_get_ns();
-	flush(th);
-	__u32 slot = kind == KIND_SAMPLE && !(flags & FLAG_ALLOC);
-	struct kprofd_stack *st = bpf_map_lookup_elem(&stack_scratch, &slot);
+	__u32 scratch = (kind == KIND_SAMPLE || kind == KIND_ROOTLESS) && !(flags & FLAG_ALLOC);
+	struct kprofd_stack *st = bpf_map_lookup_elem(&stack_scratch, &scratch);
 	if (!st)
 		return 0;
 	__u64 n = STACK_MAX;
-	// The root's slot as an address; while the verdict is pending, a
-	// goroutine's stack ends at its top.
-	__u64 root = th->root_slot - delta;
-	if (th->root_slot == PENDING_SLOT)
-		root = delta ? GO_TOP - delta - 8 : ~0ULL;
-	if (root + 8 > sp && root + 8 - sp < STACK_MAX)
-		n = root + 8 - sp;
-	if (bpf_probe_read_user(st->data, n, (void *)sp)) {
+	if (top + 8 > sp && top + 8 - sp < STACK_MAX)
+		n = top + 8 - sp;
+	// Bounded where the verifier sees it: clang may fold the test above
+	// for a constant top into one it cannot follow.
+	asm volatile("" : "+r"(n));
+	if (n > STACK_MAX)
+		n = STACK_MAX;
+	if (kind == KIND_ROOTLESS && (flags & FLAG_TRAP)) {
+		n = 0;
+	} else if (bpf_probe_read_user(st->data, n, (void *)sp)) {
 		// The stack ends less than n bytes above sp (no root frame
 		// bounds the copy): take what is mapped, to a page's end.
 		n = 0;
@@ -619,7 +628,7 @@ static __always_inline int capture(__u64 ip, __u64 sp, __u64 bp, __u64 delta, st
 	st->sp = sp;
 	st->bp = bp;
 	st->delta = delta;
-	st->ev.slot = th->root_slot;
+	st->ev.slot = slot;
 	st->ev.tid = tid;
 	st->ev.func = n;
 	st->ev.kind = kind;
@@ -627,13 +636,12 @@ static __always_inline int capture(__u64 ip, __u64 sp, __u64 bp, __u64 delta, st
 	__u64 now = bpf_ktime_get_ns();
 	st->ev.time = now;
 	st->ev.adjust = now - t0;
-	th->last_check = now;
 	// A sample waits for the reader's next poll, as events do: woken
 	// at every sample, the reader would run a thousand times a second,
 	// often on the target's CPU. A stack the daemon waits for (a
 	// check, a catch site, a burst's anchor) wakes it.
 	__u64 wake = BPF_RB_FORCE_WAKEUP;
-	if (kind == KIND_SAMPLE && bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) < wakeup_bytes)
+	if ((kind == KIND_SAMPLE || kind == KIND_ROOTLESS) && bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) < wakeup_bytes)
 		wake = BPF_RB_NO_WAKEUP;
 	// The reader takes the bytes the event says (st->ev.func) and
 	// accepts a record that ends right after them. (n is at most
@@ -646,7 +654,25 @@ static __always_inline int capture(__u64 ip, __u64 sp, __u64 bp, __u64 delta, st
 		return 0;
 	}
 	count(STAT_STACKS, 1);
-	return 1;
+	return now;
+}
+
+// capture flushes the thread's batch and writes its real stack, from the
+// stack pointer up to the root's frame, as one record of the given kind
+// after it. The record's adjust is what flushing and copying cost the
+// thread. It returns 0 when the ring buffer had no room.
+static __always_inline int capture(__u64 ip, __u64 sp, __u64 bp, __u64 delta, struct kprofd_thread *th, __u32 tid, __u8 kind, __u8 flags)
+{
+	__u64 t0 = bpf_ktime_get_ns();
+	flush(th);
+	// The root's slot as an address; while the verdict is pending, a
+	// goroutine's stack ends at its top.
+	__u64 root = th->root_slot - delta;
+	if (th->root_slot == PENDING_SLOT)
+		root = delta ? GO_TOP - delta - 8 : ~0ULL;
+	__u64 now = write_stack(ip, sp, bp, delta, root, th->root_slot, tid, kind, flags, t0);
+	th->last_check = now ? now : bpf_ktime_get_ns();
+	return now != 0;
 }
 
 // shadow_pop pops the shadow frames below slot (at or below it when
@@ -1384,6 +1410,33 @@ static __always_inline int in_trap(struct bpf_perf_event_data *ctx, struct pt_re
 		(stepping(task) || bpf_ktime_get_ns() - th->trapped < TRAP_TAIL_NS || at_breakpoint(regs->rip)));
 }
 
+// rootless_sample writes a sample of a target thread (goroutine) while
+// the roots are sampled (roots_sampled): its whole stack, up to the
+// goroutine's top in Go, on which the daemon looks for a root frame. A
+// sample in a trap (a count window's probe on a root's entry: no thread
+// context tells it, only the kernel's state) goes out without a stack,
+// for the daemon to weigh the windows' counts by.
+static __always_inline void rootless_sample(struct bpf_perf_event_data *ctx, __u32 tid, __u64 delta)
+{
+	__u64 t0 = bpf_ktime_get_ns();
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct pt_regs regs;
+	if (bpf_probe_read_kernel(&regs, sizeof(regs), (void *)bpf_task_pt_regs(task)))
+		return;
+	__u8 flags = 0;
+	if (!(ctx->regs.cs & 3)) {
+		flags = FLAG_KERNEL;
+		if (regs.orig_rax == NR_UPROBE ||
+		    ((__s64)regs.orig_rax == -1 && (stepping(task) || at_breakpoint(regs.rip)))) {
+			flags |= FLAG_TRAP;
+			count(STAT_TRAP_SAMPLES, 1);
+		}
+	}
+	count(STAT_ROOT_SAMPLES, 1);
+	__u64 top = delta ? GO_TOP - delta - 8 : ~0ULL;
+	write_stack(regs.rip, regs.rsp, regs.rbp, delta, top, 0, tid, KIND_ROOTLESS, flags, t0);
+}
+
 SEC("perf_event")
 int kprofd_sample(struct bpf_perf_event_data *ctx)
 {
@@ -1399,8 +1452,16 @@ int kprofd_sample(struct bpf_perf_event_data *ctx)
 			return 0;
 		delta = GO_TOP - hi;
 		tid = (__u32)goid;
+		if (roots_sampled) {
+			rootless_sample(ctx, tid, delta);
+			return 0;
+		}
 		th = goroutine(goid, 0);
 	} else {
+		if (roots_sampled) {
+			rootless_sample(ctx, tid, 0);
+			return 0;
+		}
 		th = current_thread();
 	}
 	if (!th || th->root_slot == PENDING_SLOT)

@@ -129,6 +129,7 @@ const (
 	kprofdVarGoMode            = "go_mode"
 	kprofdVarGoStackHiOff      = "go_stack_hi_off"
 	kprofdVarPauseSignal       = "pause_signal"
+	kprofdVarRootsSampled      = "roots_sampled"
 	kprofdVarSampleRootRule    = "sample_root_rule"
 	kprofdVarSampling          = "sampling"
 	kprofdVarSeedBefore        = "seed_before"
@@ -234,6 +235,7 @@ type kprofdVariableSpecs struct {
 	GoMode          *ebpf.VariableSpec `ebpf:"go_mode"`
 	GoStackHiOff    *ebpf.VariableSpec `ebpf:"go_stack_hi_off"`
 	PauseSignal     *ebpf.VariableSpec `ebpf:"pause_signal"`
+	RootsSampled    *ebpf.VariableSpec `ebpf:"roots_sampled"`
 	SampleRootRule  *ebpf.VariableSpec `ebpf:"sample_root_rule"`
 	Sampling        *ebpf.VariableSpec `ebpf:"sampling"`
 	SeedBefore      *ebpf.VariableSpec `ebpf:"seed_before"`
@@ -323,6 +325,7 @@ type kprofdVariables struct {
 	GoMode          *ebpf.Variable `ebpf:"go_mode"`
 	GoStackHiOff    *ebpf.Variable `ebpf:"go_stack_hi_off"`
 	PauseSignal     *ebpf.Variable `ebpf:"pause_signal"`
+	RootsSampled    *ebpf.Variable `ebpf:"roots_sampled"`
 	SampleRootRule  *ebpf.Variable `ebpf:"sample_root_rule"`
 	Sampling        *ebpf.Variable `ebpf:"sampling"`
 	SeedBefore      *ebpf.Variable `ebpf:"seed_before"`

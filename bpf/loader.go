@@ -763,6 +763,17 @@ func (p *Program) SetSampleRootRule() error {
 	return nil
 }
 
+// SetRootsSampled makes the sampler send every sample of the target's
+// threads with its whole stack (wire.KindRootless), for when hybrid mode
+// takes the roots' own probes out: no thread is inside a root as the
+// probes know it any more.
+func (p *Program) SetRootsSampled() error {
+	if err := p.objs.RootsSampled.Set(uint8(1)); err != nil {
+		return fmt.Errorf("setting roots_sampled: %w", err)
+	}
+	return nil
+}
+
 // Settle gives the verdict on thread tid, whose first probe hit captured
 // its stack (wire.FlagSeed): rootSlot is the slot of the outermost root frame
 // on it, as events carry slots, or 0 when none is. The thread takes it at

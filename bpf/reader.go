@@ -40,8 +40,8 @@ func (p *Program) NewReader(poll time.Duration) (*Reader, error) {
 
 // Read appends to dst the events that are ready, waiting at most one poll
 // interval for the first, and stops once dst holds cap(dst)-wire.BatchSize
-// events or more. A captured stack comes as a wire.KindStack or wire.KindSample
-// event; Stack returns it until the next Read. A stack flagged wire.FlagSeed
+// events or more. A captured stack comes as a wire.KindStack, wire.KindSample or
+// wire.KindRootless event; Stack returns it until the next Read. A stack flagged wire.FlagSeed
 // ends the read. It returns ErrClosed once the reader is closed.
 func (r *Reader) Read(dst []wire.Event) ([]wire.Event, error) {
 	r.rd.SetDeadline(time.Now().Add(r.poll))
@@ -89,22 +89,26 @@ func (r *Reader) StackRecords() (records, bytes uint64) {
 	return r.stackRecords.Load(), r.stackBytes.Load()
 }
 
-// Stack returns the stack of a wire.KindStack or wire.KindSample event of the last
-// Read.
+// Stack returns the stack of a wire.KindStack, wire.KindSample or
+// wire.KindRootless event of the last Read.
 func (r *Reader) Stack(ev *wire.Event) *wire.Stack {
-	if (ev.Kind != wire.KindStack && ev.Kind != wire.KindSample) || int(ev.Func) >= len(r.stacks) {
+	if !stackKind(ev.Kind) || int(ev.Func) >= len(r.stacks) {
 		return nil
 	}
 	return &r.stacks[ev.Func]
 }
 
-// isStack reports a KIND_STACK or KIND_SAMPLE record.
+// isStack reports a stack record (see stackKind).
 func isStack(raw []byte) bool {
 	if len(raw) < wire.EventSize {
 		return false
 	}
-	k := wire.Kind(raw[unsafe.Offsetof(wire.Event{}.Kind)])
-	return k == wire.KindStack || k == wire.KindSample
+	return stackKind(wire.Kind(raw[unsafe.Offsetof(wire.Event{}.Kind)]))
+}
+
+// stackKind reports the kinds of event that come with a stack.
+func stackKind(k wire.Kind) bool {
+	return k == wire.KindStack || k == wire.KindSample || k == wire.KindRootless
 }
 
 // decodeStack decodes a struct kprofd_stack record: its event header and

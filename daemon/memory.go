@@ -31,6 +31,10 @@ func (s *Session) recall(m *cost.Model) []cost.Decision {
 		s.cfg.warnf("starting fully probed: %v", err)
 		return nil
 	}
+	if mf != nil && mf.RootsSampled {
+		// Every probe went last time: predict again.
+		return nil
+	}
 	ds, why := cost.Recall(mf, s.prep.Plan, m, s.cfg.Budget)
 	if why != "" {
 		s.cfg.warnf("%s", why)

@@ -52,3 +52,14 @@ func (o *outsidePlan) list() []extraFunc {
 	defer o.mu.Unlock()
 	return append([]extraFunc(nil), o.funcs...)
 }
+
+// lookup returns the function with id, if it has one.
+func (o *outsidePlan) lookup(id cct.FuncID) (extraFunc, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	i := int(id) - int(o.base)
+	if i < 0 || i >= len(o.funcs) {
+		return extraFunc{}, false
+	}
+	return o.funcs[i], true
+}

@@ -93,6 +93,9 @@ type beforeAttach struct {
 	// running says the target ran for window without calling a root:
 	// every probe was attached then, with nothing to predict by.
 	running bool
+	// sampled says the roots' own probes would have cost more than the
+	// budget at rate: none was attached, and the roots were sampled.
+	sampled bool
 }
 
 // countRoots attaches a probe on every root's entry that only counts its
@@ -218,12 +221,18 @@ func (s *Session) awaitAndAttach(model *cost.Model, opt probes.Options, base uin
 	rootRate := 0.0
 	if c1-c0 >= fewestPredictCalls && s1-s0 >= cost.MinProbeSamples {
 		rootRate = float64(c1-c0) / took.Seconds()
+		own := float64(s1-s0) * float64(s.sampler.Period) / took.Seconds()
+		if why, hot := s.rootsTooCostly(model, rootRate, own); hot {
+			s.attachMu.Lock()
+			s.before = beforeAttach{window: took, rate: rootRate, sampled: true}
+			s.attachMu.Unlock()
+			return s.sampleRootsFromStart(model, why, rootRate)
+		}
 		prior := cost.StaticCalls(s.prep.Plan)
 		rates := wire.MakeCounters[float64](model.Len())
 		for i, f := range prior {
 			rates.SetCalls(i, rootRate*f)
 		}
-		own := float64(s1-s0) * float64(s.sampler.Period) / took.Seconds()
 		ds = model.PredictRound(rates, own, fmt.Sprintf("predicted from the loops around its calls, at %s root calls/s", english.Rate(rootRate)))
 		if len(ds) > 0 {
 			opt.Omit = cost.Omitted(ds)
@@ -267,6 +276,10 @@ func (b beforeAttach) comment(roots []string, attached bool) string {
 	if b.running {
 		return fmt.Sprintf("the profile counts from the attach, %s after the session began: the target ran but never called %s, which may have been running since before it; every probe attached (--predict=false attaches at once)",
 			b.window.Round(time.Millisecond), root)
+	}
+	if b.sampled {
+		return fmt.Sprintf("the profile counts from the roots' sampling: %d calls of %s ran before it, in the %s from the first one, counted to predict by; at %s calls/s their own probes would cost more than the budget, so none went in, and the calls since are estimated",
+			b.calls, root, b.window.Round(time.Millisecond), english.Rate(b.rate))
 	}
 	prior := "too few to predict by: every probe attached"
 	switch {

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -70,7 +71,7 @@ func (s *Session) buildProfile(end uint64, st bpf.Stats) *cct.Profile {
 	}
 	// The simulator's node for signal handlers' calls.
 	p.Functions = append(p.Functions, cct.Function{Name: SignalHandlerName, SystemName: SignalHandlerName, Mapping: -1})
-	p.Comments = s.comments(st)
+	p.Comments = s.comments(st, end)
 	p.Alloc = s.cfg.Alloc
 	// Every function outside the plan that a sample or a discovery found.
 	for _, e := range s.outside.list() {
@@ -83,6 +84,12 @@ func (s *Session) buildProfile(end uint64, st bpf.Stats) *cct.Profile {
 			}
 		}
 	}
+	if s.hybrid != nil {
+		// The merged tree takes every estimated call, the threads'
+		// trees share them.
+		s.estimateRootCalls([]*cct.Tree{p.Tree}, end)
+		s.estimateRootCalls(slices.Collect(maps.Values(p.Threads)), end)
+	}
 	if s.samples != nil {
 		p.SamplePeriod = s.sampler.Period
 		for _, t := range p.AllTrees() {
@@ -90,7 +97,10 @@ func (s *Session) buildProfile(end uint64, st bpf.Stats) *cct.Profile {
 			s.markSampledCounts(t)
 		}
 		note := ""
-		if s.hybrid != nil {
+		switch {
+		case s.hybrid != nil && s.hybrid.RootCalls() != nil:
+			note = "the calls below the roots are unknown (?) or lower bounds (≥, pprof label calls=incomplete) since every probe went: no probe counts them once the roots' own are out; a root called less often keeps exact counts"
+		case s.hybrid != nil:
 			note = lowerBoundNote(p.Tree, s.stageOf, s.hybrid.WholeProgress)
 		}
 		if note != "" {
@@ -356,7 +366,7 @@ func contextName(p *cct.Profile, n *cct.Node) string {
 }
 
 // comments say what the profile is and every reason it may be inexact.
-func (s *Session) comments(st bpf.Stats) []string {
+func (s *Session) comments(st bpf.Stats, end uint64) []string {
 	pl := s.prep.Plan
 	ss := s.sim.Stats()
 	what := map[Mode]string{ModeExact: "exact trace", ModeHybrid: "hybrid trace", ModeSample: "sampled profile"}[s.cfg.Mode]
@@ -375,7 +385,7 @@ func (s *Session) comments(st bpf.Stats) []string {
 	}
 	if s.sampler != nil {
 		c = append(c, fmt.Sprintf("sampled every %s of CPU time: %d samples inside the root, %d of them in kprofd's probes (not the target's time), %d unplaced; estimated times (pprof label timing=estimated, ~ in text views) share out by samples the time their nearest exact caller measured and its exact callees leave",
-			s.sampler.Period, ss.Samples+st.ProbeSamples, ss.ProbeSamples+st.ProbeSamples, ss.UnplacedSamples))
+			s.sampler.Period, ss.Samples+st.ProbeSamples+ss.RootlessSamples-ss.RootlessOutside, ss.ProbeSamples+st.ProbeSamples, ss.UnplacedSamples))
 		if st.OutsideTrapSamples > 0 {
 			c = append(c, fmt.Sprintf("%d samples of threads outside the root were in the root's own entry and exit probes: %.1f%% of the target's own CPU time",
 				st.OutsideTrapSamples, 100*floorOverhead(st)))
@@ -390,8 +400,12 @@ func (s *Session) comments(st bpf.Stats) []string {
 	}
 	if s.cfg.Mode == ModeHybrid && s.hybrid != nil {
 		ds := s.Demotions()
-		monitor, bursts := s.hybrid.Summary()
+		monitor, bursts, roots := s.hybrid.Summary()
 		c = append(c, fmt.Sprintf("overhead budget %.0f%%: %d demotions; %s", 100*s.cfg.Budget, len(ds), monitor), bursts)
+		if roots != "" {
+			c = append(c, roots)
+			c = append(c, s.rootCallsComments(end)...)
+		}
 		c = append(c, estimate.CrossCheckComments(s.crossChecks)...)
 		for _, d := range ds {
 			c = append(c, "demoted "+d.String())

@@ -111,6 +111,9 @@ type Session struct {
 	ownsPrep bool // Close closes prep (Start made it)
 	signals  bool // signal handlers are told apart
 
+	discOnce sync.Once
+	discErr  error // what ending discovery returned (endDiscovery)
+
 	stopOnce sync.Once
 	profile  *cct.Profile
 	stopErr  error
@@ -210,9 +213,10 @@ func StartPrepared(pr *Prepared, cfg Config) (_ *Session, err error) {
 	}
 	if cfg.Mode == ModeHybrid {
 		// For the cost model: the plan's functions, ids for those
-		// found later (numbered after the plan's), and the one that
-		// counts the roots' calls before a predicting session attaches.
-		bcfg.Funcs = int(countingID(pr.Plan)) + 1
+		// found later (numbered after the plan's), the one that counts
+		// the roots' calls before a predicting session attaches, and
+		// the one that counts their callers once they are sampled.
+		bcfg.Funcs = int(countingID(pr.Plan)) + 2
 	}
 	if g := pr.Go; g != nil {
 		bcfg.Go = &bpf.GoLayout{GTLS: g.GTLS, GoidOff: g.GoidOff, StackHiOff: g.StackHiOff}
@@ -387,15 +391,7 @@ func (s *Session) attachAll(model *cost.Model, opt probes.Options, remembered []
 			model.SetSyncCost(cost.ProbeCost(cfg.Calibration, p.Class))
 		}
 		model.SetBurstShare(cost.BurstShare)
-		s.bursts, s.check = estimate.NewLog(), estimate.NewCheck()
-		s.samples.bursts = s.bursts
-		ctl := hybrid.New(s.hybridConfig(), hybrid.Env{Program: s.prog, Probes: s.probes, Sim: s.sim, Samples: s.samples,
-			Bursts: s.bursts, Check: s.check}, model)
-		s.counts = estimate.NewCounts(s.bursts, ctl.EntryCost)
-		s.sim.SetObserver(s.counts)
-		s.attachMu.Lock()
-		s.hybrid = ctl
-		s.attachMu.Unlock()
+		ctl := s.newHybrid(model)
 		ctl.Remember(remembered, attached, nil)
 		if rememberedSync {
 			ctl.RememberSync(s.memory.Reason())
@@ -405,12 +401,28 @@ func (s *Session) attachAll(model *cost.Model, opt probes.Options, remembered []
 	return nil
 }
 
+// newHybrid makes hybrid mode's controller for the attached probes,
+// steering by model, and the bursts' log and estimates it feeds.
+func (s *Session) newHybrid(model *cost.Model) *hybrid.Controller {
+	s.bursts, s.check = estimate.NewLog(), estimate.NewCheck()
+	s.samples.bursts = s.bursts
+	ctl := hybrid.New(s.hybridConfig(), hybrid.Env{Program: s.prog, Probes: s.probes, Sim: s.sim, Samples: s.samples,
+		Bursts: s.bursts, Check: s.check, Callers: rootCallers{s}}, model)
+	s.counts = estimate.NewCounts(s.bursts, ctl.EntryCost)
+	s.sim.SetObserver(s.counts)
+	s.attachMu.Lock()
+	s.hybrid = ctl
+	s.attachMu.Unlock()
+	return ctl
+}
+
 // hybridConfig returns the session as hybrid mode's controller sees it.
 func (s *Session) hybridConfig() hybrid.Config {
 	cfg := s.cfg
 	return hybrid.Config{PID: cfg.PID, Budget: cfg.Budget, RingBytes: cfg.RingBytes, SamplePeriod: s.sampler.Period,
 		Plan: s.prep.Plan, Start: s.start, StartMono: s.startMono, Log: cfg.Log, Warnf: cfg.Warnf,
-		AttachWarnf: cfg.attachWarnf, Demoted: cfg.Demoted}
+		AttachWarnf: cfg.attachWarnf, Demoted: cfg.Demoted,
+		SampleRoots: s.canSampleRoots(), BeforeRootsSampled: s.endDiscoveryForRoots, CallerCountID: countingID(s.prep.Plan) + 1}
 }
 
 // droppableSync returns pl's sync probe when hybrid mode may drop it:
@@ -511,6 +523,32 @@ func (s *Session) watchExit() {
 	}
 }
 
+// endDiscovery stops discovery, for good: no attach may start after the
+// detach, nor grow the cost model; threads it paused go on. Later calls
+// return what the first did.
+func (s *Session) endDiscovery() error {
+	s.discOnce.Do(func() {
+		if s.tracer != nil {
+			s.discErr = s.prog.SetPauseSignal(0)
+		}
+		if s.disc != nil {
+			s.disc.stop()
+		}
+		if s.tracer != nil {
+			s.discErr = errors.Join(s.discErr, s.tracer.Detach())
+		}
+	})
+	return s.discErr
+}
+
+// endDiscoveryForRoots ends discovery before every probe goes (see
+// hybrid.Controller.SampleRoots).
+func (s *Session) endDiscoveryForRoots() {
+	if err := s.endDiscovery(); err != nil {
+		s.cfg.warnf("%v", err)
+	}
+}
+
 // run is the event loop: it feeds events to the simulator until Stop has
 // detached the probes and the ring buffer is empty.
 func (s *Session) run() {
@@ -527,6 +565,8 @@ func (s *Session) run() {
 				s.sim.HandleStack(ev, s.reader.Stack(ev))
 			} else if ev.Kind == wire.KindSample {
 				s.sim.HandleSample(ev, s.reader.Stack(ev))
+			} else if ev.Kind == wire.KindRootless {
+				s.sim.HandleRootless(ev, s.reader.Stack(ev))
 			} else if ev.Kind == wire.KindTarget {
 				if s.disc != nil {
 					s.disc.report(ev)
@@ -560,7 +600,7 @@ func (s *Session) publish() {
 	s.dropped.Store(st.Dropped)
 	s.nodes.Store(st.Nodes)
 	s.folded.Store(st.Folded)
-	if st.RootEntries+st.SeededThreads > 0 {
+	if st.RootEntries+st.SeededThreads > 0 || st.RootlessSamples > st.RootlessOutside {
 		s.entered.Store(true)
 	}
 }
@@ -628,16 +668,7 @@ func (s *Session) stop() (*cct.Profile, error) {
 		<-s.awaitDone
 		attachErr = s.attachErr
 	}
-	var pauseErr error
-	if s.tracer != nil {
-		pauseErr = s.prog.SetPauseSignal(0)
-	}
-	if s.disc != nil {
-		s.disc.stop() // no attach may start after the detach, nor grow the cost model; paused threads go on
-	}
-	if s.tracer != nil {
-		pauseErr = errors.Join(pauseErr, s.tracer.Detach())
-	}
+	pauseErr := s.endDiscovery()
 	var hybridErr error
 	if s.hybrid != nil {
 		hybridErr = s.hybrid.Stop()
@@ -732,6 +763,9 @@ func (s *Session) KernelIDs() ([]ebpf.ProgramID, []link.ID) {
 		if info, err := l.Info(); err == nil {
 			ids = append(ids, info.ID)
 		}
+	}
+	if s.hybrid != nil {
+		ids = append(ids, s.hybrid.LinkIDs()...)
 	}
 	return s.prog.IDs(), ids
 }

@@ -40,6 +40,12 @@ type Memory struct {
 	// the root's return address does its job (root_overwritten in
 	// bpf/kprofd.bpf.c).
 	Sync bool `json:"sync,omitempty"`
+	// RootsSampled says the roots' own probes cost more than the budget
+	// and the session took every probe out: the next one predicts
+	// again (it starts the same way when the roots are still as hot)
+	// rather than attach what no stage of a function's would keep
+	// within the budget.
+	RootsSampled bool `json:"roots_sampled,omitempty"`
 }
 
 // Reason is what the demotions a session starts with from mf say.
@@ -220,6 +226,8 @@ type SessionEnd struct {
 	// SyncDropped says the sync probe is not in: dropped, or never
 	// attached as remembered.
 	SyncDropped bool
+	// RootsSampled says every probe went, the roots' own included.
+	RootsSampled bool
 }
 
 // Memorize returns what a session ending as e leaves for the next one:
@@ -236,6 +244,10 @@ type SessionEnd struct {
 // which would not predict, and its rounds would demote it again.
 func Memorize(funcs []*plan.Func, exe string, roots []string, budget float64, e SessionEnd) *Memory {
 	mf := &Memory{Version: memoryVersion, Executable: exe, Roots: roots, Budget: budget, Saved: time.Now(), Sync: e.SyncDropped}
+	if e.RootsSampled {
+		mf.RootsSampled = true
+		return mf
+	}
 	for _, f := range funcs {
 		id := int(f.ID)
 		if id >= len(e.Stages) || f.Root || f.Alloc != nil || e.Lingering[id] {

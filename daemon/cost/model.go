@@ -287,6 +287,30 @@ func (m *Model) EntryCost(id int) float64 {
 	return 0
 }
 
+// SampleAll moves every function, the roots included, to StageSampled:
+// hybrid mode took every probe out, since the roots' own cost more than
+// the budget. Ids that name no function of the model's stay as they are.
+func (m *Model) SampleAll() {
+	for i := range m.funcs {
+		if f := &m.funcs[i]; f.name != "" {
+			f.stage = StageSampled
+		}
+	}
+}
+
+// RootsCost returns the probe time per second (ns/s) the roots' own
+// probes cost when their calls run at rate per second: each call at the
+// dearest root's cost.
+func (m *Model) RootsCost(pl *plan.Plan, rate float64) float64 {
+	dearest := 0.0
+	for i, f := range pl.Funcs {
+		if f.Root && i < len(m.funcs) {
+			dearest = max(dearest, m.funcs[i].cost.Full)
+		}
+	}
+	return rate * dearest
+}
+
 // NoSites returns, by function id, whether the probes on its indirect
 // calls were dropped.
 func (m *Model) NoSites() []bool {

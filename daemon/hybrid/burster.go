@@ -63,8 +63,9 @@ type burster struct {
 	m   *monitor
 	log *estimate.Log
 
-	stop chan struct{}
-	done chan struct{}
+	stop     chan struct{}
+	stopOnce sync.Once
+	done     chan struct{}
 
 	// idle says no call of a root ran in the last window (set by burst,
 	// read by run: both on run's goroutine); take is what
@@ -763,7 +764,7 @@ func burstDuty(load, share, own float64) float64 {
 
 // Stop ends the bursts, the one running included, and waits.
 func (b *burster) Stop() {
-	close(b.stop)
+	b.stopOnce.Do(func() { close(b.stop) })
 	<-b.done
 }
 

@@ -4,8 +4,14 @@ import (
 	"errors"
 	"maps"
 	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/cilium/ebpf/link"
 
 	"github.com/kprofd/kprofd/daemon/cost"
+	"github.com/kprofd/kprofd/daemon/estimate"
+	"github.com/kprofd/kprofd/daemon/probes"
 	"github.com/kprofd/kprofd/internal/plan"
 	"github.com/kprofd/kprofd/internal/wire"
 )
@@ -17,6 +23,11 @@ type Controller struct {
 	env Env
 	m   *monitor
 	b   *burster
+	// roots counts the roots' calls once their probes are gone
+	// (SampleRoots); nil before.
+	rootsMu sync.Mutex
+	roots   *rootCounter
+	started atomic.Bool // Start ran
 }
 
 // New returns the controller of a session whose probes are attached,
@@ -25,7 +36,87 @@ func New(cfg Config, env Env, model *cost.Model) *Controller {
 	c := &Controller{cfg: cfg, env: env}
 	c.m = newMonitor(&c.cfg, &c.env, model)
 	c.b = newBurster(&c.cfg, &c.env, c.m)
+	if cfg.SampleRoots {
+		c.m.rootsHot = func(why string, floor float64) {
+			if err := c.SampleRoots(why, floor, 0); err != nil {
+				c.m.mu.Lock()
+				c.m.err = err
+				c.m.mu.Unlock()
+			}
+		}
+	}
 	return c
+}
+
+// SampleRoots takes every probe out, the roots' own included, because
+// those alone cost more than the budget (why says so; floor is what they
+// cost as measured, 0 when predicted): the bursts end, the session's
+// discovery stops (Config.BeforeRootsSampled), the samples find the
+// roots by unwinding every thread's stack (bpf.Program.SetRootsSampled),
+// every function counts as demoted to sampling, and the roots' calls are
+// counted in windows from then on (RootCalls); rate is their calls per
+// second as last measured, 0 when unknown. The monitor calls it from its
+// loop, which then ends; a session that predicts the roots too costly
+// calls it instead of Start.
+func (c *Controller) SampleRoots(why string, floor, rate float64) error {
+	if c.started.Load() {
+		c.b.Stop()
+	}
+	if c.cfg.BeforeRootsSampled != nil {
+		c.cfg.BeforeRootsSampled()
+	}
+	rc := estimate.NewRootCalls(c.cfg.SamplePeriod)
+	c.env.Sim.SetRootlessObserver(rc)
+	if err := c.env.Program.SetRootsSampled(); err != nil {
+		return err
+	}
+	gone, err := c.env.Probes.DetachAll()
+	c.env.Sim.RootsGone(gone)
+	rc.SetFrom(gone)
+	var roots []*plan.Func
+	c.m.mu.Lock()
+	c.m.model.SampleAll()
+	funcs := slices.Concat(c.cfg.Plan.Funcs, slices.Collect(maps.Values(c.m.found)))
+	c.m.mu.Unlock()
+	for _, f := range funcs {
+		if u := c.env.Samples; u != nil {
+			u.Detached(f.ID, probes.AllParts...)
+		}
+		if f.Root {
+			roots = append(roots, f)
+		}
+	}
+	r := newRootCounter(&c.cfg, &c.env, roots, rc, c.EntryCost, why, floor, rate)
+	c.rootsMu.Lock()
+	c.roots = r
+	c.rootsMu.Unlock()
+	go r.run()
+	return err
+}
+
+// LinkIDs returns the kernel ids of the links the controller attached
+// itself (the roots' count windows'), those closed since included.
+func (c *Controller) LinkIDs() []link.ID {
+	c.rootsMu.Lock()
+	r := c.roots
+	c.rootsMu.Unlock()
+	if r == nil {
+		return nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.ids)
+}
+
+// RootCalls returns the count windows of the roots' calls once their
+// probes are gone (SampleRoots), nil before.
+func (c *Controller) RootCalls() *estimate.RootCalls {
+	c.rootsMu.Lock()
+	defer c.rootsMu.Unlock()
+	if c.roots == nil {
+		return nil
+	}
+	return c.roots.log
 }
 
 // Remember takes in the decisions ds that the session starts with
@@ -44,6 +135,7 @@ func (c *Controller) RememberSync(reason string) { c.m.rememberSync(reason) }
 
 // Start starts the monitor and the bursts.
 func (c *Controller) Start() {
+	c.started.Store(true)
 	go c.m.run()
 	go c.b.run()
 }
@@ -51,14 +143,23 @@ func (c *Controller) Start() {
 // Stop ends the bursts (their probes go first: they need the monitor's
 // view), then the monitor, and returns what stopped either early.
 func (c *Controller) Stop() error {
-	c.b.Stop()
-	c.m.Stop()
+	if c.started.Load() {
+		c.b.Stop()
+		c.m.Stop() // after SampleRoots, if the monitor called it
+	}
+	var rerr error
+	c.rootsMu.Lock()
+	r := c.roots
+	c.rootsMu.Unlock()
+	if r != nil {
+		rerr = r.Stop()
+	}
 	c.b.mu.Lock()
 	berr := c.b.err
 	c.b.mu.Unlock()
 	c.m.mu.Lock()
 	defer c.m.mu.Unlock()
-	return errors.Join(berr, c.m.err)
+	return errors.Join(berr, c.m.err, rerr)
 }
 
 // Demotions returns the demotions so far, those of a round being applied
@@ -79,8 +180,17 @@ func (c *Controller) WholeCalls() int { return c.b.wholeCallsTaken() }
 // come: what an estimate per root call waits for.
 func (c *Controller) WholeProgress() string { return c.b.wholeProgress() }
 
-// Summary returns the profile's lines on the monitor and the bursts.
-func (c *Controller) Summary() (monitor, bursts string) { return c.m.summary(), c.b.summary() }
+// Summary returns the profile's lines on the monitor and the bursts, and
+// on the roots' sampling ("" unless SampleRoots ran).
+func (c *Controller) Summary() (monitor, bursts, roots string) {
+	c.rootsMu.Lock()
+	r := c.roots
+	c.rootsMu.Unlock()
+	if r != nil {
+		roots = r.summary()
+	}
+	return c.m.summary(), c.b.summary(), roots
+}
 
 // FuncName names function id, as demotions do.
 func (c *Controller) FuncName(id uint32) string { return c.m.funcName(id) }
@@ -138,7 +248,8 @@ func (c *Controller) End() (cost.SessionEnd, []*plan.Func) {
 			}
 			return m.bursts.Bursted(uint32(id))
 		},
-		SyncDropped: slices.ContainsFunc(m.demotions, func(d Demotion) bool { return d.Sync }),
+		SyncDropped:  slices.ContainsFunc(m.demotions, func(d Demotion) bool { return d.Sync }),
+		RootsSampled: c.RootCalls() != nil,
 	}
 	for id := range m.lingering {
 		e.Lingering[id] = true

@@ -16,6 +16,7 @@ import (
 	"github.com/kprofd/kprofd/bpf"
 	"github.com/kprofd/kprofd/daemon/estimate"
 	"github.com/kprofd/kprofd/daemon/probes"
+	"github.com/kprofd/kprofd/daemon/stack"
 	"github.com/kprofd/kprofd/internal/plan"
 	"github.com/kprofd/kprofd/internal/wire"
 )
@@ -28,6 +29,7 @@ type Program interface {
 	Stats() (bpf.Stats, error)
 	SampleAlloc(fn uint32, a wire.AllocSpec) error
 	SetSampleRootRule() error
+	SetRootsSampled() error
 	SetBurst(gen uint32) error
 	SetBurstsArmed(n uint32) error
 	SetWholeWindow(gen uint32, until uint64) error
@@ -40,6 +42,7 @@ type Probes interface {
 	Breakpoints(f *plan.Func, parts ...probes.Part) []uint64
 	DetachParts(f *plan.Func, parts ...probes.Part) (int, error)
 	DetachSync() (int, error)
+	DetachAll() (rootsGone uint64, err error)
 	SyncBreakpoints() []uint64
 }
 
@@ -53,6 +56,11 @@ type Simulator interface {
 	TrapSamples() map[uint32]uint64
 	// CountTrapsFrom makes TrapSamples count from monotonic time t on.
 	CountTrapsFrom(t uint64)
+	// SetRootlessObserver, RootsGone and RootCallers serve the roots'
+	// sampling once their probes are gone (see SampleRoots).
+	SetRootlessObserver(o stack.RootlessObserver)
+	RootsGone(t uint64)
+	RootCallers() map[stack.CallerChain]uint64
 }
 
 // ProbeSamples is told which parts of a function's probes are gone, so
@@ -84,6 +92,14 @@ type Config struct {
 	Log                *slog.Logger
 	Warnf, AttachWarnf func(format string, args ...any)
 	Demoted            func(Demotion)
+	// SampleRoots lets the monitor take every probe out, the roots'
+	// own included, when those alone cost more than the budget
+	// (Controller.SampleRoots); BeforeRootsSampled, when set, runs
+	// first (the session stops its discovery). CallerCountID is the
+	// counter the roots' callers are counted at meanwhile.
+	SampleRoots        bool
+	BeforeRootsSampled func()
+	CallerCountID      uint32
 }
 
 // Env is what the controller acts on.
@@ -96,6 +112,9 @@ type Env struct {
 	// Bursts is the bursts' log, Check the cross-check of their events.
 	Bursts *estimate.Log
 	Check  *estimate.Check
+	// Callers, when set, places the probes that count the roots'
+	// callers once the roots are sampled.
+	Callers Callers
 }
 
 func (c *Config) warnf(format string, args ...any) {

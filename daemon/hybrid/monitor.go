@@ -2,6 +2,7 @@ package hybrid
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -81,13 +82,24 @@ type monitor struct {
 	floors     []floorReading // the readings of the last floorWindow
 	floorPeak  float64        // the highest floor measured (see monitor.floorAt)
 	floorSaid  bool           // the user was warned that the floor passes the budget
+	hotWhy     string         // why the roots are to be sampled (errRootsHot)
 	// prior holds the functions of remembered that the prior started
 	// demoted (see predict.go).
 	prior map[int]bool
 
-	stop chan struct{}
-	done chan struct{}
+	// rootsHot, when set, takes over once the roots' own probes cost
+	// more than the budget (errRootsHot ends the loop): the controller's
+	// SampleRoots.
+	rootsHot func(why string, floor float64)
+
+	stop     chan struct{}
+	stopOnce sync.Once
+	done     chan struct{}
 }
+
+// errRootsHot ends the monitor's loop when the roots' own probes cost more
+// than the budget and the roots are to be sampled (monitor.rootsHot).
+var errRootsHot = errors.New("the roots' own probes cost more than the budget")
 
 // linger is a function demoted to sampling along with a caller while it
 // had no calls (cost.Decision.Idle), whose probes stay in until it is
@@ -202,6 +214,13 @@ func (m *monitor) run() {
 			err = m.step(time.Now())
 		}
 	}
+	if errors.Is(err, errRootsHot) {
+		m.mu.Lock()
+		why, floor := m.hotWhy, m.floorPeak
+		m.mu.Unlock()
+		m.rootsHot(why, floor)
+		return
+	}
 	m.mu.Lock()
 	m.err = err
 	m.mu.Unlock()
@@ -209,7 +228,7 @@ func (m *monitor) run() {
 
 // Stop ends the loop and waits for it.
 func (m *monitor) Stop() {
-	close(m.stop)
+	m.stopOnce.Do(func() { close(m.stop) })
 	<-m.done
 }
 
@@ -315,6 +334,12 @@ func (m *monitor) step(now time.Time) error {
 	// Wilson's bound is no bound on one or two samples (one of a
 	// session's first three can bound the floor over a 10% budget). The
 	// rounds take the floor as it is: read high, it only demotes more.
+	if meas.Floor > m.model.Budget() && floorSamples >= cost.MinProbeSamples && m.rootsHot != nil {
+		m.hotWhy = fmt.Sprintf("the roots' own entry and exit probes cost at least %.1f%% of the target's CPU time, more than the %.0f%% overhead budget",
+			100*meas.Floor, 100*m.model.Budget())
+		m.mu.Unlock()
+		return errRootsHot
+	}
 	if meas.Floor > m.model.Budget() && floorSamples >= cost.MinProbeSamples && !m.floorSaid {
 		m.floorSaid = true
 		m.cfg.warnf("the root's own entry and exit probes cost at least %.1f%% of the target's CPU time, more than the %.0f%% overhead budget: every function below the root is demoted as it is called; what the root's own probes cost stays, and a root called less often (one of its callers) costs less",

@@ -14,6 +14,7 @@ import (
 	"github.com/cilium/ebpf/link"
 
 	"github.com/kprofd/kprofd/bpf"
+	"github.com/kprofd/kprofd/internal/monotonic"
 	"github.com/kprofd/kprofd/internal/plan"
 	"github.com/kprofd/kprofd/internal/proc"
 	"github.com/kprofd/kprofd/internal/wire"
@@ -594,6 +595,32 @@ func (s *Set) Close() error {
 		s.links[p] = nil
 	}
 	return errors.Join(errs...)
+}
+
+// DetachAll detaches every probe as Close does, and forgets them: the set
+// stays usable, empty (hybrid mode takes every probe out when the
+// roots' own cost more than the budget). rootsGone is the monotonic time
+// the roots' entries were gone by: no call of a root began under a probe
+// after it.
+func (s *Set) DetachAll() (rootsGone uint64, err error) {
+	s.mu.Lock()
+	links := s.links
+	s.links = [numPhases][]link.Link{}
+	if s.byFunc != nil {
+		s.byFunc = map[*plan.Func]*funcLinks{}
+	}
+	s.byObj = nil
+	s.syncLinks, s.syncAddrs = nil, nil
+	s.funcs, s.probes = 0, 0
+	s.mu.Unlock()
+	var errs []error
+	for p := len(links) - 1; p >= 0; p-- {
+		errs = append(errs, CloseAll(links[p]))
+		if p == phaseRootEntries {
+			rootsGone = monotonic.Now()
+		}
+	}
+	return rootsGone, errors.Join(errs...)
 }
 
 // CloseAll closes links concurrently. Each close blocks an OS thread for

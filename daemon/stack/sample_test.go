@@ -6,6 +6,7 @@ import (
 	"github.com/kprofd/kprofd/daemon/stack"
 	. "github.com/kprofd/kprofd/daemon/stack/stacktest"
 
+	"github.com/kprofd/kprofd/internal/cct"
 	"github.com/kprofd/kprofd/internal/wire"
 )
 
@@ -111,5 +112,88 @@ func TestHandleSampleOutsideRoot(t *testing.T) {
 	s.HandleSample(&e, &wire.Stack{SP: 0xf00})
 	if st := s.Stats(); st.UnplacedSamples != 1 || s.Merged().NumNodes() != 0 {
 		t.Errorf("%d unplaced, %d nodes", st.UnplacedSamples, s.Merged().NumNodes())
+	}
+}
+
+// rootlessCounter records what a RootlessObserver hears.
+type rootlessCounter struct{ inRoot, trap, outside int }
+
+func (c *rootlessCounter) RootlessSample(_ uint64, inRoot, trap bool) {
+	switch {
+	case trap:
+		c.trap++
+	case inRoot:
+		c.inRoot++
+	default:
+		c.outside++
+	}
+}
+
+// TestHandleRootless checks where samples land once the roots' probes
+// are gone: in the context of the real frames from the outermost root
+// frame down, none without one; and who called the root.
+func TestHandleRootless(t *testing.T) {
+	const s0, s1, s2, s3, s4 = 0x1000, 0xfe0, 0xfc0, 0xfa0, 0xf80
+	const X, Y = 20, 21 // functions outside the plan
+	funcs := Funcs()
+	funcs[B].Root = true
+	for _, tc := range []struct {
+		name    string
+		real    []stack.RealFrame
+		flags   uint8
+		inProbe bool
+		want    string
+		chain   stack.CallerChain
+		heard   rootlessCounter
+	}{
+		{"below the root", []stack.RealFrame{{s4, Y}, {s3, C}, {s2, B}, {s1, X}, {s0, A}}, 0, false, "B/C/func21 1",
+			stack.CallerChain{X, A, cct.NoFunc, cct.NoFunc}, rootlessCounter{inRoot: 1}},
+		{"in the root itself", []stack.RealFrame{{s2, B}, {s1, X}}, 0, false, "B 1",
+			stack.CallerChain{X, cct.NoFunc, cct.NoFunc, cct.NoFunc}, rootlessCounter{inRoot: 1}},
+		// A recursion of the root: the outermost frame starts the context.
+		{"recursive root", []stack.RealFrame{{s3, B}, {s2, C}, {s1, B}, {s0, A}}, 0, false, "B/C/B 1",
+			stack.CallerChain{A, cct.NoFunc, cct.NoFunc, cct.NoFunc}, rootlessCounter{inRoot: 1}},
+		{"outside the root", []stack.RealFrame{{s1, X}, {s0, A}}, 0, false, "", stack.CallerChain{}, rootlessCounter{outside: 1}},
+		{"in a count probe's trap", nil, wire.FlagKernel | wire.FlagTrap, false, "", stack.CallerChain{}, rootlessCounter{trap: 1}},
+		{"at a probe", []stack.RealFrame{{s2, B}}, 0, true, "", stack.CallerChain{}, rootlessCounter{trap: 1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := stack.NewSimulator(funcs)
+			s.SetSampleUnwinder(fakeUnwinder{tc.real, s0, tc.inProbe})
+			var heard rootlessCounter
+			s.SetRootlessObserver(&heard)
+			e := Ev(wire.KindRootless, 30, 0, 0)
+			e.Flags = tc.flags
+			s.HandleRootless(&e, &wire.Stack{SP: s4 - 8})
+			if got := SamplesString(s.Merged()); got != tc.want {
+				t.Errorf("samples %q, want %q", got, tc.want)
+			}
+			if heard != tc.heard {
+				t.Errorf("the observer heard %+v, want %+v", heard, tc.heard)
+			}
+			callers := s.RootCallers()
+			if tc.want == "" {
+				if len(callers) != 0 {
+					t.Errorf("root callers %v, want none", callers)
+				}
+			} else if len(callers) != 1 || callers[tc.chain] != 1 {
+				t.Errorf("root callers %v, want %v once", callers, tc.chain)
+			}
+		})
+	}
+}
+
+// TestRootsGone checks that frames open when the roots' probes went end
+// then, not at the session's end.
+func TestRootsGone(t *testing.T) {
+	const s0, s1 = 0x1000, 0xfe0
+	s := stack.NewSimulator(Funcs())
+	for _, e := range []wire.Event{In(0, s0, A), In(10, s1, B)} {
+		s.Handle(&e)
+	}
+	s.RootsGone(50)
+	s.Finish(1000)
+	if got, want := TreeString(s.Merged()), "A 1 50;A/B 1 40"; got != want {
+		t.Errorf("tree %q, want %q", got, want)
 	}
 }

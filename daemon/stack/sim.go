@@ -120,6 +120,13 @@ type Simulator struct {
 	allocEst      map[*cct.Node]*allocEstimate
 	// allocBursts holds, by context, the allocations bursts saw.
 	allocBursts map[*cct.Node]*burstSizes
+	// rootsGone is when the roots' probes went (RootsGone), 0 while
+	// they are in; rootlessObs hears of the samples after it, and
+	// rootCallers tallies who called the roots in them.
+	rootsGone   atomic.Uint64
+	rootlessObs atomic.Pointer[RootlessObserver]
+	callersMu   sync.Mutex
+	rootCallers map[CallerChain]uint64
 }
 
 // NewSimulator returns a simulator for the functions in funcs, indexed by
@@ -465,7 +472,7 @@ func (s *Simulator) SetRestarts(on bool) { s.restarts = on }
 func (s *Simulator) Finish(endTime uint64) {
 	for _, th := range s.threads {
 		s.stats.Unfinished += uint64(len(th.frames))
-		s.closeAll(th, endTime)
+		s.closeAll(th, s.finishAt(endTime))
 	}
 	if s.obs != nil {
 		s.obs.Finish(s.allTrees())

@@ -97,4 +97,8 @@ type SimStats struct {
 	// target's time), UnplacedSamples those no frame of the simulated
 	// stack could take.
 	Samples, ProbeSamples, UnplacedSamples uint64
+	// RootlessSamples counts the samples taken while the roots were
+	// sampled (HandleRootless), RootlessOutside those of them with no
+	// root frame on their stack, a trap's left out.
+	RootlessSamples, RootlessOutside uint64
 }

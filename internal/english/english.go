@@ -1,7 +1,10 @@
 // Package english words the counts in kprofd's messages.
 package english
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
 // Plural returns n and what, with an s after what unless n is 1:
 // "1 round", "3 rounds".
@@ -21,4 +24,16 @@ func Rate(r float64) string {
 		return fmt.Sprintf("%.1fk", r/1e3)
 	}
 	return fmt.Sprintf("%.0f", r)
+}
+
+// List joins words as a sentence lists them: "a", "a and b", "a, b and c".
+func List(words []string) string {
+	switch n := len(words); n {
+	case 0:
+		return ""
+	case 1:
+		return words[0]
+	default:
+		return strings.Join(words[:n-1], ", ") + " and " + words[n-1]
+	}
 }

@@ -18,3 +18,19 @@ func TestPlural(t *testing.T) {
 		}
 	}
 }
+
+func TestList(t *testing.T) {
+	for _, tc := range []struct {
+		words []string
+		want  string
+	}{
+		{nil, ""},
+		{[]string{"a"}, "a"},
+		{[]string{"a", "b"}, "a and b"},
+		{[]string{"a", "b", "c"}, "a, b and c"},
+	} {
+		if got := List(tc.words); got != tc.want {
+			t.Errorf("List(%q) = %q, want %q", tc.words, got, tc.want)
+		}
+	}
+}

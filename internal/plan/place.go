@@ -439,3 +439,27 @@ func decodeAt(obj *symbolizer.Mapped, addr uint64) (x86.Inst, error) {
 	}
 	return x86.Decode(code, addr)
 }
+
+// CountProbe returns where a probe that only counts the calls of fn, a
+// function of obj outside any plan, goes: its first instruction, the only
+// one sure to run once per call without its branch targets known, when a
+// probe may go on it.
+func CountProbe(obj *symbolizer.Mapped, fn *symbolizer.Func) (Probe, error) {
+	code, err := obj.Code(fn.Addr, min(fn.Size, 16))
+	if err != nil {
+		return Probe{}, err
+	}
+	in, err := x86.Decode(code, fn.Addr)
+	if err != nil {
+		return Probe{}, fmt.Errorf("%w: decoding its first instruction: %v", errNoSafeSite, err)
+	}
+	c := x86.ProbeClass(&in)
+	if c == x86.ClassUnprobeable {
+		return Probe{}, fmt.Errorf("%w at its entry: %s is %s", errNoSafeSite, describe(&in), x86.Hazard(&in))
+	}
+	off, err := obj.FileOffset(fn.Addr)
+	if err != nil {
+		return Probe{}, err
+	}
+	return Probe{Addr: fn.Addr, Offset: off, Kind: wire.KindEntry, Class: c}, nil
+}

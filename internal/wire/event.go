@@ -47,6 +47,12 @@ const (
 	// CookieAlloc) with one value of the allocation in Slot; Func says
 	// which (AllocSize, AllocFree, AllocResult).
 	KindAlloc Kind = 12
+	// KindRootless is a cpu-clock sample of any thread of the target
+	// once hybrid mode took the roots' own probes out (see
+	// bpf.Program.SetRootsSampled): its whole stack, on which the daemon
+	// looks for a root frame; with FlagTrap, taken in a probe's trap,
+	// without one. bpf.Reader.Stack returns it.
+	KindRootless Kind = 13
 )
 
 func (k Kind) String() string {
@@ -77,6 +83,8 @@ func (k Kind) String() string {
 		return "target"
 	case KindAlloc:
 		return "alloc"
+	case KindRootless:
+		return "rootless sample"
 	}
 	return "kind?"
 }
