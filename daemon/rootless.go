@@ -53,7 +53,7 @@ func (s *Session) sampleRootsFromStart(model *cost.Model, why string, rate float
 	s.start, s.startMono = time.Now(), monotonic.Now()
 	s.attachMu.Unlock()
 	model.SetBurstShare(cost.BurstShare)
-	return s.newHybrid(model).SampleRoots(why, 0, rate)
+	return s.newHybrid(model).SampleRoots(why, rate)
 }
 
 // rootCallers places the probes that count the roots' callers
@@ -120,6 +120,7 @@ func (s *Session) estimateRootCalls(trees []*cct.Tree, end uint64) {
 			n.Calls += add
 			n.Unprobed += add
 			n.CallsEstimated, n.CallsError = true, e.RelErr
+			n.Incomplete = n.Incomplete || e.LowerBound
 			n.Estimated = true
 		}
 	}
@@ -150,8 +151,12 @@ func (s *Session) rootCallsComments(end uint64) []string {
 			c = append(c, fmt.Sprintf("%s: no count window closed after its probes went at +%s: its calls since are missing (≥ in text views)", f.Node.Func.Short, at))
 			continue
 		}
-		c = append(c, fmt.Sprintf("%s: its calls since its probes went at +%s are estimated (~, ±%.0f%%) from %s of %s in all, which counted %d; their probes' traps took %.0f%% of the calling threads' time in them (by their samples), which the estimate takes out",
-			f.Node.Func.Short, at, 100*e.RelErr, english.Plural(e.Windows, "count window"), e.Span.Round(time.Millisecond), e.Counted, 100*e.Slowdown))
+		bound := ""
+		if e.LowerBound {
+			bound = ": more than half, so the estimate is a lower bound (≥~)"
+		}
+		c = append(c, fmt.Sprintf("%s: its calls since its probes went at +%s are estimated (~, ±%.0f%%) from %s of %s in all, which counted %d; their probes' traps took %.0f%% of the calling threads' time in them, which the estimate takes out%s",
+			f.Node.Func.Short, at, 100*e.RelErr, english.Plural(e.Windows, "count window"), e.Span.Round(time.Millisecond), e.Counted, 100*e.Slowdown, bound))
 	}
 	ss := s.sim.Stats()
 	if ss.RootlessSamples > 0 {

@@ -13,29 +13,51 @@ import (
 // windows' counts scale to the time since the probes went. Inside a
 // window the count probe's traps slow the threads that call the roots,
 // which then make fewer calls than they would: each window's time is
-// shortened by the traps' share of those threads' CPU time, the traps'
-// time (the hits times what one costs) over the CPU time the samples
-// taken in the windows found inside a root or in a trap (RootlessSample;
-// it implements stack.RootlessObserver). Windows are opened and closed by
-// one goroutine, samples come from the event loop.
+// shortened by the traps' share of those threads' CPU time. The samples
+// say what that share is (RootlessSample; it implements
+// stack.RootlessObserver): a trap runs in the kernel, so the share of
+// the samples inside a root taken in the kernel grows in the windows by
+// the traps' share, over what it is between them. Windows are opened and
+// closed by one goroutine, samples come from the event loop.
 type RootCalls struct {
 	mu      sync.Mutex
 	period  time.Duration // the CPU time one sample stands for
 	from    uint64        // monotonic ns: the roots' probes were gone by then
 	windows []rootWindow
+	between kernelShare // the samples inside a root between the windows
+}
+
+// kernelShare counts samples inside a root (or in a trap), and those of
+// them taken in the kernel.
+type kernelShare struct{ all, kernel uint64 }
+
+func (k *kernelShare) add(kernel bool) {
+	k.all++
+	if kernel {
+		k.kernel++
+	}
+}
+
+// share returns the kernel's share and its standard error.
+func (k kernelShare) share() (q, se float64) {
+	if k.all == 0 {
+		return 0, 0
+	}
+	q = float64(k.kernel) / float64(k.all)
+	return q, math.Sqrt(q * (1 - q) / float64(k.all))
 }
 
 // rootWindow is one count window: open from start to end (monotonic ns;
 // end 0 while open), with the calls counted by root id and what their
-// traps cost (ns), and the samples of threads inside a root (inRoot) and
-// in a trap taken meanwhile.
+// traps cost by the calibration (ns), and the samples inside a root taken
+// meanwhile.
 type rootWindow struct {
-	start, end   uint64
-	calls        map[uint32]uint64
-	trapNs       float64
-	inRoot, trap uint64
-	covers       uint64          // the stretch of time it stands for (ns; 0: its own)
-	pending      []pendingSample // samples taken while it was open
+	start, end uint64
+	calls      map[uint32]uint64
+	trapNs     float64
+	samples    kernelShare
+	covers     uint64          // the stretch of time it stands for (ns; 0: its own)
+	pending    []pendingSample // samples taken while it was open
 }
 
 // NewRootCalls returns an empty log of count windows, for samples that
@@ -74,7 +96,9 @@ func (r *RootCalls) End(w int, t uint64) {
 	win.end = t
 	for _, p := range win.pending {
 		if p.t <= t {
-			win.count(p.trap)
+			win.samples.add(p.kernel)
+		} else {
+			r.between.add(p.kernel)
 		}
 	}
 	win.pending = nil
@@ -113,40 +137,38 @@ func (r *RootCalls) Drop(w int) {
 }
 
 // RootlessSample implements stack.RootlessObserver: a sample inside a
-// window weighs its counts.
-func (r *RootCalls) RootlessSample(t uint64, inRoot, trap bool) {
+// root weighs the counts of the window it was taken in, or the share of
+// kernel time between windows.
+func (r *RootCalls) RootlessSample(t uint64, inRoot, trap, kernel bool) {
 	if !inRoot && !trap {
 		return
 	}
+	kernel = kernel || trap
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	i := sort.Search(len(r.windows), func(i int) bool { return r.windows[i].start > t }) - 1
 	if i < 0 {
+		if t >= r.from && r.from != 0 {
+			r.between.add(kernel)
+		}
 		return
 	}
 	w := &r.windows[i]
 	switch {
 	case w.end == 0:
 		// Open: it may end before t, read a moment ago (see End).
-		w.pending = append(w.pending, pendingSample{t, trap})
+		w.pending = append(w.pending, pendingSample{t, kernel})
 	case t <= w.end:
-		w.count(trap)
+		w.samples.add(kernel)
+	default:
+		r.between.add(kernel)
 	}
 }
 
 // pendingSample is a sample taken while its window was open.
 type pendingSample struct {
-	t    uint64
-	trap bool
-}
-
-// count counts a sample in w.
-func (w *rootWindow) count(trap bool) {
-	if trap {
-		w.trap++
-	} else {
-		w.inRoot++
-	}
+	t      uint64
+	kernel bool
 }
 
 // RootEstimate is what the windows make of one root's calls since its
@@ -161,24 +183,30 @@ type RootEstimate struct {
 	Counted uint64
 	// Slowdown is the share of the calling threads' CPU time the count
 	// probes' traps took in the windows: the windows' time is shortened
-	// by it.
-	Slowdown float64
+	// by it. LowerBound says it is over half: what it misses (the
+	// traps' after-cost, and samples at a root's entry that cannot be
+	// placed) then weighs too much for an estimate, and Calls is a
+	// lower bound.
+	Slowdown   float64
+	LowerBound bool
 }
 
-// slowdownError is the relative error taken for the traps' share of the
-// calling threads' time (see Estimate).
-const slowdownError = 0.5
+// calibratedError is the relative error taken for the traps' share of
+// the calling threads' time when it rests on the calibrated cost of a
+// trap.
+const calibratedError = 0.5
 
-// maxSlowdown bounds the correction: traps that seem to take more of the
-// calling threads' time than this are taken for this much.
-const maxSlowdown = 0.9
+// maxSlowdown bounds the correction (50 times): traps that seem to take
+// more of the calling threads' time than this are taken for this much.
+const maxSlowdown = 0.98
 
 // Estimate returns root id's calls from the roots' probes going to end
 // (monotonic ns); ok is false before a window closed.
 func (r *RootCalls) Estimate(id uint32, end uint64) (e RootEstimate, ok bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var span, samples, trapSamples, trapNs, covered, weighted float64
+	var span, trapNs, covered, weighted float64
+	var in kernelShare
 	var rates, weights []float64
 	for _, w := range r.windows {
 		if w.end <= w.start {
@@ -190,8 +218,8 @@ func (r *RootCalls) Estimate(id uint32, end uint64) (e RootEstimate, ok bool) {
 		e.Windows++
 		e.Counted += w.calls[id]
 		span += d
-		samples += float64(w.inRoot + w.trap)
-		trapSamples += float64(w.trap)
+		in.all += w.samples.all
+		in.kernel += w.samples.kernel
 		trapNs += w.trapNs
 		covered += c
 		weighted += rate * c
@@ -203,18 +231,27 @@ func (r *RootCalls) Estimate(id uint32, end uint64) (e RootEstimate, ok bool) {
 	}
 	e.Span = time.Duration(span)
 	// The traps' share of the calling threads' CPU time in the windows:
-	// their calibrated cost over that CPU time (by the samples; with none,
-	// one thread busy throughout), or the samples taken in a trap when
-	// more (they miss the end of a trap, after the probed instruction is
-	// emulated). Either may be off by half: what a trap costs the code
-	// after it (caches) is in neither.
+	// what the kernel's share of their samples grew by over its share
+	// between the windows; at least the traps' calibrated cost over that
+	// CPU time (by the samples; with none, one thread busy throughout).
+	qIn, seIn := in.share()
+	qOut, seOut := r.between.share()
 	busy := span
-	if samples > 0 {
-		busy = samples * float64(r.period)
-		trapNs = max(trapNs, trapSamples*float64(r.period))
+	if in.all > 0 {
+		busy = float64(in.all) * float64(r.period)
 	}
-	e.Slowdown = min(trapNs/busy, maxSlowdown)
-	pErr := slowdownError * e.Slowdown / (1 - e.Slowdown)
+	// The calibration's cost of a trap may be off by half on a machine
+	// it was not made on, or for a probe program that does less.
+	p := trapNs / busy
+	seP := calibratedError * p
+	if qOut < 1 {
+		if bySamples := (qIn - qOut) / (1 - qOut); bySamples > p {
+			p, seP = bySamples, math.Hypot(seIn, seOut)/(1-qOut)
+		}
+	}
+	e.Slowdown = min(p, maxSlowdown)
+	e.LowerBound = e.Slowdown > 0.5
+	pErr := seP / (1 - e.Slowdown)
 	// Each window is a sample, at a random point, of the stretch of
 	// time it stands for (Covers): the rates weigh by those stretches,
 	// which the pacing makes unequal (a window is longer while the

@@ -37,8 +37,8 @@ func New(cfg Config, env Env, model *cost.Model) *Controller {
 	c.m = newMonitor(&c.cfg, &c.env, model)
 	c.b = newBurster(&c.cfg, &c.env, c.m)
 	if cfg.SampleRoots {
-		c.m.rootsHot = func(why string, floor float64) {
-			if err := c.SampleRoots(why, floor, 0); err != nil {
+		c.m.rootsHot = func(why string) {
+			if err := c.SampleRoots(why, 0); err != nil {
 				c.m.mu.Lock()
 				c.m.err = err
 				c.m.mu.Unlock()
@@ -49,16 +49,15 @@ func New(cfg Config, env Env, model *cost.Model) *Controller {
 }
 
 // SampleRoots takes every probe out, the roots' own included, because
-// those alone cost more than the budget (why says so; floor is what they
-// cost as measured, 0 when predicted): the bursts end, the session's
-// discovery stops (Config.BeforeRootsSampled), the samples find the
-// roots by unwinding every thread's stack (bpf.Program.SetRootsSampled),
-// every function counts as demoted to sampling, and the roots' calls are
-// counted in windows from then on (RootCalls); rate is their calls per
-// second as last measured, 0 when unknown. The monitor calls it from its
-// loop, which then ends; a session that predicts the roots too costly
-// calls it instead of Start.
-func (c *Controller) SampleRoots(why string, floor, rate float64) error {
+// those alone cost more than the budget (why says so): the bursts end,
+// the session's discovery stops (Config.BeforeRootsSampled), the samples
+// find the roots by unwinding every thread's stack
+// (bpf.Program.SetRootsSampled), every function counts as demoted to
+// sampling, and the roots' calls are counted in windows from then on
+// (RootCalls); rate is their calls per second as last measured, 0 when
+// unknown. The monitor calls it from its loop, which then ends; a session
+// that predicts the roots too costly calls it instead of Start.
+func (c *Controller) SampleRoots(why string, rate float64) error {
 	if c.started.Load() {
 		c.b.Stop()
 	}
@@ -86,7 +85,7 @@ func (c *Controller) SampleRoots(why string, floor, rate float64) error {
 			roots = append(roots, f)
 		}
 	}
-	r := newRootCounter(&c.cfg, &c.env, roots, rc, c.EntryCost, why, floor, rate)
+	r := newRootCounter(&c.cfg, &c.env, roots, rc, c.EntryCost, why, rate)
 	c.rootsMu.Lock()
 	c.roots = r
 	c.rootsMu.Unlock()

@@ -90,7 +90,7 @@ type monitor struct {
 	// rootsHot, when set, takes over once the roots' own probes cost
 	// more than the budget (errRootsHot ends the loop): the controller's
 	// SampleRoots.
-	rootsHot func(why string, floor float64)
+	rootsHot func(why string)
 
 	stop     chan struct{}
 	stopOnce sync.Once
@@ -216,9 +216,9 @@ func (m *monitor) run() {
 	}
 	if errors.Is(err, errRootsHot) {
 		m.mu.Lock()
-		why, floor := m.hotWhy, m.floorPeak
+		why := m.hotWhy
 		m.mu.Unlock()
-		m.rootsHot(why, floor)
+		m.rootsHot(why)
 		return
 	}
 	m.mu.Lock()

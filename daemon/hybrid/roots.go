@@ -77,7 +77,6 @@ type rootCounter struct {
 	log     *estimate.RootCalls
 	hitCost func(id uint32) float64 // what one hit of a root's entry probe costs, in ns
 	why     string                  // why the roots' probes went, for the user
-	floor   float64                 // what they cost, as measured (0: predicted)
 	stop    chan struct{}
 	done    chan struct{}
 	said    sync.Once
@@ -114,8 +113,8 @@ type callerSearch struct {
 	tried  []string
 }
 
-func newRootCounter(cfg *Config, env *Env, roots []*plan.Func, log *estimate.RootCalls, hitCost func(uint32) float64, why string, floor, rate float64) *rootCounter {
-	return &rootCounter{cfg: cfg, env: env, roots: roots, log: log, hitCost: hitCost, why: why, floor: floor, rate: rate, probes: 1,
+func newRootCounter(cfg *Config, env *Env, roots []*plan.Func, log *estimate.RootCalls, hitCost func(uint32) float64, why string, rate float64) *rootCounter {
+	return &rootCounter{cfg: cfg, env: env, roots: roots, log: log, hitCost: hitCost, why: why, rate: rate, probes: 1,
 		stop: make(chan struct{}), done: make(chan struct{})}
 }
 
@@ -344,7 +343,7 @@ func (r *rootCounter) callerCounted(name string, calls, roots uint64, length tim
 	}
 	if calls*lessOften <= roots {
 		s.done, s.named, s.rate = true, name, float64(calls)/length.Seconds()
-		s.ratio = float64(roots) / float64(max(calls, 1))
+		s.ratio = float64(roots) / float64(max(calls, 1)) // with none, the roots' calls
 	} else {
 		s.tried = append(s.tried, name)
 		s.level++
@@ -376,6 +375,9 @@ func (r *rootCounter) line() string {
 	r.mu.Unlock()
 	var better string
 	switch {
+	case s.named != "" && s.rate == 0:
+		better = fmt.Sprintf("; %s, which calls it, was not called in a count window while it called it %s times: it runs on around the calls, and as the root its own probes would cost next to nothing",
+			s.named, english.Rate(s.ratio))
 	case s.named != "":
 		better = fmt.Sprintf("; %s, which calls it, is called %s times less often (%s calls/s): as the root, its own probes would cost that much less",
 			s.named, english.Rate(s.ratio), english.Rate(s.rate))

@@ -23,9 +23,10 @@ type CallerChain [CallerDepth]cct.FuncID
 
 // A RootlessObserver hears of every sample taken while the roots are
 // sampled: at monotonic time t, with a root frame on its stack (inRoot),
-// or in a probe's trap (trap: a count window's probe on a root's entry).
+// or in a probe's trap (trap: a count window's probe on a root's entry),
+// and whether it was taken in the kernel (a trap's always is).
 type RootlessObserver interface {
-	RootlessSample(t uint64, inRoot, trap bool)
+	RootlessSample(t uint64, inRoot, trap, kernel bool)
 }
 
 // SetRootlessObserver makes HandleRootless tell o of every sample. Any
@@ -61,7 +62,7 @@ func (s *Simulator) HandleRootless(ev *wire.Event, st *wire.Stack) {
 		}
 	}
 	if o := s.rootlessObs.Load(); o != nil {
-		(*o).RootlessSample(ev.Time, outer >= 0, trap)
+		(*o).RootlessSample(ev.Time, outer >= 0, trap, ev.Flags&wire.FlagKernel != 0)
 	}
 	if outer < 0 {
 		if !trap {

@@ -118,7 +118,7 @@ func TestHandleSampleOutsideRoot(t *testing.T) {
 // rootlessCounter records what a RootlessObserver hears.
 type rootlessCounter struct{ inRoot, trap, outside int }
 
-func (c *rootlessCounter) RootlessSample(_ uint64, inRoot, trap bool) {
+func (c *rootlessCounter) RootlessSample(_ uint64, inRoot, trap, _ bool) {
 	switch {
 	case trap:
 		c.trap++

@@ -20,14 +20,31 @@ const GoRoot = "main.work"
 // table of runtime.g layouts were checked.
 func BuildGo(t testing.TB, stripped bool) string {
 	t.Helper()
+	return buildGoDir(t, "gotarget", stripped)
+}
+
+// GoFormatRoot is testdata/goformat's root function.
+const GoFormatRoot = "main.formatAll"
+
+// BuildGoFormat builds testdata/goformat, which formats go/types' sources
+// with go/format, and returns the executable's path.
+func BuildGoFormat(t testing.TB) string {
+	t.Helper()
+	return buildGoDir(t, "goformat", false)
+}
+
+// buildGoDir builds the Go program in testdata/dir into a fresh directory
+// (see BuildGo).
+func buildGoDir(t testing.TB, dir string, stripped bool) string {
+	t.Helper()
 	Need(t, "go")
-	exe := filepath.Join(t.TempDir(), "gotarget")
+	exe := filepath.Join(t.TempDir(), dir)
 	args := []string{"build", "-o", exe}
 	if stripped {
 		args = append(args, "-ldflags=-s -w")
 	}
 	cmd := exec.Command("go", append(args, ".")...)
-	cmd.Dir = filepath.Join(Testdata(), "gotarget")
+	cmd.Dir = filepath.Join(Testdata(), dir)
 	if v := os.Getenv("KPROFD_TARGET_GOTOOLCHAIN"); v != "" {
 		cmd.Env = append(os.Environ(), "GOTOOLCHAIN="+v)
 	}

@@ -1,0 +1,3 @@
+module goformat
+
+go 1.22
