@@ -7,6 +7,7 @@ import (
 
 	"github.com/kprofd/kprofd/internal/alloc"
 	"github.com/kprofd/kprofd/internal/callgraph"
+	"github.com/kprofd/kprofd/internal/goruntime"
 	"github.com/kprofd/kprofd/internal/plan"
 	"github.com/kprofd/kprofd/internal/proc"
 	"github.com/kprofd/kprofd/symbolizer"
@@ -19,7 +20,7 @@ type Prepared struct {
 	Plan *plan.Plan
 	// Go, for a Go program, is where its runtime keeps the running
 	// goroutine: the session keys its stacks by goroutine.
-	Go *symbolizer.GoRuntime
+	Go *goruntime.Layout
 }
 
 // Close releases the process's opened files.
@@ -101,7 +102,7 @@ func prepare(cfg Config, p *symbolizer.Process) (*Prepared, error) {
 	}
 	pr := &Prepared{Proc: p, Plan: pl}
 	if exe := p.Objects[0]; exe.IsGo() {
-		if pr.Go, err = exe.GoRuntime(); err != nil {
+		if pr.Go, err = goruntime.Read(exe.Path()); err != nil {
 			return nil, err
 		}
 	}

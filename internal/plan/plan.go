@@ -11,6 +11,7 @@ import (
 
 	"github.com/kprofd/kprofd/internal/alloc"
 	"github.com/kprofd/kprofd/internal/callgraph"
+	"github.com/kprofd/kprofd/internal/goruntime"
 	"github.com/kprofd/kprofd/internal/wire"
 	"github.com/kprofd/kprofd/internal/x86"
 	"github.com/kprofd/kprofd/symbolizer"
@@ -271,7 +272,7 @@ func New(g *callgraph.Graph, p *symbolizer.Process, mode ExitMode) (*Plan, error
 	var unsafe []unsafeEntry
 	for i, n := range g.Nodes {
 		f := &Func{ID: uint32(i), Node: n, Logical: uint32(i),
-			ForeignStack: n.Obj.IsGo() && symbolizer.GoResumesGoroutine(n.Func.Name)}
+			ForeignStack: n.Obj.IsGo() && goruntime.ResumesGoroutine(n.Func.Name)}
 		entry, notes, err := placeEntry(n, nil)
 		switch {
 		case err == nil:

@@ -198,15 +198,6 @@ func (in *Inst) IsSlow() bool {
 	return false
 }
 
-// IsIndirect reports a call or jump through a register or memory.
-func (in *Inst) IsIndirect() bool {
-	if in.Endbr || !(in.IsCall() || in.IsJump()) {
-		return false
-	}
-	_, rel := in.Args[0].(x86asm.Rel)
-	return !rel
-}
-
 // StackDelta returns how the instruction moves the stack pointer when it
 // runs straight through (negative: the stack grows), and false when it
 // changes rsp in a way this function does not model or transfers control.

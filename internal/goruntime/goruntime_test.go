@@ -1,6 +1,7 @@
-package symbolizer
+package goruntime
 
 import (
+	"debug/elf"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -8,17 +9,16 @@ import (
 	"testing"
 )
 
-// TestGoRuntime reads runtime.g's layout from a Go binary built by the
-// test, with DWARF and without, and checks the two agree.
-func TestGoRuntime(t *testing.T) {
+// TestRead reads runtime.g's layout from a Go binary built by the test,
+// with DWARF and without, and checks the two agree.
+func TestRead(t *testing.T) {
 	if _, err := exec.LookPath("go"); err != nil {
 		t.Skip("go is not installed")
 	}
 	dir := t.TempDir()
-	src := filepath.Join(dir, "main.go")
-	writeFile(t, src, "package main\n\nfunc main() { println(\"x\") }\n")
+	writeFile(t, filepath.Join(dir, "main.go"), "package main\n\nfunc main() { println(\"x\") }\n")
 	writeFile(t, filepath.Join(dir, "go.mod"), "module gort\n\ngo 1.26\n")
-	layouts := map[string]*GoRuntime{}
+	layouts := map[string]*Layout{}
 	for name, flags := range map[string][]string{"full": nil, "stripped": {"-ldflags=-s -w"}} {
 		exe := filepath.Join(dir, name)
 		cmd := exec.Command("go", append(append([]string{"build", "-o", exe}, flags...), ".")...)
@@ -26,45 +26,9 @@ func TestGoRuntime(t *testing.T) {
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("go build: %v\n%s", err, out)
 		}
-		o, err := Open(exe)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer o.Close()
-		rt, err := o.GoRuntime()
+		rt, err := Read(exe)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
-		}
-		// Stripped or not, functions have their names (from .gopclntab
-		// when there is no .symtab), sizes included.
-		for _, fn := range []string{"main.main", "runtime.gopanic", "runtime.mcall"} {
-			fs := o.Lookup(fn)
-			if len(fs) != 1 || fs[0].Size == 0 || o.FuncAt(fs[0].Addr+fs[0].Size-1) != fs[0] {
-				t.Errorf("%s: %s found as %+v", name, fn, fs)
-			}
-		}
-		// pcsp: a function starts with nothing pushed; main.main (which
-		// has a frame here: it calls println) pushes somewhere.
-		mm := o.Lookup("main.main")
-		if len(mm) == 1 {
-			if d, ok := o.GoSPDelta(mm[0].Addr); !ok || d != 0 {
-				t.Errorf("%s: main.main's stack delta at its entry %d, %v; want 0", name, d, ok)
-			}
-			deepest := int64(0)
-			for pc := mm[0].Addr; pc < mm[0].Addr+mm[0].Size; pc++ {
-				if d, ok := o.GoSPDelta(pc); ok {
-					deepest = max(deepest, d)
-				}
-			}
-			if deepest < 8 {
-				t.Errorf("%s: main.main never moves the stack pointer (deepest %d)", name, deepest)
-			}
-		}
-		if _, ok := o.GoSPDelta(0x10); ok {
-			t.Errorf("%s: a stack delta outside the text", name)
-		}
-		if o.Stripped() {
-			t.Errorf("%s: reported stripped although .gopclntab names its functions", name)
 		}
 		layouts[name] = rt
 		t.Logf("%s: %+v", name, *rt)
@@ -82,18 +46,21 @@ func TestGoRuntime(t *testing.T) {
 	// The goroutine id generator: found through the symbol table, at
 	// runtime.schedt's first field (which a binary with symbols but no
 	// DWARF relies on); unknown without symbols.
-	o, err := Open(filepath.Join(dir, "full"))
+	ef, err := elf.Open(filepath.Join(dir, "full"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer o.Close()
-	l, err := o.dwarfLayout()
-	sched := o.dataSymbol("runtime.sched")
+	defer ef.Close()
+	l, err := readDWARF(ef)
+	sched := dataSymbol(ef, "runtime.sched")
 	if err != nil || sched == 0 || l.goidgen != 0 || full.GoidGen != sched {
 		t.Errorf("goidgen at %#x (runtime.sched %#x, goidgen's offset %d, %v); want runtime.sched's first field", full.GoidGen, sched, l.goidgen, err)
 	}
 	if stripped.GoidGen != 0 {
 		t.Errorf("stripped: goidgen at %#x, want unknown (no symbol table)", stripped.GoidGen)
+	}
+	if _, err := Read("/bin/true"); err == nil {
+		t.Error("a layout read from a C program")
 	}
 }
 

@@ -1,4 +1,9 @@
-package symbolizer
+// Package goruntime reads where a Go program keeps the running goroutine:
+// the thread-local slot of its g, and runtime.g's goid and stack.hi
+// offsets, from the executable's DWARF or, without it, from a table of
+// known releases. The probe program reads them to key its state by
+// goroutine (goroutines move between threads).
+package goruntime
 
 import (
 	"debug/buildinfo"
@@ -7,14 +12,14 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 )
 
-// GoRuntime is where a Go program keeps the running goroutine, which the
-// probe program reads to key its state by goroutine (goroutines move
-// between threads).
-type GoRuntime struct {
+// Layout is where a Go program keeps the running goroutine.
+type Layout struct {
 	// Version is the Go release the program was built with.
 	Version string
 	// GTLS is the offset of the g pointer from the thread's fs base.
@@ -46,18 +51,25 @@ var goLayouts = map[string]struct{ goid, stackHi uint32 }{
 	"go1.26": {goid: 152, stackHi: 8},
 }
 
-// GoRuntime reads where the goroutine is kept in a Go executable: g's
-// offsets from its DWARF, else from the table of known releases.
-func (o *Object) GoRuntime() (*GoRuntime, error) {
-	if !o.isGo {
-		return nil, fmt.Errorf("%s is not a Go program", o.name)
+// Read reads where the goroutine is kept in the Go executable at path:
+// g's offsets from its DWARF, else from the table of known releases.
+func Read(path string) (*Layout, error) {
+	name := filepath.Base(path)
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
 	}
-	rt := &GoRuntime{GTLS: o.goTLS()}
-	if bi, err := buildinfo.Read(o.f); err == nil {
+	defer f.Close()
+	ef, err := elf.NewFile(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	rt := &Layout{GTLS: goTLS(ef)}
+	if bi, err := buildinfo.Read(f); err == nil {
 		rt.Version = bi.GoVersion
 	}
-	l, err := o.dwarfLayout()
-	if sched := o.dataSymbol("runtime.sched"); sched != 0 {
+	l, err := readDWARF(ef)
+	if sched := dataSymbol(ef, "runtime.sched"); sched != 0 {
 		// goidgen has been runtime.schedt's first field in every
 		// release the table knows.
 		rt.GoidGen = sched + l.goidgen
@@ -67,11 +79,11 @@ func (o *Object) GoRuntime() (*GoRuntime, error) {
 		return rt, nil
 	}
 	if rt.Version == "" {
-		return nil, fmt.Errorf("%s: no DWARF and no Go build information: cannot tell where the runtime keeps goroutine ids", o.name)
+		return nil, fmt.Errorf("%s: no DWARF and no Go build information: cannot tell where the runtime keeps goroutine ids", name)
 	}
 	known, err := knownGoLayout(rt.Version)
 	if err != nil {
-		return nil, fmt.Errorf("%s was built %w", o.name, err)
+		return nil, fmt.Errorf("%s was built %w", name, err)
 	}
 	rt.GoidOff, rt.StackHiOff, rt.Source = known.goid, known.stackHi, "table for "+goRelease(rt.Version)
 	return rt, nil
@@ -107,11 +119,11 @@ type dwarfLayout struct {
 	goidgen       uint64 // in runtime.schedt
 }
 
-// dwarfLayout reads runtime.g's goid and stack.hi offsets, and
+// readDWARF reads runtime.g's goid and stack.hi offsets, and
 // runtime.schedt's goidgen offset (left 0 when absent), from DWARF.
-func (o *Object) dwarfLayout() (dwarfLayout, error) {
+func readDWARF(ef *elf.File) (dwarfLayout, error) {
 	var l dwarfLayout
-	types, err := o.dwarfStructs("runtime.g", "runtime.schedt")
+	types, err := dwarfStructs(ef, "runtime.g", "runtime.schedt")
 	if err != nil {
 		return l, err
 	}
@@ -152,8 +164,8 @@ func (o *Object) dwarfLayout() (dwarfLayout, error) {
 }
 
 // dwarfStructs finds the named struct types in DWARF, in one pass.
-func (o *Object) dwarfStructs(names ...string) (map[string]*dwarf.StructType, error) {
-	d, err := o.elf.DWARF()
+func dwarfStructs(ef *elf.File, names ...string) (map[string]*dwarf.StructType, error) {
+	d, err := ef.DWARF()
 	if err != nil {
 		return nil, err
 	}
@@ -191,8 +203,8 @@ func (o *Object) dwarfStructs(names ...string) (map[string]*dwarf.StructType, er
 
 // dataSymbol returns the link-time address of a data object from the
 // symbol table, 0 when there is none.
-func (o *Object) dataSymbol(name string) uint64 {
-	syms, err := o.elf.Symbols()
+func dataSymbol(ef *elf.File, name string) uint64 {
+	syms, err := ef.Symbols()
 	if err != nil {
 		return 0
 	}
@@ -207,13 +219,13 @@ func (o *Object) dataSymbol(name string) uint64 {
 // goTLS returns g's offset from the fs base: the runtime's TLS slot
 // (runtime.tlsg) in the executable's TLS block, which ends at the thread
 // pointer; a program without a TLS segment keeps g at -8.
-func (o *Object) goTLS() int64 {
-	for _, p := range o.elf.Progs {
+func goTLS(ef *elf.File) int64 {
+	for _, p := range ef.Progs {
 		if p.Type != elf.PT_TLS {
 			continue
 		}
 		var off uint64
-		if syms, err := o.elf.Symbols(); err == nil {
+		if syms, err := ef.Symbols(); err == nil {
 			for _, s := range syms {
 				if s.Name == "runtime.tlsg" && elf.ST_TYPE(s.Info) == elf.STT_TLS {
 					off = s.Value
@@ -227,10 +239,10 @@ func (o *Object) goTLS() int64 {
 	return -8
 }
 
-// GoResumesGoroutine reports whether the Go runtime function name resumes
+// ResumesGoroutine reports whether the Go runtime function name resumes
 // a goroutine: gogo switches to the goroutine's stack, and its g, before
 // jumping into it, so its last instructions see a goroutine's stack that
 // its own frame information does not describe.
-func GoResumesGoroutine(name string) bool {
+func ResumesGoroutine(name string) bool {
 	return name == "gogo" || name == "runtime.gogo"
 }
