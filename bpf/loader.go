@@ -180,11 +180,12 @@ const (
 type Program struct {
 	objs       kprofdObjects
 	multi      bool
-	sampling   bool        // loaded with Config.Sampling
-	goroutines bool        // loaded with Config.Go
-	exit       link.Link   // flushes exiting threads
-	exec       link.Link   // ends the frames of a thread that execs
-	signals    []link.Link // marks signal handlers, after TrackSignals
+	sampling   bool         // loaded with Config.Sampling
+	goroutines bool         // loaded with Config.Go
+	calls      *ebpf.Memory // kprofd's mapping of the call counters
+	exit       link.Link    // flushes exiting threads
+	exec       link.Link    // ends the frames of a thread that execs
+	signals    []link.Link  // marks signal handlers, after TrackSignals
 }
 
 // Load checks that the kernel can run kprofd and loads the probe program
@@ -256,6 +257,10 @@ func Load(cfg Config) (*Program, error) {
 			return nil, fmt.Errorf("loading the probe program: %w\n%+v", err, verr)
 		}
 		return nil, fmt.Errorf("loading the probe program: %w", err)
+	}
+	if p.calls, err = p.objs.Calls.Memory(); err != nil {
+		p.objs.Close()
+		return nil, fmt.Errorf("mapping the call counters: %w", err)
 	}
 	p.exit, err = link.AttachRawTracepoint(link.RawTracepointOptions{Name: "sched_process_exit", Program: p.objs.KprofdExit})
 	if err != nil {
@@ -370,23 +375,33 @@ func (p *Program) Stats() (Stats, error) {
 		statRootEntries: &s.RootEntries, statRootExits: &s.RootExits,
 		statAwaitedEntries: &s.AwaitedEntries, statAwaitedExits: &s.AwaitedExits, statBurstDropped: &s.BurstDropped,
 		statOutsideCalleeSamples: &s.OutsideCalleeSamples}
+	sums, err := readPerCPU(p.objs.Stats, nil, statMax)
+	if err != nil {
+		return s, err
+	}
 	for i, dst := range counters {
-		var perCPU []uint64
-		if err := p.objs.Stats.Lookup(uint32(i), &perCPU); err != nil {
-			return s, fmt.Errorf("reading counter %d: %w", i, err)
-		}
-		for _, v := range perCPU {
-			*dst += v
-		}
+		*dst = sums[i]
 	}
 	return s, nil
 }
 
 // CallCounts returns the probe hits of function ids below n so far,
-// summed over CPUs, reusing dst: the entry hits and the hits of the site
-// probes of each (see wire.Counters). It reads the counters in one batch.
+// reusing dst: the entry hits and the hits of the site probes of each (see
+// wire.Counters). It reads them from kprofd's own mapping of the counters,
+// with no system call; any goroutine may call it.
 func (p *Program) CallCounts(dst wire.Counters[uint64], n int) (wire.Counters[uint64], error) {
-	return readPerCPU(p.objs.Calls, dst, wire.Slots(n))
+	slots := min(wire.Slots(n), int(p.objs.Calls.MaxEntries()))
+	dst = append(dst[:0], make([]uint64, slots)...)
+	if slots == 0 {
+		return dst, nil
+	}
+	// The counters are naturally aligned words, which the copy reads
+	// whole (x86-64, little-endian like the counters).
+	buf := unsafe.Slice((*byte)(unsafe.Pointer(&dst[0])), 8*slots)
+	if _, err := p.calls.ReadAt(buf, 0); err != nil {
+		return nil, fmt.Errorf("reading the call counters: %w", err)
+	}
+	return dst, nil
 }
 
 // readPerCPU reads the first n counters of a per-CPU array in one batch,

@@ -21,8 +21,16 @@ import (
 )
 
 // monitorInterval is how often hybrid mode reads the call counters: a hot
-// function is demoted within a few of these.
-const monitorInterval = 5 * time.Millisecond
+// function is demoted within a few of these. Once quietAfter has passed
+// without a round, it reads them every quietInterval: each reading and
+// decision over thousands of functions costs kprofd CPU time, which on a
+// machine of two CPUs is taken from the target, and a rate window still
+// holds five readings.
+const (
+	monitorInterval = 5 * time.Millisecond
+	quietInterval   = 20 * time.Millisecond
+	quietAfter      = time.Second
+)
 
 // rateWindow is the window call rates and CPU time are measured over.
 const rateWindow = 100 * time.Millisecond
@@ -83,6 +91,7 @@ type monitor struct {
 	floorPeak  float64        // the highest floor measured (see monitor.floorAt)
 	floorSaid  bool           // the user was warned that the floor passes the budget
 	hotWhy     string         // why the roots are to be sampled (errRootsHot)
+	lastRound  time.Time      // when the last round demoted something (the loop's start before one)
 	// prior holds the functions of remembered that the prior started
 	// demoted (see predict.go).
 	prior map[int]bool
@@ -196,7 +205,10 @@ func (m *monitor) run() {
 			m.mem.Close()
 		}
 	}()
-	t := time.NewTicker(monitorInterval)
+	m.mu.Lock()
+	m.lastRound = time.Now() // the first second reads at full pace
+	m.mu.Unlock()
+	t := time.NewTimer(monitorInterval)
 	defer t.Stop()
 	// The first reading is the baseline: the first decision comes one
 	// interval after the probes are attached.
@@ -206,12 +218,13 @@ func (m *monitor) run() {
 		case <-m.stop:
 			return
 		case <-t.C:
-			// Not the tick's own time: a tick that fired during a
+			// Not the timer's own time: one that fired during a
 			// round's detaches (hundreds of ms) waits in the channel,
 			// and a reading stamped with it made the next window
 			// that much longer than the counts in it (rates and CPU
 			// time read 30 times too low).
 			err = m.step(time.Now())
+			t.Reset(m.interval())
 		}
 	}
 	if errors.Is(err, errRootsHot) {
@@ -224,6 +237,17 @@ func (m *monitor) run() {
 	m.mu.Lock()
 	m.err = err
 	m.mu.Unlock()
+}
+
+// interval returns how long the loop waits for its next reading: longer
+// once quietAfter has passed with no round and none in flight.
+func (m *monitor) interval() time.Duration {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.going) > 0 || time.Since(m.lastRound) < quietAfter {
+		return monitorInterval
+	}
+	return quietInterval
 }
 
 // Stop ends the loop and waits for it.
@@ -363,6 +387,7 @@ func (m *monitor) step(now time.Time) error {
 	m.own = cpu / (1 + predicted)
 	m.readings++
 	if len(ds) > 0 || syncGoes {
+		m.lastRound = now
 		m.rounds++
 		m.inflight++ // from the decision, so that Demotions waits for it
 	}
@@ -841,7 +866,7 @@ func (m *monitor) Demotions() []Demotion {
 func (m *monitor) summary() string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	s := fmt.Sprintf("cost monitor: %d readings every %s, highest predicted probe overhead %.0f%%", m.readings, monitorInterval, 100*m.peak)
+	s := fmt.Sprintf("cost monitor: %d readings every %s (%s after %s without a demotion), highest predicted probe overhead %.0f%%", m.readings, monitorInterval, quietInterval, quietAfter, 100*m.peak)
 	if m.lingered > 0 {
 		s += fmt.Sprintf("; %d demoted along with a caller before they were called kept their probes until called, %d called since", m.lingered, m.called)
 	}
