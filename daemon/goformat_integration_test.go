@@ -86,14 +86,7 @@ func BenchmarkHybridGoFormat(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		var wall, cpu []float64
-		for range 6 {
-			pw, pc := timedRun(b, probed, goFormatRun, want)
-			tw, tc := timedRun(b, twin, goFormatRun, want)
-			wall = append(wall, pw.Seconds()/tw.Seconds())
-			cpu = append(cpu, pc.Seconds()/tc.Seconds())
-		}
-		run := jsonRun{first: wall[0], steady: median(wall[1:]), steadyCPU: median(cpu[1:])}
+		run := inTurns(b, probed, twin, 6, goFormatRun, want)
 		endJSONSession(b, s, &run, probed, twin)
 		runs.add(run)
 	}

@@ -178,14 +178,7 @@ func hotRootSession(b *testing.B, exe string, cfg daemon.Config) (jsonRun, float
 	if err != nil {
 		b.Fatal(err)
 	}
-	var wall, cpu []float64
-	for range 4 {
-		pw, pc := timedRun(b, probed, n, want)
-		tw, tc := timedRun(b, twin, n, want)
-		wall = append(wall, pw.Seconds()/tw.Seconds())
-		cpu = append(cpu, pc.Seconds()/tc.Seconds())
-	}
-	run := jsonRun{first: wall[0], steady: median(wall[1:]), steadyCPU: median(cpu[1:])}
+	run := inTurns(b, probed, twin, 4, n, want)
 	p, err := s.Stop()
 	if err != nil {
 		b.Fatal(err)

@@ -137,14 +137,7 @@ func jsonSession(b *testing.B, exe string, cfg daemon.Config) jsonRun {
 	if err != nil {
 		b.Fatal(err)
 	}
-	var wall, cpu []float64 // probed over twin, by run
-	for range 4 {
-		pw, pc := timedRun(b, probed, n, want)
-		tw, tc := timedRun(b, twin, n, want)
-		wall = append(wall, pw.Seconds()/tw.Seconds())
-		cpu = append(cpu, pc.Seconds()/tc.Seconds())
-	}
-	run := jsonRun{first: wall[0], steady: median(wall[1:]), steadyCPU: median(cpu[1:])}
+	run := inTurns(b, probed, twin, 4, n, want)
 	endJSONSession(b, s, &run, probed, twin)
 	return run
 }
@@ -175,6 +168,20 @@ func endJSONSession(b *testing.B, s *daemon.Session, run *jsonRun, procs ...*tes
 			run.settle = max(run.settle, float64(d.At.Milliseconds()))
 		}
 	}
+}
+
+// inTurns makes runs runs of n requests of probed and of its un-probed
+// twin in turns, and returns the slowdowns: the first run's, and the
+// median of the others' in wall and in CPU time.
+func inTurns(b *testing.B, probed, twin *testtarget.Proc, runs, n int, want string) jsonRun {
+	var wall, cpu []float64 // probed over twin, by run
+	for range runs {
+		pw, pc := timedRun(b, probed, n, want)
+		tw, tc := timedRun(b, twin, n, want)
+		wall = append(wall, pw.Seconds()/tw.Seconds())
+		cpu = append(cpu, pc.Seconds()/tc.Seconds())
+	}
+	return jsonRun{first: wall[0], steady: median(wall[1:]), steadyCPU: median(cpu[1:])}
 }
 
 // startTwins starts a target of exe to probe and its un-probed twin,

@@ -1,30 +1,17 @@
 package symbolizer
 
 import (
-	"os"
-	"os/exec"
-	"path/filepath"
 	"testing"
+
+	"github.com/kprofd/kprofd/internal/testtarget"
 )
 
 // TestGoFunctions reads a Go binary built by the test, with symbols and
 // DWARF and without: its functions have names and sizes from .gopclntab
 // either way, and stack deltas from its pcsp tables.
 func TestGoFunctions(t *testing.T) {
-	if _, err := exec.LookPath("go"); err != nil {
-		t.Skip("go is not installed")
-	}
-	dir := t.TempDir()
-	src := filepath.Join(dir, "main.go")
-	writeFile(t, src, "package main\n\nfunc main() { println(\"x\") }\n")
-	writeFile(t, filepath.Join(dir, "go.mod"), "module gort\n\ngo 1.26\n")
-	for name, flags := range map[string][]string{"full": nil, "stripped": {"-ldflags=-s -w"}} {
-		exe := filepath.Join(dir, name)
-		cmd := exec.Command("go", append(append([]string{"build", "-o", exe}, flags...), ".")...)
-		cmd.Dir = dir
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("go build: %v\n%s", err, out)
-		}
+	full, stripped := testtarget.BuildGoHello(t)
+	for name, exe := range map[string]string{"full": full, "stripped": stripped} {
 		o, err := Open(exe)
 		if err != nil {
 			t.Fatal(err)
@@ -61,12 +48,5 @@ func TestGoFunctions(t *testing.T) {
 		if o.Stripped() {
 			t.Errorf("%s: reported stripped although .gopclntab names its functions", name)
 		}
-	}
-}
-
-func writeFile(t *testing.T, path, text string) {
-	t.Helper()
-	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
-		t.Fatal(err)
 	}
 }

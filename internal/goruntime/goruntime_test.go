@@ -2,30 +2,18 @@ package goruntime
 
 import (
 	"debug/elf"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/kprofd/kprofd/internal/testtarget"
 )
 
 // TestRead reads runtime.g's layout from a Go binary built by the test,
 // with DWARF and without, and checks the two agree.
 func TestRead(t *testing.T) {
-	if _, err := exec.LookPath("go"); err != nil {
-		t.Skip("go is not installed")
-	}
-	dir := t.TempDir()
-	writeFile(t, filepath.Join(dir, "main.go"), "package main\n\nfunc main() { println(\"x\") }\n")
-	writeFile(t, filepath.Join(dir, "go.mod"), "module gort\n\ngo 1.26\n")
+	fullExe, strippedExe := testtarget.BuildGoHello(t)
 	layouts := map[string]*Layout{}
-	for name, flags := range map[string][]string{"full": nil, "stripped": {"-ldflags=-s -w"}} {
-		exe := filepath.Join(dir, name)
-		cmd := exec.Command("go", append(append([]string{"build", "-o", exe}, flags...), ".")...)
-		cmd.Dir = dir
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("go build: %v\n%s", err, out)
-		}
+	for name, exe := range map[string]string{"full": fullExe, "stripped": strippedExe} {
 		rt, err := Read(exe)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
@@ -46,7 +34,7 @@ func TestRead(t *testing.T) {
 	// The goroutine id generator: found through the symbol table, at
 	// runtime.schedt's first field (which a binary with symbols but no
 	// DWARF relies on); unknown without symbols.
-	ef, err := elf.Open(filepath.Join(dir, "full"))
+	ef, err := elf.Open(fullExe)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,12 +71,5 @@ func TestGoRelease(t *testing.T) {
 		if got := goRelease(in); got != want {
 			t.Errorf("goRelease(%q) = %q, want %q", in, got, want)
 		}
-	}
-}
-
-func writeFile(t *testing.T, path, text string) {
-	t.Helper()
-	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
-		t.Fatal(err)
 	}
 }

@@ -130,3 +130,26 @@ func GoCounts(n int) map[string]uint64 {
 	}
 	return want
 }
+
+// BuildGoHello builds a Go program of one line twice, into a fresh
+// directory: with its symbol table and DWARF (full), and without
+// (stripped, -ldflags=-s -w).
+func BuildGoHello(t testing.TB) (full, stripped string) {
+	t.Helper()
+	Need(t, "go")
+	dir := t.TempDir()
+	for name, text := range map[string]string{"main.go": "package main\n\nfunc main() { println(\"x\") }\n", "go.mod": "module hello\n\ngo 1.22\n"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	full, stripped = filepath.Join(dir, "full"), filepath.Join(dir, "stripped")
+	for exe, flags := range map[string][]string{full: nil, stripped: {"-ldflags=-s -w"}} {
+		cmd := exec.Command("go", append(append([]string{"build", "-o", exe}, flags...), ".")...)
+		cmd.Dir = dir
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("go build: %v\n%s", err, out)
+		}
+	}
+	return full, stripped
+}
