@@ -238,6 +238,14 @@ func runAttach(ctx context.Context, o *attachOptions, stdout, stderr io.Writer) 
 	if err != nil {
 		return err
 	}
+	if !o.dryRun {
+		// A session is not run for outputs it could not write.
+		for _, path := range o.outputPaths() {
+			if err := checkWritable(path); err != nil {
+				return err
+			}
+		}
+	}
 	if o.dryRun {
 		cfg.Warnf = func(format string, args ...any) { fmt.Fprintf(stderr, "kprofd: warning: "+format+"\n", args...) }
 		prep, err := daemon.Prepare(cfg)
@@ -444,10 +452,7 @@ func isTerminal(w io.Writer) bool {
 // writeOutputs writes a session's profile where the flags say: the
 // pprof file, folded stacks, and the text view on stdout.
 func writeOutputs(o *attachOptions, out *service.Output, stdout, stderr io.Writer) error {
-	path := o.output
-	if path == "" {
-		path = fmt.Sprintf("kprofd-%d.pb.gz", o.pid)
-	}
+	path := o.pprofPath()
 	if err := writeFile(path, out.Pprof); err != nil {
 		return err
 	}
@@ -460,6 +465,41 @@ func writeOutputs(o *attachOptions, out *service.Output, stdout, stderr io.Write
 	}
 	_, err := io.WriteString(stdout, out.Text)
 	return err
+}
+
+// pprofPath is where the profile goes: -o, else kprofd-PID.pb.gz.
+func (o *attachOptions) pprofPath() string {
+	if o.output != "" {
+		return o.output
+	}
+	return fmt.Sprintf("kprofd-%d.pb.gz", o.pid)
+}
+
+// outputPaths are the files the session will write.
+func (o *attachOptions) outputPaths() []string {
+	paths := []string{o.pprofPath()}
+	if o.folded != "" {
+		paths = append(paths, o.folded)
+	}
+	return paths
+}
+
+// checkWritable makes sure that writeFile can write path, by creating
+// and removing the temporary file it writes first: a missing directory,
+// a read-only file system or a path that is a directory fail here,
+// before anything is attached, rather than after a session whose
+// profile would then be lost.
+func checkWritable(path string) error {
+	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+		return fmt.Errorf("cannot write %s: it is a directory", path)
+	}
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return fmt.Errorf("cannot write %s: %w", path, err)
+	}
+	f.Close()
+	return os.Remove(tmp)
 }
 
 // writeFile writes through a temporary file so a failed write leaves no

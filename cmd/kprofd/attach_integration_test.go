@@ -319,6 +319,10 @@ func TestAttachErrors(t *testing.T) {
 		{"bad exits", []string{"attach", "-p", pid, "--root", "handle_request", "--exits", "never"}, 0, "--exits"},
 		{"too many functions", []string{"attach", "-p", pid, "--root", "handle_request", "--max-functions", "3"}, 0, "--max-functions: the root reaches"},
 		{"missing root flag", []string{"attach", "-p", pid}, 0, "root"},
+		// Outputs are checked before anything is attached.
+		{"output in a missing directory", []string{"attach", "-p", pid, "--root", "handle_request", "-o", "/missing/dir/p.pb.gz"}, 0, "cannot write /missing/dir/p.pb.gz"},
+		{"output is a directory", []string{"attach", "-p", pid, "--root", "handle_request", "-o", os.TempDir()}, 0, "is a directory"},
+		{"folded in a missing directory", []string{"attach", "-p", pid, "--root", "handle_request", "--folded", "/missing/f.txt"}, 0, "cannot write /missing/f.txt"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cmd := exec.Command(bin, tc.args...)
@@ -337,6 +341,9 @@ func TestAttachErrors(t *testing.T) {
 			}
 			if lines := strings.Count(strings.TrimSpace(msg), "\n") + 1; lines > 2 {
 				t.Errorf("error is %d lines, want one:\n%s", lines, msg)
+			}
+			if strings.Contains(msg, "tracing pid") || strings.Contains(msg, "counting the calls") {
+				t.Errorf("kprofd attached before it failed:\n%s", msg)
 			}
 		})
 	}
