@@ -55,8 +55,8 @@ func TestExceptions(t *testing.T) {
 		for _, exits := range []plan.ExitMode{plan.ExitsAuto, plan.ExitsRet} {
 			t.Run(fmt.Sprintf("fp=%v/exits=%s", fp, exits), func(t *testing.T) {
 				p := traceAbrupt(t, exe, testtarget.ExcRoot, exits, nil, testtarget.ExcCounts(abruptRuns))
-				if !strings.Contains(strings.Join(p.Comments, "\n"), "exits by ret") {
-					t.Errorf("a C++ process was not traced with ret probes: %q", p.Comments)
+				if !strings.Contains(strings.Join(p.Report, "\n"), "exits by ret") {
+					t.Errorf("a C++ process was not traced with ret probes: %q", p.Report)
 				}
 			})
 		}
@@ -105,9 +105,9 @@ func TestExceptionsWithoutSync(t *testing.T) {
 		if diff := testtarget.DiffCounts(got, testtarget.ExcCounts(abruptRuns)); diff != "" {
 			t.Errorf("remembering=%v: calls per context differ:\n%s", remembering, diff)
 		}
-		comments := strings.Join(p.Comments, "\n")
+		comments := strings.Join(p.Report, "\n")
 		if !strings.Contains(comments, ":__cxa_begin_catch at +") || !strings.Contains(comments, "the sync probe dropped") {
-			t.Errorf("remembering=%v: the profile does not say the sync probe was demoted: %q", remembering, p.Comments)
+			t.Errorf("remembering=%v: the profile does not say the sync probe was demoted: %q", remembering, p.Report)
 		}
 		ds := s.Demotions()
 		if len(ds) != 1 || !ds[0].Sync || ds[0].Remembered != remembering {

@@ -111,7 +111,7 @@ func BenchmarkCompensation(b *testing.B) {
 					fmt.Fprintf(&table, "%-17s %7.0f %7.0f %7.0f %7.0f %+6.0f %6.0f | %-23s %-23s %-23s\n", c.path, before[c.fn], tr, perCall(raw, p, c.path), got, got-tr, bound, cell(mean), cell(med), cell(min))
 				}
 				// Printed, not logged: a benchmark's log keeps 10 lines.
-				fmt.Printf("run %d, exits %s, %d calls of work: worst error/goal %.2f (calibration's mean alone: %.2f)\n%s%s", run+1, tc.exits, tc.n, w, wc, table.String(), strings.Join(p.Comments, "\n")+"\n\n")
+				fmt.Printf("run %d, exits %s, %d calls of work: worst error/goal %.2f (calibration's mean alone: %.2f)\n%s%s", run+1, tc.exits, tc.n, w, wc, table.String(), strings.Join(p.Report, "\n")+"\n\n")
 				worst, worstCal = append(worst, w), append(worstCal, wc)
 			}
 			slices.Sort(worst)
@@ -245,7 +245,7 @@ func TestCompensationInTarget(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	comments := strings.Join(p.Comments, "\n")
+	comments := strings.Join(p.Report, "\n")
 	want := regexp.MustCompile(fmt.Sprintf(`probe costs of entry emulated \+ uretprobe measured in the target: `+
 		`inner \d+±\d+ ns from %d calls of work;fanout;tiny, outer \d+±\d+ ns from %d gaps between calls of work;fanout;tiny`, 40*calls, 39*calls))
 	if !want.MatchString(comments) {

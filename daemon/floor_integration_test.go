@@ -51,12 +51,12 @@ func TestHybridFloor(t *testing.T) {
 		t.Errorf("leaf not demoted to sampling: %v", ds)
 	}
 	var floor, summary bool
-	for _, c := range p.Comments {
+	for _, c := range p.Report {
 		floor = floor || strings.Contains(c, "samples of threads outside the root were in the root's own entry and exit probes")
 		summary = summary || strings.Contains(c, "the root's own probes took up to 10.0% of the budget")
 	}
 	if !floor || !summary {
-		t.Errorf("the profile's comments do not say what the probes outside the root cost (%v, %v): %q", floor, summary, p.Comments)
+		t.Errorf("the profile's comments do not say what the probes outside the root cost (%v, %v): %q", floor, summary, p.Report)
 	}
 }
 
@@ -116,11 +116,11 @@ func TestHybridCalleesOutsideRoot(t *testing.T) {
 			st.TargetSamples, st.OutsideCalleeSamples, st.OutsideTrapSamples)
 	}
 	var callees bool
-	for _, c := range p.Comments {
+	for _, c := range p.Report {
 		callees = callees || strings.Contains(c, fmt.Sprintf("%d samples of threads outside the root were in the probes of functions below it called from outside it", st.OutsideCalleeSamples))
 	}
 	if !callees {
-		t.Errorf("the profile's comments do not say what the probes outside the root cost: %q", p.Comments)
+		t.Errorf("the profile's comments do not say what the probes outside the root cost: %q", p.Report)
 	}
 
 	leafDemoted := func(ds []hybrid.Demotion) bool {

@@ -42,7 +42,7 @@ func TestGoTarget(t *testing.T) {
 			p := traceTarget(t, exe, daemon.Config{Roots: []string{testtarget.GoRoot}, Mode: daemon.ModeExact},
 				func(p *testtarget.Proc) string { return p.Run(t, goRuns) },
 				testtarget.GoCounts(goRuns), testtarget.GoOwn)
-			comments := strings.Join(p.Comments, "\n")
+			comments := strings.Join(p.Report, "\n")
 			if !strings.Contains(comments, "calls kept per goroutine") {
 				t.Errorf("the profile does not say it kept calls per goroutine:\n%s", comments)
 			}
@@ -77,7 +77,7 @@ func TestGoParkedInsideRoot(t *testing.T) {
 		t.Errorf("calls per context differ:\n%s", diff)
 	}
 	// parked's and what it waits in (runtime functions) are running.
-	c := strings.Join(p.Comments, "\n")
+	c := strings.Join(p.Report, "\n")
 	var running int
 	if m := regexp.MustCompile(`(\d+) calls still running at the end`).FindStringSubmatch(c); m != nil {
 		running, _ = strconv.Atoi(m[1])
@@ -138,7 +138,7 @@ func TestGoHybridDemotesHotLeaf(t *testing.T) {
 		t.Errorf("main.hotLoop: %d calls, want %d", got["main.hotLoop"], testtarget.HotLoops)
 	}
 	leafCalls := got["main.hotLoop;main.hotLeaf"]
-	t.Logf("hotLeaf: %d calls counted before its demotion, of %d made; %s", leafCalls, testtarget.HotLoops*n, strings.Join(p.Comments, "; "))
+	t.Logf("hotLeaf: %d calls counted before its demotion, of %d made; %s", leafCalls, testtarget.HotLoops*n, strings.Join(p.Report, "; "))
 	if leafCalls >= testtarget.HotLoops*n/10 {
 		t.Errorf("hotLeaf: %d calls counted of %d: not demoted early", leafCalls, testtarget.HotLoops*n)
 	}
@@ -283,7 +283,7 @@ func TestGoRootRunningAtAttach(t *testing.T) {
 	}
 	t.Logf("checks: %d goroutines, %d inside; capture %s, verdict %s mean, %s longest", r.Checked, r.Inside, r.MeanCapture, r.MeanWait, r.MaxWait)
 	if !hasComment(p, "goroutines running at the attach were checked") {
-		t.Errorf("the profile does not say goroutines were running at the attach:\n%s", strings.Join(p.Comments, "\n"))
+		t.Errorf("the profile does not say goroutines were running at the attach:\n%s", strings.Join(p.Report, "\n"))
 	}
 	target.Send(t, "exit")
 	if status := target.Wait(t); status != 3 {

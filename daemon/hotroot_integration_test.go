@@ -83,7 +83,7 @@ func TestHotRoot(t *testing.T) {
 					t.Errorf("%s is not below the root: %q", f, below)
 				}
 			}
-			if c := strings.Join(p.Comments, "\n"); !strings.Contains(c, "count window") {
+			if c := strings.Join(p.Report, "\n"); !strings.Contains(c, "count window") {
 				t.Errorf("the comments do not say how the root's calls were estimated:\n%s", c)
 			}
 

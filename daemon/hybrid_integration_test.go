@@ -169,13 +169,13 @@ func TestHybridDemotesHotLeaf(t *testing.T) {
 	// A sample's record carries the few hundred bytes of stack between
 	// handle_request's frame and the leaf, not StackMax (16 KiB reserved
 	// for each filled the ring buffer at 16 MB/s).
-	if m := regexp.MustCompile(`(\d+) bytes each on average`).FindStringSubmatch(strings.Join(p.Comments, "\n")); m == nil {
+	if m := regexp.MustCompile(`(\d+) bytes each on average`).FindStringSubmatch(strings.Join(p.Report, "\n")); m == nil {
 		t.Error("no comment on the stack records")
 	} else if avg, _ := strconv.Atoi(m[1]); avg > wire.StackMax/8 {
 		t.Errorf("stack records of %d bytes on average, want the stacks' bytes (a few hundred), not %d", avg, wire.StackMax)
 	}
 	// Every count of the demoted function is an estimate: nothing to warn of.
-	if note := s.Progress().CountsNote; note != "" || slices.ContainsFunc(p.Comments, func(c string) bool { return strings.Contains(c, "are lower bounds") }) {
+	if note := s.Progress().CountsNote; note != "" || slices.ContainsFunc(p.Report, func(c string) bool { return strings.Contains(c, "are lower bounds") }) {
 		t.Errorf("a note on lower-bound counts (%q), with hot_leaf's one context estimated", note)
 	}
 	if l := labelOf(pp, "handle_request;hot_caller;hot_leaf", "calls"); l != "" {
@@ -287,7 +287,7 @@ func TestExactModeDemotesNothing(t *testing.T) {
 			}
 			return fmt.Sprint(h.Leaves) // times differ from run to run
 		}, want, nil)
-	for _, c := range p.Comments {
+	for _, c := range p.Report {
 		if regexp.MustCompile(`demot|sampled`).MatchString(c) {
 			t.Errorf("exact profile says %q", c)
 		}
@@ -399,7 +399,7 @@ func funcError(p *cct.Profile, name string, calls uint64) (float64, bool) {
 
 // burstComment returns the profile's comment about its bursts.
 func burstComment(p *cct.Profile) string {
-	for _, c := range p.Comments {
+	for _, c := range p.Report {
 		if strings.Contains(c, "bursts of sampled instrumentation") {
 			return c
 		}
@@ -491,7 +491,7 @@ func TestHybridRemembers(t *testing.T) {
 		t.Errorf("calls per context differ:\n%s", diff)
 	}
 	checkTiming(t, pp, map[string]string{"handle_request;hot_caller;hot_leaf": "estimated", "handle_request;medium;mid_leaf": "exact"})
-	if c := strings.Join(p.Comments, "\n"); !strings.Contains(c, "demoted hybrid:hot_leaf at +0s: remembered from the session of ") {
+	if c := strings.Join(p.Report, "\n"); !strings.Contains(c, "demoted hybrid:hot_leaf at +0s: remembered from the session of ") {
 		t.Errorf("the profile's comments do not say hot_leaf started demoted:\n%s", c)
 	}
 

@@ -115,7 +115,7 @@ func TestDiscoverPlugin(t *testing.T) {
 					t.Errorf("%s: calls label %q", leaf, smp.Label["calls"])
 				}
 			}
-			if c := strings.Join(p.Comments, "\n"); !strings.Contains(c, "discovered libplugin.so:plugin_work (through indirect:probe_plugin(int)+0x") {
+			if c := strings.Join(p.Report, "\n"); !strings.Contains(c, "discovered libplugin.so:plugin_work (through indirect:probe_plugin(int)+0x") {
 				t.Errorf("the profile does not report the discovery:\n%s", c)
 			}
 			// The thread stood still at plugin_work's first instruction
@@ -264,7 +264,7 @@ func TestDiscoverUnload(t *testing.T) {
 	if diff := testtarget.DiffCounts(got, want); diff != "" {
 		t.Errorf("calls per context differ:\n%s", diff)
 	}
-	if c := strings.Join(p.Comments, "\n"); !strings.Contains(c, "libplugin.so unmapped") {
+	if c := strings.Join(p.Report, "\n"); !strings.Contains(c, "libplugin.so unmapped") {
 		t.Errorf("the profile does not report the unmapping:\n%s", c)
 	}
 }

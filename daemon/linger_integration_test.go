@@ -89,10 +89,10 @@ func TestHybridLingeringProbes(t *testing.T) {
 		t.Errorf("handle_request: %d calls, want %d", got, 2*requests)
 	}
 	found := false
-	for _, c := range p.Comments {
+	for _, c := range p.Report {
 		found = found || strings.Contains(c, "1 demoted along with a caller before they were called kept their probes until called, 1 called since")
 	}
 	if !found {
-		t.Errorf("no comment on rare's probes: %q", p.Comments)
+		t.Errorf("no comment on rare's probes: %q", p.Report)
 	}
 }

@@ -45,7 +45,7 @@ func BenchmarkModes(b *testing.B) {
 				continue
 			}
 			if truth.Total > 2*base.Total {
-				b.Logf("hybrid run %.1fx slower than un-probed: %v", truth.Total/base.Total, p.Comments)
+				b.Logf("hybrid run %.1fx slower than un-probed: %v", truth.Total/base.Total, p.Report)
 			}
 			if leaf := child(p, child(p, p.Tree.Root.Lookup(0), "hot_caller"), "hot_leaf"); leaf != nil {
 				leafErr += math.Abs(float64(leaf.Calls)/float64(truth.Leaves) - 1)

@@ -61,8 +61,8 @@ func TestHybridPredicts(t *testing.T) {
 		t.Logf("%d functions predicted, %d demotions in all; %s", predicted, len(ds), ds[i])
 	}
 	want := fmt.Sprintf("the profile counts from the attach: %d calls of handle_request ran before it", before)
-	if !slices.ContainsFunc(p.Comments, func(c string) bool { return strings.HasPrefix(c, want) }) {
-		t.Errorf("no comment %q in %q", want, p.Comments)
+	if !slices.ContainsFunc(p.Report, func(c string) bool { return strings.HasPrefix(c, want) }) {
+		t.Errorf("no comment %q in %q", want, p.Report)
 	}
 	for _, x := range s.CrossChecks() {
 		if !x.Agree {
@@ -258,7 +258,7 @@ func TestHybridBurstsKeepExactEvents(t *testing.T) {
 	after := runUntil(t, s, run, 500, func() bool { return s.Progress().Bursts >= 2 })
 	requests += after
 	p, _ := stopCountingRequests(t, s, target, ref, requests, after)
-	comment := strings.Join(p.Comments, "\n")
+	comment := strings.Join(p.Report, "\n")
 	m := regexp.MustCompile(`(?m)^(\d+) calls the bursts' probes saw were dropped with the ring buffer half full`).FindStringSubmatch(comment)
 	if m == nil || atoi(m[1]) == 0 {
 		t.Errorf("no burst hits dropped: %s", burstComment(p))

@@ -85,8 +85,8 @@ func prepare(cfg Config, p *symbolizer.Process) (*Prepared, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, u := range pl.Untraced {
-		cfg.warnf("not tracing %s; its callees appear under its caller", u)
+	for _, line := range untracedLines(pl.Untraced, "not tracing ", " (-v lists them)") {
+		cfg.warnf("%s", line)
 	}
 	if cfg.Alloc {
 		found := 0

@@ -26,7 +26,8 @@ import (
 const SignalHandlerName = "[signal handler]"
 
 // buildProfile turns the simulator's trees into a profile: functions and
-// mappings from the plan, comments that say how far to trust it.
+// mappings from the plan, comments that say how far to trust it, and the
+// report that lists what the comments only count.
 func (s *Session) buildProfile(end uint64, st bpf.Stats) *cct.Profile {
 	pr := s.prep
 	p := &cct.Profile{
@@ -71,7 +72,7 @@ func (s *Session) buildProfile(end uint64, st bpf.Stats) *cct.Profile {
 	}
 	// The simulator's node for signal handlers' calls.
 	p.Functions = append(p.Functions, cct.Function{Name: SignalHandlerName, SystemName: SignalHandlerName, Mapping: -1})
-	p.Comments = s.comments(st, end)
+	notes := s.comments(st, end)
 	p.Alloc = s.cfg.Alloc
 	// Every function outside the plan that a sample or a discovery found.
 	for _, e := range s.outside.list() {
@@ -96,20 +97,29 @@ func (s *Session) buildProfile(end uint64, st bpf.Stats) *cct.Profile {
 			s.estimate(t)
 			s.markSampledCounts(t)
 		}
-		note := ""
+		var note, short string
 		switch {
 		case s.hybrid != nil && s.hybrid.RootCalls() != nil:
 			note = "the calls below the roots are unknown (?) or lower bounds (≥, pprof label calls=incomplete) since every probe went: no probe counts them once the roots' own are out; a root called less often keeps exact counts"
+			short = "the calls below the sampled roots are unknown (?) or lower bounds (≥): every probe went"
 		case s.hybrid != nil:
-			note = lowerBoundNote(p.Tree, s.stageOf, s.hybrid.WholeProgress)
+			note, short = lowerBoundNote(p.Tree, s.stageOf, s.hybrid.WholeProgress)
 		}
 		if note != "" {
-			p.Comments = append(p.Comments, note)
-			s.countsNote.Store(&note)
+			notes.say(note)
+			s.countsNote.Store(&short)
 		}
 	}
 	if c := s.cfg.Calibration; c != nil {
-		p.Comments = append(p.Comments, compensate(p, pr.Plan, c, s.stageOf)...)
+		lines := compensate(p, pr.Plan, c, s.stageOf)
+		if len(lines) > 0 {
+			notes.say(lines[0])
+			notes.detail(lines[1:]...)
+		}
+	}
+	p.Comments, p.Report = notes.head, notes.all
+	if s.cfg.Mode == ModeHybrid {
+		p.Overhead = measuredOverhead(st, s.cfg.Budget)
 	}
 	if s.samples != nil {
 		for _, t := range p.AllTrees() {
@@ -175,7 +185,7 @@ func (s *Session) markSampledCounts(t *cct.Tree) {
 // "≥6234" for a function called 70 million times needs to know that
 // the number is not a count ("" when there are none). stage is each
 // function's stage, progress says how far the whole bursts got.
-func lowerBoundNote(t *cct.Tree, stage func(int) cost.Stage, progress func() string) string {
+func lowerBoundNote(t *cct.Tree, stage func(int) cost.Stage, progress func() string) (note, short string) {
 	funcs := map[cct.FuncID]bool{}
 	contexts := 0
 	t.Root.Walk(func(n *cct.Node) {
@@ -186,12 +196,14 @@ func lowerBoundNote(t *cct.Tree, stage func(int) cost.Stage, progress func() str
 		contexts++
 	})
 	if contexts == 0 {
-		return ""
+		return "", ""
 	}
+	short = fmt.Sprintf("the calls of %s demoted to sampling are lower bounds (≥) in %s: trace longer, or raise --overhead-budget",
+		english.Plural(len(funcs), "function"), english.Plural(contexts, "context"))
 	return fmt.Sprintf("the calls of %s demoted to sampling are lower bounds (≥, pprof label calls=incomplete) in %s of theirs: "+
 		"an estimate needs %d calls of the context's nearest caller still probed seen whole by the bursts; %s: "+
 		"trace longer, or raise the overhead budget (--overhead-budget)",
-		english.Plural(len(funcs), "function"), english.Plural(contexts, "context"), estimate.MinAnchorCalls, progress())
+		english.Plural(len(funcs), "function"), english.Plural(contexts, "context"), estimate.MinAnchorCalls, progress()), short
 }
 
 // compensate takes the probes' own time out of p's trees, using the
@@ -366,7 +378,49 @@ func contextName(p *cct.Profile, n *cct.Node) string {
 }
 
 // comments say what the profile is and every reason it may be inexact.
-func (s *Session) comments(st bpf.Stats, end uint64) []string {
+// measuredOverhead is the probes' time over the target's own CPU time,
+// by the samples the kernel put in a probe (their program or their trap,
+// inside a root or not), against budget; unknown on fewer than
+// cost.MinProbeSamples samples.
+func measuredOverhead(st bpf.Stats, budget float64) *cct.Overhead {
+	o := &cct.Overhead{Budget: budget}
+	in := st.ProbeSamples + st.TrapSamples + st.OutsideTrapSamples + st.OutsideCalleeSamples
+	if st.TargetSamples >= cost.MinProbeSamples && in < st.TargetSamples {
+		o.Measured, o.Known = float64(in)/float64(st.TargetSamples-in), true
+	}
+	return o
+}
+
+// notes are what a profile says of itself: the headline, which goes in
+// the pprof file's comments and should fit a screen, and all of it, the
+// details included (the demotions, the cross-checks, what discovery found,
+// the functions not traced, the session's mechanics), for the report.
+type notes struct{ head, all []string }
+
+// say adds headline lines.
+func (n *notes) say(lines ...string) {
+	n.head = append(n.head, lines...)
+	n.all = append(n.all, lines...)
+}
+
+// detail adds lines for the report only.
+func (n *notes) detail(lines ...string) { n.all = append(n.all, lines...) }
+
+// seeds adds what the checks of threads running at the attach found:
+// warnings are headline, the account is detail.
+func (n *notes) seeds(lines []string) {
+	for _, l := range lines {
+		if strings.HasPrefix(l, "WARNING") {
+			n.say(l)
+		} else {
+			n.detail(l)
+		}
+	}
+}
+
+// comments says what the profile owes to the session, for the comments
+// and the report.
+func (s *Session) comments(st bpf.Stats, end uint64) *notes {
 	pl := s.prep.Plan
 	ss := s.sim.Stats()
 	what := map[Mode]string{ModeExact: "exact trace", ModeHybrid: "hybrid trace", ModeSample: "sampled profile"}[s.cfg.Mode]
@@ -374,115 +428,118 @@ func (s *Session) comments(st bpf.Stats, end uint64) []string {
 	if s.probes != nil {
 		funcs, probes = s.probes.Counts()
 	}
-	c := []string{
-		fmt.Sprintf("kprofd %s of pid %d, root %s", what, s.cfg.PID, strings.Join(s.cfg.Roots, ", ")),
+	c := &notes{}
+	c.say(fmt.Sprintf("kprofd %s of pid %d, root %s", what, s.cfg.PID, strings.Join(s.cfg.Roots, ", ")),
 		fmt.Sprintf("%d functions, %d probes, exits by %s", funcs, probes, pl.Exits),
-		fmt.Sprintf("%d events", ss.Events),
-	}
-	c = append(c, s.seedComments(ss, st)...)
+		fmt.Sprintf("%d events", ss.Events))
+	c.seeds(s.seedComments(ss, st))
 	if g := s.prep.Go; g != nil {
-		c = append(c, fmt.Sprintf("Go program (%s): calls kept per goroutine (runtime.g's layout from %s); a call blocked or parked inside the root counts its wall time", g.Version, g.Source))
+		c.say(fmt.Sprintf("Go program (%s): calls kept per goroutine (runtime.g's layout from %s); a call blocked or parked inside the root counts its wall time", g.Version, g.Source))
 	}
 	if s.sampler != nil {
-		c = append(c, fmt.Sprintf("sampled every %s of CPU time: %d samples inside the root, %d of them in kprofd's probes (not the target's time), %d unplaced; estimated times (pprof label timing=estimated, ~ in text views) share out by samples the time their nearest exact caller measured and its exact callees leave",
+		c.say(fmt.Sprintf("sampled every %s of CPU time: %d samples inside the root, %d of them in kprofd's probes (not the target's time), %d unplaced; estimated times (pprof label timing=estimated, ~ in text views) share out by samples the time their nearest exact caller measured and its exact callees leave",
 			s.sampler.Period, ss.Samples+st.ProbeSamples+ss.RootlessSamples-ss.RootlessOutside, ss.ProbeSamples+st.ProbeSamples, ss.UnplacedSamples))
 		if st.OutsideTrapSamples > 0 {
-			c = append(c, fmt.Sprintf("%d samples of threads outside the root were in the root's own entry and exit probes: %.1f%% of the target's own CPU time",
+			c.detail(fmt.Sprintf("%d samples of threads outside the root were in the root's own entry and exit probes: %.1f%% of the target's own CPU time",
 				st.OutsideTrapSamples, 100*floorOverhead(st)))
 		}
 		if st.OutsideCalleeSamples > 0 {
-			c = append(c, fmt.Sprintf("%d samples of threads outside the root were in the probes of functions below it called from outside it (not the target's time, nor the profile's)",
+			c.detail(fmt.Sprintf("%d samples of threads outside the root were in the probes of functions below it called from outside it (not the target's time, nor the profile's)",
 				st.OutsideCalleeSamples))
 		}
 	}
 	if s.awaitDone != nil {
-		c = append(c, s.before.comment(s.cfg.Roots, s.probes != nil))
+		c.say(s.before.comment(s.cfg.Roots, s.probes != nil))
 	}
 	if s.cfg.Mode == ModeHybrid && s.hybrid != nil {
 		ds := s.Demotions()
 		monitor, bursts, roots := s.hybrid.Summary()
-		c = append(c, fmt.Sprintf("overhead budget %.0f%%: %d demotions; %s", 100*s.cfg.Budget, len(ds), monitor), bursts)
+		c.say(fmt.Sprintf("overhead budget %.0f%%: %d demotions; %s", 100*s.cfg.Budget, len(ds), monitor))
+		c.detail(bursts)
 		if roots != "" {
-			c = append(c, roots)
-			c = append(c, s.rootCallsComments(end)...)
+			c.say(roots)
+			c.say(s.rootCallsComments(end)...)
 		}
-		c = append(c, estimate.CrossCheckComments(s.crossChecks)...)
+		if xs := estimate.CrossCheckComments(s.crossChecks); len(xs) > 0 {
+			c.say(xs[0])
+			c.detail(xs[1:]...)
+		}
 		for _, d := range ds {
-			c = append(c, "demoted "+d.String())
+			c.detail("demoted " + d.String())
 		}
 	}
 	if st.Lost > 0 {
-		c = append(c, fmt.Sprintf("WARNING: %d events lost (ring buffer full); counts are low and stacks were resynchronised from stack pointers", st.Lost))
+		c.say(fmt.Sprintf("WARNING: %d events lost (ring buffer full); counts are low and stacks were resynchronised from stack pointers", st.Lost))
 	}
 	if st.NoStorage > 0 {
-		c = append(c, fmt.Sprintf("WARNING: %d root entries ignored: no kernel memory for thread context", st.NoStorage))
+		c.say(fmt.Sprintf("WARNING: %d root entries ignored: no kernel memory for thread context", st.NoStorage))
 	}
 	if ss.Restarts > 0 {
-		c = append(c, fmt.Sprintf("%d calls started over in their own frame after growing their goroutine's stack (counted once)", ss.Restarts))
+		c.detail(fmt.Sprintf("%d calls started over in their own frame after growing their goroutine's stack (counted once)", ss.Restarts))
 	}
 	if s.cfg.Alloc {
-		c = append(c, allocComment(s.prep.Plan, ss, s.stageOf, s.cfg.AllocRate))
+		c.say(allocComment(s.prep.Plan, ss, s.stageOf, s.cfg.AllocRate))
 	}
 	if ss.Folded > 0 {
 		outermost := ""
 		if n := s.sim.OutermostFolded(); n > 0 {
 			outermost = fmt.Sprintf("; %d of them outermost calls, in no context", n)
 		}
-		c = append(c, fmt.Sprintf("WARNING: node budget of %d calling contexts reached: %d calls needing new ones folded into their nearest counted caller (pprof label folded_calls; their time, probes' included, is that caller's self time)%s",
+		c.say(fmt.Sprintf("WARNING: node budget of %d calling contexts reached: %d calls needing new ones folded into their nearest counted caller (pprof label folded_calls; their time, probes' included, is that caller's self time)%s",
 			s.cfg.MaxNodes, ss.Folded, outermost))
 	}
 	if ss.InferredExits > 0 {
-		c = append(c, fmt.Sprintf("%d exits inferred from stack pointers (their time is an upper bound)", ss.InferredExits))
+		c.detail(fmt.Sprintf("%d exits inferred from stack pointers (their time is an upper bound)", ss.InferredExits))
 	}
 	if st.StaleRoots > 0 {
-		c = append(c, fmt.Sprintf("%d times a thread left the root without an exit event (longjmp or exception)", st.StaleRoots))
+		c.detail(fmt.Sprintf("%d times a thread left the root without an exit event (longjmp or exception)", st.StaleRoots))
 	}
 	if ss.Mismatches+ss.UnmatchedExits > 0 {
-		c = append(c, fmt.Sprintf("%d exits did not match the simulated stack", ss.Mismatches+ss.UnmatchedExits))
+		c.detail(fmt.Sprintf("%d exits did not match the simulated stack", ss.Mismatches+ss.UnmatchedExits))
 	}
 	if ss.PausedNs > 0 {
-		c = append(c, fmt.Sprintf("%s that threads were held for their calls' probes to go in (functions found at run time) taken out of the frames they were in", time.Duration(ss.PausedNs)))
+		c.detail(fmt.Sprintf("%s that threads were held for their calls' probes to go in (functions found at run time) taken out of the frames they were in", time.Duration(ss.PausedNs)))
 	}
 	if ss.AdjustNs > 0 {
-		c = append(c, fmt.Sprintf("%s of kprofd's own work (flushing event batches) taken out of the frames it landed in", time.Duration(ss.AdjustNs)))
+		c.detail(fmt.Sprintf("%s of kprofd's own work (flushing event batches) taken out of the frames it landed in", time.Duration(ss.AdjustNs)))
 	}
 	if ss.Unwound > 0 {
-		c = append(c, fmt.Sprintf("%d calls ended by an exception or a longjmp (%d catch sites hit)", ss.Unwound, ss.Catches))
+		c.detail(fmt.Sprintf("%d calls ended by an exception or a longjmp (%d catch sites hit)", ss.Unwound, ss.Catches))
 	}
 	if ss.Reconciliations > 0 {
-		c = append(c, fmt.Sprintf("%d real stacks compared with the simulated ones: %d frames repaired, %s spent",
+		c.detail(fmt.Sprintf("%d real stacks compared with the simulated ones: %d frames repaired, %s spent",
 			ss.Reconciliations, ss.Repairs, time.Duration(ss.ReconcileNs)))
 	}
 	if ss.BurstCalls+ss.BurstOutside > 0 {
-		c = append(c, fmt.Sprintf("bursts saw %d calls of demoted functions in their windows (%d more while their probes went in or out, not counted); real stacks put back %d frames entered before a burst",
+		c.detail(fmt.Sprintf("bursts saw %d calls of demoted functions in their windows (%d more while their probes went in or out, not counted); real stacks put back %d frames entered before a burst",
 			ss.BurstCalls, ss.BurstOutside, ss.Resynced))
 	}
 	if st.BurstDropped > 0 {
-		c = append(c, fmt.Sprintf("%d calls the bursts' probes saw were dropped with the ring buffer half full (the rest is kept for exact events): the windows they fell in are left out of the estimates", st.BurstDropped))
+		c.detail(fmt.Sprintf("%d calls the bursts' probes saw were dropped with the ring buffer half full (the rest is kept for exact events): the windows they fell in are left out of the estimates", st.BurstDropped))
 	}
 	if s.reader != nil {
 		if n, bytes := s.reader.StackRecords(); n > 0 {
-			c = append(c, fmt.Sprintf("%d stack records (cpu-clock samples and real-stack captures) took %.1f MiB of the ring buffer, %d bytes each on average (the stack up to the root's frame, %d at most)",
+			c.detail(fmt.Sprintf("%d stack records (cpu-clock samples and real-stack captures) took %.1f MiB of the ring buffer, %d bytes each on average (the stack up to the root's frame, %d at most)",
 				n, float64(bytes)/(1<<20), bytes/n, wire.StackMax))
 		}
 	}
 	if st.StacksLost > 0 {
-		c = append(c, fmt.Sprintf("WARNING: %d stack captures dropped (ring buffer full)", st.StacksLost))
+		c.say(fmt.Sprintf("WARNING: %d stack captures dropped (ring buffer full)", st.StacksLost))
 	}
 	if ss.UnmatchedCatches > 0 {
-		c = append(c, fmt.Sprintf("%d catch sites hit without their function on the simulated stack", ss.UnmatchedCatches))
+		c.detail(fmt.Sprintf("%d catch sites hit without their function on the simulated stack", ss.UnmatchedCatches))
 	}
 	if ss.Signals > 0 {
-		c = append(c, fmt.Sprintf("%d signal handlers ran inside the root; their calls are under %s", ss.Signals, SignalHandlerName))
+		c.say(fmt.Sprintf("%d signal handlers ran inside the root; their calls are under %s", ss.Signals, SignalHandlerName))
 	}
 	if !s.signals {
-		c = append(c, "signal handlers are not told apart (no signal trampoline found): calls a handler makes look like calls of the function it interrupted")
+		c.detail("signal handlers are not told apart (no signal trampoline found): calls a handler makes look like calls of the function it interrupted")
 	}
 	if ss.ThreadExits > 0 {
-		c = append(c, fmt.Sprintf("%d threads exited inside the root, ending %d calls", ss.ThreadExits, ss.DiedFrames))
+		c.detail(fmt.Sprintf("%d threads exited inside the root, ending %d calls", ss.ThreadExits, ss.DiedFrames))
 	}
 	if ss.Unfinished > 0 {
-		c = append(c, fmt.Sprintf("%d calls still running at the end, timed up to it", ss.Unfinished))
+		c.detail(fmt.Sprintf("%d calls still running at the end, timed up to it", ss.Unfinished))
 	}
 	if s.disc != nil {
 		found, dropped, inside := s.disc.discovered()
@@ -493,40 +550,48 @@ func (s *Session) comments(st bpf.Stats, end uint64) []string {
 			}
 		}
 		if len(found) > 0 {
-			c = append(c, fmt.Sprintf("%d targets of indirect calls found at run time, %d of them traced from then on:", len(found), traced))
+			c.say(fmt.Sprintf("%d targets of indirect calls found at run time, %d of them traced from then on (the report lists them)", len(found), traced))
 			for _, d := range found {
-				c = append(c, "discovered "+d.String())
+				c.detail("discovered " + d.String())
 			}
 		}
 		if dropped > 0 {
-			c = append(c, fmt.Sprintf("WARNING: %d targets of indirect calls reported too fast to be traced", dropped))
+			c.say(fmt.Sprintf("WARNING: %d targets of indirect calls reported too fast to be traced", dropped))
 		}
 		if inside > 0 {
-			c = append(c, fmt.Sprintf("%d targets of indirect jumps inside their functions (jump tables) ignored", inside))
+			c.detail(fmt.Sprintf("%d targets of indirect jumps inside their functions (jump tables) ignored", inside))
 		}
 		switch pauses, timeouts, longest := s.disc.pauseStats(); {
 		case s.tracer == nil && len(found) > 0:
-			c = append(c, "threads were not paused at new targets (no ptrace): calls made before a target's probes were in are missed, and counted")
+			c.detail("threads were not paused at new targets (no ptrace): calls made before a target's probes were in are missed, and counted")
 		case pauses > 0:
-			c = append(c, fmt.Sprintf("threads paused %d times at new targets until their probes were in, %s at the longest", pauses, longest.Round(time.Microsecond)))
+			c.detail(fmt.Sprintf("threads paused %d times at new targets until their probes were in, %s at the longest", pauses, longest.Round(time.Microsecond)))
 			if timeouts > 0 {
-				c = append(c, fmt.Sprintf("WARNING: %d of those pauses ended after %s, before the probes were in: those calls are missed, and counted", timeouts, pauseLimit))
+				c.say(fmt.Sprintf("WARNING: %d of those pauses ended after %s, before the probes were in: those calls are missed, and counted", timeouts, pauseLimit))
 			}
 		}
 		for _, u := range s.Unloaded() {
-			c = append(c, u.String())
+			c.detail(u.String())
 		}
+	}
+	for _, line := range untracedLines(pl.Untraced, "not traced: ", " (the report lists them)") {
+		c.say("INCOMPLETE: " + line)
 	}
 	for _, u := range pl.Untraced {
-		c = append(c, "INCOMPLETE: not traced: "+u+"; its callees appear under its caller")
+		c.detail("not traced: " + u)
 	}
+	atSites := 0
 	for _, f := range pl.Funcs {
 		if len(f.CallSites) > 0 {
-			c = append(c, fmt.Sprintf("%s: calls counted at %d call sites in the traced code (its entry cannot carry a probe safely); calls from elsewhere not seen", f.Node.Name(), len(f.CallSites)))
+			atSites++
+			c.detail(fmt.Sprintf("%s: calls counted at %d call sites in the traced code (its entry cannot carry a probe safely); calls from elsewhere not seen", f.Node.Name(), len(f.CallSites)))
 		}
 	}
+	if atSites > 0 {
+		c.say(fmt.Sprintf("%s counted at their call sites in the traced code (their entry cannot carry a probe safely): calls from elsewhere not seen (the report lists them)", english.Plural(atSites, "function")))
+	}
 	if n := len(pl.Graph.Skipped) + len(pl.Graph.Excluded); n > 0 {
-		c = append(c, fmt.Sprintf("%d callees excluded or not traceable (see --dry-run)", n))
+		c.say(fmt.Sprintf("%d callees excluded or not traceable (see --dry-run)", n))
 	}
 	return c
 }

@@ -42,10 +42,14 @@ func TestLowerBoundNote(t *testing.T) {
 	const advice = ": trace longer, or raise the overhead budget (--overhead-budget)"
 	progress := func() string { return "how far the whole bursts got" }
 	stage := func(id int) cost.Stage { return stages[id] }
-	if got, want := lowerBoundNote(tree, stage, progress), counts+"how far the whole bursts got"+advice; got != want {
+	got, short := lowerBoundNote(tree, stage, progress)
+	if want := counts + "how far the whole bursts got" + advice; got != want {
 		t.Errorf("lower bounds:\n got %q\nwant %q", got, want)
 	}
-	if got := lowerBoundNote(cct.NewTree(), stage, progress); got != "" {
-		t.Errorf("every count estimated: %q, want none", got)
+	if want := "the calls of 2 functions demoted to sampling are lower bounds (≥) in 3 contexts: trace longer, or raise --overhead-budget"; short != want {
+		t.Errorf("lower bounds, in a line:\n got %q\nwant %q", short, want)
+	}
+	if got, short := lowerBoundNote(cct.NewTree(), stage, progress); got != "" || short != "" {
+		t.Errorf("every count estimated: %q, %q, want none", got, short)
 	}
 }

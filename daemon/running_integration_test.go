@@ -94,7 +94,7 @@ func TestRootRunningAtAttach(t *testing.T) {
 		t.Errorf("checks of running threads: %+v, want 1, inside, with 1 frame", r)
 	}
 	if !hasComment(p, "were checked for a root on their stack") {
-		t.Errorf("the profile does not say a thread was running at the attach:\n%s", strings.Join(p.Comments, "\n"))
+		t.Errorf("the profile does not say a thread was running at the attach:\n%s", strings.Join(p.Report, "\n"))
 	}
 
 	exitRunning(t, target)
@@ -182,13 +182,13 @@ func TestRootNeverEntered(t *testing.T) {
 	p := stopAndCheckGone(t, s, target.Pid())
 	pr := s.Progress()
 	if pr.RootEntered || pr.OutsideHits < 4000 {
-		t.Errorf("root entered %v, %d probe hits outside it; want not entered, at least the 4000 of leaf\n%s", pr.RootEntered, pr.OutsideHits, strings.Join(p.Comments, "\n"))
+		t.Errorf("root entered %v, %d probe hits outside it; want not entered, at least the 4000 of leaf\n%s", pr.RootEntered, pr.OutsideHits, strings.Join(p.Report, "\n"))
 	}
 	if len(p.Tree.Root.Children) != 0 {
 		t.Errorf("the tree holds %d contexts, want none", len(p.Tree.Root.Children))
 	}
 	if !hasComment(p, "no thread was inside a root (never_called)") {
-		t.Errorf("the profile does not say the root was never entered:\n%s", strings.Join(p.Comments, "\n"))
+		t.Errorf("the profile does not say the root was never entered:\n%s", strings.Join(p.Report, "\n"))
 	}
 	if r := s.Seeds(); r.Checked != 1 || r.Inside != 0 {
 		t.Errorf("checks of running threads: %+v, want the main thread checked and outside", r)
@@ -277,7 +277,7 @@ func expectLine(t testing.TB, target *testtarget.Proc, want string) {
 
 // hasComment reports whether one of p's comments contains s.
 func hasComment(p *cct.Profile, s string) bool {
-	return strings.Contains(strings.Join(p.Comments, "\n"), s)
+	return strings.Contains(strings.Join(p.Report, "\n"), s)
 }
 
 // funcID returns the id of the function named name in p.

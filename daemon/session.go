@@ -161,10 +161,10 @@ type Progress struct {
 	// (Config.MaxNodes).
 	Nodes  uint64 `json:"nodes"`
 	Folded uint64 `json:"folded"`
-	// CountsNote, once the session has stopped, says that some contexts
-	// of functions demoted to sampling end with lower bounds for their
-	// calls, why, and what would give them estimates ("" when none do):
-	// the profile's comments say the same.
+	// CountsNote, once the session has stopped, says in a line that
+	// some contexts of functions demoted to sampling end with lower
+	// bounds for their calls ("" when none do): the profile's comments
+	// say why, and what would give them estimates.
 	CountsNote string `json:"counts_note,omitempty"`
 }
 

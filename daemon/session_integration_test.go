@@ -108,7 +108,7 @@ func traceTarget(t *testing.T, exe string, cfg daemon.Config, script func(*testt
 	if diff := testtarget.DiffCounts(got, want); diff != "" {
 		t.Errorf("calls per context differ:\n%s", diff)
 	}
-	t.Logf("exits by %s: %s", pl.Exits, strings.Join(p.Comments, "; "))
+	t.Logf("exits by %s: %s", pl.Exits, strings.Join(p.Report, "; "))
 	return p
 }
 

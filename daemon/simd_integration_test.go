@@ -45,7 +45,7 @@ func TestSIMDTarget(t *testing.T) {
 				}
 				return out
 			}, testtarget.SIMDCounts(n, avx512), testtarget.SIMDRename)
-			comments := strings.Join(p.Comments, "\n")
+			comments := strings.Join(p.Report, "\n")
 			for _, want := range []string{
 				"INCOMPLETE: not traced: simd:avx2_only: no instruction a probe may safely go on",
 				"simd:avx_fill: calls counted at 1 call sites",

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
@@ -55,6 +56,13 @@ type attachOptions struct {
 	alloc       bool
 	remember    bool
 	predict     bool
+	// The text view: every row (all), or bounded by depth and by the
+	// smallest share of the total shown (minShare, %); and the report's
+	// path ("": beside the profile).
+	all      bool
+	depth    int
+	minShare float64
+	report   string
 }
 
 func newAttachCmd() *cobra.Command {
@@ -133,6 +141,10 @@ Exits (--exits): ` + plan.ExitRule + `.`,
 	f.StringVarP(&o.output, "output", "o", "", "pprof output file (default kprofd-PID.pb.gz)")
 	f.StringVar(&o.format, "format", "tree", "what to print at the end: tree, top or none")
 	f.StringVar(&o.folded, "folded", "", "also write folded stacks (for flame graphs) to this file")
+	f.BoolVar(&o.all, "all", false, "print every row of the tree (or every function of --format top): by default the view is\nbounded to about a screen of the contexts that hold the time")
+	f.IntVar(&o.depth, "depth", 0, "print the tree this many calls deep at most (0: no limit)")
+	f.Float64Var(&o.minShare, "min-share", 0.5, "hide from the tree the contexts under this percentage of the traced time")
+	f.StringVar(&o.report, "report", "", "write what the session says of the profile in full (demotions, cross-checks, functions found\nat run time or not traced) to this file (default: beside the profile, NAME.report.txt)")
 	f.StringArrayVar(&o.exclude, "exclude", nil, "do not trace functions whose 'object:function' name matches this regular expression, nor what only they reach (repeatable)")
 	f.IntVar(&o.maxFunctions, "max-functions", daemon.DefaultMaxFunctions, "refuse to trace when the root reaches more functions than this (0: no limit)")
 	f.BoolVar(&o.dryRun, "dry-run", false, "print the functions and probes that would be attached, then exit")
@@ -170,7 +182,7 @@ func (o *attachOptions) request() *service.Request {
 		Exclude: o.exclude, MaxFunctions: noBoundIfZero(o.maxFunctions), Exits: o.exits, PerThread: o.perThread,
 		NoDiscovery: !o.discover, NoPause: !o.pause, RingMiB: o.ringMiB, Format: o.format,
 		Folded: o.folded != "", Duration: durationString(o.duration), MaxNodes: o.maxNodesRequest(), Alloc: o.alloc,
-		Forget: !o.remember, NoPredict: !o.predict,
+		Forget: !o.remember, NoPredict: !o.predict, All: o.all, Depth: o.depth, MinShare: o.minShare,
 	}
 }
 
@@ -226,6 +238,10 @@ func runAttach(ctx context.Context, o *attachOptions, stdout, stderr io.Writer) 
 		return errors.New("--sample-hz must be between 1 and 100000, not 0")
 	case o.ringMiB == 0:
 		return errors.New("--ring-mib must be a power of two, not 0")
+	case o.depth < 0:
+		return errors.New("--depth takes 0 (no limit) or a positive number")
+	case o.minShare < 0 || o.minShare >= 100:
+		return errors.New("--min-share is a percentage from 0 to below 100")
 	case o.maxNodes < 0 || o.maxFunctions < 0:
 		return errors.New("--max-nodes and --max-functions take 0 (no bound) or a positive number")
 	}
@@ -270,6 +286,9 @@ func runAttach(ctx context.Context, o *attachOptions, stdout, stderr io.Writer) 
 	hooks := service.Hooks{
 		Prepared: func(prep *daemon.Prepared) error {
 			if o.verbose {
+				for _, u := range prep.Plan.Untraced {
+					fmt.Fprintf(stderr, "kprofd: warning: not tracing %s\n", u)
+				}
 				for _, line := range planNotes(prep.Plan.Funcs) {
 					fmt.Fprintf(stderr, "kprofd: warning: %s\n", line)
 				}
@@ -280,7 +299,7 @@ func runAttach(ctx context.Context, o *attachOptions, stdout, stderr io.Writer) 
 			msg := fmt.Sprintf("kprofd: tracing pid %d below %s (%s): %d functions, %d probes, exits by %s; Ctrl-C to stop\n",
 				st.PID, strings.Join(st.Roots, ", "), st.How, st.Functions, st.Probes, st.Exits)
 			if st.Waiting {
-				msg = fmt.Sprintf("kprofd: counting the calls of %s in pid %d (%s): the probes below go in once it has run for a moment; Ctrl-C to stop\n",
+				msg = fmt.Sprintf("kprofd: counting the calls of %s in pid %d (%s): the probes below go in once it has run; Ctrl-C to stop\n",
 					strings.Join(st.Roots, ", "), st.PID, st.How)
 			}
 			if o.verbose {
@@ -456,15 +475,26 @@ func writeOutputs(o *attachOptions, out *service.Output, stdout, stderr io.Write
 	if err := writeFile(path, out.Pprof); err != nil {
 		return err
 	}
-	fmt.Fprintf(stderr, "kprofd: wrote %s (go tool pprof -top %s)\n", path, path)
 	if o.folded != "" {
 		if err := writeFile(o.folded, []byte(out.Folded)); err != nil {
 			return err
 		}
 		fmt.Fprintf(stderr, "kprofd: wrote %s\n", o.folded)
 	}
-	_, err := io.WriteString(stdout, out.Text)
-	return err
+	report := o.reportPath()
+	if err := writeFile(report, []byte(out.Report)); err != nil {
+		return err
+	}
+	if _, err := io.WriteString(stdout, out.Text); err != nil {
+		return err
+	}
+	// The last line names the report, with the profile when both fit.
+	if line := fmt.Sprintf("kprofd: wrote %s and %s (go tool pprof -top %s)", path, report, path); utf8.RuneCountInString(line) <= maxLine {
+		fmt.Fprintln(stderr, line)
+	} else {
+		fmt.Fprintf(stderr, "kprofd: wrote %s (go tool pprof -top %s)\nkprofd: wrote %s (all the session says of the profile)\n", path, path, report)
+	}
+	return nil
 }
 
 // pprofPath is where the profile goes: -o, else kprofd-PID.pb.gz.
@@ -475,9 +505,22 @@ func (o *attachOptions) pprofPath() string {
 	return fmt.Sprintf("kprofd-%d.pb.gz", o.pid)
 }
 
+// reportPath is where the report goes: --report, else beside the
+// profile (kprofd-PID.pb.gz: kprofd-PID.report.txt).
+func (o *attachOptions) reportPath() string {
+	if o.report != "" {
+		return o.report
+	}
+	base := o.pprofPath()
+	for _, ext := range []string{".gz", ".pb", ".pprof"} {
+		base = strings.TrimSuffix(base, ext)
+	}
+	return base + ".report.txt"
+}
+
 // outputPaths are the files the session will write.
 func (o *attachOptions) outputPaths() []string {
-	paths := []string{o.pprofPath()}
+	paths := []string{o.pprofPath(), o.reportPath()}
 	if o.folded != "" {
 		paths = append(paths, o.folded)
 	}

@@ -8,10 +8,12 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/kprofd/kprofd/daemon/cost"
 	"github.com/kprofd/kprofd/daemon/hybrid"
 	"github.com/kprofd/kprofd/internal/english"
+	"github.com/kprofd/kprofd/internal/export"
 )
 
 // settleTime is how long hybrid mode's demotions must pause before the
@@ -69,7 +71,7 @@ func (r *demotionReporter) flush() {
 	}
 	r.pending = nil
 	if len(predicted) > 0 {
-		fmt.Fprintf(r.w, "%skprofd: +%s: started with %s demoted (%s), as the loops around their calls predict them far too costly at the root's call rate (--predict=false to attach every probe)\n",
+		fmt.Fprintf(r.w, "%skprofd: +%s: started with %s demoted (%s): their loops predict them too dear at the root's call rate\n",
 			r.prefix, predicted[0].At.Round(time.Millisecond), english.Plural(len(predicted), "function"), demotedParts(predicted))
 	}
 	if len(remembered) > 0 {
@@ -83,7 +85,7 @@ func (r *demotionReporter) flush() {
 		if funcs == 0 {
 			what = demotedParts(remembered)
 		}
-		fmt.Fprintf(r.w, "%skprofd: started with %s, as the last session on this executable and roots ended (--remember=false to start fully probed)\n",
+		fmt.Fprintf(r.w, "%skprofd: started with %s, as the last session on this program ended (--remember=false: fully probed)\n",
 			r.prefix, what)
 	}
 	if len(rounds) > 0 {
@@ -115,7 +117,7 @@ func demotedParts(ds []hybrid.Demotion) string {
 		parts = append(parts, fmt.Sprintf("%d exits dropped", entry))
 	}
 	if sites > 0 {
-		parts = append(parts, fmt.Sprintf("%d indirect-call probes dropped", sites))
+		parts = append(parts, fmt.Sprintf("%d call sites dropped", sites))
 	}
 	if syncs > 0 {
 		parts = append(parts, "the sync probe dropped")
@@ -135,6 +137,43 @@ func summarizeDemotions(ds []hybrid.Demotion) string {
 	}
 	first, last := ds[0], ds[len(ds)-1]
 	what := demotedParts(ds)
-	return fmt.Sprintf("+%s: demoted %s in %s (first: %s); predicted probe overhead %.0f%% -> %.0f%% of the target's CPU (-v for each, the profile's comments list them)",
-		last.At.Round(time.Millisecond), what, english.Plural(len(rounds), "round"), first.Func, 100*first.Before, 100*last.After)
+	line := fmt.Sprintf("+%s: demoted %s in %s; predicted overhead %.0f%% -> %.0f%% (-v lists each)",
+		last.At.Round(time.Millisecond), what, english.Plural(len(rounds), "round"), 100*first.Before, 100*last.After)
+	const firstIs = "; first: "
+	if room := maxLine - len("kprofd: ") - utf8.RuneCountInString(line+firstIs); room >= minNameRoom {
+		line += firstIs + clip(shortFunc(first.Func), room)
+	}
+	return line
+}
+
+// minNameRoom is the least room a line leaves the name of the first
+// function demoted: less, and the name is left out.
+const minNameRoom = 12
+
+// maxLine bounds kprofd's lines on stderr, in characters: C++ names run
+// to hundreds of characters.
+const maxLine = 160
+
+// shortFunc returns the short name of a demotion's function
+// ("object:function"), without its object.
+func shortFunc(name string) string {
+	for i := 0; i < len(name); i++ {
+		if name[i] == ':' {
+			if i+1 < len(name) && name[i+1] == ':' {
+				break // a C++ scope before any object: no object
+			}
+			name = name[i+1:]
+			break
+		}
+	}
+	return export.ShortName(name)
+}
+
+// clip shortens s to at most n runes, its middle elided.
+func clip(s string, n int) string {
+	r := []rune(s)
+	if len(r) <= n {
+		return s
+	}
+	return string(r[:n/2]) + "…" + string(r[len(r)-(n-n/2-1):])
 }

@@ -58,6 +58,13 @@ type Request struct {
 	// or none. Folded asks for folded stacks (flame graphs) too.
 	Format string `json:"format,omitempty"`
 	Folded bool   `json:"folded,omitempty"`
+	// All shows every row of the text view; otherwise it is bounded to
+	// about a screen (export.DefaultTreeOptions). Depth limits the
+	// tree's depth (0: none), MinShare hides contexts under that
+	// percentage of the total (0: the default).
+	All      bool    `json:"all,omitempty"`
+	Depth    int     `json:"depth,omitempty"`
+	MinShare float64 `json:"min_share,omitempty"`
 }
 
 // Config returns the session's configuration, checked and defaulted by

@@ -201,12 +201,21 @@ func wait(ctx context.Context, s *daemon.Session, d time.Duration, progress func
 }
 
 // Output is a profile as the front ends write it: the pprof file, the
-// text view asked for and folded stacks.
+// text view asked for, folded stacks, and the report (cct.Profile.Report).
 type Output struct {
 	Pprof  []byte `json:"pprof"`
 	Text   string `json:"text,omitempty"`
 	Folded string `json:"folded,omitempty"`
+	Report string `json:"report,omitempty"`
 }
+
+// viewHint ends a bounded text view's last line: where the rest is.
+const viewHint = "--all shows every row; the pprof file has them all"
+
+// headerComments is how many of the profile's comments head a bounded
+// text view (the mode and root, the functions and probes, the events),
+// with every warning: the rest are in the pprof file and the report.
+const headerComments = 3
 
 // Render writes p in the forms req asks for.
 func Render(p *cct.Profile, req *Request) (*Output, error) {
@@ -216,11 +225,29 @@ func Render(p *cct.Profile, req *Request) (*Output, error) {
 	}
 	switch req.Format {
 	case "", "tree":
-		if err := export.WriteTree(&text, p, export.TreeOptions{}); err != nil {
+		opt := export.DefaultTreeOptions()
+		opt.Hint, opt.MaxComments = viewHint, headerComments
+		if req.MinShare > 0 {
+			opt.MinPercent = req.MinShare
+		}
+		if req.All {
+			opt = export.TreeOptions{}
+		}
+		opt.MaxDepth = req.Depth
+		if err := export.WriteTree(&text, p, opt); err != nil {
 			return nil, err
 		}
 	case "top":
-		if err := export.WriteTop(&text, p, 0); err != nil {
+		opt := export.TopOptions{Hint: viewHint, MaxComments: headerComments}
+		if req.All {
+			opt = export.TopOptions{MaxRows: -1}
+		}
+		if err := export.WriteTopList(&text, p, opt); err != nil {
+			return nil, err
+		}
+	}
+	if req.Format != "none" {
+		if err := export.WriteSummary(&text, p); err != nil {
 			return nil, err
 		}
 	}
@@ -229,5 +256,16 @@ func Render(p *cct.Profile, req *Request) (*Output, error) {
 			return nil, err
 		}
 	}
-	return &Output{Pprof: pb.Bytes(), Text: text.String(), Folded: folded.String()}, nil
+	return &Output{Pprof: pb.Bytes(), Text: text.String(), Folded: folded.String(), Report: reportText(p)}, nil
+}
+
+// reportText is the report written beside the profile: what the session
+// says of it, in full.
+func reportText(p *cct.Profile) string {
+	var b strings.Builder
+	for _, line := range p.Report {
+		b.WriteString(line)
+		b.WriteByte('\n')
+	}
+	return b.String()
 }

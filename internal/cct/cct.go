@@ -458,9 +458,31 @@ type Profile struct {
 	// SamplePeriod is the CPU time one sample stands for; zero when the
 	// profile was not sampled.
 	SamplePeriod time.Duration
+	// Report is all that the session says of the profile, in order:
+	// what Comments say and the lists they only count (the demotions,
+	// the cross-checks of bursts, the functions found at run time and
+	// those not traced) and the session's mechanics. The front ends
+	// write it beside the profile.
+	Report []string
 	// Alloc says the profile counts allocations (Node.AllocObjects and
 	// the rest).
 	Alloc bool
+	// Overhead is what the probes cost the target, as the session
+	// measured it; nil when the session has nothing to say.
+	Overhead *Overhead
+}
+
+// Overhead compares the probes' cost with the budget the session was
+// given, both as fractions of the target's own CPU time (0.1 is 10%).
+type Overhead struct {
+	// Budget is the overhead allowed; 0 when the session had none.
+	Budget float64
+	// Measured is the probes' time over the target's own CPU time, as
+	// the session measured it; meaningful only when Known.
+	Measured float64
+	// Known says Measured was measured: a session too short, or one
+	// without the measurement, leaves it false.
+	Known bool
 }
 
 // EstimateTimes sets the Wall of every Estimated node of t from its

@@ -1,4 +1,4 @@
-// Package export writes a calling-context profile as pprof, a text tree, a flat top list or folded stacks.
+// Package export writes a calling-context profile as pprof, a text tree, a flat top list, folded stacks or a closing summary.
 package export
 
 import (

@@ -14,7 +14,7 @@ import (
 	"github.com/kprofd/kprofd/internal/cct"
 )
 
-// TreeOptions control WriteTree.
+// TreeOptions control WriteTree. The zero value prints every node.
 type TreeOptions struct {
 	// MaxDepth limits the printed depth; the outermost calls are depth 1.
 	// Zero means no limit.
@@ -22,12 +22,29 @@ type TreeOptions struct {
 	// MinPercent hides subtrees whose inclusive wall time is below this
 	// percentage of the total. Zero hides nothing.
 	MinPercent float64
+	// MaxRows limits the printed rows (the header aside) to those that
+	// hold the most time, each with its callers. Zero means no limit.
+	MaxRows int
+	// Hint ends the last line when the options hid rows: where to find
+	// them.
+	Hint string
+	// MaxComments limits the profile's comments that head the view to
+	// the first MaxComments and every later one that warns (WARNING,
+	// INCOMPLETE), each wrapped at maxLineLen characters. Zero means
+	// every comment.
+	MaxComments int
 }
 
 // WriteTree writes p.Tree (or, when nil, p.Threads merged) as an indented text tree with the columns calls,
 // total (inclusive wall time), self and function; children are sorted by
-// wall time, largest first, then by name. A last line says how many nodes
-// the options hid.
+// wall time, largest first, then by name. With MaxRows, the rows shown
+// are chosen as pprof -tree chooses its nodes: of the contexts whose
+// callers are all shown, the one with the most time, until MaxRows are.
+// A last line says how many nodes the options hid, and opt.Hint.
+// Functions go by their short names (ShortNames); a line stays within
+// 160 characters: long names lose their middle, and a row nested deeper
+// than the width allows starts with [+N], the N levels of indentation
+// left out.
 //
 // Times estimated from samples and estimated calls (Node.CallsEstimated)
 // are marked with a leading ~, calls that are a lower bound
@@ -40,6 +57,7 @@ type TreeOptions struct {
 func WriteTree(w io.Writer, p *cct.Profile, opt TreeOptions) error {
 	t := treeOf(p)
 	_, total := t.Total()
+	names := ShortNames(p)
 	header := []string{"calls", "total", "self"}
 	errs := hasEstimatedCalls(t.Root)
 	if errs {
@@ -50,21 +68,15 @@ func WriteTree(w io.Writer, p *cct.Profile, opt TreeOptions) error {
 		header = append(header, allocHeader...)
 		incl = inclusiveAllocs(t.Root)
 	}
-	rows := [][]string{append(header, "function")}
-	var hiddenSmall, hiddenSmallNodes, hiddenDeep int
+	sel := selectRows(p, t.Root, opt, total)
+	rows := [][]string{header}
+	cells := []treeCell{{name: "function"}}
 	unknown := false // some count shows as unknownCount
 	var walk func(n *cct.Node, depth int, prefix string)
 	walk = func(n *cct.Node, depth int, prefix string) {
-		kids := sortedChildren(p, n)
 		var shown []*cct.Node
-		for _, ch := range kids {
-			switch {
-			case opt.MaxDepth > 0 && depth > opt.MaxDepth:
-				hiddenDeep += countNodes(ch)
-			case opt.MinPercent > 0 && float64(ch.Wall)*100 < opt.MinPercent*float64(total):
-				hiddenSmall++
-				hiddenSmallNodes += countNodes(ch)
-			default:
+		for _, ch := range sortedChildren(p, n) {
+			if sel.shows(ch, depth) {
 				shown = append(shown, ch)
 			}
 		}
@@ -89,146 +101,26 @@ func WriteTree(w io.Writer, p *cct.Profile, opt TreeOptions) error {
 			if p.Alloc {
 				row = append(row, incl[ch].columns()...)
 			}
-			rows = append(rows, append(row, prefix+branch+name(p, ch.Func)+folded(ch.Folded)))
+			rows = append(rows, row)
+			cells = append(cells, treeCell{prefix + branch, depth - 1, nameOf(names, p, ch.Func), folded(ch.Folded)})
 			walk(ch, depth+1, prefix+indent)
 		}
 	}
 	walk(t.Root, 1, "")
+	layoutTree(rows, cells)
 
 	bw := bufio.NewWriter(w)
-	writeComments(bw, p)
+	writeComments(bw, p, opt.MaxComments)
 	fmt.Fprintf(bw, "total wall %s, %d nodes\n", Duration(total), t.NumNodes())
 	writeTable(bw, rows, len(header))
 	if unknown {
 		fmt.Fprintln(bw, unknownLegend)
 	}
-	var hid []string
-	if hiddenSmall > 0 {
-		hid = append(hid, fmt.Sprintf("%d subtrees (%d nodes) below %g%%", hiddenSmall, hiddenSmallNodes, opt.MinPercent))
-	}
-	if hiddenDeep > 0 {
-		hid = append(hid, fmt.Sprintf("%d nodes deeper than %d", hiddenDeep, opt.MaxDepth))
-	}
-	if len(hid) > 0 {
-		fmt.Fprintf(bw, "hidden: %s\n", strings.Join(hid, ", "))
+	if line := sel.hiddenLine(); line != "" {
+		fmt.Fprintln(bw, line)
 	}
 	if err := bw.Flush(); err != nil {
 		return fmt.Errorf("writing tree: %w", err)
-	}
-	return nil
-}
-
-// WriteTop writes, for p.Tree (or p.Threads merged), a flat table of the n
-// functions with the most self time (all functions if n <= 0): calls,
-// self, self%, cum, cum% and function. A function's cum is its inclusive
-// time, counted once per calling context: a recursive call inside the
-// function adds nothing. Calls are marked ≥ when some context's are a
-// lower bound, but for those its estimate covers
-// (cct.Node.CoveredByEstimate), ~ when some are estimates. With estimated calls, a ±calls
-// column gives the relative standard error of each function's, all
-// contexts together (cct.Function.CallsError).
-func WriteTop(w io.Writer, p *cct.Profile, n int) error {
-	t := treeOf(p)
-	_, total := t.Total()
-	type stat struct {
-		id               cct.FuncID
-		calls, self, cum uint64
-		selfErr          uint64 // the compensated self time's error bound
-		estimated        bool   // some of its time comes from samples
-		callsEstimated   bool   // some of its calls are estimates
-		incomplete       bool   // some of its contexts' calls are lower bounds
-		covered          bool   // some are, within its estimate (cct.Node.CoveredByEstimate)
-		allocs           allocs
-	}
-	stats := make(map[cct.FuncID]*stat)
-	onPath := make(map[cct.FuncID]int)
-	var walk func(n *cct.Node)
-	walk = func(n *cct.Node) {
-		st := stats[n.Func]
-		if st == nil {
-			st = &stat{id: n.Func}
-			stats[n.Func] = st
-		}
-		st.calls += n.Calls
-		st.self += n.Self()
-		st.selfErr += n.SelfError
-		st.estimated = st.estimated || n.Estimated
-		st.callsEstimated = st.callsEstimated || n.CallsEstimated
-		st.incomplete = st.incomplete || n.Incomplete && !n.CoveredByEstimate
-		st.covered = st.covered || n.CoveredByEstimate
-		st.allocs.add(n)
-		if onPath[n.Func] == 0 {
-			st.cum += n.Wall
-		}
-		onPath[n.Func]++
-		for _, ch := range n.Children {
-			walk(ch)
-		}
-		onPath[n.Func]--
-	}
-	for _, ch := range t.Root.Children {
-		walk(ch)
-	}
-	list := slices.SortedFunc(maps.Values(stats), func(a, b *stat) int {
-		return cmp.Or(
-			cmp.Compare(b.self, a.self),
-			cmp.Compare(b.cum, a.cum),
-			strings.Compare(p.Name(a.id), p.Name(b.id)),
-			cmp.Compare(a.id, b.id),
-		)
-	})
-	all := len(list)
-	if n > 0 && n < len(list) {
-		list = list[:n]
-	}
-	header := []string{"calls", "self", "self%", "cum", "cum%"}
-	errs := slices.ContainsFunc(list, func(st *stat) bool { return st.callsEstimated })
-	if errs {
-		header = slices.Insert(header, 1, "±calls")
-	}
-	if p.Alloc {
-		header = append(header, allocHeader...)
-	}
-	rows := [][]string{append(header, "function")}
-	unknown := false // some count shows as unknownCount
-	for _, st := range list {
-		// Contexts covered by an estimate its function lacks (none of
-		// its contexts seen) leave its total a bound.
-		count := countText(st.calls, st.incomplete || st.covered && !st.callsEstimated, st.callsEstimated)
-		unknown = unknown || count == unknownCount
-		row := []string{
-			count,
-			selfTime(st.self, st.selfErr, st.estimated),
-			percent(st.self, total),
-			estimated(st.estimated) + Duration(st.cum),
-			percent(st.cum, total),
-		}
-		if errs {
-			e := ""
-			if f := p.Func(st.id); st.callsEstimated && f.CallsEstimated {
-				e = CountError(f.CallsError / max(float64(st.calls), 1))
-			}
-			row = slices.Insert(row, 1, e)
-		}
-		if p.Alloc {
-			row = append(row, st.allocs.columns()...)
-		}
-		rows = append(rows, append(row, name(p, st.id)))
-	}
-
-	bw := bufio.NewWriter(w)
-	writeComments(bw, p)
-	fmt.Fprintf(bw, "total wall %s, %d functions", Duration(total), all)
-	if len(list) < all {
-		fmt.Fprintf(bw, ", top %d shown", len(list))
-	}
-	fmt.Fprintln(bw)
-	writeTable(bw, rows, len(header))
-	if unknown {
-		fmt.Fprintln(bw, unknownLegend)
-	}
-	if err := bw.Flush(); err != nil {
-		return fmt.Errorf("writing top list: %w", err)
 	}
 	return nil
 }
@@ -357,10 +249,34 @@ func countNodes(n *cct.Node) int {
 	return c
 }
 
-func writeComments(w io.Writer, p *cct.Profile) {
-	for _, c := range p.Comments {
-		fmt.Fprintf(w, "# %s\n", oneLine(c))
+// writeComments writes the comments of p that TreeOptions.MaxComments
+// says, each wrapped at maxLineLen characters.
+func writeComments(w io.Writer, p *cct.Profile, max int) {
+	for i, c := range p.Comments {
+		if max > 0 && i >= max && !strings.HasPrefix(c, "WARNING") && !strings.HasPrefix(c, "INCOMPLETE") {
+			continue
+		}
+		for _, line := range wrap(oneLine(c), maxLineLen-2) {
+			fmt.Fprintf(w, "# %s\n", line)
+		}
 	}
+}
+
+// wrap breaks s at spaces into lines of at most width bytes (a word
+// longer than width stands alone), continuation lines indented by two.
+func wrap(s string, width int) []string {
+	var lines []string
+	for len(s) > width {
+		cut := strings.LastIndexByte(s[:width], ' ')
+		if cut <= 0 {
+			if cut = strings.IndexByte(s, ' '); cut < 0 {
+				break
+			}
+		}
+		lines = append(lines, s[:cut])
+		s = "  " + strings.TrimLeft(s[cut:], " ")
+	}
+	return append(lines, s)
 }
 
 // writeTable writes rows in columns separated by two spaces; the first
