@@ -89,9 +89,9 @@ Modes (--mode):
           the live call rate) passes --overhead-budget of the target's own
           CPU time, the costliest functions lose their exit probes (calls
           and tree shape stay exact, exits are inferred from stack
-          pointers), then, leaves first, all their probes. Their time comes from cpu-clock samples of
-          the threads inside the root, attributed below the deepest traced
-          frame. The root's own probes cannot be demoted: what they cost
+          pointers), then, leaves first, all their probes. Their time
+          comes from cpu-clock samples of the threads inside the root,
+          attributed below the deepest traced frame. The root's own probes cannot be demoted: what they cost
           (most of their traps fall outside the root, and are measured
           there) is spent of the budget first, and kprofd warns when
           they alone pass it (a root called less often costs less).
@@ -113,6 +113,15 @@ Modes (--mode):
 Estimated times share out by samples the time the nearest exact caller
 measured and its exact callees leave, marked ~ in the text views and
 labelled timing=estimated in the pprof output (samples/count sample type).
+
+Output: the text view (--format tree or top) shows about a screen of the
+contexts that hold the time, with short names, says how many rows it hid
+(--all, --depth, --min-share show more), and ends with a summary of a few
+lines. Diagnostics are one line per kind. The pprof file (-o) and the
+folded stacks (--folded) keep the full tree and full names; the report
+beside the profile (NAME.report.txt, or --report) lists the demotions,
+cross-checks, functions found at run time and functions not traced.
+Every output path is checked writable before anything is attached.
 
 The root may be given as a symbol (mangled or not), a demangled name without
 parameters when unambiguous (serve, ns::Class::method), object:name
