@@ -81,6 +81,10 @@ type Counts struct {
 	// funcErr holds, once estimate ran, each function's estimated
 	// calls' standard error in calls (see funcErrors).
 	funcErr map[cct.FuncID]float64
+	// clocks counts each tree's exact calls, clockAt those at each
+	// function's demotion (see exactClock).
+	clocks  map[clockKey]*exactClock
+	clockAt map[uint32]map[clockKey]uint64
 }
 
 // groupKey names the contexts of function phys counted per calls of the
@@ -108,6 +112,8 @@ type burstAcc struct {
 	outer anchorRef
 	// estimate is its estimated calls after the demotion, once made.
 	estimate uint64
+	// in counts the calls seen by window (see perExact).
+	in map[int]uint64
 }
 
 // anchorRef is a caller whose calls a context's calls are counted per.
@@ -196,7 +202,8 @@ func NewCounts(l *Log, cost func(id uint32) float64) *Counts {
 	return &Counts{log: l, cost: cost, accs: map[*cct.Node]*burstAcc{},
 		anchors: map[*cct.Node]*anchorAcc{}, known: map[uint32]bool{}, sampled: map[cct.FuncID]map[*cct.Node]bool{},
 		callsAt: map[cct.FuncID]map[*cct.Node]uint64{}, roundOf: map[cct.FuncID]int{}, physOf: map[cct.FuncID]uint32{}, exactAt: map[uint32]uint64{}, edges: map[uint32]uint64{},
-		groups: map[groupKey]*anchorRef{}, frameGroup: map[uint32]float64{}}
+		groups: map[groupKey]*anchorRef{}, frameGroup: map[uint32]float64{},
+		clocks: map[clockKey]*exactClock{}, clockAt: map[uint32]map[clockKey]uint64{}}
 }
 
 func (b *Counts) acc(n *cct.Node) *burstAcc {
@@ -250,6 +257,7 @@ func (b *Counts) demoted(fns map[cct.FuncID]uint32, roots []*cct.Node, running f
 	set := map[cct.FuncID]bool{}
 	var calls map[*cct.Node]uint64 // read only: one map for all
 	round := b.history.record(roots)
+	b.clocksAt(fns)
 	for f, id := range fns {
 		b.physOf[f] = id
 		set[f] = true
@@ -392,6 +400,10 @@ func (b *Counts) count(n *cct.Node, phys uint32, t uint64, anchor, outer, top *s
 	a := b.acc(n)
 	a.seen++
 	a.phys = phys
+	if a.in == nil {
+		a.in = map[int]uint64{}
+	}
+	a.in[k]++
 	for len(b.seenIn) <= k {
 		b.seenIn = append(b.seenIn, nil)
 	}

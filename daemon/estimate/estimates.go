@@ -111,7 +111,7 @@ func (b *Counts) estimate() {
 		// One no burst saw called since the demotion has no calls to
 		// estimate by (cover may find its function's estimate takes
 		// them in).
-		if estimated := a.seen > 0 && b.estimatePerCall(n, a, &errs); !estimated && (a.seen > 0 || n.Calls > 0) {
+		if estimated := a.seen > 0 && b.estimateEither(n, a, &errs); !estimated && (a.seen > 0 || n.Calls > 0) {
 			// Its calls since the demotion are known only in part.
 			n.Calls += a.seen
 			n.Incomplete = true
@@ -222,13 +222,37 @@ func (b *Counts) estimated(n *cct.Node) (calls, seen uint64, ok bool) {
 	return a.estimate, a.seen, true
 }
 
+// estimateEither estimates context n's calls per call of a caller
+// (estimatePerCall) or per exact call in its tree (perExact), whichever
+// has enough to go on and the smaller error, and reports whether it
+// could.
+func (b *Counts) estimateEither(n *cct.Node, a *burstAcc, errs *funcErrors) bool {
+	calls, relErr, ok := b.perExact(n, a)
+	if !ok {
+		return b.estimatePerCall(n, a, errs, math.Inf(1))
+	}
+	if b.estimatePerCall(n, a, errs, relErr) {
+		return true
+	}
+	a.estimate = max(uint64(math.Round(calls)), a.seen)
+	n.Calls += a.estimate
+	n.Unprobed += a.estimate - a.seen
+	n.CallsEstimated = true
+	n.CountBasis = cct.ByExactCalls
+	errCalls := relErr * float64(a.estimate)
+	n.CallsError = errCalls / float64(max(n.Calls, 1))
+	errs.apart(n, errCalls)
+	return true
+}
+
 // estimatePerCall estimates context n's calls per call of a caller, the
 // exact one if enough of its frames fitted in windows, else the parent,
 // whose own estimate (made before, callers first) it scales, else the
-// outer one (a root's call), and reports whether it could. Callers whose
+// outer one (a root's call), and reports whether it could with a
+// relative error below beat. Callers whose
 // calls count from the function's demotion go before those whose calls
 // count only from when the context was first seen (late).
-func (b *Counts) estimatePerCall(n *cct.Node, a *burstAcc, errs *funcErrors) bool {
+func (b *Counts) estimatePerCall(n *cct.Node, a *burstAcc, errs *funcErrors, beat float64) bool {
 	// A caller counted per from the demotion on first: one counted per
 	// only since the context was first seen (late) leaves out the calls
 	// before, a lower bound.
@@ -254,6 +278,9 @@ func (b *Counts) estimatePerCall(n *cct.Node, a *burstAcc, errs *funcErrors) boo
 		mean, relErr, frames := b.perCall(r, a.phys, r == &a.parent)
 		if frames < minAnchorFrames {
 			continue
+		}
+		if math.Hypot(relErr, r.node.CallsError) > beat {
+			return false
 		}
 		after := float64(r.node.Calls - min(r.base, r.node.Calls))
 		if r.since > 0 && r.at > r.since && b.last > r.since {

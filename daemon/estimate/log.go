@@ -676,6 +676,20 @@ func (l *Log) wasFor(start, end uint64, id uint32) bool {
 	return false
 }
 
+// usableWith returns the closed windows that had function id's entries
+// back and missed no event nor a demotion (see perExact).
+func (l *Log) usableWith(id uint32) []int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var ks []int
+	for k, w := range l.windows {
+		if _, ok := w.funcs[id]; ok && w.end != math.MaxUint64 && !w.lossy && w.cut == 0 {
+			ks = append(ks, k)
+		}
+	}
+	return ks
+}
+
 // demotedAt returns when function id was demoted to sampling.
 func (l *Log) demotedAt(id uint32) (uint64, bool) {
 	l.mu.Lock()

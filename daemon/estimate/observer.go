@@ -57,6 +57,9 @@ func (b *Counts) Call(n *cct.Node, id uint32, t uint64, anchor, outer, top *stac
 	return b.count(n, id, t, anchor, outer, top)
 }
 
+// Exact takes a call counted exactly (see exactClock).
+func (b *Counts) Exact(n *cct.Node, t uint64) { b.tick(n, t) }
+
 // Started keeps, on a frame the open window waits for, which window that
 // is (see started).
 func (b *Counts) Started(n *cct.Node, t uint64, outermost bool) any {

@@ -244,7 +244,12 @@ func (b *burster) run() {
 		// The attach and the detach stall the target whatever the
 		// duty: a burst that takes hundreds of companions along waits
 		// as long as its share of the budget pays for them.
-		period := max(burstPeriodAfter(cost, duty), stallPeriod(2*attach, b.cfg.Budget))
+		// The bursts' share of the budget is what the steady probes
+		// leave (burstBudget): a batch job's root with its hot
+		// callees demoted leaves most of it, and its bursts, whose
+		// windows see its calls only in proportion to their number,
+		// come as often as that pays for.
+		period := max(burstPeriodAfter(cost, duty), stallPeriod(2*attach, b.stallBudget()))
 		if whole {
 			period = wholePeriodAfter(cost, b.cfg.Budget)
 			b.mu.Lock()
@@ -302,6 +307,12 @@ func (b *burster) wholeAffordable() bool {
 	}
 	perCall := float64(samples) * float64(b.cfg.SamplePeriod) / float64(calls)
 	return 1.5*wholeSlowdown*perCall <= affordable
+}
+
+// stallBudget returns the budget stallPeriod takes the bursts' share
+// of: one whose share is what the steady probes leave (burstBudget).
+func (b *burster) stallBudget() float64 {
+	return b.m.burstBudget(b.cfg.Budget) / cost.BurstShare
 }
 
 // stallPeriod returns the least period of bursts whose attach and detach

@@ -246,6 +246,9 @@ func (s *Simulator) entry(th *thread, ev *wire.Event) {
 		}
 	default:
 		node.Calls++
+		if s.obs != nil {
+			s.obs.Exact(node, t)
+		}
 		if top != nil && top.prev != nil && t > top.prevEnd+top.adj-top.prevAdj {
 			gap := t - top.prevEnd - (top.adj - top.prevAdj)
 			if top.prev == node {

@@ -95,6 +95,8 @@ type Node struct {
 	// is then the estimate's relative standard error.
 	CallsEstimated bool
 	CallsError     float64
+	// CountBasis says what an estimated count is scaled by.
+	CountBasis CountBasis
 	// Unprobed is the part of Calls estimated for calls no probe hit:
 	// they cost no probe time, and Compensate takes none out for them.
 	Unprobed uint64
@@ -271,6 +273,29 @@ type Tree struct {
 	Root *Node
 }
 
+// CountBasis is what an estimated count was scaled by (Node.CountBasis).
+type CountBasis uint8
+
+const (
+	// ByCallerCalls: calls per call of a caller the bursts saw whole
+	// (its nearest caller still probed, a demoted parent, or a root's
+	// call), times that caller's calls.
+	ByCallerCalls CountBasis = iota
+	// ByExactCalls: calls per call counted exactly in the same tree,
+	// in the bursts' windows, times those exact calls since the
+	// demotion: for a context whose callers never end while the
+	// bursts watch (a batch job's root, a server loop).
+	ByExactCalls
+)
+
+// String returns the pprof label value of b (label count_basis).
+func (b CountBasis) String() string {
+	if b == ByExactCalls {
+		return "exact_calls"
+	}
+	return "caller_calls"
+}
+
 // NewTree returns an empty tree.
 func NewTree() *Tree {
 	return &Tree{Root: &Node{Func: NoFunc}}
@@ -289,6 +314,7 @@ func mergeNode(dst, src *Node) {
 			dst.CallsError = math.Sqrt(a*a+b*b) / sum
 		}
 		dst.CallsEstimated = true
+		dst.CountBasis = max(dst.CountBasis, src.CountBasis)
 	}
 	// Covered only if every incomplete part is.
 	dst.CoveredByEstimate = (dst.CoveredByEstimate || !dst.Incomplete) && (src.CoveredByEstimate || !src.Incomplete) &&

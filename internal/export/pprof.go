@@ -160,6 +160,7 @@ func Pprof(p *cct.Profile) (*profile.Profile, error) {
 				// relative error.
 				label = with(label, "timing", "estimated")
 				label["count_error"] = []string{CountError(n.CallsError)}
+				label["count_basis"] = []string{n.CountBasis.String()}
 			}
 			if n.Incomplete {
 				// Its calls are a lower bound: pprof -tagfocus calls=incomplete.

@@ -1,0 +1,96 @@
+//go:build integration
+
+package daemon_test
+
+import (
+	"math"
+	"testing"
+
+	"github.com/kprofd/kprofd/daemon"
+	"github.com/kprofd/kprofd/internal/cct"
+	"github.com/kprofd/kprofd/internal/testtarget"
+)
+
+// runLongRoot runs one batch of testdata/longroot under a hybrid session
+// at a 10% budget that attaches every probe at once (a predicting one
+// would wait for the root's calls first, and the root is called once),
+// and returns what the program measured and the profile.
+func runLongRoot(tb testing.TB, target *testtarget.Proc) (testtarget.LongRootTruth, *cct.Profile) {
+	tb.Helper()
+	s, err := daemon.Start(daemon.Config{PID: target.Pid(), Roots: []string{testtarget.LongRoot}, Mode: daemon.ModeHybrid, Budget: 0.10})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer s.Close()
+	truth, err := testtarget.ParseLongRoot(target.Run(tb, testtarget.LongRootItems))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	p, err := s.Stop()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return truth, p
+}
+
+// TestLongRoot traces testdata/longroot, whose root runs once for
+// seconds: no call of it ends while the bursts watch, so the calls of
+// the functions demoted below it cannot be counted per call of a caller.
+// transform (500,000 calls) and the tiny leaf (8,000,000) are demoted;
+// checkpoint (5,000) stays exact, and transform may keep its entry
+// probes. The estimates are counted per exact call in the tree
+// (cct.ByExactCalls): the program's logic ties the calls of one to those
+// of the other, however the bursts' probes slow it. An estimate must
+// come within three of its claimed standard errors of the truth,
+// transform's error within 25%; the leaf, whose trap costs twenty times
+// its work, may get a wide error (with transform demoted too, the bursts
+// see few exact calls: checkpoint's), or stay a lower bound. The time
+// shares must overlap the program's own, un-probed, by 90% or more.
+func TestLongRoot(t *testing.T) {
+	requireRoot(t)
+	target := testtarget.Start(t, testtarget.BuildLongRoot(t))
+	defer target.Exit(t)
+	// The program times its calls of transform and checkpoint itself,
+	// probes included: its shares un-probed are the truth.
+	base, err := testtarget.ParseLongRoot(target.Run(t, testtarget.LongRootItems))
+	if err != nil {
+		t.Fatal(err)
+	}
+	truth, p := runLongRoot(t, target)
+	roundTrip(t, p)
+
+	root := child(p, p.Tree.Root, testtarget.LongRoot)
+	if root == nil || root.Calls != 1 || root.CallsEstimated {
+		t.Fatalf("%s: %+v, want one exact call:\n%s", testtarget.LongRoot, root, treeText(t, p))
+	}
+	if ck := child(p, root, "checkpoint"); ck == nil || ck.Calls != truth.Checkpoint || ck.CallsEstimated || ck.Incomplete {
+		t.Errorf("checkpoint: %+v, want %d exact calls", ck, truth.Checkpoint)
+	}
+	estimated := func(name string, made uint64, within float64) {
+		t.Helper()
+		n := child(p, root, name)
+		if n == nil {
+			t.Errorf("no context of %s below the root:\n%s", name, treeText(t, p))
+			return
+		}
+		off := float64(n.Calls)/float64(made) - 1
+		switch {
+		case n.CallsEstimated && n.CountBasis == cct.ByExactCalls && math.Abs(off) <= 3*n.CallsError && n.CallsError <= within:
+			t.Logf("%s: ~%d calls ±%.1f%%, %d made (off by %.1f%%)", name, n.Calls, 100*n.CallsError, made, 100*off)
+		case !n.CallsEstimated && n.Incomplete && n.Calls <= made && within >= 1:
+			t.Logf("%s: ≥%d calls, %d made", name, n.Calls, made)
+		default:
+			t.Errorf("%s: %d calls (estimated %v by %v, ±%.1f%%, lower bound %v), %d made (off by %.1f%%): want an estimate by exact calls within three of its errors, its error within %.0f%%",
+				name, n.Calls, n.CallsEstimated, n.CountBasis, 100*n.CallsError, n.Incomplete, made, 100*off, 100*within)
+		}
+	}
+	// transform may keep its entry probes (its exits dropped): then its
+	// calls are exact, and a fast clock for the leaf's.
+	if tr := child(p, root, "transform"); tr == nil || tr.CallsEstimated || tr.Calls != truth.Transform {
+		estimated("transform", truth.Transform, 0.25)
+	}
+	estimated("leaf", truth.Leaf, math.Inf(1))
+	if o := shareOverlap(p, base.Shares()); o < 0.9 {
+		t.Errorf("time shares overlap the program's un-probed by %.1f%%, want 90%% or more; program: %v\n%s", 100*o, base.Shares(), treeText(t, p))
+	}
+}
