@@ -4,6 +4,7 @@ package daemon_test
 
 import (
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/kprofd/kprofd/daemon"
@@ -92,5 +93,53 @@ func TestLongRoot(t *testing.T) {
 	estimated("leaf", truth.Leaf, math.Inf(1))
 	if o := shareOverlap(p, base.Shares()); o < 0.9 {
 		t.Errorf("time shares overlap the program's un-probed by %.1f%%, want 90%% or more; program: %v\n%s", 100*o, base.Shares(), treeText(t, p))
+	}
+}
+
+// BenchmarkLongRoot runs one batch of testdata/longroot under a hybrid
+// session at a 10% budget and one on an un-probed twin, in turns in
+// every iteration, both pinned to the same CPU (startPinned), and
+// reports the probed batch's wall and CPU time over the twin's (goal
+// 1.15 or less, medians), and how far the estimated counts of transform
+// and the leaf were from the program's, with the errors they claimed
+// (%; an exact count is off by 0 and claims 0).
+func BenchmarkLongRoot(b *testing.B) {
+	requireRoot(b)
+	exe := testtarget.BuildLongRoot(b)
+	probed, twin := startPinned(b, exe), startPinned(b, exe)
+	defer probed.Exit(b)
+	defer twin.Exit(b)
+	var wall, cpu []float64
+	offs, claims := map[string][]float64{}, map[string][]float64{}
+	for range b.N {
+		truth, p := runLongRoot(b, probed)
+		base, err := testtarget.ParseLongRoot(twin.Run(b, testtarget.LongRootItems))
+		if err != nil {
+			b.Fatal(err)
+		}
+		wall = append(wall, truth.Wall/base.Wall)
+		cpu = append(cpu, truth.CPU/base.CPU)
+		b.Logf("batch %.2fx wall, %.2fx CPU of the twin's", truth.Wall/base.Wall, truth.CPU/base.CPU)
+		for _, line := range p.Report {
+			if strings.HasPrefix(line, "demoted ") {
+				b.Log(line)
+			}
+		}
+		root := child(p, p.Tree.Root, testtarget.LongRoot)
+		for name, made := range map[string]uint64{"transform": truth.Transform, "leaf": truth.Leaf} {
+			n := child(p, root, name)
+			if n == nil {
+				b.Fatalf("no context of %s below the root", name)
+			}
+			offs[name] = append(offs[name], 100*math.Abs(float64(n.Calls)/float64(made)-1))
+			claims[name] = append(claims[name], 100*n.CallsError)
+			b.Logf("%s: %d calls (estimated %v by %v ±%.1f%%, lower bound %v), %d made", name, n.Calls, n.CallsEstimated, n.CountBasis, 100*n.CallsError, n.Incomplete, made)
+		}
+	}
+	b.ReportMetric(median(wall), "wall-x")
+	b.ReportMetric(median(cpu), "cpu-x")
+	for _, name := range []string{"transform", "leaf"} {
+		b.ReportMetric(median(offs[name]), name+"-off-%")
+		b.ReportMetric(median(claims[name]), name+"-claimed-%")
 	}
 }
