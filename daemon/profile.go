@@ -201,9 +201,9 @@ func lowerBoundNote(t *cct.Tree, stage func(int) cost.Stage, progress func() str
 	short = fmt.Sprintf("the calls of %s demoted to sampling are lower bounds (≥) in %s: trace longer, or raise --overhead-budget",
 		english.Plural(len(funcs), "function"), english.Plural(contexts, "context"))
 	return fmt.Sprintf("the calls of %s demoted to sampling are lower bounds (≥, pprof label calls=incomplete) in %s of theirs: "+
-		"an estimate needs %d calls of the context's nearest caller still probed seen whole by the bursts; %s: "+
+		"an estimate needs %d calls of the context's nearest caller still probed seen whole by the bursts, or exact calls in the same tree in %d windows; %s: "+
 		"trace longer, or raise the overhead budget (--overhead-budget)",
-		english.Plural(len(funcs), "function"), english.Plural(contexts, "context"), estimate.MinAnchorCalls, progress()), short
+		english.Plural(len(funcs), "function"), english.Plural(contexts, "context"), estimate.MinAnchorCalls, estimate.MinExactWindows, progress()), short
 }
 
 // compensate takes the probes' own time out of p's trees, using the

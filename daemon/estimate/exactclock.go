@@ -65,19 +65,19 @@ func (b *Counts) clocksAt(fns map[cct.FuncID]uint32) {
 	}
 }
 
-// minExactWindows is the fewest windows an estimate per exact call
+// MinExactWindows is the fewest windows an estimate per exact call
 // rests on.
-const minExactWindows = 3
+const MinExactWindows = 3
 
 // perExact estimates context n's calls since its function's demotion
 // per call counted exactly in its tree (see exactClock): the estimate,
 // its relative standard error, and whether there was enough to make one
-// (minExactWindows usable windows with the function's entries back,
+// (MinExactWindows usable windows with the function's entries back,
 // and exact calls in them).
 func (b *Counts) perExact(n *cct.Node, a *burstAcc) (calls, relErr float64, ok bool) {
 	root := rootOf(n)
 	wins := b.log.usableWith(a.phys)
-	if len(wins) < minExactWindows {
+	if len(wins) < MinExactWindows {
 		return 0, 0, false
 	}
 	var since uint64

@@ -829,9 +829,10 @@ func (b *burster) summary() string {
 		whole += fmt.Sprintf("; %d of their windows were cut by a demotion to sampling of a function they lacked: no frame that ended after it counts", n)
 	}
 	return fmt.Sprintf("%d bursts of sampled instrumentation (%s of entry probes of the functions demoted to sampling, one burst per %s or more%s); "+
-		"the calls of a context they saw per call of its nearest caller still probed, or of its caller demoted with it, in at least %d of that caller's calls that began and ended inside a burst, times that caller's calls, make its estimated count (~ in text views, pprof labels timing=estimated and count_error); "+
+		"the calls of a context they saw per call of its nearest caller still probed, or of its caller demoted with it, in at least %d of that caller's calls that began and ended inside a burst, times that caller's calls, make its estimated count (~ in text views, pprof labels timing=estimated, count_error and count_basis=caller_calls); "+
+		"below a caller that never returned, its calls per exact call in the same tree, in at least %d windows, times the exact calls since its demotion (count_basis=exact_calls); "+
 		"otherwise the calls they saw are a lower bound (≥, pprof label calls=incomplete)",
-		b.bursts, b.total.Round(time.Millisecond), burstPeriod, whole, estimate.MinAnchorCalls)
+		b.bursts, b.total.Round(time.Millisecond), burstPeriod, whole, estimate.MinAnchorCalls, estimate.MinExactWindows)
 }
 
 // burstProbes returns the entry probes of funcs, by object, marked as a
