@@ -43,9 +43,10 @@ import (
 
 // predictWindow is how long a predicting session counts its roots' calls,
 // from the first, before it attaches the probes below them; when fewer
-// than minPredictCalls began by then (long calls: a batch job's, an
-// interpreter's), it counts on up to maxPredictWindow, for them or for
-// fewestPredictCalls, whichever comes first.
+// than minPredictCalls began by then (long calls: an interpreter's), it
+// counts on up to maxPredictWindow, for them or for fewestPredictCalls,
+// whichever comes first, unless none began after the first (a batch
+// job's root called once): then it attaches every probe at once.
 const (
 	predictWindow    = 100 * time.Millisecond
 	maxPredictWindow = time.Second
@@ -208,7 +209,10 @@ func (s *Session) awaitAndAttach(model *cost.Model, opt probes.Options, base uin
 	if err != nil {
 		return err
 	}
-	for c1-c0 < minPredictCalls && time.Since(t0) < maxPredictWindow {
+	// No call began in predictWindow after the first: one long call
+	// (a batch job's root) gives no rate, and each moment waited is
+	// lost to its profile.
+	for c1-c0 < minPredictCalls && c1 > c0 && time.Since(t0) < maxPredictWindow {
 		if !wait(awaitPoll) {
 			return nil
 		}

@@ -137,7 +137,7 @@ func (b *burster) run() {
 		all := b.m.sampledFuncs()
 		var set map[uint32]bool
 		var funcs []*plan.Func
-		n := burstFuncs(len(all), perFunc, b.cfg.Budget)
+		n := burstFuncs(len(all), perFunc, b.stallBudget())
 		whole := wholeBurst(len(all), n, perBurst) && b.wholeAffordable()
 		var duty float64
 		var length time.Duration
