@@ -145,12 +145,15 @@ func (m *Model) DecideRound(rates wire.Counters[float64], cpu float64, samples u
 	if meas.Samples >= MinProbeSamples && probe > 0 {
 		// Trusted further the more samples measured it: the
 		// calibration of an idle machine can be off by an order of
-		// magnitude under load (single steps, cache misses).
-		limit := 4.0
+		// magnitude under load (single steps, cache misses). Below
+		// the calibration only on more samples: the few samples of a
+		// short window undercount the traps, and a function priced
+		// too cheap stays probed over the budget.
+		limit, down := 4.0, 1.0
 		if meas.Samples >= 4*MinProbeSamples {
-			limit = 16
+			limit, down = 16, 4
 		}
-		scale = math.Min(math.Max(meas.Probe/probe, 1/limit), limit)
+		scale = math.Min(math.Max(meas.Probe/probe, 1/down), limit)
 		m.scale = scale
 		// What a function's own probes measured is at least what it
 		// costs: the one global scale cannot see a function the
