@@ -343,7 +343,7 @@ func runAttach(ctx context.Context, o *attachOptions, stdout, stderr io.Writer) 
 	if err != nil {
 		return flagError(err)
 	}
-	o.demotions.flush()
+	o.demotions.finish()
 	if end.Why != "" {
 		fmt.Fprintf(stderr, "kprofd: %s; detached\n", end.Why)
 	}
@@ -497,12 +497,18 @@ func writeOutputs(o *attachOptions, out *service.Output, stdout, stderr io.Write
 	if _, err := io.WriteString(stdout, out.Text); err != nil {
 		return err
 	}
-	// The last line names the report, with the profile when both fit.
-	if line := fmt.Sprintf("kprofd: wrote %s and %s (go tool pprof -top %s)", path, report, path); utf8.RuneCountInString(line) <= maxLine {
-		fmt.Fprintln(stderr, line)
-	} else {
-		fmt.Fprintf(stderr, "kprofd: wrote %s (go tool pprof -top %s)\nkprofd: wrote %s (all the session says of the profile)\n", path, path, report)
+	// The last line names the report, with the profile when both fit
+	// (with how to open it, when that fits too).
+	for _, line := range []string{
+		fmt.Sprintf("kprofd: wrote %s and %s (go tool pprof -top %s)", path, report, path),
+		fmt.Sprintf("kprofd: wrote %s and %s", path, report),
+	} {
+		if utf8.RuneCountInString(line) <= maxLine {
+			fmt.Fprintln(stderr, line)
+			return nil
+		}
 	}
+	fmt.Fprintf(stderr, "kprofd: wrote %s (go tool pprof -top %s)\nkprofd: wrote %s (all the session says of the profile)\n", path, path, report)
 	return nil
 }
 

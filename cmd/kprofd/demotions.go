@@ -31,7 +31,15 @@ type demotionReporter struct {
 	mu      sync.Mutex
 	pending []hybrid.Demotion
 	timer   *time.Timer
+	// series counts the series printed; past maxSeries, held keeps the
+	// later ones' rounds for one line at the end (finish), so that a
+	// long session's output stays a few lines.
+	series int
+	held   []hybrid.Demotion
 }
+
+// maxSeries is how many series of demotion rounds get a line each.
+const maxSeries = 2
 
 // add takes one demotion, as the session reports it.
 func (r *demotionReporter) add(d hybrid.Demotion) {
@@ -89,8 +97,28 @@ func (r *demotionReporter) flush() {
 			r.prefix, what)
 	}
 	if len(rounds) > 0 {
+		if r.series >= maxSeries {
+			r.held = append(r.held, rounds...)
+			return
+		}
+		r.series++
 		fmt.Fprintf(r.w, "%skprofd: %s\n", r.prefix, summarizeDemotions(rounds))
 	}
+}
+
+// finish prints what is pending, and the series held past maxSeries as
+// one line.
+func (r *demotionReporter) finish() {
+	r.flush()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.held) == 0 {
+		return
+	}
+	last := slices.MaxFunc(r.held, func(a, b hybrid.Demotion) int { return cmp.Compare(a.At, b.At) })
+	fmt.Fprintf(r.w, "%skprofd: later, until +%s: demoted %s (-v, or the report, lists each)\n",
+		r.prefix, last.At.Round(time.Millisecond), demotedParts(r.held))
+	r.held = nil
 }
 
 // demotedParts says how many of ds's functions lost what: "12 to
