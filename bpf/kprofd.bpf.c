@@ -194,6 +194,9 @@ struct kprofd_stack {
 // Keeps struct kprofd_stack in BTF for bpf2go.
 const struct kprofd_stack *unused_stack __attribute__((unused));
 
+// A shadow frame's function when a tail call took the frame over.
+#define NO_FUNC (~0U)
+
 // Depth of the shadow stack of slots the probe program keeps per thread,
 // to notice exits that do not match the frame it expects. A power of two.
 #define SHADOW 32
@@ -213,7 +216,7 @@ struct kprofd_thread {
 	__u32 burst_gen;  // the burst this thread last had its stack captured in
 	__u32 awaited;	  // the whole window (whole_gen) awaiting its call of a root, 0: none
 	__u32 root_probe; // the probe this thread last hit was a root's own (sampling only)
-	__u32 pad;
+	__u32 owner;	  // the thread whose context this is, in thread_slots (0: free)
 	__u64 popped;	  // slot of the last frame an exit popped (uretprobes return once per tail call)
 	// A thread kprofd found running (its first hit, FLAG_SEED) waits for
 	// the daemon's verdict on its real stack: until then root_slot is
@@ -225,6 +228,10 @@ struct kprofd_thread {
 	__u64 trapped;	  // when the probe program last ran on this thread (sampling only)
 	__u64 delta_seen; // Go: the delta (its stack's top) of the goroutine's last event, 0 before one
 	__u64 shadow[SHADOW]; // slots of the innermost frames, shadow[(depth-1) % SHADOW] on top
+	// The function ids of the frames on the shadow stack (NO_FUNC: a tail
+	// call took the frame over): what kprofd_return reports for a frame
+	// that returns where the shadow stack expects, without the cookie.
+	__u32 shadow_func[SHADOW];
 	struct kprofd_event buf[BATCH];
 };
 
@@ -233,7 +240,24 @@ struct {
 	__uint(max_entries, 8 << 20); // the loader may resize it
 } events SEC(".maps");
 
-// Task-local storage is cheaper per hit than a hash map keyed by tid.
+// Threads' contexts (C targets): a thread takes the slot of thread_slots
+// at its id modulo THREAD_SLOTS when no other thread owns it, and task
+// storage else. The slot is an array element, which the verifier inlines
+// the lookup of: task storage costs a helper call per hit (25-35 ns
+// here, a tenth of what the probe program adds to a trap). A slot is
+// free again, and clean, once its thread exits (kprofd_exit). The loader
+// sizes it down to one slot for Go targets, whose contexts are
+// goroutines'.
+#define THREAD_SLOTS 1024
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, THREAD_SLOTS);
+	__type(key, __u32);
+	__type(value, struct kprofd_thread);
+} thread_slots SEC(".maps");
+
+// Task-local storage: the contexts of the threads whose slot another
+// thread owns. Cheaper per hit than a hash map keyed by tid.
 struct {
 	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
@@ -416,8 +440,12 @@ struct {
 // counters of the ids in use are a prefix. The daemon reads them every few
 // ms from its own mapping of the array: a per-CPU array read through the
 // map's batch lookup cost it most of a CPU on a plan of thousands of
-// functions, beside the target. An atomic add is nothing next to a trap.
-// The loader sizes it to the plan.
+// functions, beside the target. The array holds calls_stripes copies of
+// the counters, calls_stride counters apart, and a CPU adds to its own
+// copy (cpu % calls_stripes): one counter that two CPUs hit in turn moved
+// its cache line between them at every add, which cost a probe hit 50 ns
+// here. The adds stay atomic: CPUs may share a copy, and a probe program
+// may be preempted. The loader sizes it to the plan.
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(map_flags, BPF_F_MMAPABLE);
@@ -446,6 +474,10 @@ volatile const __u64 check_interval_ns = 0;
 // Count entry probe hits per function (hybrid mode's cost model), and
 // site probe hits per calling function.
 volatile const __u8 count_calls = 0;
+// The copies of the counters in calls (a power of two), and how many
+// counters apart they are (a multiple of a cache line's).
+volatile const __u32 calls_stripes = 1;
+volatile const __u32 calls_stride = 0;
 // The sampling program runs: mark the threads the probe program runs on.
 volatile const __u8 sampling = 0;
 // A Go target: contexts and events are per goroutine. The running
@@ -474,6 +506,9 @@ volatile __u64 seed_goid_before = ~0ULL;
 // distance below GO_TOP, which a copy does not change and which orders
 // frames as addresses do.
 #define GO_TOP (1ULL << 46)
+// How many bytes of runtime.g current_goroutine reads at once, at most
+// (a power of two).
+#define GO_G_SPAN 256
 // Deeper than this below g.stack.hi, a stack pointer is not on the
 // goroutine's stack (the runtime runs on g0's, or a signal's).
 #define GO_STACK_MAX (1ULL << 30)
@@ -493,22 +528,86 @@ static __always_inline __u32 target_tid(void)
 	return (__u32)(pid_tgid >> 32) == target_tgid ? (__u32)pid_tgid : 0;
 }
 
-// current_thread returns the running thread's context, NULL when it has
-// none (it never entered a root).
-static __always_inline struct kprofd_thread *current_thread(void)
+// thread_of returns the context of thread tid (task), NULL when it has
+// none (it never entered a root): its slot in thread_slots when it owns
+// it, else its task storage.
+static __always_inline struct kprofd_thread *thread_of(struct task_struct *task, __u32 tid)
 {
-	return bpf_task_storage_get(&threads, bpf_get_current_task_btf(), 0, 0);
+	__u32 k = tid & (THREAD_SLOTS - 1);
+	struct kprofd_thread *th = bpf_map_lookup_elem(&thread_slots, &k);
+	if (th && th->owner == tid)
+		return th;
+	return bpf_task_storage_get(&threads, task, 0, 0);
 }
 
-// current_goroutine reads the running goroutine's id and stack top from
-// its g; it returns 0 on g0 or a signal stack (whose goid is 0), or when g
-// cannot be read.
-static __always_inline int current_goroutine(__u64 *goid, __u64 *hi)
+// new_thread gives thread tid (task), which has no context, one: its
+// slot when free (a free slot is clean, see free_thread), else task
+// storage. NULL when the kernel has no memory for it.
+static __always_inline struct kprofd_thread *new_thread(struct task_struct *task, __u32 tid)
 {
-	struct task_struct *task = bpf_get_current_task_btf();
+	__u32 k = tid & (THREAD_SLOTS - 1);
+	struct kprofd_thread *th = bpf_map_lookup_elem(&thread_slots, &k);
+	if (th && __sync_val_compare_and_swap(&th->owner, 0, tid) == 0)
+		return th;
+	return bpf_task_storage_get(&threads, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+}
+
+// free_thread cleans a context its thread leaves as it exits and, if it
+// is a slot, frees it: zero as task storage is when it is created (the
+// shadow stack and the batch are past depth and n).
+static __always_inline void free_thread(struct kprofd_thread *th)
+{
+	if (!th->owner)
+		return; // task storage goes with its task
+	th->root_slot = 0;
+	th->root_ret = 0;
+	th->last_check = 0;
+	th->lost = 0;
+	th->n = 0;
+	th->depth = 0;
+	th->sigdepth = 0;
+	th->sigshadow = 0;
+	th->busy = 0;
+	th->burst_gen = 0;
+	th->awaited = 0;
+	th->root_probe = 0;
+	th->popped = 0;
+	th->entered = 0;
+	th->alloc_out = 0;
+	th->alloc_left = 0;
+	th->trapped = 0;
+	th->delta_seen = 0;
+	__sync_lock_test_and_set(&th->owner, 0); // after the rest: a full barrier
+}
+
+// current_thread returns the running thread's context, NULL when it has
+// none.
+static __always_inline struct kprofd_thread *current_thread(__u32 tid)
+{
+	return thread_of(bpf_get_current_task_btf(), tid);
+}
+
+// current_goroutine reads the id and stack top of the goroutine running on
+// task (the current one) from its g; it returns 0 on g0 or a signal stack
+// (whose goid is 0), or when g cannot be read.
+static __always_inline int current_goroutine(struct task_struct *task, __u64 *goid, __u64 *hi)
+{
 	__u64 g = 0;
 	if (bpf_probe_read_user(&g, sizeof(g), (void *)(task->thread.fsbase + go_g_tls)) || !g)
 		return 0;
+	// Both fields in one read when they are close (they are in every
+	// Go release kprofd knows): a user memory read costs ~100 ns here,
+	// most of it the checks around the copy, not the bytes.
+	__u32 lo = go_stack_hi_off < go_goid_off ? go_stack_hi_off : go_goid_off;
+	__u32 span = (go_stack_hi_off < go_goid_off ? go_goid_off : go_stack_hi_off) + 8 - lo;
+	if (span <= GO_G_SPAN) {
+		__u64 f[GO_G_SPAN / 8];
+		if (bpf_probe_read_user(f, span, (void *)(g + lo)))
+			return 0;
+		*goid = f[((go_goid_off - lo) / 8) & (GO_G_SPAN / 8 - 1)];
+		*hi = f[((go_stack_hi_off - lo) / 8) & (GO_G_SPAN / 8 - 1)];
+		return *goid != 0;
+	}
 	if (bpf_probe_read_user(goid, sizeof(*goid), (void *)(g + go_goid_off)) ||
 	    bpf_probe_read_user(hi, sizeof(*hi), (void *)(g + go_stack_hi_off)))
 		return 0;
@@ -529,6 +628,19 @@ static __always_inline struct kprofd_thread *goroutine(__u64 goid, int create)
 	return bpf_map_lookup_elem(&goroutines, &goid);
 }
 
+// crossing reports whether a record of size bytes takes the data waiting
+// in the ring buffer past wakeup_bytes: only then does it wake the reader.
+// A wakeup is a self-IPI (a VM exit here) and more: woken at every
+// record past the mark while it caught up, the reader cost the probed
+// threads more than the probe program's own work. The window of two
+// batches past the mark covers producers that raced past it on other
+// CPUs; a wakeup missed anyway waits for the reader's next poll.
+static __always_inline int crossing(__u64 size)
+{
+	__u64 avail = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) + size;
+	return avail >= wakeup_bytes && avail < wakeup_bytes + size + 2 * BATCH * sizeof(struct kprofd_event);
+}
+
 // output hands the first n events of the thread's batch to the ring
 // buffer.
 static __always_inline void output(struct kprofd_thread *th, __u32 n)
@@ -537,10 +649,9 @@ static __always_inline void output(struct kprofd_thread *th, __u32 n)
 		return;
 	if (th->lost)
 		th->buf[0].flags |= FLAG_LOST_BEFORE;
-	__u64 flags = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= wakeup_bytes
-			      ? BPF_RB_FORCE_WAKEUP
-			      : BPF_RB_NO_WAKEUP;
-	if (bpf_ringbuf_output(&events, th->buf, n * sizeof(struct kprofd_event), flags)) {
+	__u64 size = n * sizeof(struct kprofd_event);
+	__u64 flags = crossing(size) ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
+	if (bpf_ringbuf_output(&events, th->buf, size, flags)) {
 		th->lost += n;
 		count(STAT_LOST, n);
 	} else {
@@ -640,19 +751,19 @@ static __always_inline __u64 write_stack(__u64 ip, __u64 sp, __u64 bp, __u64 del
 	__u64 now = bpf_ktime_get_ns();
 	st->ev.time = now;
 	st->ev.adjust = now - t0;
-	// A sample waits for the reader's next poll, as events do: woken
-	// at every sample, the reader would run a thousand times a second,
-	// often on the target's CPU. A stack the daemon waits for (a
-	// check, a catch site, a burst's anchor) wakes it.
-	__u64 wake = BPF_RB_FORCE_WAKEUP;
-	if ((kind == KIND_SAMPLE || kind == KIND_ROOTLESS) && bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) < wakeup_bytes)
-		wake = BPF_RB_NO_WAKEUP;
 	// The reader takes the bytes the event says (st->ev.func) and
 	// accepts a record that ends right after them. (n is at most
 	// STACK_MAX; the bound is the verifier's.)
 	__u64 size = sizeof(*st) - STACK_MAX + n;
 	if (size > sizeof(*st))
 		size = sizeof(*st);
+	// A sample waits for the reader's next poll, as events do: woken
+	// at every sample, the reader would run a thousand times a second,
+	// often on the target's CPU. A stack the daemon waits for (a
+	// check, a catch site, a burst's anchor) wakes it.
+	__u64 wake = BPF_RB_FORCE_WAKEUP;
+	if ((kind == KIND_SAMPLE || kind == KIND_ROOTLESS) && !crossing(size))
+		wake = BPF_RB_NO_WAKEUP;
 	if (bpf_ringbuf_output(&events, st, size, wake)) {
 		count(STAT_STACKS_LOST, 1);
 		return 0;
@@ -697,16 +808,22 @@ static __always_inline void shadow_pop(struct kprofd_thread *th, __u64 slot, int
 // updates it. An exit matches when its frame is on top once the frames
 // below its slot are popped (missed exits are not mismatches: the slot
 // rule infers them); the daemon then needs no real stack.
-static __always_inline int shadow(struct kprofd_thread *th, __u8 kind, __u64 slot)
+static __always_inline int shadow(struct kprofd_thread *th, __u8 kind, __u64 slot, __u32 func)
 {
 	switch (kind) {
 	case KIND_ENTRY:
 		th->popped = 0;
 		shadow_pop(th, slot, 0);
-		if (th->depth > 0 && th->depth <= SHADOW && th->shadow[(th->depth - 1) & (SHADOW - 1)] == slot)
-			return 1; // a tail call: it takes over the slot
-		if (th->depth < SHADOW)
+		if (th->depth > 0 && th->depth <= SHADOW && th->shadow[(th->depth - 1) & (SHADOW - 1)] == slot) {
+			// A tail call: it takes over the slot, and the
+			// uretprobes of both return there.
+			th->shadow_func[(th->depth - 1) & (SHADOW - 1)] = NO_FUNC;
+			return 1;
+		}
+		if (th->depth < SHADOW) {
 			th->shadow[th->depth & (SHADOW - 1)] = slot;
+			th->shadow_func[th->depth & (SHADOW - 1)] = func;
+		}
 		th->depth++;
 		return 1;
 	case KIND_EXIT:
@@ -1040,10 +1157,70 @@ static __always_inline void settle(struct kprofd_thread *th, __u32 tid, __u64 co
 	}
 }
 
-static __always_inline int handle(struct pt_regs *ctx)
+// plain reports whether a probe hit is one the fast path records whole:
+// the entry or exit of a function below the root of a thread (not a
+// goroutine) inside it, with nothing more to it (no root's, burst's,
+// allocator's, counting or capturing probe, no signal handler running, no
+// pending verdict, no frame at or above the root's). Everything else takes
+// the full path, which decides the same for these hits.
+static __always_inline int plain(struct kprofd_thread *th, __u64 cookie, __u8 kind, __u64 slot)
+{
+	__u64 root = th->root_slot;
+	if (!root || root == PENDING_SLOT || th->sigdepth || slot >= root || kind > KIND_RETURN ||
+	    (cookie & (COOKIE_ROOT | COOKIE_CAPTURE | COOKIE_BURST | COOKIE_ALLOC | COOKIE_COUNT)))
+		return 0;
+	__u64 ret = 0;
+	// root_overwritten's test, read here once (only after hybrid mode
+	// dropped the sync probe): a root left takes the full path.
+	return !(sample_root_rule && th->root_ret && !bpf_probe_read_user(&ret, sizeof(ret), (void *)root) && ret != th->root_ret);
+}
+
+// count_hit counts a probe hit at counter k of the running CPU's stripe
+// of the calls array (see calls).
+static __always_inline void count_hit(__u32 k)
+{
+	__u32 i = (bpf_get_smp_processor_id() & (calls_stripes - 1)) * calls_stride + k;
+	__u64 *c = bpf_map_lookup_elem(&calls, &i);
+	if (c)
+		__sync_fetch_and_add(c, 1);
+}
+
+// handle_plain records a plain hit (see plain): what handle_thread does
+// for it, with nothing it need not test again. Most hits come here.
+static __always_inline void handle_plain(struct pt_regs *ctx, struct kprofd_thread *th, __u32 tid, __u64 cookie, __u8 kind,
+					 __u64 slot, __u64 sp, __u64 fp)
 {
 	__u64 now = bpf_ktime_get_ns();
-	__u32 tid = target_tid();
+	if (count_calls && kind == KIND_ENTRY)
+		count_hit(2 * (__u32)cookie);
+	if (sampling) {
+		th->busy = 1;
+		th->root_probe = 0;
+	}
+	struct kprofd_event *e = append(th, now);
+	e->slot = slot;
+	e->tid = tid;
+	e->func = (__u32)cookie;
+	e->kind = kind;
+	if (!shadow(th, kind, slot, (__u32)cookie) || (check_interval_ns && now - th->last_check > check_interval_ns))
+		capture(PT_REGS_IP(ctx), sp, fp, 0, th, tid, KIND_STACK, 0);
+	if (sampling) {
+		th->busy = 0;
+		th->trapped = now;
+	}
+}
+
+// handle runs at every probe hit. The helpers it calls are most of its
+// cost (each 10-40 ns here, the clock 50-85 ns): every one is called once,
+// and a plain hit (most of them) calls no other.
+static __always_inline int handle(struct pt_regs *ctx)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	// The links attach for the target only (its pid); tid and tgid are
+	// read from the task, which the thread's context needs anyway.
+	if (task->tgid != target_tgid)
+		return 0;
+	__u32 tid = task->pid;
 	if (!tid)
 		return 0;
 	__u64 cookie = bpf_get_attach_cookie(ctx);
@@ -1053,15 +1230,20 @@ static __always_inline int handle(struct pt_regs *ctx)
 	__u64 sp = PT_REGS_SP(ctx), fp = PT_REGS_FP(ctx);
 	asm volatile("" : "+r"(sp), "+r"(fp));
 	__u64 slot = ((cookie & COOKIE_SLOT_RBP) ? fp : sp) + (__s64)(__s16)(cookie >> 48);
+	struct kprofd_thread *th = 0;
+	if (!go_mode) {
+		th = thread_of(task, tid);
+		if (th && plain(th, cookie, kind, slot)) {
+			handle_plain(ctx, th, tid, cookie, kind, slot, sp, fp);
+			return 0;
+		}
+	}
+	__u64 now = bpf_ktime_get_ns();
 
 	if (count_calls && kind == KIND_SYNC)
 		count(STAT_SYNC_HITS, 1); // its trap costs the same outside the root
-	if (count_calls && kind == KIND_ENTRY) {
-		__u32 fn = 2 * (__u32)cookie;
-		__u64 *c = bpf_map_lookup_elem(&calls, &fn);
-		if (c)
-			__sync_fetch_and_add(c, 1);
-	}
+	if (count_calls && kind == KIND_ENTRY)
+		count_hit(2 * (__u32)cookie);
 	// A probe that counts a root's calls before the session attaches
 	// below it: it shares the root's entry with the root's own probe
 	// later, and must not be taken for a call of its own.
@@ -1073,21 +1255,15 @@ static __always_inline int handle(struct pt_regs *ctx)
 		__u32 idx = (__u32)cookie;
 		d = bpf_map_lookup_elem(&sites, &idx);
 	}
-	if (count_calls && d) {
-		// Every hit costs its trap, inside the root or not.
-		__u32 k = 2 * d->caller + 1;
-		__u64 *c = bpf_map_lookup_elem(&calls, &k);
-		if (c)
-			__sync_fetch_and_add(c, 1);
-	}
+	if (count_calls && d)
+		count_hit(2 * d->caller + 1); // every hit costs its trap, inside the root or not
 
 	// Only a root's probes create a thread's (goroutine's) context; any
 	// other probe of a thread that never entered a root stops here.
-	struct kprofd_thread *th;
 	__u64 goid = 0, delta = 0;
 	if (go_mode) {
 		__u64 hi = 0;
-		if (!current_goroutine(&goid, &hi) || sp > hi || hi - sp > GO_STACK_MAX)
+		if (!current_goroutine(task, &goid, &hi) || sp > hi || hi - sp > GO_STACK_MAX)
 			return 0; // the runtime on g0's or a signal's stack
 		delta = GO_TOP - hi;
 		slot += delta;
@@ -1111,13 +1287,11 @@ static __always_inline int handle(struct pt_regs *ctx)
 			}
 		}
 	} else {
-		struct task_struct *task = bpf_get_current_task_btf();
-		th = bpf_task_storage_get(&threads, task, 0, 0);
 		// A thread that was running when kprofd attached may be inside
 		// a root already: its first hit checks.
 		int check = !th && seed_threads && !(cookie & COOKIE_NO_CHECK) && task->start_time < seed_before;
 		if (!th && ((cookie & COOKIE_ROOT) || check)) {
-			th = bpf_task_storage_get(&threads, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+			th = new_thread(task, tid);
 			if (th && check)
 				seed(ctx, th, tid, kind, 0);
 		}
@@ -1264,7 +1438,7 @@ static __always_inline void handle_thread(struct pt_regs *ctx, struct kprofd_thr
 		left_root(th);
 		return;
 	}
-	int matched = shadow(th, kind, slot);
+	int matched = shadow(th, kind, slot, (__u32)cookie);
 	// Go: no reconciliation yet (the stack-slot rule alone keeps the
 	// stacks; a Go binary has no .eh_frame to unwind by).
 	if (go_mode)
@@ -1277,6 +1451,47 @@ SEC("uprobe.multi")
 int kprofd_multi(struct pt_regs *ctx)
 {
 	return handle(ctx);
+}
+
+// handle_return runs at the hits of the plain return probes, which the
+// loader attaches to kprofd_return (bpf.PlainReturn: a uretprobe that is
+// no root's, burst's, allocator's or capturing one; its slot is 8 bytes
+// below the stack pointer). The frame that returns is the shadow stack's
+// at that slot, whose function the shadow stack knows: a hit inside the
+// root that the shadow stack expects needs no cookie, a helper call
+// less. Anything else reads the cookie, or takes handle's path.
+static __always_inline int handle_return(struct pt_regs *ctx)
+{
+	if (go_mode)
+		return handle(ctx);
+	struct task_struct *task = bpf_get_current_task_btf();
+	if (task->tgid != target_tgid)
+		return 0;
+	__u32 tid = task->pid;
+	struct kprofd_thread *th = thread_of(task, tid);
+	__u64 sp = PT_REGS_SP(ctx), fp = PT_REGS_FP(ctx);
+	asm volatile("" : "+r"(sp), "+r"(fp));
+	__u64 slot = sp - 8;
+	if (!th || !plain(th, 0, KIND_RETURN, slot))
+		return handle(ctx);
+	// What shadow does first, so that the top is the frame returning.
+	shadow_pop(th, slot, 0);
+	__u32 d = th->depth;
+	__u32 top = (d - 1) & (SHADOW - 1);
+	__u64 cookie;
+	if (d > 0 && d <= SHADOW && th->shadow[top] == slot && th->shadow_func[top] != NO_FUNC)
+		cookie = th->shadow_func[top] | (__u64)KIND_RETURN << 32;
+	else
+		cookie = bpf_get_attach_cookie(ctx);
+	handle_plain(ctx, th, tid, cookie, KIND_RETURN, slot, sp, fp);
+	return 0;
+}
+
+// The plain return probes' program (see handle_return).
+SEC("uprobe.multi")
+int kprofd_return(struct pt_regs *ctx)
+{
+	return handle_return(ctx);
 }
 
 // For kernels without uprobe_multi links (before 6.6): one perf-event link
@@ -1295,7 +1510,7 @@ int kprofd_exit(void *ctx)
 	__u32 tid = target_tid();
 	if (!tid || go_mode) // goroutines outlive threads
 		return 0;
-	struct kprofd_thread *th = current_thread();
+	struct kprofd_thread *th = current_thread(tid);
 	if (!th)
 		return 0;
 	__u32 n = take(th);
@@ -1311,6 +1526,7 @@ int kprofd_exit(void *ctx)
 		n++;
 	}
 	output(th, n);
+	free_thread(th);
 	return 0;
 }
 
@@ -1322,7 +1538,7 @@ int kprofd_exec(void *ctx)
 	__u32 tid = target_tid();
 	if (!tid || go_mode)
 		return 0;
-	struct kprofd_thread *th = current_thread();
+	struct kprofd_thread *th = current_thread(tid);
 	if (!th || !th->root_slot)
 		return 0;
 	struct kprofd_event *e = append(th, bpf_ktime_get_ns());
@@ -1355,7 +1571,7 @@ int kprofd_signal(struct bpf_raw_tracepoint_args *ctx)
 	__u32 tid = target_tid();
 	if (!tid || go_mode) // Go's handlers run on the signal goroutine
 		return 0;
-	struct kprofd_thread *th = current_thread();
+	struct kprofd_thread *th = current_thread(tid);
 	if (!th || !th->root_slot)
 		return 0;
 	struct k_sigaction *ka = (struct k_sigaction *)ctx->args[2];
@@ -1452,7 +1668,7 @@ int kprofd_sample(struct bpf_perf_event_data *ctx)
 	__u64 delta = 0;
 	if (go_mode) {
 		__u64 goid = 0, hi = 0;
-		if (!current_goroutine(&goid, &hi))
+		if (!current_goroutine(bpf_get_current_task_btf(), &goid, &hi))
 			return 0;
 		delta = GO_TOP - hi;
 		tid = (__u32)goid;
@@ -1466,7 +1682,7 @@ int kprofd_sample(struct bpf_perf_event_data *ctx)
 			rootless_sample(ctx, tid, 0);
 			return 0;
 		}
-		th = current_thread();
+		th = current_thread(tid);
 	}
 	if (!th || th->root_slot == PENDING_SLOT)
 		return 0;
@@ -1551,7 +1767,7 @@ int kprofd_drain(struct bpf_iter__task *ctx)
 	struct task_struct *task = ctx->task;
 	if (!task || task->tgid != target_tgid)
 		return 0;
-	struct kprofd_thread *th = bpf_task_storage_get(&threads, task, 0, 0);
+	struct kprofd_thread *th = thread_of(task, task->pid);
 	if (!th)
 		return 0;
 	__u32 n = take(th);

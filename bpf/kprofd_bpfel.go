@@ -66,28 +66,29 @@ type kprofdKprofdStack struct {
 }
 
 type kprofdKprofdThread struct {
-	_         structs.HostLayout
-	RootSlot  uint64
-	RootRet   uint64
-	LastCheck uint64
-	Lost      uint32
-	N         uint32
-	Depth     uint32
-	Sigdepth  uint32
-	Sigshadow uint32
-	Busy      uint32
-	BurstGen  uint32
-	Awaited   uint32
-	RootProbe uint32
-	Pad       uint32
-	Popped    uint64
-	Entered   uint64
-	AllocOut  uint64
-	AllocLeft uint64
-	Trapped   uint64
-	DeltaSeen uint64
-	Shadow    [32]uint64
-	Buf       [64]kprofdKprofdEvent
+	_          structs.HostLayout
+	RootSlot   uint64
+	RootRet    uint64
+	LastCheck  uint64
+	Lost       uint32
+	N          uint32
+	Depth      uint32
+	Sigdepth   uint32
+	Sigshadow  uint32
+	Busy       uint32
+	BurstGen   uint32
+	Awaited    uint32
+	RootProbe  uint32
+	Owner      uint32
+	Popped     uint64
+	Entered    uint64
+	AllocOut   uint64
+	AllocLeft  uint64
+	Trapped    uint64
+	DeltaSeen  uint64
+	Shadow     [32]uint64
+	ShadowFunc [32]uint32
+	Buf        [64]kprofdKprofdEvent
 }
 
 // Names of all BPF objects in the ELF.
@@ -107,6 +108,7 @@ const (
 	kprofdMapStackScratch      = "stack_scratch"
 	kprofdMapStats             = "stats"
 	kprofdMapTargets           = "targets"
+	kprofdMapThreadSlots       = "thread_slots"
 	kprofdMapThreads           = "threads"
 	kprofdMapZeroContext       = "zero_context"
 	kprofdProgKprofdDrain      = "kprofd_drain"
@@ -114,6 +116,7 @@ const (
 	kprofdProgKprofdExec       = "kprofd_exec"
 	kprofdProgKprofdExit       = "kprofd_exit"
 	kprofdProgKprofdMulti      = "kprofd_multi"
+	kprofdProgKprofdReturn     = "kprofd_return"
 	kprofdProgKprofdSample     = "kprofd_sample"
 	kprofdProgKprofdSignal     = "kprofd_signal"
 	kprofdProgKprofdSingle     = "kprofd_single"
@@ -121,6 +124,8 @@ const (
 	kprofdVarBurstGen          = "burst_gen"
 	kprofdVarBurstRingLimit    = "burst_ring_limit"
 	kprofdVarBurstsArmed       = "bursts_armed"
+	kprofdVarCallsStride       = "calls_stride"
+	kprofdVarCallsStripes      = "calls_stripes"
 	kprofdVarCatchUntil        = "catch_until"
 	kprofdVarCheckIntervalNs   = "check_interval_ns"
 	kprofdVarCountCalls        = "count_calls"
@@ -193,6 +198,7 @@ type kprofdProgramSpecs struct {
 	KprofdExec   *ebpf.ProgramSpec `ebpf:"kprofd_exec"`
 	KprofdExit   *ebpf.ProgramSpec `ebpf:"kprofd_exit"`
 	KprofdMulti  *ebpf.ProgramSpec `ebpf:"kprofd_multi"`
+	KprofdReturn *ebpf.ProgramSpec `ebpf:"kprofd_return"`
 	KprofdSample *ebpf.ProgramSpec `ebpf:"kprofd_sample"`
 	KprofdSignal *ebpf.ProgramSpec `ebpf:"kprofd_signal"`
 	KprofdSingle *ebpf.ProgramSpec `ebpf:"kprofd_single"`
@@ -215,6 +221,7 @@ type kprofdMapSpecs struct {
 	StackScratch      *ebpf.MapSpec `ebpf:"stack_scratch"`
 	Stats             *ebpf.MapSpec `ebpf:"stats"`
 	Targets           *ebpf.MapSpec `ebpf:"targets"`
+	ThreadSlots       *ebpf.MapSpec `ebpf:"thread_slots"`
 	Threads           *ebpf.MapSpec `ebpf:"threads"`
 	ZeroContext       *ebpf.MapSpec `ebpf:"zero_context"`
 }
@@ -227,6 +234,8 @@ type kprofdVariableSpecs struct {
 	BurstGen        *ebpf.VariableSpec `ebpf:"burst_gen"`
 	BurstRingLimit  *ebpf.VariableSpec `ebpf:"burst_ring_limit"`
 	BurstsArmed     *ebpf.VariableSpec `ebpf:"bursts_armed"`
+	CallsStride     *ebpf.VariableSpec `ebpf:"calls_stride"`
+	CallsStripes    *ebpf.VariableSpec `ebpf:"calls_stripes"`
 	CatchUntil      *ebpf.VariableSpec `ebpf:"catch_until"`
 	CheckIntervalNs *ebpf.VariableSpec `ebpf:"check_interval_ns"`
 	CountCalls      *ebpf.VariableSpec `ebpf:"count_calls"`
@@ -285,6 +294,7 @@ type kprofdMaps struct {
 	StackScratch      *ebpf.Map `ebpf:"stack_scratch"`
 	Stats             *ebpf.Map `ebpf:"stats"`
 	Targets           *ebpf.Map `ebpf:"targets"`
+	ThreadSlots       *ebpf.Map `ebpf:"thread_slots"`
 	Threads           *ebpf.Map `ebpf:"threads"`
 	ZeroContext       *ebpf.Map `ebpf:"zero_context"`
 }
@@ -304,6 +314,7 @@ func (m *kprofdMaps) Close() error {
 		m.StackScratch,
 		m.Stats,
 		m.Targets,
+		m.ThreadSlots,
 		m.Threads,
 		m.ZeroContext,
 	)
@@ -317,6 +328,8 @@ type kprofdVariables struct {
 	BurstGen        *ebpf.Variable `ebpf:"burst_gen"`
 	BurstRingLimit  *ebpf.Variable `ebpf:"burst_ring_limit"`
 	BurstsArmed     *ebpf.Variable `ebpf:"bursts_armed"`
+	CallsStride     *ebpf.Variable `ebpf:"calls_stride"`
+	CallsStripes    *ebpf.Variable `ebpf:"calls_stripes"`
 	CatchUntil      *ebpf.Variable `ebpf:"catch_until"`
 	CheckIntervalNs *ebpf.Variable `ebpf:"check_interval_ns"`
 	CountCalls      *ebpf.Variable `ebpf:"count_calls"`
@@ -351,6 +364,7 @@ type kprofdPrograms struct {
 	KprofdExec   *ebpf.Program `ebpf:"kprofd_exec"`
 	KprofdExit   *ebpf.Program `ebpf:"kprofd_exit"`
 	KprofdMulti  *ebpf.Program `ebpf:"kprofd_multi"`
+	KprofdReturn *ebpf.Program `ebpf:"kprofd_return"`
 	KprofdSample *ebpf.Program `ebpf:"kprofd_sample"`
 	KprofdSignal *ebpf.Program `ebpf:"kprofd_signal"`
 	KprofdSingle *ebpf.Program `ebpf:"kprofd_single"`
@@ -363,6 +377,7 @@ func (p *kprofdPrograms) Close() error {
 		p.KprofdExec,
 		p.KprofdExit,
 		p.KprofdMulti,
+		p.KprofdReturn,
 		p.KprofdSample,
 		p.KprofdSignal,
 		p.KprofdSingle,

@@ -183,6 +183,8 @@ type Program struct {
 	sampling   bool         // loaded with Config.Sampling
 	goroutines bool         // loaded with Config.Go
 	calls      *ebpf.Memory // kprofd's mapping of the call counters
+	stripes    int          // copies of the counters in calls (callsLayout)
+	stride     int          // counters from one copy to the next
 	exit       link.Link    // flushes exiting threads
 	exec       link.Link    // ends the frames of a thread that execs
 	signals    []link.Link  // marks signal handlers, after TrackSignals
@@ -211,8 +213,19 @@ func Load(cfg Config) (*Program, error) {
 		return nil, fmt.Errorf("reading the embedded BPF object: %w", err)
 	}
 	spec.Maps[kprofdMapEvents].MaxEntries = uint32(cfg.RingBytes)
-	// Entry hits by function id, then site hits by calling function id.
-	spec.Maps[kprofdMapCalls].MaxEntries = uint32(max(2*cfg.Funcs, 1))
+	// Entry hits by function id, then site hits by calling function id,
+	// in a copy per stripe of CPUs.
+	stripes, stride, err := callsLayout(cfg.Funcs)
+	if err != nil {
+		return nil, err
+	}
+	spec.Maps[kprofdMapCalls].MaxEntries = uint32(max(stripes*stride, 1))
+	if err := spec.Variables[kprofdVarCallsStripes].Set(uint32(stripes)); err != nil {
+		return nil, fmt.Errorf("setting calls_stripes: %w", err)
+	}
+	if err := spec.Variables[kprofdVarCallsStride].Set(uint32(stride)); err != nil {
+		return nil, fmt.Errorf("setting calls_stride: %w", err)
+	}
 	spec.Maps[kprofdMapSites].MaxEntries = uint32(max(cfg.Sites, 1))
 	if err := spec.Variables[kprofdVarCountCalls].Set(cfg.Funcs > 0); err != nil {
 		return nil, fmt.Errorf("setting count_calls: %w", err)
@@ -236,6 +249,8 @@ func Load(cfg Config) (*Program, error) {
 		return nil, fmt.Errorf("setting seed_threads: %w", err)
 	}
 	if g := cfg.Go; g != nil {
+		// Goroutines' contexts are in their own map.
+		spec.Maps[kprofdMapThreadSlots].MaxEntries = 1
 		for name, v := range map[string]any{kprofdVarGoMode: true, kprofdVarGoG_tls: g.GTLS,
 			kprofdVarGoGoidOff: g.GoidOff, kprofdVarGoStackHiOff: g.StackHiOff} {
 			if err := spec.Variables[name].Set(v); err != nil {
@@ -244,11 +259,13 @@ func Load(cfg Config) (*Program, error) {
 		}
 	}
 
-	p := &Program{multi: features.HaveBPFLinkUprobeMulti() == nil, sampling: cfg.Sampling, goroutines: cfg.Go != nil}
+	p := &Program{multi: features.HaveBPFLinkUprobeMulti() == nil, sampling: cfg.Sampling, goroutines: cfg.Go != nil,
+		stripes: stripes, stride: stride}
 	if !p.multi {
 		// The kernel would reject the whole collection for one program
 		// type it does not know.
 		delete(spec.Programs, kprofdProgKprofdMulti)
+		delete(spec.Programs, kprofdProgKprofdReturn)
 		delete(spec.Programs, kprofdProgKprofdEmpty)
 	}
 	if err := spec.LoadAndAssign(&p.objs, nil); err != nil {
@@ -385,25 +402,6 @@ func (p *Program) Stats() (Stats, error) {
 	return s, nil
 }
 
-// CallCounts returns the probe hits of function ids below n so far,
-// reusing dst: the entry hits and the hits of the site probes of each (see
-// wire.Counters). It reads them from kprofd's own mapping of the counters,
-// with no system call; any goroutine may call it.
-func (p *Program) CallCounts(dst wire.Counters[uint64], n int) (wire.Counters[uint64], error) {
-	slots := min(wire.Slots(n), int(p.objs.Calls.MaxEntries()))
-	dst = append(dst[:0], make([]uint64, slots)...)
-	if slots == 0 {
-		return dst, nil
-	}
-	// The counters are naturally aligned words, which the copy reads
-	// whole (x86-64, little-endian like the counters).
-	buf := unsafe.Slice((*byte)(unsafe.Pointer(&dst[0])), 8*slots)
-	if _, err := p.calls.ReadAt(buf, 0); err != nil {
-		return nil, fmt.Errorf("reading the call counters: %w", err)
-	}
-	return dst, nil
-}
-
 // readPerCPU reads the first n counters of a per-CPU array in one batch,
 // summed over CPUs, into dst.
 func readPerCPU(m *ebpf.Map, dst []uint64, n int) ([]uint64, error) {
@@ -442,7 +440,7 @@ func readPerCPU(m *ebpf.Map, dst []uint64, n int) ([]uint64, error) {
 // they are gone after Close.
 func (p *Program) IDs() []ebpf.ProgramID {
 	var ids []ebpf.ProgramID
-	for _, prog := range []*ebpf.Program{p.objs.KprofdMulti, p.objs.KprofdSingle, p.objs.KprofdEmpty, p.objs.KprofdExit, p.objs.KprofdExec,
+	for _, prog := range []*ebpf.Program{p.objs.KprofdMulti, p.objs.KprofdReturn, p.objs.KprofdSingle, p.objs.KprofdEmpty, p.objs.KprofdExit, p.objs.KprofdExec,
 		p.objs.KprofdDrain, p.objs.KprofdSignal, p.objs.KprofdSample} {
 		if prog == nil {
 			continue
@@ -470,7 +468,17 @@ type Probe struct {
 // on error nothing stays attached. When the kernel rejects individual
 // probes, the error is an *AttachError naming them.
 func (p *Program) Attach(path string, pid int, probes []Probe) ([]link.Link, error) {
-	return p.attach(p.objs.KprofdMulti, p.objs.KprofdSingle, path, pid, probes)
+	return p.attach(p.objs.KprofdMulti, p.objs.KprofdReturn, p.objs.KprofdSingle, path, pid, probes)
+}
+
+// PlainReturn reports whether a return probe's cookie is one the return
+// program takes (kprofd_return in kprofd.bpf.c): a uretprobe (slot 8
+// bytes below the stack pointer) of no root, burst, allocator, and no
+// capture. Its hits inside the root take the function returning from
+// the probe program's shadow stack instead of the cookie.
+func PlainReturn(cookie uint64) bool {
+	const special = wire.CookieRoot | wire.CookieSlotRBP | wire.CookieCapture | wire.CookieBurst | wire.CookieAlloc | wire.CookieCount
+	return wire.CookieKind(cookie) == wire.KindReturn && cookie&special == 0 && int16(cookie>>48) == -8
 }
 
 // AttachEmpty attaches the empty program to the same probes: the bare cost
@@ -479,7 +487,7 @@ func (p *Program) AttachEmpty(path string, pid int, probes []Probe) ([]link.Link
 	if !p.multi {
 		return nil, errors.New("the empty program needs uprobe_multi links (Linux 6.6 or newer)")
 	}
-	return p.attach(p.objs.KprofdEmpty, nil, path, pid, probes)
+	return p.attach(p.objs.KprofdEmpty, p.objs.KprofdEmpty, nil, path, pid, probes)
 }
 
 // AttachError reports probes the kernel refused to attach.
@@ -495,16 +503,22 @@ func (e *AttachError) Error() string {
 
 func (e *AttachError) Unwrap() error { return e.Err }
 
-func (p *Program) attach(multi, single *ebpf.Program, path string, pid int, probes []Probe) ([]link.Link, error) {
+// attach attaches probes in the file at path: with uprobe_multi links,
+// entries to multi, plain returns (PlainReturn) to ret and other returns
+// to multi; else each to single.
+func (p *Program) attach(multi, ret, single *ebpf.Program, path string, pid int, probes []Probe) ([]link.Link, error) {
 	ex, err := link.OpenExecutable(path)
 	if err != nil {
 		return nil, fmt.Errorf("opening %s for uprobes: %w", path, err)
 	}
-	var entries, returns []Probe
+	var entries, returns, plain []Probe
 	for _, pr := range probes {
-		if wire.CookieKind(pr.Cookie) == wire.KindReturn {
+		switch {
+		case p.multi && PlainReturn(pr.Cookie):
+			plain = append(plain, pr)
+		case wire.CookieKind(pr.Cookie) == wire.KindReturn:
 			returns = append(returns, pr)
-		} else {
+		default:
 			entries = append(entries, pr)
 		}
 	}
@@ -517,13 +531,14 @@ func (p *Program) attach(multi, single *ebpf.Program, path string, pid int, prob
 	for _, group := range []struct {
 		probes []Probe
 		ret    bool
-	}{{entries, false}, {returns, true}} {
+		prog   *ebpf.Program
+	}{{entries, false, multi}, {returns, true, multi}, {plain, true, ret}} {
 		if len(group.probes) == 0 {
 			continue
 		}
 		var ls []link.Link
 		if p.multi {
-			ls, err = attachMulti(ex, multi, pid, group.probes, group.ret)
+			ls, err = attachMulti(ex, group.prog, pid, group.probes, group.ret)
 			if err != nil && single != nil {
 				// Find which probes the kernel refuses, so the caller
 				// can drop just those.

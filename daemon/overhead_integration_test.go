@@ -49,18 +49,27 @@ func runHotCmd(tb testing.TB, p *testtarget.Proc, cmd string, n int) hotCost {
 // over the bare uprobe cost (goal ≤ 1.15), in CPU time and in wall time
 // (which also pays for kprofd's reader taking CPU from the target on a
 // small machine). Run with -count 5 and take medians (make bench).
+//
+// The ret-go row runs testdata/gohot, the hot target's twin in Go, whose
+// contexts are keyed by goroutine: in the ret class only, since
+// uretprobes crash Go programs (a goroutine that returns on another
+// thread than it entered on finds no return instance: SIGILL).
 func BenchmarkProbeCost(b *testing.B) {
 	requireRoot(b)
 	for _, tc := range []struct {
+		name  string
 		exits plan.ExitMode
 		n     int // root calls per thread per run: about half a second
+		build func(testing.TB) string
+		root  string
 	}{
-		{plan.ExitsUretprobe, 30000},
-		{plan.ExitsRet, 3000},
+		{"uretprobe", plan.ExitsUretprobe, 30000, testtarget.BuildHot, "root"},
+		{"ret", plan.ExitsRet, 3000, testtarget.BuildHot, "root"},
+		{"ret-go", plan.ExitsRet, 3000, testtarget.BuildGoHot, "main.root"},
 	} {
-		b.Run(tc.exits.String(), func(b *testing.B) {
-			target := testtarget.Start(b, testtarget.BuildHot(b))
-			cfg := daemon.Config{PID: target.Pid(), Roots: []string{"root"}, Exits: tc.exits}
+		b.Run(tc.name, func(b *testing.B) {
+			target := testtarget.Start(b, tc.build(b))
+			cfg := daemon.Config{PID: target.Pid(), Roots: []string{tc.root}, Exits: tc.exits}
 			pr, err := daemon.Prepare(cfg)
 			if err != nil {
 				b.Fatal(err)

@@ -33,6 +33,14 @@ func BuildGoFormat(t testing.TB) string {
 	return buildGoDir(t, "goformat", false)
 }
 
+// BuildGoHot builds testdata/gohot, testdata/hot's twin in Go (main.root
+// calls main.leaf; the same "run N" protocol), and returns the
+// executable's path.
+func BuildGoHot(t testing.TB) string {
+	t.Helper()
+	return buildGoDir(t, "gohot", false)
+}
+
 // buildGoDir builds the Go program in testdata/dir into a fresh directory
 // (see BuildGo).
 func buildGoDir(t testing.TB, dir string, stripped bool) string {
