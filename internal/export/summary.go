@@ -135,7 +135,7 @@ func writeTotals(w io.Writer, p *cct.Profile, t *cct.Tree, total uint64) {
 		notes = append(notes, contexts(lowerCalls, "a lower bound (≥)", "lower bounds (≥)"))
 	}
 	if unknownCalls > 0 {
-		notes = append(notes, contexts(unknownCalls, "unknown, seen by samples only (?)", "unknown, seen by samples only (?)"))
+		notes = append(notes, contexts(unknownCalls, "unknown (?)", "unknown (?)"))
 	}
 	if len(notes) > 0 {
 		fmt.Fprintf(w, "calls: of %d contexts, %s\n", t.NumNodes(), strings.Join(notes, ", "))

@@ -319,7 +319,7 @@ func writeTable(w io.Writer, rows [][]string, right int) {
 const unknownCount = "?"
 
 // unknownLegend explains unknownCount, once below a table that shows it.
-const unknownLegend = "? calls unknown: seen by samples only (no probe, and no burst of probes, counted them)"
+const unknownLegend = "? calls unknown: seen by samples only, or running since before the attach (no probe, and no burst of probes, counted a call)"
 
 // countText formats a count of calls: ≥ marks a lower bound (calls of
 // an incomplete context), ~ an estimate, and a lower bound of 0 is
