@@ -243,8 +243,7 @@ struct {
 // Threads' contexts (C targets): a thread takes the slot of thread_slots
 // at its id modulo THREAD_SLOTS when no other thread owns it, and task
 // storage else. The slot is an array element, which the verifier inlines
-// the lookup of: task storage costs a helper call per hit (25-35 ns
-// here, a tenth of what the probe program adds to a trap). A slot is
+// the lookup of: task storage costs a helper call per hit. A slot is
 // free again, and clean, once its thread exits (kprofd_exit). The loader
 // sizes it down to one slot for Go targets, whose contexts are
 // goroutines'.
@@ -442,9 +441,8 @@ struct {
 // map's batch lookup cost it most of a CPU on a plan of thousands of
 // functions, beside the target. The array holds calls_stripes copies of
 // the counters, calls_stride counters apart, and a CPU adds to its own
-// copy (cpu % calls_stripes): one counter that two CPUs hit in turn moved
-// its cache line between them at every add, which cost a probe hit 50 ns
-// here. The adds stay atomic: CPUs may share a copy, and a probe program
+// copy (cpu % calls_stripes): one counter that two CPUs hit in turn
+// moves its cache line between them at every add. The adds stay atomic: CPUs may share a copy, and a probe program
 // may be preempted. The loader sizes it to the plan.
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -596,8 +594,8 @@ static __always_inline int current_goroutine(struct task_struct *task, __u64 *go
 	if (bpf_probe_read_user(&g, sizeof(g), (void *)(task->thread.fsbase + go_g_tls)) || !g)
 		return 0;
 	// Both fields in one read when they are close (they are in every
-	// Go release kprofd knows): a user memory read costs ~100 ns here,
-	// most of it the checks around the copy, not the bytes.
+	// Go release kprofd knows): a user memory read costs the checks
+	// around the copy, not the bytes.
 	__u32 lo = go_stack_hi_off < go_goid_off ? go_stack_hi_off : go_goid_off;
 	__u32 span = (go_stack_hi_off < go_goid_off ? go_goid_off : go_stack_hi_off) + 8 - lo;
 	if (span <= GO_G_SPAN) {
@@ -630,11 +628,11 @@ static __always_inline struct kprofd_thread *goroutine(__u64 goid, int create)
 
 // crossing reports whether a record of size bytes takes the data waiting
 // in the ring buffer past wakeup_bytes: only then does it wake the reader.
-// A wakeup is a self-IPI (a VM exit here) and more: woken at every
-// record past the mark while it caught up, the reader cost the probed
-// threads more than the probe program's own work. The window of two
-// batches past the mark covers producers that raced past it on other
-// CPUs; a wakeup missed anyway waits for the reader's next poll.
+// A wakeup is a self-IPI (a VM exit on a VM), and a reader woken at
+// every record past the mark while it catches up takes the CPU from the
+// probed threads. The window of two batches past the mark covers
+// producers that raced past it on other CPUs; a wakeup missed anyway
+// waits for the reader's next poll.
 static __always_inline int crossing(__u64 size)
 {
 	__u64 avail = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) + size;
@@ -1211,8 +1209,8 @@ static __always_inline void handle_plain(struct pt_regs *ctx, struct kprofd_thre
 }
 
 // handle runs at every probe hit. The helpers it calls are most of its
-// cost (each 10-40 ns here, the clock 50-85 ns): every one is called once,
-// and a plain hit (most of them) calls no other.
+// cost, the clock's most of all: every one is called once, and a plain
+// hit (most of them) calls no other.
 static __always_inline int handle(struct pt_regs *ctx)
 {
 	struct task_struct *task = bpf_get_current_task_btf();

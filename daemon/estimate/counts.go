@@ -81,10 +81,12 @@ type Counts struct {
 	// funcErr holds, once estimate ran, each function's estimated
 	// calls' standard error in calls (see funcErrors).
 	funcErr map[cct.FuncID]float64
-	// clocks counts each tree's exact calls, clockAt those at each
-	// function's demotion (see exactClock).
-	clocks  map[clockKey]*exactClock
-	clockAt map[uint32]map[clockKey]uint64
+	// clocks counts each tree's exact calls by function, clockAt holds
+	// them at each function's demotion, and exactMemo what perExact
+	// made of them, by tree and demoted function (see exactClock).
+	clocks    map[clockKey]*exactClock
+	clockAt   map[uint32]map[clockKey]uint64
+	exactMemo map[exactKey]*exactCalls
 }
 
 // groupKey names the contexts of function phys counted per calls of the
@@ -203,7 +205,7 @@ func NewCounts(l *Log, cost func(id uint32) float64) *Counts {
 		anchors: map[*cct.Node]*anchorAcc{}, known: map[uint32]bool{}, sampled: map[cct.FuncID]map[*cct.Node]bool{},
 		callsAt: map[cct.FuncID]map[*cct.Node]uint64{}, roundOf: map[cct.FuncID]int{}, physOf: map[cct.FuncID]uint32{}, exactAt: map[uint32]uint64{}, edges: map[uint32]uint64{},
 		groups: map[groupKey]*anchorRef{}, frameGroup: map[uint32]float64{},
-		clocks: map[clockKey]*exactClock{}, clockAt: map[uint32]map[clockKey]uint64{}}
+		clocks: map[clockKey]*exactClock{}, clockAt: map[uint32]map[clockKey]uint64{}, exactMemo: map[exactKey]*exactCalls{}}
 }
 
 func (b *Counts) acc(n *cct.Node) *burstAcc {

@@ -234,24 +234,34 @@ func (b *Counts) estimateEither(n *cct.Node, a *burstAcc, errs *funcErrors) bool
 	if b.estimatePerCall(n, a, errs, relErr) {
 		return true
 	}
+	errs.apart(n, addEstimate(n, a, calls, relErr, cct.ByExactCalls))
+	return true
+}
+
+// addEstimate adds to context n its estimated calls after the demotion,
+// calls (at least those the bursts saw) with relative error relErr, by
+// basis, and returns the estimate's error in calls.
+func addEstimate(n *cct.Node, a *burstAcc, calls, relErr float64, basis cct.CountBasis) (errCalls float64) {
 	a.estimate = max(uint64(math.Round(calls)), a.seen)
 	n.Calls += a.estimate
+	// Only the calls the bursts saw paid for a probe.
 	n.Unprobed += a.estimate - a.seen
 	n.CallsEstimated = true
-	n.CountBasis = cct.ByExactCalls
-	errCalls := relErr * float64(a.estimate)
+	n.CountBasis = basis
+	// The error is the estimated part's; Calls holds those counted
+	// before the demotion too.
+	errCalls = relErr * float64(a.estimate)
 	n.CallsError = errCalls / float64(max(n.Calls, 1))
-	errs.apart(n, errCalls)
-	return true
+	return errCalls
 }
 
 // estimatePerCall estimates context n's calls per call of a caller, the
 // exact one if enough of its frames fitted in windows, else the parent,
 // whose own estimate (made before, callers first) it scales, else the
 // outer one (a root's call), and reports whether it could with a
-// relative error below beat. Callers whose
-// calls count from the function's demotion go before those whose calls
-// count only from when the context was first seen (late).
+// relative error of at most beat. Callers whose calls count from the
+// function's demotion go before those whose calls count only from when
+// the context was first seen (late).
 func (b *Counts) estimatePerCall(n *cct.Node, a *burstAcc, errs *funcErrors, beat float64) bool {
 	// A caller counted per from the demotion on first: one counted per
 	// only since the context was first seen (late) leaves out the calls
@@ -288,16 +298,7 @@ func (b *Counts) estimatePerCall(n *cct.Node, a *burstAcc, errs *funcErrors, bea
 			// those after r.at in proportion to time.
 			after *= float64(b.last-min(r.at, b.last)) / float64(b.last-r.since)
 		}
-		calls := uint64(math.Round(mean * after))
-		a.estimate = max(calls, a.seen)
-		n.Calls += a.estimate
-		// Only the calls the bursts saw paid for a probe.
-		n.Unprobed += a.estimate - a.seen
-		n.CallsEstimated = true
-		// The error is the estimated part's; Calls holds those
-		// counted before the demotion too.
-		errCalls := math.Hypot(relErr, r.node.CallsError) * float64(a.estimate)
-		n.CallsError = errCalls / float64(max(n.Calls, 1))
+		errCalls := addEstimate(n, a, mean*after, math.Hypot(relErr, r.node.CallsError), cct.ByCallerCalls)
 		if r == &a.exact {
 			errs.exact(groupKey{anchor: r.node, phys: a.phys}, a.estimate, errCalls)
 		} else {

@@ -58,7 +58,7 @@ func (b *Counts) Call(n *cct.Node, id uint32, t uint64, anchor, outer, top *stac
 }
 
 // Exact takes a call counted exactly (see exactClock).
-func (b *Counts) Exact(n *cct.Node, t uint64) { b.tick(n, t) }
+func (b *Counts) Exact(n, root *cct.Node, t uint64) { b.tick(n, root, t) }
 
 // Started keeps, on a frame the open window waits for, which window that
 // is (see started).

@@ -114,13 +114,13 @@ func newBurster(cfg *Config, env *Env, m *monitor) *burster {
 // frames to end stretches its period (burstPeriodAfter). A burst takes
 // some of the demoted functions, in turn: putting a probe in and taking
 // it out again stalls the target (the kernel rewrites the page under the
-// process's memory lock), so each burst takes as many as the bursts'
-// share of the budget pays for, at the attach time the last one measured.
+// process's memory lock), so a burst takes as many as the bursts' share
+// of the budget (burstBudget) pays for at the last burst's attach time.
 // When taking them in turn would reach each less often than once per
 // maxPeriod (hundreds demoted, most below others that are), a burst is
-// whole instead (wholeBurst): it has every demoted function's entries
-// back for the whole of one call of the roots, as Arnold and Ryder's
-// sampling of whole invocations.
+// whole instead (wholeBurst): every demoted function's entries are back
+// for the whole of one call of the roots (Arnold and Ryder's sampling of
+// whole invocations).
 func (b *burster) run() {
 	defer close(b.done)
 	// duties holds what each function's last burst measured: sets cost
@@ -137,7 +137,7 @@ func (b *burster) run() {
 		all := b.m.sampledFuncs()
 		var set map[uint32]bool
 		var funcs []*plan.Func
-		n := burstFuncs(len(all), perFunc, b.stallBudget())
+		n := burstFuncs(len(all), perFunc, b.m.burstBudget(b.cfg.Budget))
 		whole := wholeBurst(len(all), n, perBurst) && b.wholeAffordable()
 		var duty float64
 		var length time.Duration
@@ -249,7 +249,7 @@ func (b *burster) run() {
 		// callees demoted leaves most of it, and its bursts, whose
 		// windows see its calls only in proportion to their number,
 		// come as often as that pays for.
-		period := max(burstPeriodAfter(cost, duty), stallPeriod(2*attach, b.stallBudget()))
+		period := max(burstPeriodAfter(cost, duty), stallPeriod(2*attach, b.m.burstBudget(b.cfg.Budget)))
 		if whole {
 			period = wholePeriodAfter(cost, b.cfg.Budget)
 			b.mu.Lock()
@@ -309,17 +309,12 @@ func (b *burster) wholeAffordable() bool {
 	return 1.5*wholeSlowdown*perCall <= affordable
 }
 
-// stallBudget returns the budget stallPeriod takes the bursts' share
-// of: one whose share is what the steady probes leave (burstBudget).
-func (b *burster) stallBudget() float64 {
-	return b.m.burstBudget(b.cfg.Budget) / cost.BurstShare
-}
-
 // stallPeriod returns the least period of bursts whose attach and detach
-// stalled the target for stalled: one in which those take the bursts'
-// share of the budget, up to maxWholePeriod.
-func stallPeriod(stalled time.Duration, budget float64) time.Duration {
-	return min(maxWholePeriod, time.Duration(float64(stalled)/(cost.BurstShare*budget)).Round(time.Millisecond))
+// stalled the target for stalled: one in which those take share (of the
+// target's own CPU time: the bursts' part of the budget), up to
+// maxWholePeriod.
+func stallPeriod(stalled time.Duration, share float64) time.Duration {
+	return min(maxWholePeriod, time.Duration(float64(stalled)/share).Round(time.Millisecond))
 }
 
 // wholePeriodAfter returns the period a whole burst whose probes were in
@@ -490,13 +485,13 @@ func burstPeriodAfter(took time.Duration, duty float64) time.Duration {
 const firstBurstFuncs = 16
 
 // burstFuncs returns how many of n demoted functions the next burst may
-// take: as many as cost.BurstShare of the budget pays for in one period at
-// perFunc each (attach and detach), at least one; 16 before anything is
-// measured.
-func burstFuncs(n int, perFunc time.Duration, budget float64) int {
+// take: as many as share (the bursts' part of the budget) pays for in
+// one period at perFunc each (attach and detach), at least one; 16
+// before anything is measured.
+func burstFuncs(n int, perFunc time.Duration, share float64) int {
 	k := firstBurstFuncs
 	if perFunc > 0 {
-		k = int(cost.BurstShare * budget * float64(burstPeriod) / float64(perFunc))
+		k = int(share * float64(burstPeriod) / float64(perFunc))
 	}
 	return min(max(k, 1), n)
 }

@@ -22,8 +22,9 @@ func TestBurstFuncs(t *testing.T) {
 		{100, 10 * time.Millisecond, 0.1, 1},   // dear: still one
 		{100, 100 * time.Microsecond, 0.2, 40},
 	} {
-		if got := burstFuncs(tc.n, tc.perFunc, tc.budget); got != tc.want {
-			t.Errorf("burstFuncs(%d, %s, %g) = %d, want %d", tc.n, tc.perFunc, tc.budget, got, tc.want)
+		// The bursts' share of a budget the steady probes take all of.
+		if got := burstFuncs(tc.n, tc.perFunc, cost.BurstShare*tc.budget); got != tc.want {
+			t.Errorf("burstFuncs(%d, %s, share of %g) = %d, want %d", tc.n, tc.perFunc, tc.budget, got, tc.want)
 		}
 	}
 }

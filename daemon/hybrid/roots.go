@@ -183,7 +183,7 @@ func (r *rootCounter) pacing() (length, period time.Duration) {
 	}
 	// In a window the traps add p/(1-p) to the calling threads' time.
 	duty := share * (1 - p) / p
-	period = max(2*length, time.Duration(float64(length)/duty), stallPeriod(2*breakpointStall*time.Duration(probes), r.cfg.Budget))
+	period = max(2*length, time.Duration(float64(length)/duty), stallPeriod(2*breakpointStall*time.Duration(probes), cost.BurstShare*r.cfg.Budget))
 	return length, min(period, maxWholePeriod)
 }
 

@@ -247,7 +247,7 @@ func (s *Simulator) entry(th *thread, ev *wire.Event) {
 	default:
 		node.Calls++
 		if s.obs != nil {
-			s.obs.Exact(node, t)
+			s.obs.Exact(node, th.tree.Root, t)
 		}
 		if top != nil && top.prev != nil && t > top.prevEnd+top.adj-top.prevAdj {
 			gap := t - top.prevEnd - (top.adj - top.prevAdj)

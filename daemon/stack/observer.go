@@ -28,8 +28,9 @@ type Observer interface {
 	// outer its outermost frame if that one's was, top its top frame
 	// (each nil when there is none).
 	Call(n *cct.Node, id uint32, t uint64, anchor, outer, top *Frame) bool
-	// Exact is told of each call counted exactly, in context n at t.
-	Exact(n *cct.Node, t uint64)
+	// Exact is told of each call counted exactly, in context n of the
+	// tree whose root is root, at t.
+	Exact(n, root *cct.Node, t uint64)
 	// Started is told that a frame of context n begins at t (outermost:
 	// the thread's first) and returns the state to keep on it, nil for
 	// none.
