@@ -275,16 +275,3 @@ func (r *RootCalls) Estimate(id uint32, end uint64) (e RootEstimate, ok bool) {
 	e.RelErr = math.Hypot(rel, pErr)
 	return e, true
 }
-
-// Windows returns how many windows have closed.
-func (r *RootCalls) Windows() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	n := 0
-	for _, w := range r.windows {
-		if w.end > w.start {
-			n++
-		}
-	}
-	return n
-}
