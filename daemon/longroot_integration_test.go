@@ -43,11 +43,10 @@ func runLongRoot(tb testing.TB, target *testtarget.Proc, predict bool) (testtarg
 // probes. The estimates are counted per exact call in the tree
 // (cct.ByExactCalls): the program's logic ties the calls of one to those
 // of the other, however the bursts' probes slow it. An estimate must
-// come within three of its claimed standard errors of the truth,
-// transform's error within 25%; the leaf, whose trap costs twenty times
-// its work, may get a wide error (with transform demoted too, the bursts
-// see few exact calls: checkpoint's). Either stays a lower bound only in
-// a session of too few bursts for both to get MinExactWindows in turn.
+// come within three of its claimed standard errors of the truth, and
+// both the error and the truth within 15% for the leaf (whose trap costs
+// twenty times its work) and 25% for transform. Either stays a lower
+// bound only in a session of too few bursts to get MinExactWindows.
 // The time shares must overlap the program's own, un-probed, by 90% or
 // more.
 func TestLongRoot(t *testing.T) {
@@ -103,9 +102,9 @@ func checkLongRoot(t *testing.T, target *testtarget.Proc, base testtarget.LongRo
 			t.Errorf("checkpoint: %d calls of %d traced, want 90%% or more: the session waited for the root's second call", ck.Calls, truth.Checkpoint)
 		}
 	}
-	// bursts is how many bursts the session had: taken in turn by the
-	// leaf and transform, and the leaf's costly windows take most of
-	// the budget.
+	// bursts is how many bursts the session had: the leaf's costly
+	// windows take most of the budget, and come a second apart, each
+	// with transform along.
 	bursts := 0
 	if _, err := fmt.Sscanf(reportLines(p, "bursts of sampled instrumentation"), "%d bursts", &bursts); err != nil {
 		t.Errorf("the report does not say how many bursts there were: %v", err)
@@ -122,23 +121,24 @@ func checkLongRoot(t *testing.T, target *testtarget.Proc, base testtarget.LongRo
 		// checkpoint's calls measure the traced share to one in 5,000.
 		slack := 1.0 / float64(truth.Checkpoint)
 		switch {
-		case n.CallsEstimated && n.CountBasis == cct.ByExactCalls && math.Abs(off) <= 3*n.CallsError+slack && n.CallsError <= within:
-			t.Logf("%s: ~%d calls ±%.1f%%, %.0f made while traced (off by %.1f%%)", name, n.Calls, 100*n.CallsError, want, 100*off)
-		case !n.CallsEstimated && n.Incomplete && float64(n.Calls) <= want*(1+slack) && bursts <= 2*estimate.MinExactWindows:
-			// Too few bursts for each function taken in turn to
-			// have MinExactWindows.
+		case n.CallsEstimated && n.CountBasis == cct.ByExactCalls && math.Abs(off) <= min(3*n.CallsError+slack, within) && n.CallsError <= within:
+			t.Logf("%s: ~%d calls ±%.1f%%, %.0f made while traced (off by %.1f%%), %d bursts in all", name, n.Calls, 100*n.CallsError, want, 100*off, bursts)
+		case !n.CallsEstimated && n.Incomplete && float64(n.Calls) <= want*(1+slack) && bursts <= estimate.MinExactWindows+1:
+			// Too few bursts for MinExactWindows of them to have
+			// taken intervals (the first may open before the
+			// demotions are all made, which cuts it).
 			t.Logf("%s: ≥%d calls, %.0f made while traced, %d bursts in all", name, n.Calls, want, bursts)
 		case !n.CallsEstimated && !n.Incomplete && math.Abs(off) <= slack:
 			t.Logf("%s: %d calls counted exactly", name, n.Calls)
 		default:
-			t.Errorf("%s: %d calls (estimated %v by %v, ±%.1f%%, lower bound %v), %.0f made while traced (off by %.1f%%): want an estimate by exact calls within three of its errors, its error within %.0f%%; %s",
+			t.Errorf("%s: %d calls (estimated %v by %v, ±%.1f%%, lower bound %v), %.0f made while traced (off by %.1f%%): want an estimate by exact calls within three of its errors, it and its error within %.0f%%; %s",
 				name, n.Calls, n.CallsEstimated, n.CountBasis, 100*n.CallsError, n.Incomplete, want, 100*off, 100*within, reportLines(p, "bursts"))
 		}
 	}
 	// transform may keep its entry probes (its exits dropped): then its
 	// calls are exact, and a fast clock for the leaf's.
 	estimated("transform", truth.Transform, 0.25)
-	estimated("leaf", truth.Leaf, math.Inf(1))
+	estimated("leaf", truth.Leaf, 0.15)
 	if o := shareOverlap(p, base.Shares()); o < 0.9 {
 		t.Errorf("time shares overlap the program's un-probed by %.1f%%, want 90%% or more; program: %v\n%s", 100*o, base.Shares(), treeText(t, p))
 	}
@@ -213,3 +213,4 @@ func BenchmarkLongRoot(b *testing.B) {
 		b.ReportMetric(median(claims[name]), name+"-claimed-%")
 	}
 }
+

@@ -201,7 +201,7 @@ func lowerBoundNote(t *cct.Tree, stage func(int) cost.Stage, progress func() str
 	short = fmt.Sprintf("the calls of %s demoted to sampling are lower bounds (≥) in %s: trace longer, or raise --overhead-budget",
 		english.Plural(len(funcs), "function"), english.Plural(contexts, "context"))
 	return fmt.Sprintf("the calls of %s demoted to sampling are lower bounds (≥, pprof label calls=incomplete) in %s of theirs: "+
-		"an estimate needs %d calls of the context's nearest caller still probed seen whole by the bursts, or exact calls in the same tree in %d windows; %s: "+
+		"an estimate needs %d calls of the context's nearest caller still probed seen whole by the bursts, or intervals between exact calls in the same tree taken whole by %d windows; %s: "+
 		"trace longer, or raise the overhead budget (--overhead-budget)",
 		english.Plural(len(funcs), "function"), english.Plural(contexts, "context"), estimate.MinAnchorCalls, estimate.MinExactWindows, progress()), short
 }

@@ -82,10 +82,15 @@ type Counts struct {
 	// calls' standard error in calls (see funcErrors).
 	funcErr map[cct.FuncID]float64
 	// clocks counts each tree's exact calls by function, clockAt holds
-	// them at each function's demotion, and exactMemo what perExact
-	// made of them, by tree and demoted function (see exactClock).
-	clocks    map[clockKey]*exactClock
+	// them at each function's demotion, intervals counts the intervals
+	// between them the windows took, by tree and window, bounds the
+	// functions whose calls began or ended those, by window, and
+	// exactMemo holds what perExact made of them, by tree and demoted
+	// function (see exactclock.go).
+	clocks    map[clockKey]uint64
 	clockAt   map[uint32]map[clockKey]uint64
+	intervals map[spanKey]uint64
+	bounds    map[int]map[cct.FuncID]bool
 	exactMemo map[exactKey]*exactCalls
 }
 
@@ -114,8 +119,9 @@ type burstAcc struct {
 	outer anchorRef
 	// estimate is its estimated calls after the demotion, once made.
 	estimate uint64
-	// in counts the calls seen by window (see perExact).
-	in map[int]uint64
+	// spans counts, by window, the calls seen in the intervals between
+	// exact calls it took (see perExact).
+	spans map[int]uint64
 }
 
 // anchorRef is a caller whose calls a context's calls are counted per.
@@ -205,7 +211,8 @@ func NewCounts(l *Log, cost func(id uint32) float64) *Counts {
 		anchors: map[*cct.Node]*anchorAcc{}, known: map[uint32]bool{}, sampled: map[cct.FuncID]map[*cct.Node]bool{},
 		callsAt: map[cct.FuncID]map[*cct.Node]uint64{}, roundOf: map[cct.FuncID]int{}, physOf: map[cct.FuncID]uint32{}, exactAt: map[uint32]uint64{}, edges: map[uint32]uint64{},
 		groups: map[groupKey]*anchorRef{}, frameGroup: map[uint32]float64{},
-		clocks: map[clockKey]*exactClock{}, clockAt: map[uint32]map[clockKey]uint64{}, exactMemo: map[exactKey]*exactCalls{}}
+		clocks: map[clockKey]uint64{}, clockAt: map[uint32]map[clockKey]uint64{}, intervals: map[spanKey]uint64{},
+		bounds: map[int]map[cct.FuncID]bool{}, exactMemo: map[exactKey]*exactCalls{}}
 }
 
 func (b *Counts) acc(n *cct.Node) *burstAcc {
@@ -383,15 +390,17 @@ func (b *Counts) watch(node *cct.Node, from int, ctx *cct.Node) (made bool) {
 }
 
 // count takes a call of function phys in context n that a burst probe
-// saw at t, below the exact frame anchor, the thread's outermost frame
-// outer if its call was counted exactly, and the frame top (each nil:
-// none); calls outside every window (probes half in or half out) only
-// keep the stacks: it reports false for those. A context new in a whole
+// saw at t, made from the thread's frames fr (stack.Frames): below the
+// exact frame fr.Anchor, the thread's outermost frame fr.Outer if its
+// call was counted exactly, and the frame fr.Top; calls outside every
+// window (probes half in or half out) only keep the stacks: it reports
+// false for those. A context new in a whole
 // burst's window is counted per call of outer: the window waits for
 // those, and every frame inside one is seen, but an anchor made inside
 // it would count its frames from the next window on (and one whose
 // exits were dropped never fits in a window).
-func (b *Counts) count(n *cct.Node, phys uint32, t uint64, anchor, outer, top *stack.Frame) bool {
+func (b *Counts) count(n *cct.Node, phys uint32, t uint64, fr stack.Frames) bool {
+	anchor, outer, top := fr.Anchor, fr.Outer, fr.Top
 	k, in := b.log.locate(t)
 	if !in {
 		if b.log.atEdge(k, t, phys) {
@@ -402,10 +411,7 @@ func (b *Counts) count(n *cct.Node, phys uint32, t uint64, anchor, outer, top *s
 	a := b.acc(n)
 	a.seen++
 	a.phys = phys
-	if a.in == nil {
-		a.in = map[int]uint64{}
-	}
-	a.in[k]++
+	inInterval(fr.First, n, k)
 	for len(b.seenIn) <= k {
 		b.seenIn = append(b.seenIn, nil)
 	}

@@ -28,11 +28,11 @@ func TestBurstEstimate(t *testing.T) {
 	exact := tree.Root.Child(4) // never demoted
 	often.Calls = 1000          // counted before the demotion
 	for i := range 400 {
-		if !b.count(often, uint32(often.Func), 100+uint64(i)/4, nil, nil, nil) {
+		if !b.count(often, uint32(often.Func), 100+uint64(i)/4, stack.Frames{}) {
 			t.Fatal("a call in a window not counted")
 		}
 	}
-	if b.count(often, uint32(often.Func), 500, nil, nil, nil) {
+	if b.count(often, uint32(often.Func), 500, stack.Frames{}) {
 		t.Error("a call outside the windows counted")
 	}
 	b.estimate()
@@ -249,13 +249,17 @@ func TestBurstOuterAnchor(t *testing.T) {
 		t.Errorf("C: %d calls, estimated %v, incomplete %v; want 50 estimated", nc.Calls, nc.CallsEstimated, nc.Incomplete)
 	}
 	// Per frame 10, 0, 0, 10, 0: the mean 4, its relative standard
-	// error sqrt(Σ(c-4)²/(5·4))/4 = 61%. Per exact call in the tree (the
-	// calls of W and A: 7 in the windows, with 20 of C, and 7 after),
-	// the windows' spread is less than the counts' own error,
-	// sqrt(1/7+1/20) = 44% of the 20 estimated outside them: of the 50
-	// calls, that is the smaller error, and wins.
+	// error sqrt(Σ(c-4)²/(5·4))/4 = 61%. Per interval between exact
+	// calls (from each call of W or A to the next, or to W's end): the
+	// windows took 2, 1, 1, 2 and 1, with 10, 0, 0, 10 and 0 calls of C,
+	// 20/7 a call; with 14 exact calls since the demotion, 7 of them
+	// outside the windows, the ratio's standard error,
+	// sqrt(Σ(c-20/7·n)²·5/4)/20, is of the 20 estimated outside them:
+	// of the 50 calls, that is the smaller error, and wins.
 	perCall := math.Sqrt((2*36+3*16)/(5*4.0)) / 4 * 40 / 50
-	want := math.Sqrt(1/7.0+1/20.0) * 20 / 50
+	r := 20 / 7.0
+	ss := 2*(10-2*r)*(10-2*r) + 3*r*r
+	want := math.Sqrt(ss*5/4) / 20 * 20 / 50
 	if math.Abs(nc.CallsError-want) > 1e-9 || nc.CountBasis != cct.ByExactCalls || want >= perCall {
 		t.Errorf("C's error %g by %v, want %g by exact calls (per call: %g)", nc.CallsError, nc.CountBasis, want, perCall)
 	}

@@ -223,9 +223,9 @@ func (b *Counts) estimated(n *cct.Node) (calls, seen uint64, ok bool) {
 }
 
 // estimateEither estimates context n's calls per call of a caller
-// (estimatePerCall) or per exact call in its tree (perExact), whichever
-// has enough to go on and the smaller error, and reports whether it
-// could.
+// (estimatePerCall) or per interval between exact calls in its tree
+// (perExact), whichever has enough to go on and the smaller error, and
+// reports whether it could.
 func (b *Counts) estimateEither(n *cct.Node, a *burstAcc, errs *funcErrors) bool {
 	calls, relErr, ok := b.perExact(n, a)
 	if !ok {

@@ -101,6 +101,8 @@ type Log struct {
 	openFuncs           atomic.Pointer[map[uint32]bool] // read only
 	wholeOpen           atomic.Bool
 	awaited, caught     atomic.Int64
+	intervals           atomic.Int64 // threads' intervals it took, not ended
+	taken               atomic.Int64 // threads' intervals it took
 	reached             atomic.Uint64
 }
 
@@ -211,6 +213,8 @@ func (l *Log) begin(w burstWindow) {
 	l.wholeOpen.Store(w.whole)
 	l.awaited.Store(0)
 	l.caught.Store(0)
+	l.intervals.Store(0)
+	l.taken.Store(0)
 	l.openStop.Store(math.MaxUint64)
 	l.openStart.Store(w.start)
 }
@@ -237,11 +241,24 @@ func (l *Log) catching(t uint64) (k int, funcs map[uint32]bool, whole, ok bool) 
 // Caught reports whether the open window has taken a frame it waits for.
 func (l *Log) Caught() bool { return l.caught.Load() > 0 }
 
+// Taken reports whether the open window has taken a frame, or a thread's
+// interval between exact calls.
+func (l *Log) Taken() bool { return l.caught.Load() > 0 || l.taken.Load() > 0 }
+
 // await counts a frame the open window waits for: it began while the
 // window took new frames.
 func (l *Log) await() {
 	l.awaited.Add(1)
 	l.caught.Add(1)
+}
+
+// awaitInterval counts a thread's interval between exact calls the open
+// window took (see exactclock.go). Unlike a frame, it does not make the
+// window stop taking new frames sooner (Caught): a thread's next
+// interval begins where one ends.
+func (l *Log) awaitInterval() {
+	l.intervals.Add(1)
+	l.taken.Add(1)
 }
 
 // ended counts the end of a frame window k waited for.
@@ -251,12 +268,29 @@ func (l *Log) ended(k int) {
 	}
 }
 
+// intervalEnded counts the end of a thread's interval window k took.
+func (l *Log) intervalEnded(k int) {
+	if int64(k) == l.openIndex.Load() {
+		l.intervals.Add(-1)
+	}
+}
+
 // settled reports whether the event loop has taken the open window's
 // events up to when it stopped taking new frames, and every frame it
-// waits for has ended.
+// waits for has ended. A window that took no anchor's frame (below a
+// root that never returns) waits for the threads' intervals between
+// exact calls it took to end too: its calls are counted per those. One
+// that took frames does not: its calls are counted per those mostly,
+// and a thread's next exact call may be far (a server between
+// requests).
 func (l *Log) Settled() bool {
-	return l.reached.Load() >= l.openStop.Load() && l.awaited.Load() <= 0
+	return l.reached.Load() >= l.openStop.Load() && l.awaited.Load() <= 0 && (l.caught.Load() > 0 || l.intervals.Load() <= 0)
 }
+
+// anyWithin is fits' within for a thread's interval between exact calls
+// (see exactclock.go): a whole burst's window takes those that begin
+// while it takes new frames, as any other window does.
+const anyWithin = -2
 
 // fits returns the window that took the frame from start to end, and
 // whether the frame ended before the window closed: one that did was
@@ -276,7 +310,7 @@ func (l *Log) fits(start, end uint64, within int) (k int, ok bool) {
 	switch {
 	case w.lossy, w.cut != 0 && end > w.cut:
 		return k, false
-	case w.whole:
+	case w.whole && within != anyWithin:
 		return k, k == within && end <= w.end
 	}
 	return k, start <= w.catchEnd && end <= w.end

@@ -18,6 +18,9 @@ type frameState struct {
 	// window is the window that awaits the frame, when awaited.
 	window  int
 	awaited bool
+	// interval is, on a thread's outermost frame, its interval
+	// between exact calls that a window took (see exactclock.go).
+	interval *openInterval
 }
 
 // stateOf returns fr's state, made on first use.
@@ -53,12 +56,12 @@ func (b *Counts) LostBefore(t uint64) { b.log.lost(t) }
 func (b *Counts) Armed(t uint64) bool { return b.log.armedAt(t) }
 
 // Call takes a call a burst saw (see count).
-func (b *Counts) Call(n *cct.Node, id uint32, t uint64, anchor, outer, top *stack.Frame) bool {
-	return b.count(n, id, t, anchor, outer, top)
+func (b *Counts) Call(n *cct.Node, id uint32, t uint64, fr stack.Frames) bool {
+	return b.count(n, id, t, fr)
 }
 
-// Exact takes a call counted exactly (see exactClock).
-func (b *Counts) Exact(n, root *cct.Node, t uint64) { b.tick(n, root, t) }
+// Exact takes a call counted exactly (see tick).
+func (b *Counts) Exact(n, root *cct.Node, t uint64, first *stack.Frame) { b.tick(n, root, t, first) }
 
 // Started keeps, on a frame the open window waits for, which window that
 // is (see started).
@@ -87,6 +90,14 @@ func (b *Counts) Ended(f, outer *stack.Frame, t uint64, whole bool) {
 	}
 	if st != nil && st.awaited {
 		b.log.ended(st.window)
+	}
+	if st != nil && st.interval != nil && f == outer {
+		// The thread's outermost frame: its end closes the interval
+		// its last exact call opened, if the end is known.
+		if !whole {
+			st.interval.open = false
+		}
+		b.boundary(f, rootOf(f.Node()), noCloser, t, false)
 	}
 }
 

@@ -132,12 +132,15 @@ func (b *burster) run() {
 	began := time.Now()
 	b.start, _ = b.env.Program.Stats()
 	next := 0 // where in the demoted functions the next burst starts
+	// lastPeriod is the last burst's period: one of a hot leaf's,
+	// below a root that never returns, comes seconds apart.
+	lastPeriod := time.Duration(0)
 	for gen := uint32(1); ; gen++ {
 		chosen := monotonic.Now() // when its functions are taken
 		all := b.m.sampledFuncs()
 		var set map[uint32]bool
 		var funcs []*plan.Func
-		n := burstFuncs(len(all), perFunc, b.m.burstBudget(b.cfg.Budget))
+		n := burstFuncs(len(all), perFunc, b.m.burstBudget(b.cfg.Budget), lastPeriod)
 		whole := wholeBurst(len(all), n, perBurst) && b.wholeAffordable()
 		var duty float64
 		var length time.Duration
@@ -266,6 +269,7 @@ func (b *burster) run() {
 				b.calls, b.maxCalls = wholeCallsAfter(b.take, b.costs, attach, ringEvents(b.cfg.RingBytes), b.maxCalls)
 			}
 		}
+		lastPeriod = period
 		select {
 		case <-b.stop:
 			return
@@ -486,12 +490,16 @@ const firstBurstFuncs = 16
 
 // burstFuncs returns how many of n demoted functions the next burst may
 // take: as many as share (the bursts' part of the budget) pays for in
-// one period at perFunc each (attach and detach), at least one; 16
-// before anything is measured.
-func burstFuncs(n int, perFunc time.Duration, share float64) int {
+// one period (the last one, at least burstPeriod) at perFunc each
+// (attach and detach), at least one; 16 before anything is measured.
+// Bursts that come seconds apart (a hot leaf's windows, each long
+// enough to see exact calls below a root that never returns) thus take
+// the other functions along rather than leave them seconds more to
+// wait.
+func burstFuncs(n int, perFunc time.Duration, share float64, last time.Duration) int {
 	k := firstBurstFuncs
 	if perFunc > 0 {
-		k = int(share * float64(burstPeriod) / float64(perFunc))
+		k = int(share * float64(max(last, burstPeriod)) / float64(perFunc))
 	}
 	return min(max(k, 1), n)
 }
@@ -635,24 +643,33 @@ func (b *burster) burst(gen uint32, chosen uint64, funcs []*plan.Func, set map[u
 }
 
 // window holds the open window, from start, while it takes new frames
-// (up to length, or minBurst once one has begun: the first frames to
-// begin after a random time are as long as any) and then until the
-// frames it took have ended (up to maxSettle): those frames are seen
-// whole, and their calls are what the estimates are made of.
+// (up to length, or minBurst once a frame or a thread's interval between
+// exact calls has begun: the first to begin after a random time are as
+// long as any; past length, until one has begun, up to maxSettle) and
+// then until the frames it took have ended (up to maxSettle): those
+// frames are seen whole, and their calls are what the estimates are
+// made of. A window that took nothing paid its attach and detach for
+// nothing: below a root that never returns, a hot leaf's window of a
+// few ms may see no exact call begin an interval.
 func (b *burster) window(start uint64, length time.Duration) {
 	tick := time.NewTicker(settlePoll)
 	defer tick.Stop()
 	catch := time.NewTimer(length)
 	defer catch.Stop()
+	over := false // past length, nothing taken yet
 catching:
 	for {
 		select {
 		case <-b.stop:
 			return
 		case <-catch.C:
-			break catching
+			if over || b.log.Taken() {
+				break catching
+			}
+			over = true
+			catch.Reset(max(maxSettle-time.Duration(monotonic.Now()-start), 0))
 		case <-tick.C:
-			if b.log.Caught() && time.Duration(monotonic.Now()-start) >= minBurst {
+			if b.log.Taken() && time.Duration(monotonic.Now()-start) >= minBurst {
 				break catching
 			}
 		}
@@ -825,7 +842,7 @@ func (b *burster) summary() string {
 	}
 	return fmt.Sprintf("%d bursts of sampled instrumentation (%s of entry probes of the functions demoted to sampling, one burst per %s or more%s); "+
 		"the calls of a context they saw per call of its nearest caller still probed, or of its caller demoted with it, in at least %d of that caller's calls that began and ended inside a burst, times that caller's calls, make its estimated count (~ in text views, pprof labels timing=estimated, count_error and count_basis=caller_calls); "+
-		"below a caller that never returned, its calls per exact call in the same tree, in at least %d windows, times the exact calls since its demotion (count_basis=exact_calls); "+
+		"below a caller that never returned, its calls per interval between exact calls in the same tree, in the intervals at least %d windows took whole, times the exact calls since its demotion (count_basis=exact_calls); "+
 		"otherwise the calls they saw are a lower bound (≥, pprof label calls=incomplete)",
 		b.bursts, b.total.Round(time.Millisecond), burstPeriod, whole, estimate.MinAnchorCalls, estimate.MinExactWindows)
 }

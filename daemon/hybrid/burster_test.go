@@ -14,17 +14,20 @@ func TestBurstFuncs(t *testing.T) {
 		n       int
 		perFunc time.Duration
 		budget  float64
+		last    time.Duration
 		want    int
 	}{
-		{100, 0, 0.1, 16},                      // nothing measured yet
-		{5, 0, 0.1, 5},                         // fewer than that
-		{100, 200 * time.Microsecond, 0.1, 10}, // 2 ms of a 100 ms period
-		{100, 10 * time.Millisecond, 0.1, 1},   // dear: still one
-		{100, 100 * time.Microsecond, 0.2, 40},
+		{100, 0, 0.1, 0, 16},                      // nothing measured yet
+		{5, 0, 0.1, 0, 5},                         // fewer than that
+		{100, 200 * time.Microsecond, 0.1, 0, 10}, // 2 ms of a 100 ms period
+		{100, 10 * time.Millisecond, 0.1, 0, 1},   // dear: still one
+		{100, 100 * time.Microsecond, 0.2, 0, 40},
+		{100, 200 * time.Microsecond, 0.1, 50 * time.Millisecond, 10}, // at least burstPeriod
+		{100, 10 * time.Millisecond, 0.1, time.Second, 2},             // bursts a second apart
 	} {
 		// The bursts' share of a budget the steady probes take all of.
-		if got := burstFuncs(tc.n, tc.perFunc, cost.BurstShare*tc.budget); got != tc.want {
-			t.Errorf("burstFuncs(%d, %s, share of %g) = %d, want %d", tc.n, tc.perFunc, tc.budget, got, tc.want)
+		if got := burstFuncs(tc.n, tc.perFunc, cost.BurstShare*tc.budget, tc.last); got != tc.want {
+			t.Errorf("burstFuncs(%d, %s, share of %g, last period %s) = %d, want %d", tc.n, tc.perFunc, tc.budget, tc.last, got, tc.want)
 		}
 	}
 }

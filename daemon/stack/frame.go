@@ -232,13 +232,14 @@ func (s *Simulator) entry(th *thread, ev *wire.Event) {
 		return
 	}
 	node, flags := s.child(th, top, lf)
+	exact := false
 	switch {
 	case flags != 0:
 		// Folded: its caller's node holds it.
 	case ev.Flags&wire.FlagBurst != 0 && s.obs != nil:
 		// A demoted function's call, seen by a burst: estimated.
 		flags = frameUncounted
-		if s.obs.Call(node, ev.Func, t, anchorFrame(fr), outermostExact(fr), top) {
+		if s.obs.Call(node, ev.Func, t, Frames{Anchor: anchorFrame(fr), Outer: outermostExact(fr), Top: top, First: firstFrame(fr)}) {
 			s.stats.BurstCalls++
 			flags |= frameCounted
 		} else {
@@ -246,9 +247,7 @@ func (s *Simulator) entry(th *thread, ev *wire.Event) {
 		}
 	default:
 		node.Calls++
-		if s.obs != nil {
-			s.obs.Exact(node, th.tree.Root, t)
-		}
+		exact = true
 		if top != nil && top.prev != nil && t > top.prevEnd+top.adj-top.prevAdj {
 			gap := t - top.prevEnd - (top.adj - top.prevAdj)
 			if top.prev == node {
@@ -267,6 +266,17 @@ func (s *Simulator) entry(th *thread, ev *wire.Event) {
 		ext = s.obs.Started(node, t, top == nil)
 	}
 	th.frames = append(fr, Frame{slot: slot, start: t, node: node, phys: ev.Func, fn: lf, flags: flags, ext: ext})
+	if exact && s.obs != nil {
+		s.obs.Exact(node, th.tree.Root, t, &th.frames[0])
+	}
+}
+
+// firstFrame returns the thread's outermost frame in fr, nil if none.
+func firstFrame(fr []Frame) *Frame {
+	if len(fr) > 0 {
+		return &fr[0]
+	}
+	return nil
 }
 
 // outermostExact returns the thread's outermost frame in fr if its call

@@ -23,14 +23,14 @@ type Observer interface {
 	// fire at t.
 	Armed(t uint64) bool
 	// Call takes a call of function id in context n at t that a probe
-	// saw without counting it, and reports whether it counts it. anchor
-	// is the thread's innermost frame whose call was counted exactly,
-	// outer its outermost frame if that one's was, top its top frame
-	// (each nil when there is none).
-	Call(n *cct.Node, id uint32, t uint64, anchor, outer, top *Frame) bool
+	// saw without counting it, and reports whether it counts it; fr are
+	// the thread's frames it is made from.
+	Call(n *cct.Node, id uint32, t uint64, fr Frames) bool
 	// Exact is told of each call counted exactly, in context n of the
-	// tree whose root is root, at t.
-	Exact(n, root *cct.Node, t uint64)
+	// tree whose root is root, at t, once its frame is on the stack:
+	// first is the thread's outermost frame (n's own when it is the
+	// outermost).
+	Exact(n, root *cct.Node, t uint64, first *Frame)
 	// Started is told that a frame of context n begins at t (outermost:
 	// the thread's first) and returns the state to keep on it, nil for
 	// none.
@@ -46,6 +46,16 @@ type Observer interface {
 	// since its function's demotion and the calls seen of them; ok is
 	// false when it made no estimate of n.
 	Estimated(n *cct.Node) (calls, seen uint64, ok bool)
+}
+
+// Frames are the frames of a thread an Observer is told a call from,
+// each nil when there is none.
+type Frames struct {
+	// Anchor is the innermost frame whose call was counted exactly,
+	// Outer the outermost if its call was, Top the top frame, and
+	// First the outermost, counted or not (a call running at the
+	// attach).
+	Anchor, Outer, Top, First *Frame
 }
 
 // Trees is what an Observer may read of the simulator while it is told

@@ -281,10 +281,11 @@ const (
 	// (its nearest caller still probed, a demoted parent, or a root's
 	// call), times that caller's calls.
 	ByCallerCalls CountBasis = iota
-	// ByExactCalls: calls per call counted exactly in the same tree,
-	// in the bursts' windows, times those exact calls since the
-	// demotion: for a context whose callers never end while the
-	// bursts watch (a batch job's root, a server loop).
+	// ByExactCalls: calls per interval between calls counted exactly
+	// in the same tree, in the intervals the bursts' windows took whole,
+	// times those exact calls since the demotion: for a context whose
+	// callers never end while the bursts watch (a batch job's root, a
+	// server loop).
 	ByExactCalls
 )
 
