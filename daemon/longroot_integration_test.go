@@ -213,4 +213,3 @@ func BenchmarkLongRoot(b *testing.B) {
 		b.ReportMetric(median(claims[name]), name+"-claimed-%")
 	}
 }
-
