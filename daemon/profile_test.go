@@ -38,7 +38,7 @@ func TestLowerBoundNote(t *testing.T) {
 	c.Incomplete, c.CoveredByEstimate = true, true
 
 	const counts = "the calls of 2 functions demoted to sampling are lower bounds (≥, pprof label calls=incomplete) in 3 contexts of theirs: " +
-		"an estimate needs 3 calls of the context's nearest caller still probed seen whole by the bursts, or exact calls in the same tree in 3 windows; "
+		"an estimate needs 3 calls of the context's nearest caller still probed seen whole by the bursts, or intervals between exact calls in the same tree taken whole by 3 windows; "
 	const advice = ": trace longer, or raise the overhead budget (--overhead-budget)"
 	progress := func() string { return "how far the whole bursts got" }
 	stage := func(id int) cost.Stage { return stages[id] }
