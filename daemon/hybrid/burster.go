@@ -253,6 +253,12 @@ func (b *burster) run() {
 		// windows see its calls only in proportion to their number,
 		// come as often as that pays for.
 		period := max(burstPeriodAfter(cost, duty), stallPeriod(2*attach, b.m.burstBudget(b.cfg.Budget)))
+		if duty == 0 && len(funcs) > 0 && !whole {
+			// None of its functions was called: its probes cost
+			// nothing but the attach and the detach, and the next
+			// burst's functions (taken in turn) may be called.
+			period = max(burstPeriod, stallPeriod(2*attach, b.m.burstBudget(b.cfg.Budget)))
+		}
 		if whole {
 			period = wholePeriodAfter(cost, b.cfg.Budget)
 			b.mu.Lock()
