@@ -236,29 +236,11 @@ func (b *burster) run() {
 		// in the window: with hundreds of functions demoted, attaching
 		// them takes longer than the window.
 		armed := took + 2*attach
-		// A window in which no call of a root ran cost the target
-		// only the attach and the detach: an idle target (a server
-		// between requests) is not to hold the bursts off for seconds
-		// of its next work.
 		cost := armed
 		if b.idle {
 			cost = 2 * attach
 		}
-		// The attach and the detach stall the target whatever the
-		// duty: a burst that takes hundreds of companions along waits
-		// as long as its share of the budget pays for them.
-		// The bursts' share of the budget is what the steady probes
-		// leave (burstBudget): a batch job's root with its hot
-		// callees demoted leaves most of it, and its bursts, whose
-		// windows see its calls only in proportion to their number,
-		// come as often as that pays for.
-		period := max(burstPeriodAfter(cost, duty), stallPeriod(2*attach, b.m.burstBudget(b.cfg.Budget)))
-		if duty == 0 && len(funcs) > 0 && !whole {
-			// None of its functions was called: its probes cost
-			// nothing but the attach and the detach, and the next
-			// burst's functions (taken in turn) may be called.
-			period = max(burstPeriod, stallPeriod(2*attach, b.m.burstBudget(b.cfg.Budget)))
-		}
+		period := ordinaryPeriod(armed, attach, duty, b.idle, b.m.burstBudget(b.cfg.Budget))
 		if whole {
 			period = wholePeriodAfter(cost, b.cfg.Budget)
 			b.mu.Lock()
@@ -325,6 +307,37 @@ func (b *burster) wholeAffordable() bool {
 // maxWholePeriod.
 func stallPeriod(stalled time.Duration, share float64) time.Duration {
 	return min(maxWholePeriod, time.Duration(float64(stalled)/share).Round(time.Millisecond))
+}
+
+// ordinaryPeriod returns the period of a burst taken in turn whose probes
+// were in for armed (from the start of its attach, which took attach, to
+// the end of its detach), that measured duty (0: none of its functions
+// was called), on a target idle or not (no call of a root ran in the
+// window), the bursts having share of the target's own CPU time:
+//   - as long as keeps the duty cycle (burstPeriodAfter) of what it cost
+//     the target: all the while its probes were in, or only its attach
+//     and detach when the target was idle (a server between requests is
+//     not to hold the bursts off for seconds of its next work);
+//   - when none of its functions was called, its probes cost nothing but
+//     the attach and the detach, and the next burst's functions (taken
+//     in turn) may be: burstPeriod;
+//   - at least long enough for share to pay for the attach and the
+//     detach, which stall the target whatever the duty (a burst that
+//     takes hundreds of companions along waits that long). The share is
+//     what the steady probes leave (burster.burstBudget): a batch job's
+//     root with its hot callees demoted leaves most of it, and its
+//     bursts, whose windows see its calls only in proportion to their
+//     number, come as often as that pays for.
+func ordinaryPeriod(armed, attach time.Duration, duty float64, idle bool, share float64) time.Duration {
+	stalls := stallPeriod(2*attach, share)
+	if duty == 0 && !idle {
+		return max(burstPeriod, stalls)
+	}
+	cost := armed
+	if idle {
+		cost = 2 * attach
+	}
+	return max(burstPeriodAfter(cost, duty), stalls)
 }
 
 // wholePeriodAfter returns the period a whole burst whose probes were in

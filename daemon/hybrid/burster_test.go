@@ -274,3 +274,27 @@ func TestWholeProgress(t *testing.T) {
 		}
 	}
 }
+
+func TestOrdinaryPeriod(t *testing.T) {
+	const ms = time.Millisecond
+	for _, tc := range []struct {
+		name          string
+		armed, attach time.Duration
+		duty          float64
+		idle          bool
+		share         float64
+		want          time.Duration
+	}{
+		{"keeps the duty cycle", 50 * ms, 5 * ms, 0.05, false, 0.08, time.Second},
+		{"at least burstPeriod", 4 * ms, ms, 0.5, false, 0.08, burstPeriod},
+		{"no more than maxPeriod", 500 * ms, 5 * ms, 0.01, false, 0.08, maxPeriod},
+		{"the attach and detach stalls paid for", 10 * ms, 10 * ms, 0.5, false, 0.02, time.Second},
+		{"none of its functions called", 200 * ms, 5 * ms, 0, false, 0.2, burstPeriod},
+		{"none called, dear stalls", 200 * ms, 10 * ms, 0, false, 0.02, time.Second},
+		{"idle: only the stalls at the initial duty", 200 * ms, 5 * ms, 0, true, 0.08, 500 * ms},
+	} {
+		if got := ordinaryPeriod(tc.armed, tc.attach, tc.duty, tc.idle, tc.share); got != tc.want {
+			t.Errorf("%s: ordinaryPeriod(%s, %s, %g, %v, %g) = %s, want %s", tc.name, tc.armed, tc.attach, tc.duty, tc.idle, tc.share, got, tc.want)
+		}
+	}
+}
