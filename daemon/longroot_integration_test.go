@@ -38,17 +38,17 @@ func runLongRoot(tb testing.TB, target *testtarget.Proc, predict bool) (testtarg
 // TestLongRoot traces testdata/longroot, whose root runs once for
 // seconds: no call of it ends while the bursts watch, so the calls of
 // the functions demoted below it cannot be counted per call of a caller.
-// transform (500,000 calls) and the tiny leaf (8,000,000) are demoted;
-// checkpoint (5,000) stays exact, and transform may keep its entry
-// probes. The estimates are counted per exact call in the tree
-// (cct.ByExactCalls): the program's logic ties the calls of one to those
-// of the other, however the bursts' probes slow it. An estimate must
-// come within three of its claimed standard errors of the truth, and
-// both the error and the truth within 15% for the leaf (whose trap costs
-// twenty times its work) and 25% for transform. Either stays a lower
-// bound only in a session of too few bursts to get MinExactWindows.
-// The time shares must overlap the program's own, un-probed, by 90% or
-// more.
+// transform (750,000 calls) and the tiny leaf (12,000,000) are demoted;
+// checkpoint (7,500) stays exact, and transform may keep its entry
+// probes. The estimates are counted per interval between exact calls in
+// the tree (cct.ByExactCalls): the program's logic ties the calls of one
+// to those of the other, however the bursts' probes slow it. An estimate
+// must come within three of its claimed standard errors of the truth,
+// and both the error and the truth within 15% for the leaf (whose trap
+// costs twenty times its work) and 25% for transform. Either stays a
+// lower bound only in a session of too few bursts to get
+// MinExactWindows. The time shares must overlap the program's own,
+// un-probed, by 90% or more.
 func TestLongRoot(t *testing.T) {
 	requireRoot(t)
 	target := testtarget.Start(t, testtarget.BuildLongRoot(t))
@@ -118,7 +118,7 @@ func checkLongRoot(t *testing.T, target *testtarget.Proc, base testtarget.LongRo
 		}
 		want := traced * float64(made)
 		off := float64(n.Calls)/want - 1
-		// checkpoint's calls measure the traced share to one in 5,000.
+		// checkpoint's calls measure the traced share to one in 7,500.
 		slack := 1.0 / float64(truth.Checkpoint)
 		switch {
 		case n.CallsEstimated && n.CountBasis == cct.ByExactCalls && math.Abs(off) <= min(3*n.CallsError+slack, within) && n.CallsError <= within:

@@ -7,10 +7,10 @@ import (
 )
 
 // LongRoot names testdata/longroot's root, called once per batch; a
-// batch of LongRootItems items runs for about three seconds un-probed.
+// batch of LongRootItems items runs for about five seconds un-probed.
 const (
 	LongRoot      = "run_batch"
-	LongRootItems = 8_000_000
+	LongRootItems = 12_000_000
 )
 
 // LongRootTruth is what testdata/longroot says of one batch: its wall
