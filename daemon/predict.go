@@ -260,10 +260,11 @@ func (s *Session) attachUnpredicted(model *cost.Model, opt probes.Options, waite
 	s.attachMu.Lock()
 	s.before = beforeAttach{window: waited, running: true}
 	s.attachMu.Unlock()
+	t0 := time.Now()
 	if err := s.attachAll(model, opt, nil, false); err != nil {
 		return err
 	}
-	s.cfg.log().Debug("hybrid: attached below the roots, none called", "waited", waited)
+	s.cfg.log().Debug("hybrid: attached below the roots, none called", "waited", waited, "attach", time.Since(t0))
 	return nil
 }
 
