@@ -662,14 +662,17 @@ func (b *burster) burst(gen uint32, chosen uint64, funcs []*plan.Func, set map[u
 }
 
 // window holds the open window, from start, while it takes new frames
-// (up to length, or minBurst once a frame or a thread's interval between
-// exact calls has begun: the first to begin after a random time are as
-// long as any; past length, until one has begun, up to maxSettle) and
-// then until the frames it took have ended (up to maxSettle): those
-// frames are seen whole, and their calls are what the estimates are
-// made of. A window that took nothing paid its attach and detach for
-// nothing: below a root that never returns, a hot leaf's window of a
-// few ms may see no exact call begin an interval.
+// (up to length, or minBurst once a frame has begun: the first frames to
+// begin after a random time are as long as any; past length, until a
+// frame or a thread's interval between exact calls has begun, up to
+// maxSettle) and then until the frames and intervals it took have ended
+// (up to maxSettle): those are seen whole, and their calls are what the
+// estimates are made of. A window that took nothing paid its attach and
+// detach for nothing: below a root that never returns, a hot leaf's
+// window of a few ms may see no exact call begin an interval. An
+// interval does not end the taking sooner, as a frame does: a window
+// for functions counted per an anchor's calls would then see fewer of
+// its frames.
 func (b *burster) window(start uint64, length time.Duration) {
 	tick := time.NewTicker(settlePoll)
 	defer tick.Stop()
@@ -688,7 +691,7 @@ catching:
 			over = true
 			catch.Reset(max(maxSettle-time.Duration(monotonic.Now()-start), 0))
 		case <-tick.C:
-			if b.log.Taken() && time.Duration(monotonic.Now()-start) >= minBurst {
+			if b.log.Caught() && time.Duration(monotonic.Now()-start) >= minBurst || over && b.log.Taken() {
 				break catching
 			}
 		}
