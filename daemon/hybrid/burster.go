@@ -108,19 +108,17 @@ func newBurster(cfg *Config, env *Env, m *monitor) *burster {
 	return &burster{cfg: cfg, env: env, m: m, log: env.Bursts, calls: 1, maxCalls: maxWholeCalls, stop: make(chan struct{}), done: make(chan struct{})}
 }
 
-// run starts a burst once per period, at a random point of it (so that
-// the bursts do not lock onto a periodic phase of the target), while any
-// function is demoted to sampling; a window that waited long for its
-// frames to end stretches its period (burstPeriodAfter). A burst takes
-// some of the demoted functions, in turn: putting a probe in and taking
-// it out again stalls the target (the kernel rewrites the page under the
-// process's memory lock), so a burst takes as many as the bursts' share
-// of the budget (burstBudget) pays for at the last burst's attach time.
-// When taking them in turn would reach each less often than once per
-// maxPeriod (hundreds demoted, most below others that are), a burst is
-// whole instead (wholeBurst): every demoted function's entries are back
-// for the whole of one call of the roots (Arnold and Ryder's sampling of
-// whole invocations).
+// run starts a burst once per period (ordinaryPeriod, wholePeriodAfter),
+// at a random point of it, so that the bursts do not lock onto a periodic
+// phase of the target, while any function is demoted to sampling. A burst
+// takes some of the demoted functions in turn: putting a probe in and
+// taking it out again stalls the target (the kernel rewrites the page
+// under the process's memory lock), so a burst takes as many as the
+// bursts' share of the budget pays for (burstFuncs). When taking them in
+// turn would reach each less often than once per maxPeriod (hundreds
+// demoted, most below others that are), a burst is whole (wholeBurst):
+// every demoted function's entries are back for the whole of one call of
+// the roots, Arnold and Ryder's sampling of whole calls.
 func (b *burster) run() {
 	defer close(b.done)
 	// duties holds what each function's last burst measured: sets cost
@@ -236,13 +234,9 @@ func (b *burster) run() {
 		// in the window: with hundreds of functions demoted, attaching
 		// them takes longer than the window.
 		armed := took + 2*attach
-		cost := armed
-		if b.idle {
-			cost = 2 * attach
-		}
 		period := ordinaryPeriod(armed, attach, duty, b.idle, b.m.burstBudget(b.cfg.Budget))
 		if whole {
-			period = wholePeriodAfter(cost, b.cfg.Budget)
+			period = wholePeriodAfter(targetCost(armed, attach, b.idle), b.cfg.Budget)
 			b.mu.Lock()
 			b.wholePeriod = period
 			b.mu.Unlock()
@@ -315,9 +309,8 @@ func stallPeriod(stalled time.Duration, share float64) time.Duration {
 // was called), on a target idle or not (no call of a root ran in the
 // window), the bursts having share of the target's own CPU time:
 //   - as long as keeps the duty cycle (burstPeriodAfter) of what it cost
-//     the target: all the while its probes were in, or only its attach
-//     and detach when the target was idle (a server between requests is
-//     not to hold the bursts off for seconds of its next work);
+//     the target (targetCost: a server between requests is not to hold
+//     the bursts off for seconds of its next work);
 //   - when none of its functions was called, its probes cost nothing but
 //     the attach and the detach, and the next burst's functions (taken
 //     in turn) may be: burstPeriod;
@@ -333,11 +326,18 @@ func ordinaryPeriod(armed, attach time.Duration, duty float64, idle bool, share 
 	if duty == 0 && !idle {
 		return max(burstPeriod, stalls)
 	}
-	cost := armed
+	return max(burstPeriodAfter(targetCost(armed, attach, idle), duty), stalls)
+}
+
+// targetCost returns what a burst whose probes were in for armed, and
+// whose attach took attach, cost the target: all of armed, or only the
+// attach and the detach when the target was idle (no call of a root ran
+// in its window).
+func targetCost(armed, attach time.Duration, idle bool) time.Duration {
 	if idle {
-		cost = 2 * attach
+		return 2 * attach
 	}
-	return max(burstPeriodAfter(cost, duty), stalls)
+	return armed
 }
 
 // wholePeriodAfter returns the period a whole burst whose probes were in
