@@ -71,9 +71,9 @@ func TestLongRoot(t *testing.T) {
 // follows within the prediction's window, so every probe goes in at
 // once; the profile counts from then (the root's call shows as running
 // at the attach), and the calls below it that it missed are those of
-// about a tenth of a second and the attach: of 5,000 checkpoints, a few
-// hundred at most, where waiting for a second call lost a third. The counts below the root are then set against the share of
-// the batch checkpoint's exact calls say was traced.
+// about a tenth of a second and the attach: of 7,500 checkpoints, a few
+// hundred at most. The counts below the root are then set against the
+// share of the batch checkpoint's exact calls say was traced.
 func checkLongRoot(t *testing.T, target *testtarget.Proc, base testtarget.LongRootTruth, predict bool) {
 	truth, p := runLongRoot(t, target, predict)
 	roundTrip(t, p)
