@@ -25,7 +25,7 @@ generate:
 	$(GO) generate ./bpf/
 
 check-generated: generate
-	git diff --exit-code -- bpf/ || { echo "bpf/: committed bpf2go output does not match kprofd.bpf.c; run make generate and commit" >&2; exit 1; }
+	git diff --exit-code -- bpf/ || { echo "bpf/: committed bpf2go output does not match its sources (bpf/kprofd.bpf.c and its headers); run make generate and commit" >&2; exit 1; }
 
 lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }

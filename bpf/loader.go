@@ -147,7 +147,7 @@ type Stats struct {
 	Seeds, SeedsLost uint64
 }
 
-// Counter indexes in the stats map; they match STAT_* in kprofd.bpf.c.
+// Counter indexes in the stats map; they match STAT_* in kprofd.h.
 const (
 	statLost = iota
 	statNoStorage
@@ -866,5 +866,5 @@ func (p *Program) AddMissed(target uint64) {
 	p.objs.Targets.Update(target, n+1, ebpf.UpdateExist)
 }
 
-// targetKnown is TARGET_KNOWN in kprofd.bpf.c.
+// targetKnown is TARGET_KNOWN in kprofd.h.
 const targetKnown uint64 = 1 << 63

@@ -2,7 +2,7 @@ package wire
 
 import "fmt"
 
-// Cookie flags; they match COOKIE_* in kprofd.bpf.c.
+// Cookie flags; they match COOKIE_* in bpf/kprofd.h.
 const (
 	// CookieRoot marks the probes of a root function: its entry opens the
 	// thread's context.

@@ -1,5 +1,5 @@
-// Package wire holds what kprofd's probe program (bpf/kprofd.bpf.c) and
-// its Go side share: event kinds and flags, the Event and Stack records
+// Package wire holds what kprofd's probe program (bpf/kprofd.h) and its
+// Go side share: event kinds and flags, the Event and Stack records
 // the ring buffer carries, the attach cookies' layout, allocator specs,
 // and the layout of the per-function call counters. It imports nothing,
 // so that planning, simulation and estimation can use it without the
@@ -11,7 +11,7 @@ import "unsafe"
 // Kind says which probe produced an Event.
 type Kind uint8
 
-// Event kinds. The values are shared with kprofd.bpf.c.
+// Event kinds. The values are shared with bpf/kprofd.h.
 const (
 	// KindEntry fires once per call, at (or shortly after) a function's entry.
 	KindEntry Kind = 0
@@ -90,7 +90,7 @@ func (k Kind) String() string {
 }
 
 // BatchSize is how many events the probe program batches per thread
-// before it hands them to the ring buffer (BATCH in kprofd.bpf.c).
+// before it hands them to the ring buffer (BATCH in bpf/kprofd.h).
 const BatchSize = 64
 
 // Event flags.
@@ -132,7 +132,7 @@ const (
 )
 
 // Event is one record from the ring buffer. Its layout matches struct
-// kprofd_event in kprofd.bpf.c (32 bytes, little endian).
+// kprofd_event in bpf/kprofd.h (32 bytes, little endian).
 type Event struct {
 	// Time is CLOCK_MONOTONIC in nanoseconds (bpf_ktime_get_ns).
 	Time uint64
@@ -178,7 +178,7 @@ type Stack struct {
 	Data []byte
 }
 
-// StackMax is the most stack a capture copies (STACK_MAX in kprofd.bpf.c).
+// StackMax is the most stack a capture copies (STACK_MAX in bpf/kprofd.h).
 const StackMax = 16384
 
 // EventSize is the bytes an Event takes in the ring buffer.
