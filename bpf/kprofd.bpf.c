@@ -227,6 +227,20 @@ static __always_inline void handle_plain(struct pt_regs *ctx, struct kprofd_thre
 	}
 }
 
+// probe_slot returns the slot of the frame a probe hit is in, found as
+// the cookie says from the stack or the frame pointer, which it returns
+// in sp and fp.
+static __always_inline __u64 probe_slot(struct pt_regs *ctx, __u64 cookie, __u64 *sp, __u64 *fp)
+{
+	// Load both registers: selecting the context field itself would be a
+	// variable context offset, which the verifier refuses.
+	__u64 s = PT_REGS_SP(ctx), f = PT_REGS_FP(ctx);
+	asm volatile("" : "+r"(s), "+r"(f));
+	*sp = s;
+	*fp = f;
+	return ((cookie & COOKIE_SLOT_RBP) ? f : s) + (__s64)(__s16)(cookie >> 48);
+}
+
 // handle runs at every probe hit. The helpers it calls are most of its
 // cost, the clock's most of all: every one is called once, and a plain
 // hit (most of them) calls no other.
@@ -242,11 +256,8 @@ static __always_inline int handle(struct pt_regs *ctx)
 		return 0;
 	__u64 cookie = bpf_get_attach_cookie(ctx);
 	__u8 kind = (cookie >> 32) & 0xf;
-	// Load both registers: selecting the context field itself would be a
-	// variable context offset, which the verifier refuses.
-	__u64 sp = PT_REGS_SP(ctx), fp = PT_REGS_FP(ctx);
-	asm volatile("" : "+r"(sp), "+r"(fp));
-	__u64 slot = ((cookie & COOKIE_SLOT_RBP) ? fp : sp) + (__s64)(__s16)(cookie >> 48);
+	__u64 sp, fp;
+	__u64 slot = probe_slot(ctx, cookie, &sp, &fp);
 	struct kprofd_thread *th = 0;
 	if (!go_mode) {
 		th = thread_of(task, tid);
@@ -801,5 +812,33 @@ int kprofd_drain(struct bpf_iter__task *ctx)
 SEC("uprobe.multi")
 int kprofd_empty(struct pt_regs *ctx)
 {
+	return 0;
+}
+
+// The least an exact tracer does at a probe hit, for benchmarks to weigh
+// kprofd's programs against: find the thread's context (a root's entry
+// makes it), read the clock and append one event. No root filter, shadow
+// stack or check: what kprofd_multi and kprofd_return cost beyond this is
+// theirs.
+SEC("uprobe.multi")
+int kprofd_minimal(struct pt_regs *ctx)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	if (task->tgid != target_tgid || !task->pid)
+		return 0;
+	__u32 tid = task->pid;
+	__u64 cookie = bpf_get_attach_cookie(ctx);
+	struct kprofd_thread *th = thread_of(task, tid);
+	if (!th && (cookie & COOKIE_ROOT))
+		th = new_thread(task, tid);
+	if (!th)
+		return 0;
+	__u64 sp, fp;
+	__u64 slot = probe_slot(ctx, cookie, &sp, &fp);
+	struct kprofd_event *e = append(th, bpf_ktime_get_ns());
+	e->slot = slot;
+	e->tid = tid;
+	e->func = (__u32)cookie;
+	e->kind = (cookie >> 32) & 0xf;
 	return 0;
 }

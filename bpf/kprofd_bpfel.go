@@ -115,6 +115,7 @@ const (
 	kprofdProgKprofdEmpty      = "kprofd_empty"
 	kprofdProgKprofdExec       = "kprofd_exec"
 	kprofdProgKprofdExit       = "kprofd_exit"
+	kprofdProgKprofdMinimal    = "kprofd_minimal"
 	kprofdProgKprofdMulti      = "kprofd_multi"
 	kprofdProgKprofdReturn     = "kprofd_return"
 	kprofdProgKprofdSample     = "kprofd_sample"
@@ -193,15 +194,16 @@ type kprofdSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type kprofdProgramSpecs struct {
-	KprofdDrain  *ebpf.ProgramSpec `ebpf:"kprofd_drain"`
-	KprofdEmpty  *ebpf.ProgramSpec `ebpf:"kprofd_empty"`
-	KprofdExec   *ebpf.ProgramSpec `ebpf:"kprofd_exec"`
-	KprofdExit   *ebpf.ProgramSpec `ebpf:"kprofd_exit"`
-	KprofdMulti  *ebpf.ProgramSpec `ebpf:"kprofd_multi"`
-	KprofdReturn *ebpf.ProgramSpec `ebpf:"kprofd_return"`
-	KprofdSample *ebpf.ProgramSpec `ebpf:"kprofd_sample"`
-	KprofdSignal *ebpf.ProgramSpec `ebpf:"kprofd_signal"`
-	KprofdSingle *ebpf.ProgramSpec `ebpf:"kprofd_single"`
+	KprofdDrain   *ebpf.ProgramSpec `ebpf:"kprofd_drain"`
+	KprofdEmpty   *ebpf.ProgramSpec `ebpf:"kprofd_empty"`
+	KprofdExec    *ebpf.ProgramSpec `ebpf:"kprofd_exec"`
+	KprofdExit    *ebpf.ProgramSpec `ebpf:"kprofd_exit"`
+	KprofdMinimal *ebpf.ProgramSpec `ebpf:"kprofd_minimal"`
+	KprofdMulti   *ebpf.ProgramSpec `ebpf:"kprofd_multi"`
+	KprofdReturn  *ebpf.ProgramSpec `ebpf:"kprofd_return"`
+	KprofdSample  *ebpf.ProgramSpec `ebpf:"kprofd_sample"`
+	KprofdSignal  *ebpf.ProgramSpec `ebpf:"kprofd_signal"`
+	KprofdSingle  *ebpf.ProgramSpec `ebpf:"kprofd_single"`
 }
 
 // kprofdMapSpecs contains maps before they are loaded into the kernel.
@@ -359,15 +361,16 @@ type kprofdVariables struct {
 //
 // It can be passed to loadKprofdObjects or ebpf.CollectionSpec.LoadAndAssign.
 type kprofdPrograms struct {
-	KprofdDrain  *ebpf.Program `ebpf:"kprofd_drain"`
-	KprofdEmpty  *ebpf.Program `ebpf:"kprofd_empty"`
-	KprofdExec   *ebpf.Program `ebpf:"kprofd_exec"`
-	KprofdExit   *ebpf.Program `ebpf:"kprofd_exit"`
-	KprofdMulti  *ebpf.Program `ebpf:"kprofd_multi"`
-	KprofdReturn *ebpf.Program `ebpf:"kprofd_return"`
-	KprofdSample *ebpf.Program `ebpf:"kprofd_sample"`
-	KprofdSignal *ebpf.Program `ebpf:"kprofd_signal"`
-	KprofdSingle *ebpf.Program `ebpf:"kprofd_single"`
+	KprofdDrain   *ebpf.Program `ebpf:"kprofd_drain"`
+	KprofdEmpty   *ebpf.Program `ebpf:"kprofd_empty"`
+	KprofdExec    *ebpf.Program `ebpf:"kprofd_exec"`
+	KprofdExit    *ebpf.Program `ebpf:"kprofd_exit"`
+	KprofdMinimal *ebpf.Program `ebpf:"kprofd_minimal"`
+	KprofdMulti   *ebpf.Program `ebpf:"kprofd_multi"`
+	KprofdReturn  *ebpf.Program `ebpf:"kprofd_return"`
+	KprofdSample  *ebpf.Program `ebpf:"kprofd_sample"`
+	KprofdSignal  *ebpf.Program `ebpf:"kprofd_signal"`
+	KprofdSingle  *ebpf.Program `ebpf:"kprofd_single"`
 }
 
 func (p *kprofdPrograms) Close() error {
@@ -376,6 +379,7 @@ func (p *kprofdPrograms) Close() error {
 		p.KprofdEmpty,
 		p.KprofdExec,
 		p.KprofdExit,
+		p.KprofdMinimal,
 		p.KprofdMulti,
 		p.KprofdReturn,
 		p.KprofdSample,

@@ -267,6 +267,7 @@ func Load(cfg Config) (*Program, error) {
 		delete(spec.Programs, kprofdProgKprofdMulti)
 		delete(spec.Programs, kprofdProgKprofdReturn)
 		delete(spec.Programs, kprofdProgKprofdEmpty)
+		delete(spec.Programs, kprofdProgKprofdMinimal)
 	}
 	if err := spec.LoadAndAssign(&p.objs, nil); err != nil {
 		var verr *ebpf.VerifierError
@@ -440,7 +441,7 @@ func readPerCPU(m *ebpf.Map, dst []uint64, n int) ([]uint64, error) {
 // they are gone after Close.
 func (p *Program) IDs() []ebpf.ProgramID {
 	var ids []ebpf.ProgramID
-	for _, prog := range []*ebpf.Program{p.objs.KprofdMulti, p.objs.KprofdReturn, p.objs.KprofdSingle, p.objs.KprofdEmpty, p.objs.KprofdExit, p.objs.KprofdExec,
+	for _, prog := range []*ebpf.Program{p.objs.KprofdMulti, p.objs.KprofdReturn, p.objs.KprofdSingle, p.objs.KprofdEmpty, p.objs.KprofdMinimal, p.objs.KprofdExit, p.objs.KprofdExec,
 		p.objs.KprofdDrain, p.objs.KprofdSignal, p.objs.KprofdSample} {
 		if prog == nil {
 			continue
@@ -488,6 +489,18 @@ func (p *Program) AttachEmpty(path string, pid int, probes []Probe) ([]link.Link
 		return nil, errors.New("the empty program needs uprobe_multi links (Linux 6.6 or newer)")
 	}
 	return p.attach(p.objs.KprofdEmpty, p.objs.KprofdEmpty, nil, path, pid, probes)
+}
+
+// AttachMinimal attaches the minimal tracer to the same probes: the least
+// an exact tracer does at a hit (the thread's context, the clock, one
+// event; kprofd_minimal in kprofd.bpf.c), for benchmarks to weigh kprofd's
+// programs against. Its events go to the ring buffer as kprofd's do. It
+// needs uprobe_multi.
+func (p *Program) AttachMinimal(path string, pid int, probes []Probe) ([]link.Link, error) {
+	if !p.multi {
+		return nil, errors.New("the minimal tracer needs uprobe_multi links (Linux 6.6 or newer)")
+	}
+	return p.attach(p.objs.KprofdMinimal, p.objs.KprofdMinimal, nil, path, pid, probes)
 }
 
 // AttachError reports probes the kernel refused to attach.

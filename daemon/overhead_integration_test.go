@@ -43,17 +43,23 @@ func runHotCmd(tb testing.TB, p *testtarget.Proc, cmd string, n int) hotCost {
 
 // BenchmarkProbeCost measures side by side, in every iteration, the time
 // per traced call of the hot target: without probes, with an empty BPF
-// program on kprofd's probe sites (the bare cost of the uprobes), and under
-// a kprofd session. Metrics: CPU ns per call of each on the target's
-// threads (where the traps run), and cost/bare, the cost of a traced call
-// over the bare uprobe cost (goal ≤ 1.15), in CPU time and in wall time
-// (which also pays for kprofd's reader taking CPU from the target on a
-// small machine). Run with -count 5 and take medians (make bench).
+// program on kprofd's probe sites (the bare cost of the uprobes), with the
+// minimal tracer on them (the least an exact tracer does at a hit: the
+// thread's context, the clock, one event, read off the ring buffer), and
+// under a kprofd session. Metrics: CPU ns per call of each on the target's
+// threads (where the traps run); cost/bare, the cost of a traced call
+// over the bare uprobe cost, in CPU time and in wall time (which also
+// pays for kprofd's reader taking CPU from the target on a small
+// machine); minimal/bare, the minimal tracer's; and cost/minimal, what
+// kprofd's programs cost over the minimal tracer's. Run with -count 5 and
+// take medians (make bench).
 //
 // The ret-go row runs testdata/gohot, the hot target's twin in Go, whose
 // contexts are keyed by goroutine: in the ret class only, since
 // uretprobes crash Go programs (a goroutine that returns on another
-// thread than it entered on finds no return instance: SIGILL).
+// thread than it entered on finds no return instance: SIGILL). Nor has
+// it a minimal row: the minimal tracer keys contexts by thread, and a Go
+// program's are its goroutines'.
 func BenchmarkProbeCost(b *testing.B) {
 	requireRoot(b)
 	for _, tc := range []struct {
@@ -62,10 +68,12 @@ func BenchmarkProbeCost(b *testing.B) {
 		n     int // root calls per thread per run: about half a second
 		build func(testing.TB) string
 		root  string
+		// minimal: a row for the minimal tracer (C targets)
+		minimal bool
 	}{
-		{"uretprobe", plan.ExitsUretprobe, 30000, testtarget.BuildHot, "root"},
-		{"ret", plan.ExitsRet, 3000, testtarget.BuildHot, "root"},
-		{"ret-go", plan.ExitsRet, 3000, testtarget.BuildGoHot, "main.root"},
+		{"uretprobe", plan.ExitsUretprobe, 30000, testtarget.BuildHot, "root", true},
+		{"ret", plan.ExitsRet, 3000, testtarget.BuildHot, "root", true},
+		{"ret-go", plan.ExitsRet, 3000, testtarget.BuildGoHot, "main.root", false},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			target := testtarget.Start(b, tc.build(b))
@@ -75,7 +83,7 @@ func BenchmarkProbeCost(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer pr.Close()
-			var none, bare, traced hotCost
+			var none, bare, minimal, traced hotCost
 			for range b.N {
 				none.add(runHot(b, target, tc.n))
 
@@ -86,6 +94,10 @@ func BenchmarkProbeCost(b *testing.B) {
 				bare.add(runHot(b, target, tc.n))
 				if err := probes.Close(); err != nil {
 					b.Fatal(err)
+				}
+
+				if tc.minimal {
+					minimal.add(runMinimal(b, pr, target, tc.n))
 				}
 
 				s, err := daemon.StartPrepared(pr, cfg)
@@ -108,8 +120,34 @@ func BenchmarkProbeCost(b *testing.B) {
 			b.ReportMetric(traced.cpu/n, "cpu-ns/call-kprofd")
 			b.ReportMetric(traced.cpu/bare.cpu, "cost/bare-cpu")
 			b.ReportMetric(traced.wall/bare.wall, "cost/bare-wall")
+			if tc.minimal {
+				b.ReportMetric(minimal.cpu/n, "cpu-ns/call-minimal")
+				b.ReportMetric(minimal.cpu/bare.cpu, "minimal/bare-cpu")
+				b.ReportMetric(traced.cpu/minimal.cpu, "cost/minimal-cpu")
+			}
 		})
 	}
+}
+
+// runMinimal runs the hot target n root calls per thread under the
+// minimal tracer on pr's probe sites, and fails unless it wrote an entry
+// and an exit event for every call the target made: the hot target's two
+// threads each call root n times, and root calls leaf 16 times.
+func runMinimal(b *testing.B, pr *daemon.Prepared, target *testtarget.Proc, n int) hotCost {
+	b.Helper()
+	m, err := probes.AttachMinimal(pr.Plan, pr.Proc.Pid)
+	if err != nil {
+		b.Fatal(err)
+	}
+	c := runHot(b, target, n)
+	events, err := m.Close()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if want := uint64(2 * 2 * n * (1 + 16)); events != want {
+		b.Fatalf("the minimal tracer wrote %d events, want %d", events, want)
+	}
+	return c
 }
 
 // BenchmarkSiteCost measures, side by side in every iteration, what the
