@@ -5,7 +5,7 @@
 #ifndef KPROFD_H
 #define KPROFD_H
 
-// Event kinds; match bpf/event.go.
+// Event kinds; match internal/wire/event.go.
 #define KIND_ENTRY 0
 #define KIND_EXIT 1
 #define KIND_RETURN 2
@@ -56,7 +56,7 @@ struct bpf_perf_event_data {
 	__u64 addr;
 };
 
-// Event flags; match bpf/event.go.
+// Event flags; match internal/wire/event.go.
 #define FLAG_LOST_BEFORE 1
 #define FLAG_KERNEL 2 // a sample taken while the thread ran in the kernel
 // An entry seen by a burst probe (sampled instrumentation of a demoted
@@ -87,7 +87,7 @@ struct bpf_perf_event_data {
 // it steps nothing (the kernel emulates the instruction), at most.
 #define TRAP_TAIL_NS 30000
 
-// Cookie layout (bpf/cookie.go builds it):
+// Cookie layout (internal/wire/cookie.go builds it):
 //   bits  0..31  function id
 //   bits 32..35  kind
 //   bit  36      the function is a root
@@ -114,7 +114,7 @@ struct bpf_perf_event_data {
 // the root's frame. A power of two.
 #define STACK_MAX 16384
 
-// Events per batch; a power of two. Matches bpf/event.go.
+// Events per batch; a power of two. Matches internal/wire/event.go.
 #define BATCH 64
 
 // Counter indexes; match bpf/loader.go.
