@@ -79,31 +79,53 @@ static __always_inline struct kprofd_thread *current_thread(__u32 tid)
 	return thread_of(bpf_get_current_task_btf(), tid);
 }
 
-// current_goroutine reads the id and stack top of the goroutine running on
-// task (the current one) from its g; it returns 0 on g0 or a signal stack
-// (whose goid is 0), or when g cannot be read.
-static __always_inline int current_goroutine(struct task_struct *task, __u64 *goid, __u64 *hi)
+// g_fields reads the id and the stack bounds of the runtime.g at address
+// g, all in one read when they are close (they are in every Go release
+// kprofd knows): a user memory read costs the checks around the copy, not
+// the bytes. g.stack is {lo, hi}, so lo is the word below hi. It returns
+// 0 when g cannot be read.
+static __always_inline int g_fields(__u64 g, __u64 *goid, __u64 *lo, __u64 *hi)
 {
-	__u64 g = 0;
-	if (bpf_probe_read_user(&g, sizeof(g), (void *)(task->thread.fsbase + go_g_tls)) || !g)
-		return 0;
-	// Both fields in one read when they are close (they are in every
-	// Go release kprofd knows): a user memory read costs the checks
-	// around the copy, not the bytes.
-	__u32 lo = go_stack_hi_off < go_goid_off ? go_stack_hi_off : go_goid_off;
-	__u32 span = (go_stack_hi_off < go_goid_off ? go_goid_off : go_stack_hi_off) + 8 - lo;
+	__u32 lo_off = go_stack_hi_off - 8;
+	__u32 first = lo_off < go_goid_off ? lo_off : go_goid_off;
+	__u32 span = (go_stack_hi_off < go_goid_off ? go_goid_off : go_stack_hi_off) + 8 - first;
 	if (span <= GO_G_SPAN) {
 		__u64 f[GO_G_SPAN / 8];
-		if (bpf_probe_read_user(f, span, (void *)(g + lo)))
+		if (bpf_probe_read_user(f, span, (void *)(g + first)))
 			return 0;
-		*goid = f[((go_goid_off - lo) / 8) & (GO_G_SPAN / 8 - 1)];
-		*hi = f[((go_stack_hi_off - lo) / 8) & (GO_G_SPAN / 8 - 1)];
-		return *goid != 0;
+		*goid = f[((go_goid_off - first) / 8) & (GO_G_SPAN / 8 - 1)];
+		*lo = f[((lo_off - first) / 8) & (GO_G_SPAN / 8 - 1)];
+		*hi = f[((go_stack_hi_off - first) / 8) & (GO_G_SPAN / 8 - 1)];
+		return 1;
 	}
-	if (bpf_probe_read_user(goid, sizeof(*goid), (void *)(g + go_goid_off)) ||
-	    bpf_probe_read_user(hi, sizeof(*hi), (void *)(g + go_stack_hi_off)))
+	return !bpf_probe_read_user(goid, sizeof(*goid), (void *)(g + go_goid_off)) &&
+	       !bpf_probe_read_user(lo, sizeof(*lo), (void *)(g + lo_off)) &&
+	       !bpf_probe_read_user(hi, sizeof(*hi), (void *)(g + go_stack_hi_off));
+}
+
+// current_goroutine reads the id and stack top of the goroutine running on
+// task (the current one) from its g, found in the thread's TLS; it returns
+// 0 on g0 or a signal stack (whose goid is 0), or when g cannot be read.
+static __always_inline int current_goroutine(struct task_struct *task, __u64 *goid, __u64 *hi)
+{
+	__u64 g = 0, lo;
+	if (bpf_probe_read_user(&g, sizeof(g), (void *)(task->thread.fsbase + go_g_tls)) || !g)
 		return 0;
-	return *goid != 0;
+	return g_fields(g, goid, &lo, hi) && *goid != 0;
+}
+
+// goroutine_at is current_goroutine for a probe hit at stack pointer sp,
+// one read of user memory less where it can: Go's own code (ABIInternal)
+// keeps g in R14. What R14 holds is taken for g only when the stack sp is
+// on is that g's, the one g it can be; assembly code (ABI0) may hold
+// anything there, and is read from the TLS.
+static __always_inline int goroutine_at(struct pt_regs *ctx, struct task_struct *task, __u64 sp, __u64 *goid, __u64 *hi)
+{
+	__u64 g = ctx->r14, lo = 0;
+	asm volatile("" : "+r"(g));
+	if (g && g_fields(g, goid, &lo, hi) && lo < sp && sp <= *hi)
+		return *goid != 0;
+	return current_goroutine(task, goid, hi);
 }
 
 // goroutine returns a goroutine's context, creating it when create is set.

@@ -291,7 +291,7 @@ static __always_inline int handle(struct pt_regs *ctx)
 	__u64 goid = 0, delta = 0;
 	if (go_mode) {
 		__u64 hi = 0;
-		if (!current_goroutine(task, &goid, &hi) || sp > hi || hi - sp > GO_STACK_MAX)
+		if (!goroutine_at(ctx, task, sp, &goid, &hi) || sp > hi || hi - sp > GO_STACK_MAX)
 			return 0; // the runtime on g0's or a signal's stack
 		delta = GO_TOP - hi;
 		slot += delta;
