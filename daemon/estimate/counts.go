@@ -391,7 +391,7 @@ func (b *Counts) watch(node *cct.Node, from int, ctx *cct.Node) (made bool) {
 
 // count takes a call of function phys in context n that a burst probe
 // saw at t, made from the thread's frames fr (stack.Frames): below the
-// exact frame fr.Anchor, the thread's outermost frame fr.Outer if its
+// exact frame fr.Anchor, the thread's outermost frame fr.Outer() if its
 // call was counted exactly, and the frame fr.Top; calls outside every
 // window (probes half in or half out) only keep the stacks: it reports
 // false for those. A context new in a whole
@@ -400,7 +400,7 @@ func (b *Counts) watch(node *cct.Node, from int, ctx *cct.Node) (made bool) {
 // it would count its frames from the next window on (and one whose
 // exits were dropped never fits in a window).
 func (b *Counts) count(n *cct.Node, phys uint32, t uint64, fr stack.Frames) bool {
-	anchor, outer, top := fr.Anchor, fr.Outer, fr.Top
+	anchor, outer, top := fr.Anchor, fr.Outer(), fr.Top
 	k, in := b.log.locate(t)
 	if !in {
 		if b.log.atEdge(k, t, phys) {

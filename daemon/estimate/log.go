@@ -102,7 +102,7 @@ type Log struct {
 	wholeOpen           atomic.Bool
 	awaited, caught     atomic.Int64
 	intervals           atomic.Int64 // threads' intervals it took, not ended
-	taken               atomic.Int64 // threads' intervals it took
+	tookInterval        atomic.Bool  // it took a thread's interval
 	reached             atomic.Uint64
 }
 
@@ -214,7 +214,7 @@ func (l *Log) begin(w burstWindow) {
 	l.awaited.Store(0)
 	l.caught.Store(0)
 	l.intervals.Store(0)
-	l.taken.Store(0)
+	l.tookInterval.Store(false)
 	l.openStop.Store(math.MaxUint64)
 	l.openStart.Store(w.start)
 }
@@ -243,7 +243,7 @@ func (l *Log) Caught() bool { return l.caught.Load() > 0 }
 
 // Taken reports whether the open window has taken a frame, or a thread's
 // interval between exact calls.
-func (l *Log) Taken() bool { return l.caught.Load() > 0 || l.taken.Load() > 0 }
+func (l *Log) Taken() bool { return l.caught.Load() > 0 || l.tookInterval.Load() }
 
 // await counts a frame the open window waits for: it began while the
 // window took new frames.
@@ -258,7 +258,7 @@ func (l *Log) await() {
 // interval begins where one ends.
 func (l *Log) awaitInterval() {
 	l.intervals.Add(1)
-	l.taken.Add(1)
+	l.tookInterval.Store(true)
 }
 
 // ended counts the end of a frame window k waited for.

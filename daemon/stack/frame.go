@@ -239,7 +239,7 @@ func (s *Simulator) entry(th *thread, ev *wire.Event) {
 	case ev.Flags&wire.FlagBurst != 0 && s.obs != nil:
 		// A demoted function's call, seen by a burst: estimated.
 		flags = frameUncounted
-		if s.obs.Call(node, ev.Func, t, Frames{Anchor: anchorFrame(fr), Outer: outermostExact(fr), Top: top, First: firstFrame(fr)}) {
+		if s.obs.Call(node, ev.Func, t, Frames{Anchor: anchorFrame(fr), Top: top, First: firstFrame(fr)}) {
 			s.stats.BurstCalls++
 			flags |= frameCounted
 		} else {
@@ -274,15 +274,6 @@ func (s *Simulator) entry(th *thread, ev *wire.Event) {
 // firstFrame returns the thread's outermost frame in fr, nil if none.
 func firstFrame(fr []Frame) *Frame {
 	if len(fr) > 0 {
-		return &fr[0]
-	}
-	return nil
-}
-
-// outermostExact returns the thread's outermost frame in fr if its call
-// was counted exactly (a root's), else nil.
-func outermostExact(fr []Frame) *Frame {
-	if len(fr) > 0 && fr[0].flags&notExact == 0 {
 		return &fr[0]
 	}
 	return nil

@@ -52,10 +52,18 @@ type Observer interface {
 // each nil when there is none.
 type Frames struct {
 	// Anchor is the innermost frame whose call was counted exactly,
-	// Outer the outermost if its call was, Top the top frame, and
-	// First the outermost, counted or not (a call running at the
-	// attach).
-	Anchor, Outer, Top, First *Frame
+	// Top the top frame, and First the outermost, counted or not (a
+	// call running at the attach).
+	Anchor, Top, First *Frame
+}
+
+// Outer returns the thread's outermost frame if its call was counted
+// exactly, else nil.
+func (fr Frames) Outer() *Frame {
+	if fr.First != nil && fr.First.Exact() {
+		return fr.First
+	}
+	return nil
 }
 
 // Trees is what an Observer may read of the simulator while it is told
