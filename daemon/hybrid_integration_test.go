@@ -23,6 +23,7 @@ import (
 
 	"github.com/kprofd/kprofd/daemon"
 	"github.com/kprofd/kprofd/daemon/cost"
+	"github.com/kprofd/kprofd/daemon/discover"
 	"github.com/kprofd/kprofd/daemon/estimate"
 	"github.com/kprofd/kprofd/daemon/hybrid"
 	"github.com/kprofd/kprofd/internal/cct"
@@ -576,7 +577,7 @@ func TestHybridRemembersFound(t *testing.T) {
 	if want := []string{fmt.Sprintf("%s:%d", hotLeaf, cost.StageSampled)}; !slices.Equal(remembered, want) {
 		t.Errorf("the second session started %v demoted, want %v", remembered, want)
 	}
-	if found := s.Discovered(); !slices.ContainsFunc(found, func(d daemon.Discovered) bool { return d.Func == "hybrid:hot_caller" && d.Err == "" }) {
+	if found := s.Discovered(); !slices.ContainsFunc(found, func(d discover.Discovered) bool { return d.Func == "hybrid:hot_caller" && d.Err == "" }) {
 		t.Errorf("hot_caller not found through its indirect call: %+v", found)
 	}
 	p := stopAndCheckGone(t, s, second.Pid())

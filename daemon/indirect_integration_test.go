@@ -10,6 +10,7 @@ import (
 
 	"github.com/kprofd/kprofd/daemon"
 	"github.com/kprofd/kprofd/daemon/cost"
+	"github.com/kprofd/kprofd/daemon/discover"
 	"github.com/kprofd/kprofd/internal/cct"
 	"github.com/kprofd/kprofd/internal/testtarget"
 )
@@ -175,13 +176,13 @@ func TestDiscoverHybrid(t *testing.T) {
 // loadPlugin makes testdata/indirect load its plugin and call it once
 // inside a root, and waits for the session to discover it: discovery
 // happens off the event loop, within milliseconds.
-func loadPlugin(t *testing.T, target *testtarget.Proc, s *daemon.Session, plugin string) []daemon.Discovered {
+func loadPlugin(t *testing.T, target *testtarget.Proc, s *daemon.Session, plugin string) []discover.Discovered {
 	t.Helper()
 	target.Send(t, "load "+plugin)
 	if line := target.Line(t); line != "loaded" {
 		t.Fatalf("target answered %q to load", line)
 	}
-	var found []daemon.Discovered
+	var found []discover.Discovered
 	for deadline := time.Now().Add(30 * time.Second); len(found) == 0 && time.Now().Before(deadline); {
 		time.Sleep(10 * time.Millisecond)
 		found = s.Discovered()
@@ -214,7 +215,7 @@ func TestDiscoverUnload(t *testing.T) {
 	if line := target.Line(t); line != "unloaded" {
 		t.Fatalf("target answered %q to unload", line)
 	}
-	var gone []daemon.Unloaded
+	var gone []discover.Unloaded
 	for deadline := time.Now().Add(30 * time.Second); len(gone) == 0 && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 		gone = s.Unloaded()
 	}
@@ -231,7 +232,7 @@ func TestDiscoverUnload(t *testing.T) {
 	if line := target.Line(t); line != "loaded" {
 		t.Fatalf("target answered %q to load", line)
 	}
-	var found []daemon.Discovered
+	var found []discover.Discovered
 	for deadline := time.Now().Add(30 * time.Second); len(found) < 2 && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 		found = s.Discovered()
 	}

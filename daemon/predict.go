@@ -8,6 +8,7 @@ import (
 
 	"github.com/kprofd/kprofd/bpf"
 	"github.com/kprofd/kprofd/daemon/cost"
+	"github.com/kprofd/kprofd/daemon/discover"
 	"github.com/kprofd/kprofd/daemon/probes"
 	"github.com/kprofd/kprofd/internal/english"
 	"github.com/kprofd/kprofd/internal/plan"
@@ -75,7 +76,7 @@ const awaitPoll = 5 * time.Millisecond
 // countingID returns the function id the probes that count the roots'
 // calls before the attach report as: past the plan's functions and those
 // found later, so that no other counter holds their calls.
-func countingID(pl *plan.Plan) uint32 { return uint32(len(pl.Funcs) + maxFound) }
+func countingID(pl *plan.Plan) uint32 { return uint32(len(pl.Funcs) + discover.MaxFound) }
 
 // beforeAttach is what a predicting session measured before it attached
 // the probes below its roots.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/kprofd/kprofd/daemon/commentary"
 	"github.com/kprofd/kprofd/internal/alloc"
 	"github.com/kprofd/kprofd/internal/callgraph"
 	"github.com/kprofd/kprofd/internal/goruntime"
@@ -85,7 +86,7 @@ func prepare(cfg Config, p *symbolizer.Process) (*Prepared, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, line := range untracedLines(pl.Untraced, "not tracing ", " (-v lists them)") {
+	for _, line := range commentary.UntracedLines(pl.Untraced, "not tracing ", " (-v lists them)") {
 		cfg.warnf("%s", line)
 	}
 	if cfg.Alloc {

@@ -66,8 +66,8 @@ func (c rootCallers) CountSite(id cct.FuncID) (hybrid.CountSite, error) {
 	var fn *symbolizer.Func
 	if funcs := c.s.prep.Plan.Funcs; int(id) < len(funcs) {
 		obj, fn = funcs[id].Node.Obj, funcs[id].Node.Func
-	} else if e, ok := c.s.outside.lookup(id); ok {
-		obj, fn = e.obj, e.fn
+	} else if e, ok := c.s.outside.Lookup(id); ok {
+		obj, fn = e.Obj, e.Fn
 	}
 	if obj == nil {
 		return hybrid.CountSite{Name: fmt.Sprintf("function %d", id)}, errors.New("not a function of the plan or of the samples")

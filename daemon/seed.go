@@ -4,11 +4,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"os"
-	"strings"
 	"time"
 
-	"github.com/kprofd/kprofd/bpf"
-	"github.com/kprofd/kprofd/daemon/stack"
 	"github.com/kprofd/kprofd/internal/monotonic"
 	"github.com/kprofd/kprofd/internal/wire"
 )
@@ -94,30 +91,4 @@ func (s *Session) Seeds() SeedReport {
 		r.MeanCapture = time.Duration(s.seeds.captureNs / n)
 	}
 	return r
-}
-
-// seedComments say what the profile owes to threads running at the attach,
-// and whether any thread was ever inside a root.
-func (s *Session) seedComments(ss stack.SimStats, st bpf.Stats) []string {
-	var c []string
-	threads := "threads"
-	if s.prep.Go != nil {
-		threads = "goroutines"
-	}
-	if ss.Seeds > 0 {
-		r := s.Seeds()
-		c = append(c, fmt.Sprintf("%d %s running at the attach were checked for a root on their stack at their first probe hit: %d were inside one, and their %d running frames (pprof label attach=running, ≥ in text views) count no call and their time from the attach on; %d events of the others, outside every root, were dropped; a verdict took %s on average, %s at the longest",
-			ss.Seeds, threads, ss.SeededThreads, ss.SeededFrames, ss.Dropped, r.MeanWait.Round(time.Microsecond), r.MaxWait.Round(time.Microsecond)))
-	}
-	if st.SeedsLost > 0 {
-		c = append(c, fmt.Sprintf("WARNING: %d %s running at the attach could not be checked for a root on their stack (ring buffer full): calls below a root they were already in are missed", st.SeedsLost, threads))
-	}
-	if s.seeds.failed > 0 {
-		c = append(c, fmt.Sprintf("WARNING: %d verdicts on %s running at the attach could not be handed to the probe program: their probes cost more", s.seeds.failed, threads))
-	}
-	if !s.entered.Load() {
-		c = append(c, fmt.Sprintf("WARNING: no thread was inside a root (%s): %d probe hits outside the roots cost the target and recorded nothing",
-			strings.Join(s.cfg.Roots, ", "), st.Outside+ss.Dropped))
-	}
-	return c
 }

@@ -16,14 +16,15 @@ import (
 
 	"github.com/kprofd/kprofd/bpf"
 	"github.com/kprofd/kprofd/daemon/cost"
+	"github.com/kprofd/kprofd/daemon/discover"
 	"github.com/kprofd/kprofd/daemon/estimate"
 	"github.com/kprofd/kprofd/daemon/hybrid"
 	"github.com/kprofd/kprofd/daemon/probes"
+	"github.com/kprofd/kprofd/daemon/realstack"
 	"github.com/kprofd/kprofd/daemon/stack"
 	"github.com/kprofd/kprofd/internal/cct"
 	"github.com/kprofd/kprofd/internal/monotonic"
 	"github.com/kprofd/kprofd/internal/plan"
-	"github.com/kprofd/kprofd/internal/ptrace"
 	"github.com/kprofd/kprofd/internal/wire"
 	"github.com/kprofd/kprofd/internal/x86"
 )
@@ -44,11 +45,10 @@ type Session struct {
 
 	// Hybrid and sample modes.
 	sampler *bpf.Sampler
-	samples *sampleUnwinder
-	outside *outsidePlan   // ids of functions outside the plan
-	disc    *discovery     // functions found through indirect calls; nil in sample mode
-	tracer  *ptrace.Tracer // holds the threads discovery pauses; nil without pauses
-	rec     *stackReconciler
+	samples *realstack.SampleUnwinder
+	outside *realstack.Outside  // ids of functions outside the plan
+	disc    *discover.Discovery // functions found through indirect calls; nil in sample mode
+	rec     *realstack.Reconciler
 	// hybrid is hybrid mode's controller: its demotions, and its bursts
 	// of sampled instrumentation, logged in bursts, whose calls counts
 	// scales into estimates. check cross-checks the events the
@@ -110,9 +110,6 @@ type Session struct {
 
 	ownsPrep bool // Close closes prep (Start made it)
 	signals  bool // signal handlers are told apart
-
-	discOnce sync.Once
-	discErr  error // what ending discovery returned (endDiscovery)
 
 	stopOnce sync.Once
 	profile  *cct.Profile
@@ -204,54 +201,11 @@ func StartPrepared(pr *Prepared, cfg Config) (_ *Session, err error) {
 			s.release()
 		}
 	}()
-	check := max(cfg.CheckInterval, 0) // negative: at catch sites only
-	bcfg := bpf.Config{PID: cfg.PID, RingBytes: cfg.RingBytes, CheckInterval: check, Sampling: cfg.Mode != ModeExact,
-		SeedThreads: true}
-	discover := cfg.Mode != ModeSample && !cfg.NoDiscovery
-	if discover {
-		bcfg.Sites = maxSites
-	}
-	if cfg.Mode == ModeHybrid {
-		// For the cost model: the plan's functions, ids for those
-		// found later (numbered after the plan's), the one that counts
-		// the roots' calls before a predicting session attaches, and
-		// the one that counts their callers once they are sampled.
-		bcfg.Funcs = int(countingID(pr.Plan)) + 2
-	}
-	if g := pr.Go; g != nil {
-		bcfg.Go = &bpf.GoLayout{GTLS: g.GTLS, GoidOff: g.GoidOff, StackHiOff: g.StackHiOff}
-	}
-	s.prog, err = bpf.Load(bcfg)
-	if err != nil {
+	discovering := cfg.Mode != ModeSample && !cfg.NoDiscovery
+	if err := s.load(discovering); err != nil {
 		return nil, err
 	}
-	s.reader, err = s.prog.NewReader(pollInterval)
-	if err != nil {
-		return nil, err
-	}
-	if err := s.prog.SetAllocs(allocSpecs(pr)); err != nil {
-		return nil, err
-	}
-	if err := s.prog.SetAllocRate(cfg.AllocRate); err != nil {
-		return nil, err
-	}
-	if err := s.prog.SetAllocNested(nestedAllocReturns(pr)); err != nil {
-		return nil, err
-	}
-	s.sim = stack.NewSimulator(funcInfos(pr))
-	s.sim.SetAllocRate(cfg.AllocRate, pr.Go == nil)
-	s.sim.SetRestarts(pr.Go != nil)
-	if !cfg.PerThread {
-		// Threads and goroutines may come and go by the thousand: a
-		// tree each would spend the node budget on copies of the same
-		// contexts, and a new one would find no room for its first.
-		s.sim.SetSharedTree()
-	}
-	s.sim.SetNodeBudget(uint64(max(cfg.MaxNodes, 0))) // negative: no bound
-	s.outside = newOutsidePlan(s.sim.SignalFunc() + 1)
-	rec := newReconciler(pr)
-	s.rec = rec
-	s.sim.SetReconciler(rec)
+	s.newSimulator()
 	// Watch the target before attaching: a pid that exits now must not be
 	// reused unnoticed.
 	s.pidfd, err = unix.PidfdOpen(cfg.PID, 0)
@@ -265,73 +219,158 @@ func StartPrepared(pr *Prepared, cfg Config) (_ *Session, err error) {
 			s.signals = true
 		}
 	}
-	var opt probes.Options
 	if cfg.Mode != ModeExact {
-		hz := cfg.SampleHz
-		s.samples = newSampleUnwinder(pr, rec, s.outside)
+		s.samples = realstack.NewSampleUnwinder(pr.Plan, pr.Proc, s.rec, s.outside)
 		s.sim.SetSampleUnwinder(s.samples)
-		if s.sampler, err = s.prog.StartSampling(time.Second / time.Duration(hz)); err != nil {
+		if s.sampler, err = s.prog.StartSampling(time.Second / time.Duration(cfg.SampleHz)); err != nil {
 			return nil, err
 		}
 	}
-	switch cfg.Mode {
+	opt := s.probeOptions()
+	opt.NoSites = !discovering
+	var st hybridStart
+	if cfg.Mode == ModeHybrid {
+		if st, err = s.startFrom(&opt); err != nil {
+			return nil, err
+		}
+	}
+	s.start, s.startMono = time.Now(), monotonic.Now()
+	s.watching = true
+	go s.watchExit()
+	if cfg.Mode == ModeHybrid && s.memory == nil && cfg.Predict && !cfg.Alloc && s.predict(st.model, opt) {
+		return s, nil
+	}
+	if err := s.attachAll(st.model, opt, st.remembered, st.rememberedSync); err != nil {
+		return nil, err
+	}
+	s.markAttached()
+	go s.run()
+	return s, nil
+}
+
+// load loads the probe program for the session, with room for the sites
+// of indirect calls when discovering, and opens its ring buffer.
+func (s *Session) load(discovering bool) (err error) {
+	cfg, pr := s.cfg, s.prep
+	check := max(cfg.CheckInterval, 0) // negative: at catch sites only
+	bcfg := bpf.Config{PID: cfg.PID, RingBytes: cfg.RingBytes, CheckInterval: check, Sampling: cfg.Mode != ModeExact,
+		SeedThreads: true}
+	if discovering {
+		bcfg.Sites = discover.MaxSites
+	}
+	if cfg.Mode == ModeHybrid {
+		// For the cost model: the plan's functions, ids for those
+		// found later (numbered after the plan's), the one that counts
+		// the roots' calls before a predicting session attaches, and
+		// the one that counts their callers once they are sampled.
+		bcfg.Funcs = int(countingID(pr.Plan)) + 2
+	}
+	if g := pr.Go; g != nil {
+		bcfg.Go = &bpf.GoLayout{GTLS: g.GTLS, GoidOff: g.GoidOff, StackHiOff: g.StackHiOff}
+	}
+	if s.prog, err = bpf.Load(bcfg); err != nil {
+		return err
+	}
+	if s.reader, err = s.prog.NewReader(pollInterval); err != nil {
+		return err
+	}
+	if err := s.prog.SetAllocs(allocSpecs(pr)); err != nil {
+		return err
+	}
+	if err := s.prog.SetAllocRate(cfg.AllocRate); err != nil {
+		return err
+	}
+	return s.prog.SetAllocNested(nestedAllocReturns(pr))
+}
+
+// newSimulator makes the stack simulator, and the real-stack adapters it
+// reconciles its stacks with.
+func (s *Session) newSimulator() {
+	cfg, pr := s.cfg, s.prep
+	s.sim = stack.NewSimulator(funcInfos(pr))
+	s.sim.SetAllocRate(cfg.AllocRate, pr.Go == nil)
+	s.sim.SetRestarts(pr.Go != nil)
+	if !cfg.PerThread {
+		// Threads and goroutines may come and go by the thousand: a
+		// tree each would spend the node budget on copies of the same
+		// contexts, and a new one would find no room for its first.
+		s.sim.SetSharedTree()
+	}
+	s.sim.SetNodeBudget(uint64(max(cfg.MaxNodes, 0))) // negative: no bound
+	s.outside = realstack.NewOutside(s.sim.SignalFunc() + 1)
+	s.rec = realstack.NewReconciler(pr.Plan, pr.Proc)
+	s.sim.SetReconciler(s.rec)
+}
+
+// probeOptions returns which of the plan's probes the mode attaches, and
+// how: hybrid mode per function, which it detaches one by one; sample
+// mode only the roots', every other function sampled from the start.
+func (s *Session) probeOptions() probes.Options {
+	var opt probes.Options
+	switch s.cfg.Mode {
 	case ModeHybrid:
 		opt.PerFunc = true
 	case ModeSample:
-		s.stages = make([]cost.Stage, len(pr.Plan.Funcs))
-		for i, f := range pr.Plan.Funcs {
+		s.stages = make([]cost.Stage, len(s.prep.Plan.Funcs))
+		for i, f := range s.prep.Plan.Funcs {
 			if !f.Root {
 				s.stages[i] = cost.StageSampled
 			}
 		}
 		opt.Omit = func(f *plan.Func, _ probes.Part) bool { return !f.Root }
 	}
-	var model *cost.Model
-	var remembered []cost.Decision
-	var rememberedSync bool
-	if cfg.Mode == ModeHybrid {
-		model = cost.NewModel(pr.Plan, cost.CallCosts(pr.Plan, cfg.Calibration), cfg.Budget)
-		remembered = s.recall(model)
-		if len(remembered) > 0 {
-			opt.Omit = cost.Omitted(remembered)
-		}
-		// A sync probe the last session dropped is not attached, and
-		// the root's return address does its job from the start.
-		if _, ok := droppableSync(pr.Plan); ok && s.memory != nil && s.memory.Sync {
-			if err := s.prog.SetSampleRootRule(); err != nil {
-				return nil, err
-			}
-			opt.NoSync, rememberedSync = true, true
-		}
+	return opt
+}
+
+// hybridStart is what a hybrid session starts from: its cost model, the
+// demotions the last session on the program left (Config.Memory), and
+// whether it dropped the sync probe.
+type hybridStart struct {
+	model          *cost.Model
+	remembered     []cost.Decision
+	rememberedSync bool
+}
+
+// startFrom makes hybrid mode's cost model and recalls what the last
+// session left, leaving out of opt the probes it starts without.
+func (s *Session) startFrom(opt *probes.Options) (hybridStart, error) {
+	pl := s.prep.Plan
+	st := hybridStart{model: cost.NewModel(pl, cost.CallCosts(pl, s.cfg.Calibration), s.cfg.Budget)}
+	st.remembered = s.recall(st.model)
+	if len(st.remembered) > 0 {
+		opt.Omit = cost.Omitted(st.remembered)
 	}
-	opt.NoSites = !discover
-	s.start, s.startMono = time.Now(), monotonic.Now()
-	s.watching = true
-	go s.watchExit()
-	if cfg.Mode == ModeHybrid && s.memory == nil && cfg.Predict && !cfg.Alloc {
-		// Nothing to start from: count the roots' calls first, and
-		// attach the rest once they have run (predict.go). A root
-		// entry the kernel refuses is for attachPlan to place again.
-		// The count starts before the probes go in: every call they
-		// count is one the profile lacks.
-		base, _, cerr := s.rootsCounted()
-		if cerr == nil {
-			cerr = s.countRoots()
+	// A sync probe the last session dropped is not attached, and the
+	// root's return address does its job from the start.
+	if _, ok := droppableSync(pl); ok && s.memory != nil && s.memory.Sync {
+		if err := s.prog.SetSampleRootRule(); err != nil {
+			return st, err
 		}
-		if cerr == nil {
-			s.awaitStop, s.awaitDone = make(chan struct{}), make(chan struct{})
-			go s.awaitRoots(model, opt, base)
-			return s, nil
-		}
-		cfg.warnf("attaching every probe at once: %v", errors.Join(cerr, probes.CloseAll(s.counting)))
+		opt.NoSync, st.rememberedSync = true, true
+	}
+	return st, nil
+}
+
+// predict starts a predicting session with nothing to start from: it
+// counts the roots' calls first, and attaches the rest once they have run
+// (predict.go). A root entry the kernel refuses is for attachPlan to
+// place again. The count starts before the probes go in: every call they
+// count is one the profile lacks. It reports false, with a warning, when
+// the roots' calls cannot be counted: the session then attaches every
+// probe at once.
+func (s *Session) predict(model *cost.Model, opt probes.Options) bool {
+	base, _, err := s.rootsCounted()
+	if err == nil {
+		err = s.countRoots()
+	}
+	if err != nil {
+		s.cfg.warnf("attaching every probe at once: %v", errors.Join(err, probes.CloseAll(s.counting)))
 		s.counting = nil
+		return false
 	}
-	if err := s.attachAll(model, opt, remembered, rememberedSync); err != nil {
-		return nil, err
-	}
-	s.markAttached()
-	go s.run()
-	return s, nil
+	s.awaitStop, s.awaitDone = make(chan struct{}), make(chan struct{})
+	go s.awaitRoots(model, opt, base)
+	return true
 }
 
 // Attached is closed once the session has attached all it will: at once,
@@ -351,8 +390,8 @@ func (s *Session) attachAll(model *cost.Model, opt probes.Options, remembered []
 	cfg, pr := s.cfg, s.prep
 	if !opt.NoSites {
 		// The sites' descriptors must be in place before their probes.
-		s.disc = newDiscovery(s)
-		if err := s.disc.addSites(pr.Plan); err != nil {
+		s.disc = s.newDiscovery()
+		if err := s.disc.AddSites(pr.Plan); err != nil {
 			return err
 		}
 	}
@@ -373,14 +412,8 @@ func (s *Session) attachAll(model *cost.Model, opt probes.Options, remembered []
 	if pr.Go != nil {
 		s.seedGoroutinesBefore(pr)
 	}
-	if s.disc != nil {
-		if err := s.disc.start(pr.Plan); err != nil {
-			return err
-		}
-		if !cfg.NoPause {
-			s.pauseThreads()
-		}
-	}
+	var ctl *hybrid.Controller
+	var costs discover.Costs
 	if cfg.Mode == ModeHybrid {
 		if s.disc != nil {
 			// Site probes sit on indirect calls and jumps, which the
@@ -391,7 +424,18 @@ func (s *Session) attachAll(model *cost.Model, opt probes.Options, remembered []
 			model.SetSyncCost(cost.ProbeCost(cfg.Calibration, p.Class))
 		}
 		model.SetBurstShare(cost.BurstShare)
-		ctl := s.newHybrid(model)
+		ctl = s.newHybrid(model)
+		costs = foundCosts{ctl: ctl, cfg: cfg, memory: s.memory}
+	}
+	if s.disc != nil {
+		if err := s.disc.Start(pr.Plan, s.probes, costs, s.start); err != nil {
+			return err
+		}
+		if !cfg.NoPause {
+			s.disc.PauseThreads()
+		}
+	}
+	if ctl != nil {
 		ctl.Remember(remembered, attached, nil)
 		if rememberedSync {
 			ctl.RememberSync(s.memory.Reason())
@@ -401,11 +445,43 @@ func (s *Session) attachAll(model *cost.Model, opt probes.Options, remembered []
 	return nil
 }
 
+// newDiscovery returns the session's discovery of functions called
+// through pointers.
+func (s *Session) newDiscovery() *discover.Discovery {
+	cfg := s.cfg
+	stacks := discover.Stacks{Reconciler: s.rec}
+	if s.samples != nil {
+		stacks.Samples = s.samples
+	}
+	return discover.New(discover.Config{PID: cfg.PID, Proc: s.prep.Proc, Exits: s.prep.Plan.Exits, Exclude: cfg.Exclude,
+		PerFunc: cfg.Mode == ModeHybrid, Warnf: cfg.Warnf, AttachWarnf: cfg.attachWarnf},
+		discover.Env{Program: s.prog, Sim: s.sim, IDs: s.outside, Stacks: stacks})
+}
+
+// foundCosts is hybrid mode's cost model as discovery sees it
+// (discover.Costs): functions found later start at the stages the last
+// session left them at.
+type foundCosts struct {
+	ctl    *hybrid.Controller
+	cfg    Config
+	memory *cost.Memory
+}
+
+func (c foundCosts) AddFound(sub *plan.Plan) []cost.Decision {
+	return c.ctl.AddFound(sub, cost.CallCosts(sub, c.cfg.Calibration), c.memory)
+}
+
+func (c foundCosts) Remember(ds []cost.Decision, attached uint64, sub *plan.Plan) {
+	c.ctl.Remember(ds, attached, sub)
+}
+
+func (c foundCosts) DropFound(sub *plan.Plan) { c.ctl.DropFound(sub) }
+
 // newHybrid makes hybrid mode's controller for the attached probes,
 // steering by model, and the bursts' log and estimates it feeds.
 func (s *Session) newHybrid(model *cost.Model) *hybrid.Controller {
 	s.bursts, s.check = estimate.NewLog(), estimate.NewCheck()
-	s.samples.bursts = s.bursts
+	s.samples.SetWindows(s.bursts)
 	ctl := hybrid.New(s.hybridConfig(), hybrid.Env{Program: s.prog, Probes: s.probes, Sim: s.sim, Samples: s.samples,
 		Bursts: s.bursts, Check: s.check, Callers: rootCallers{s}}, model)
 	s.counts = estimate.NewCounts(s.bursts, ctl.EntryCost)
@@ -527,18 +603,10 @@ func (s *Session) watchExit() {
 // detach, nor grow the cost model; threads it paused go on. Later calls
 // return what the first did.
 func (s *Session) endDiscovery() error {
-	s.discOnce.Do(func() {
-		if s.tracer != nil {
-			s.discErr = s.prog.SetPauseSignal(0)
-		}
-		if s.disc != nil {
-			s.disc.stop()
-		}
-		if s.tracer != nil {
-			s.discErr = errors.Join(s.discErr, s.tracer.Detach())
-		}
-	})
-	return s.discErr
+	if s.disc == nil {
+		return nil
+	}
+	return s.disc.Stop()
 }
 
 // endDiscoveryForRoots ends discovery before every probe goes (see
@@ -569,7 +637,7 @@ func (s *Session) run() {
 				s.sim.HandleRootless(ev, s.reader.Stack(ev))
 			} else if ev.Kind == wire.KindTarget {
 				if s.disc != nil {
-					s.disc.report(ev)
+					s.disc.Report(ev)
 				}
 			} else {
 				s.sim.Handle(ev)
@@ -723,8 +791,8 @@ func (s *Session) Close() error {
 // release frees what Start acquired, in reverse order.
 func (s *Session) release() error {
 	var errs []error
-	if s.tracer != nil {
-		errs = append(errs, s.tracer.Detach())
+	if s.disc != nil {
+		errs = append(errs, s.disc.Stop())
 	}
 	if s.probes != nil {
 		errs = append(errs, s.probes.Close())
@@ -772,3 +840,21 @@ func (s *Session) KernelIDs() ([]ebpf.ProgramID, []link.ID) {
 
 // Prepared returns the analysis and plan the session runs.
 func (s *Session) Prepared() *Prepared { return s.prep }
+
+// Discovered returns the functions found at run time through indirect
+// calls so far, in order.
+func (s *Session) Discovered() []discover.Discovered {
+	if s.disc == nil {
+		return nil
+	}
+	found, _, _ := s.disc.Found()
+	return found
+}
+
+// Unloaded returns the probed objects the process unmapped so far.
+func (s *Session) Unloaded() []discover.Unloaded {
+	if s.disc == nil {
+		return nil
+	}
+	return s.disc.Unloaded()
+}

@@ -1,4 +1,4 @@
-package daemon
+package commentary
 
 import (
 	"fmt"
@@ -18,11 +18,11 @@ var untracedKinds = []struct{ marker, kind string }{
 // maxReason is how much of a reason a grouped line quotes.
 const maxReason = 70
 
-// untracedLines words the plan's functions without probes (plan.Untraced:
+// UntracedLines words the plan's functions without probes (plan.Untraced:
 // "object:function: reason") for the user, one line per kind of reason:
 // a lone function as it is, after lone, several with their count and one
 // of them, and suffix (where the whole list is).
-func untracedLines(untraced []string, lone, suffix string) []string {
+func UntracedLines(untraced []string, lone, suffix string) []string {
 	type group struct {
 		kind  string
 		names []string

@@ -1,4 +1,4 @@
-package daemon
+package realstack
 
 import (
 	"bufio"
@@ -7,7 +7,6 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/kprofd/kprofd/daemon/estimate"
 	"github.com/kprofd/kprofd/daemon/probes"
 	"github.com/kprofd/kprofd/daemon/stack"
 	"github.com/kprofd/kprofd/internal/cct"
@@ -16,12 +15,19 @@ import (
 	"github.com/kprofd/kprofd/symbolizer"
 )
 
-// sampleUnwinder is the stackReconciler extended to name the functions
-// outside the plan that samples find, and to tell kprofd's own time.
-type sampleUnwinder struct {
-	*stackReconciler
+// Windows says when a burst of sampled instrumentation had a demoted
+// function's entries back (the bursts' log, in hybrid mode).
+type Windows interface {
+	InWindowOf(t uint64, fn uint32) bool
+}
+
+// SampleUnwinder is the Reconciler extended to name the functions
+// outside the plan that samples find, and to tell kprofd's own time
+// (stack.SampleUnwinder).
+type SampleUnwinder struct {
+	*Reconciler
 	pid      int
-	outside  *outsidePlan // ids of functions outside the plan
+	outside  *Outside // ids of functions outside the plan
 	probesMu sync.Mutex
 	probes   map[uint64]probeAt // run-time addresses of every planned probe
 	// detached holds, per function id, the parts (bit 1<<part) whose
@@ -30,22 +36,29 @@ type sampleUnwinder struct {
 	detached map[uint32]uint8
 	// bursts, in hybrid mode, says when a burst of sampled
 	// instrumentation had a demoted function's entries back.
-	bursts *estimate.Log
+	bursts Windows
 	// uprobes is the kernel's [uprobes] mapping (out-of-line steps and
 	// the uretprobe trampoline), once found.
 	uprobes       [2]uint64
 	unknownChecks int
 }
 
-func newSampleUnwinder(pr *Prepared, r *stackReconciler, outside *outsidePlan) *sampleUnwinder {
-	u := &sampleUnwinder{stackReconciler: r, pid: pr.Proc.Pid, outside: outside, probes: map[uint64]probeAt{}, detached: map[uint32]uint8{}}
-	u.addProbes(pr.Plan)
+// NewSampleUnwinder returns a SampleUnwinder for the probes of pl in
+// process p, which unwinds with r and names functions outside pl with
+// outside.
+func NewSampleUnwinder(pl *plan.Plan, p *symbolizer.Process, r *Reconciler, outside *Outside) *SampleUnwinder {
+	u := &SampleUnwinder{Reconciler: r, pid: p.Pid, outside: outside, probes: map[uint64]probeAt{}, detached: map[uint32]uint8{}}
+	u.AddProbes(pl)
 	return u
 }
 
-// addProbes adds the run-time addresses of pl's probes (a plan of
+// SetWindows tells u when bursts had demoted functions' entries back.
+// Call it before the first sample.
+func (u *SampleUnwinder) SetWindows(w Windows) { u.bursts = w }
+
+// AddProbes adds the run-time addresses of pl's probes (a plan of
 // functions found later, too) to those a sample's pc is checked against.
-func (u *sampleUnwinder) addProbes(pl *plan.Plan) {
+func (u *SampleUnwinder) AddProbes(pl *plan.Plan) {
 	u.probesMu.Lock()
 	defer u.probesMu.Unlock()
 	for _, f := range pl.Funcs {
@@ -68,12 +81,14 @@ func (u *sampleUnwinder) addProbes(pl *plan.Plan) {
 	}
 }
 
-func (u *sampleUnwinder) StackFrames(st *wire.Stack) ([]stack.RealFrame, uint64) {
+// StackFrames implements stack.SampleUnwinder.
+func (u *SampleUnwinder) StackFrames(st *wire.Stack) ([]stack.RealFrame, uint64) {
 	return u.realFrames(st, u.funcID)
 }
 
-func (u *sampleUnwinder) SampleFrames(st *wire.Stack) ([]stack.RealFrame, uint64, bool) {
-	if _, ok := u.probeFunc(st.PC, st.Time); ok || u.inUprobes(st.PC) {
+// SampleFrames implements stack.SampleUnwinder.
+func (u *SampleUnwinder) SampleFrames(st *wire.Stack) ([]stack.RealFrame, uint64, bool) {
+	if _, ok := u.ProbeFunc(st.PC, st.Time); ok || u.inUprobes(st.PC) {
 		return nil, st.SP + st.Delta, true
 	}
 	real, covered := u.realFrames(st, u.funcID)
@@ -88,7 +103,7 @@ type probeAt struct {
 }
 
 // add records a probe of part of function fn at addr. u.probesMu is held.
-func (u *sampleUnwinder) add(addr uint64, fn uint32, part probes.Part) {
+func (u *SampleUnwinder) add(addr uint64, fn uint32, part probes.Part) {
 	p := u.probes[addr]
 	p.fn = fn
 	p.parts |= 1 << part
@@ -97,7 +112,7 @@ func (u *sampleUnwinder) add(addr uint64, fn uint32, part probes.Part) {
 
 // Detached records that hybrid mode removed these parts of function fn's
 // probes.
-func (u *sampleUnwinder) Detached(fn uint32, parts ...probes.Part) {
+func (u *SampleUnwinder) Detached(fn uint32, parts ...probes.Part) {
 	u.probesMu.Lock()
 	defer u.probesMu.Unlock()
 	for _, p := range parts {
@@ -105,10 +120,11 @@ func (u *sampleUnwinder) Detached(fn uint32, parts ...probes.Part) {
 	}
 }
 
-// probeFunc returns the function whose probe a sample with user pc pc is
+// ProbeFunc returns the function whose probe a sample with user pc pc is
 // in the trap of: a trap leaves the pc at the breakpoint or just past it.
-// Probes removed do not count, but for the entries a burst had back at t.
-func (u *sampleUnwinder) probeFunc(pc, t uint64) (uint32, bool) {
+// Probes removed do not count, but for the entries a burst had back at t
+// (stack.SampleUnwinder).
+func (u *SampleUnwinder) ProbeFunc(pc, t uint64) (uint32, bool) {
 	u.probesMu.Lock()
 	defer u.probesMu.Unlock()
 	for _, a := range [2]uint64{pc, pc - 1} {
@@ -125,22 +141,19 @@ func (u *sampleUnwinder) probeFunc(pc, t uint64) (uint32, bool) {
 	return 0, false
 }
 
-// ProbeFunc implements SampleUnwinder.
-func (u *sampleUnwinder) ProbeFunc(pc, t uint64) (uint32, bool) { return u.probeFunc(pc, t) }
-
 // funcID returns the logical id of a planned function, or an id of its
 // own for any other.
-func (u *sampleUnwinder) funcID(obj *symbolizer.Mapped, fn *symbolizer.Func) cct.FuncID {
+func (u *SampleUnwinder) funcID(obj *symbolizer.Mapped, fn *symbolizer.Func) cct.FuncID {
 	if id := u.planned(obj, fn); id != cct.NoFunc {
 		return id
 	}
-	return u.outside.id(obj, fn)
+	return u.outside.ID(obj, fn)
 }
 
 // inUprobes reports whether pc is in the kernel's [uprobes] mapping. It
 // reads the target's maps again now and then while pc is in no known
 // mapping: the kernel creates that mapping at the first uprobe hit.
-func (u *sampleUnwinder) inUprobes(pc uint64) bool {
+func (u *SampleUnwinder) inUprobes(pc uint64) bool {
 	if u.uprobes[1] != 0 {
 		return pc >= u.uprobes[0] && pc < u.uprobes[1]
 	}
@@ -174,18 +187,4 @@ func findUprobesMapping(pid int) [2]uint64 {
 		}
 	}
 	return [2]uint64{}
-}
-
-// function describes e for a profile, in the mapping with the given index.
-func (e extraFunc) function(mapping int) cct.Function {
-	if e.fn == nil {
-		name := "[" + e.obj.Base() + "]"
-		return cct.Function{Name: name, SystemName: name, Mapping: mapping, Addr: e.obj.Start}
-	}
-	sys := e.fn.Name
-	if sys == "" {
-		sys = e.fn.Display
-	}
-	file, line := e.obj.Source(e.fn)
-	return cct.Function{Name: e.fn.Display, SystemName: sys, Filename: file, StartLine: line, Mapping: mapping, Addr: e.fn.Addr + e.obj.Bias}
 }
