@@ -30,7 +30,7 @@ type sampleUnwinder struct {
 	detached map[uint32]uint8
 	// bursts, in hybrid mode, says when a burst of sampled
 	// instrumentation had a demoted function's entries back.
-	bursts *estimate.Log
+	bursts *estimate.BurstLog
 	// uprobes is the kernel's [uprobes] mapping (out-of-line steps and
 	// the uretprobe trampoline), once found.
 	uprobes       [2]uint64

@@ -59,7 +59,7 @@ type burster struct {
 	cfg *Config
 	env *Env
 	m   *monitor
-	log *estimate.Log
+	log *estimate.BurstLog
 
 	stop     chan struct{}
 	stopOnce sync.Once
@@ -266,7 +266,7 @@ const burstAverage = 0.25
 // that takes new frames for up to length (see window), records the
 // window (for the functions set marks true, see burstSet; cut at the
 // first demotion since chosen, when funcs were taken, of a function it
-// lacks: see estimate.Log.demote) and returns the
+// lacks: see estimate.BurstLog.demote) and returns the
 // duty cycle the next burst may have (what keeps the bursts' cost within
 // their share of the budget, at the call rates this one measured), how
 // long attaching took and how long the window was.

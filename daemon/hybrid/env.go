@@ -103,7 +103,7 @@ type Env struct {
 	// Samples, when set, is told of the probes detached.
 	Samples ProbeSamples
 	// Bursts is the bursts' log, Check the cross-check of their events.
-	Bursts *estimate.Log
+	Bursts *estimate.BurstLog
 	Check  *estimate.Check
 	// Callers, when set, places the probes that count the roots'
 	// callers once the roots are sampled.

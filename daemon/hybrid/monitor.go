@@ -42,7 +42,7 @@ type monitor struct {
 	cfg    *Config
 	env    *Env
 	model  *cost.Model
-	bursts *estimate.Log // nil: no sampled instrumentation
+	bursts *estimate.BurstLog // nil: no sampled instrumentation
 	log    *slog.Logger
 
 	// history holds the readings since the last round (which measure
