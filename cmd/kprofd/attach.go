@@ -65,12 +65,8 @@ type attachOptions struct {
 	report   string
 }
 
-func newAttachCmd() *cobra.Command {
-	o := &attachOptions{}
-	cmd := &cobra.Command{
-		Use:   "attach -p PID --root FUNCTION",
-		Short: "Trace a running process below a root function",
-		Long: `attach traces the running process PID. Every function the root can reach
+// attachLong is attach's help text.
+const attachLong = `attach traces the running process PID. Every function the root can reach
 (direct calls, calls through the PLT into shared libraries, tail calls) gets
 an entry probe and exit probes; a thread emits events only while it is inside
 the root. When tracing ends (-d elapses, Ctrl-C or SIGTERM, or the process
@@ -128,7 +124,14 @@ parameters when unambiguous (serve, ns::Class::method), object:name
 (libfoo.so:serve), object+0xOFFSET (how kprofd names functions of stripped
 binaries) or a run-time address (0x55d0c0a01139).
 
-Exits (--exits): ` + plan.ExitRule + `.`,
+Exits (--exits): ` + plan.ExitRule + `.`
+
+func newAttachCmd() *cobra.Command {
+	o := &attachOptions{}
+	cmd := &cobra.Command{
+		Use:   "attach -p PID --root FUNCTION",
+		Short: "Trace a running process below a root function",
+		Long:  attachLong,
 		Example: `  sudo kprofd attach -p 1234 --root handle_request -d 10s
   sudo kprofd attach -p 1234 --root 'ns::Server::handle' --exclude 'libc\.so' -o server.pb.gz
   sudo kprofd attach -p 1234 --root handle_request --mode exact
@@ -238,21 +241,8 @@ func (o *attachOptions) socketFor(stderr io.Writer) (string, error) {
 }
 
 func runAttach(ctx context.Context, o *attachOptions, stdout, stderr io.Writer) error {
-	// The flags' zero values that are no request's (a request's zero
-	// means the default).
-	switch {
-	case o.duration < 0:
-		return errors.New("--duration must be positive")
-	case o.sampleHz == 0:
-		return errors.New("--sample-hz must be between 1 and 100000, not 0")
-	case o.ringMiB == 0:
-		return errors.New("--ring-mib must be a power of two, not 0")
-	case o.depth < 0:
-		return errors.New("--depth takes 0 (no limit) or a positive number")
-	case o.minShare < 0 || o.minShare >= 100:
-		return errors.New("--min-share is a percentage from 0 to below 100")
-	case o.maxNodes < 0 || o.maxFunctions < 0:
-		return errors.New("--max-nodes and --max-functions take 0 (no bound) or a positive number")
+	if err := o.checkFlags(); err != nil {
+		return err
 	}
 	req := o.request()
 	cfg, _, err := req.Config()
@@ -292,7 +282,63 @@ func runAttach(ctx context.Context, o *attachOptions, stdout, stderr io.Writer) 
 	}
 	o.demotions = &demotionReporter{w: stderr, prefix: clearLine, verbose: o.verbose}
 	progress := &progressLine{w: stderr, live: clearLine != ""}
-	hooks := service.Hooks{
+	hooks := o.hooks(stderr, clearLine, progress, stopSignals)
+
+	var end *service.End
+	if socket != "" {
+		if o.debug {
+			fmt.Fprintf(stderr, "kprofd: warning: --debug: the session runs in the daemon at %s; its records go to the daemon's log when it runs with kprofd serve --debug\n", socket)
+		}
+		end, err = service.NewClient(socket).Run(ctx, req, hooks)
+	} else {
+		end, err = runLocal(ctx, req, o.recalibrate, hooks, stderr)
+	}
+	if err != nil {
+		return flagError(err)
+	}
+	o.demotions.finish()
+	if end.Why != "" {
+		fmt.Fprintf(stderr, "kprofd: %s; detached\n", end.Why)
+	}
+	if end.Final.CountsNote != "" {
+		fmt.Fprintf(stderr, "kprofd: warning: %s\n", end.Final.CountsNote)
+	}
+	var result error
+	if end.Error != "" {
+		result = errors.New(end.Error)
+	}
+	if end.Output == nil {
+		return result
+	}
+	return errors.Join(writeOutputs(o, end.Output, stdout, stderr), result)
+}
+
+// checkFlags refuses the flags' zero values that are no request's (a
+// request's zero means the default).
+func (o *attachOptions) checkFlags() error {
+	switch {
+	case o.duration < 0:
+		return errors.New("--duration must be positive")
+	case o.sampleHz == 0:
+		return errors.New("--sample-hz must be between 1 and 100000, not 0")
+	case o.ringMiB == 0:
+		return errors.New("--ring-mib must be a power of two, not 0")
+	case o.depth < 0:
+		return errors.New("--depth takes 0 (no limit) or a positive number")
+	case o.minShare < 0 || o.minShare >= 100:
+		return errors.New("--min-share is a percentage from 0 to below 100")
+	case o.maxNodes < 0 || o.maxFunctions < 0:
+		return errors.New("--max-nodes and --max-functions take 0 (no bound) or a positive number")
+	}
+	return nil
+}
+
+// hooks returns what a session tells attach's user: warnings and the
+// demotions as they come, the live progress line (each line written
+// over clearLine, "" when stderr is no terminal), and when tracing
+// stops, which gives Ctrl-C back to the default (stopSignals).
+func (o *attachOptions) hooks(stderr io.Writer, clearLine string, progress *progressLine, stopSignals func()) service.Hooks {
+	return service.Hooks{
 		Prepared: func(prep *daemon.Prepared) error {
 			if o.verbose {
 				for _, u := range prep.Plan.Untraced {
@@ -330,34 +376,6 @@ func runAttach(ctx context.Context, o *attachOptions, stdout, stderr io.Writer) 
 			progress.clear()
 		},
 	}
-
-	var end *service.End
-	if socket != "" {
-		if o.debug {
-			fmt.Fprintf(stderr, "kprofd: warning: --debug: the session runs in the daemon at %s; its records go to the daemon's log when it runs with kprofd serve --debug\n", socket)
-		}
-		end, err = service.NewClient(socket).Run(ctx, req, hooks)
-	} else {
-		end, err = runLocal(ctx, req, o.recalibrate, hooks, stderr)
-	}
-	if err != nil {
-		return flagError(err)
-	}
-	o.demotions.finish()
-	if end.Why != "" {
-		fmt.Fprintf(stderr, "kprofd: %s; detached\n", end.Why)
-	}
-	if end.Final.CountsNote != "" {
-		fmt.Fprintf(stderr, "kprofd: warning: %s\n", end.Final.CountsNote)
-	}
-	var result error
-	if end.Error != "" {
-		result = errors.New(end.Error)
-	}
-	if end.Output == nil {
-		return result
-	}
-	return errors.Join(writeOutputs(o, end.Output, stdout, stderr), result)
 }
 
 // runLocal runs the session in this process, as the daemon runs it.
