@@ -163,7 +163,7 @@ func newAttachCmd() *cobra.Command {
 	f.StringVar(&o.exits, "exits", "auto", "how to probe exits: auto, ret or uretprobe")
 	f.BoolVar(&o.perThread, "per-thread", false, "keep one tree per thread (pprof label 'thread')")
 	f.BoolVar(&o.discover, "discover", true, "probe indirect calls in the traced code to trace their targets as they are found\n(each hit of such a probe costs a single-stepped trap; --discover=false for none)")
-	f.BoolVar(&o.pause, "pause", true, "with --discover, hold a thread that calls a function found at run time at its first instruction until its\nprobes are in (ptrace; a few ms per function found), so that no call is missed; --pause=false to count them instead")
+	f.BoolVar(&o.pause, "pause", true, "with --discover, hold a thread that calls a function found at run time at its first instruction until its probes\nare in (ptrace; a few ms per function found), so that no call is missed; --pause=false counts them instead")
 	f.IntVar(&o.ringMiB, "ring-mib", bpf.DefaultRingBytes>>20, "ring buffer size in MiB (a power of two)")
 	f.IntVar(&o.maxNodes, "max-nodes", daemon.DefaultMaxNodes, "calling contexts to keep, at most (about 120 bytes each); calls past them fold into their callers\nand the profile says how many (0: no bound; through the daemon, at most its own --max-nodes)")
 	f.BoolVar(&o.alloc, "alloc", false, "also profile allocations: objects and bytes allocated, and still in use, per calling context\n(malloc, calloc, realloc, free, operator new and delete, ... called inside the root)")
@@ -262,7 +262,9 @@ func runAttach(ctx context.Context, o *attachOptions, stdout, stderr io.Writer) 
 		}
 	}
 	if o.dryRun {
-		cfg.Warnf = func(format string, args ...any) { fmt.Fprintf(stderr, "kprofd: warning: "+format+"\n", args...) }
+		cfg.Warnf = func(format string, args ...any) {
+			printLines(stderr, "", "kprofd: warning: "+fmt.Sprintf(format, args...))
+		}
 		prep, err := daemon.Prepare(cfg)
 		if err != nil {
 			return err
@@ -287,7 +289,7 @@ func runAttach(ctx context.Context, o *attachOptions, stdout, stderr io.Writer) 
 	var end *service.End
 	if socket != "" {
 		if o.debug {
-			fmt.Fprintf(stderr, "kprofd: warning: --debug: the session runs in the daemon at %s; its records go to the daemon's log when it runs with kprofd serve --debug\n", socket)
+			printLines(stderr, "", "kprofd: warning: --debug: the session runs in the daemon at "+socket+"; its records go to the daemon's log when it runs with kprofd serve --debug")
 		}
 		end, err = service.NewClient(socket).Run(ctx, req, hooks)
 	} else {
@@ -365,7 +367,7 @@ func (o *attachOptions) hooks(stderr io.Writer, clearLine string, progress *prog
 			io.WriteString(stderr, msg)
 		},
 		Progress: progress.show,
-		Warn:     func(text string) { fmt.Fprintf(stderr, "%skprofd: warning: %s\n", clearLine, text) },
+		Warn:     func(text string) { printLines(stderr, clearLine, "kprofd: warning: "+text) },
 		Demoted:  o.demotions.add,
 		Log:      o.logger(stderr),
 		Stopping: func(string) {

@@ -29,7 +29,7 @@ func run(args []string) int {
 	case errors.As(err, &ee):
 		return ee.code
 	default:
-		fmt.Fprintln(os.Stderr, "kprofd:", err)
+		printLines(os.Stderr, "", "kprofd: "+err.Error())
 		return 1
 	}
 }

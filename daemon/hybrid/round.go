@@ -98,8 +98,7 @@ func (m *monitor) rootsCostTooMuch(floor float64, samples uint64) bool {
 	}
 	if !m.floorSaid {
 		m.floorSaid = true
-		m.cfg.warnf("the root's own entry and exit probes cost at least %.1f%% of the target's CPU time, more than the %.0f%% overhead budget: every function below the root is demoted as it is called; what the root's own probes cost stays, and a root called less often (one of its callers) costs less",
-			100*floor, 100*m.model.Budget())
+		m.cfg.warnf("%s", floorWarning(floor, m.model.Budget()))
 	}
 	return false
 }
@@ -197,4 +196,13 @@ func sampledAllocSpec(f *plan.Func, pl *plan.Plan) wire.AllocSpec {
 		}
 	}
 	return spec
+}
+
+// floorWarning is the warning that the root's own probes cost floor,
+// more than the budget, when the roots cannot be sampled: every function
+// below the root is then demoted as it is called, and the root's own
+// probes stay (docs/usage.md, limits).
+func floorWarning(floor, budget float64) string {
+	return fmt.Sprintf("the root's own probes cost ≥%.1f%% of the target's CPU (budget %.0f%%): all below it is demoted as called; "+
+		"a root called less often costs less", 100*floor, 100*budget)
 }
