@@ -117,7 +117,7 @@ struct bpf_perf_event_data {
 // Events per batch; a power of two. Matches internal/wire/event.go.
 #define BATCH 64
 
-// Counter indexes; match bpf/loader.go.
+// Counter indexes; match bpf/stats.go.
 enum {
 	STAT_LOST = 0,	     // events dropped: ring buffer full
 	STAT_NO_STORAGE = 1, // root entries ignored: no memory for thread context

@@ -104,3 +104,24 @@ func parseCPUList(s string) ([]int, error) {
 	}
 	return cpus, nil
 }
+
+// SetSampleRootRule makes the sampler end the root of a thread whose
+// stack pointer is above the root's frame, for when the sync probe that
+// tells exceptions caught outside the root is gone.
+func (p *Program) SetSampleRootRule() error {
+	if err := p.objs.SampleRootRule.Set(uint8(1)); err != nil {
+		return fmt.Errorf("setting sample_root_rule: %w", err)
+	}
+	return nil
+}
+
+// SetRootsSampled makes the sampler send every sample of the target's
+// threads with its whole stack (wire.KindRootless), for when hybrid mode
+// takes the roots' own probes out: no thread is inside a root as the
+// probes know it any more.
+func (p *Program) SetRootsSampled() error {
+	if err := p.objs.RootsSampled.Set(uint8(1)); err != nil {
+		return fmt.Errorf("setting roots_sampled: %w", err)
+	}
+	return nil
+}

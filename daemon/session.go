@@ -1,6 +1,3 @@
-// Package daemon runs kprofd's tracing sessions: it analyses the target,
-// attaches the probes, reads their events, simulates each thread's call
-// stack and builds the calling-context tree.
 package daemon
 
 import (
@@ -55,7 +52,7 @@ type Session struct {
 	// estimates are made of with the call counters; crossChecks is what
 	// it found, once stopped.
 	hybrid      *hybrid.Controller
-	bursts      *estimate.Log
+	bursts      *estimate.BurstLog
 	counts      *estimate.Counts
 	check       *estimate.Check
 	crossChecks []estimate.CrossCheck
@@ -480,7 +477,7 @@ func (c foundCosts) DropFound(sub *plan.Plan) { c.ctl.DropFound(sub) }
 // newHybrid makes hybrid mode's controller for the attached probes,
 // steering by model, and the bursts' log and estimates it feeds.
 func (s *Session) newHybrid(model *cost.Model) *hybrid.Controller {
-	s.bursts, s.check = estimate.NewLog(), estimate.NewCheck()
+	s.bursts, s.check = estimate.NewBurstLog(), estimate.NewCheck()
 	s.samples.SetWindows(s.bursts)
 	ctl := hybrid.New(s.hybridConfig(), hybrid.Env{Program: s.prog, Probes: s.probes, Sim: s.sim, Samples: s.samples,
 		Bursts: s.bursts, Check: s.check, Callers: rootCallers{s}}, model)

@@ -65,12 +65,8 @@ type attachOptions struct {
 	report   string
 }
 
-func newAttachCmd() *cobra.Command {
-	o := &attachOptions{}
-	cmd := &cobra.Command{
-		Use:   "attach -p PID --root FUNCTION",
-		Short: "Trace a running process below a root function",
-		Long: `attach traces the running process PID. Every function the root can reach
+// attachLong is attach's help text.
+const attachLong = `attach traces the running process PID. Every function the root can reach
 (direct calls, calls through the PLT into shared libraries, tail calls) gets
 an entry probe and exit probes; a thread emits events only while it is inside
 the root. When tracing ends (-d elapses, Ctrl-C or SIGTERM, or the process
@@ -128,7 +124,14 @@ parameters when unambiguous (serve, ns::Class::method), object:name
 (libfoo.so:serve), object+0xOFFSET (how kprofd names functions of stripped
 binaries) or a run-time address (0x55d0c0a01139).
 
-Exits (--exits): ` + plan.ExitRule + `.`,
+Exits (--exits): ` + plan.ExitRule + `.`
+
+func newAttachCmd() *cobra.Command {
+	o := &attachOptions{}
+	cmd := &cobra.Command{
+		Use:   "attach -p PID --root FUNCTION",
+		Short: "Trace a running process below a root function",
+		Long:  attachLong,
 		Example: `  sudo kprofd attach -p 1234 --root handle_request -d 10s
   sudo kprofd attach -p 1234 --root 'ns::Server::handle' --exclude 'libc\.so' -o server.pb.gz
   sudo kprofd attach -p 1234 --root handle_request --mode exact
@@ -160,7 +163,7 @@ Exits (--exits): ` + plan.ExitRule + `.`,
 	f.StringVar(&o.exits, "exits", "auto", "how to probe exits: auto, ret or uretprobe")
 	f.BoolVar(&o.perThread, "per-thread", false, "keep one tree per thread (pprof label 'thread')")
 	f.BoolVar(&o.discover, "discover", true, "probe indirect calls in the traced code to trace their targets as they are found\n(each hit of such a probe costs a single-stepped trap; --discover=false for none)")
-	f.BoolVar(&o.pause, "pause", true, "with --discover, hold a thread that calls a function found at run time at its first instruction until its\nprobes are in (ptrace; a few ms per function found), so that no call is missed; --pause=false to count them instead")
+	f.BoolVar(&o.pause, "pause", true, "with --discover, hold a thread that calls a function found at run time at its first instruction until its probes\nare in (ptrace; a few ms per function found), so that no call is missed; --pause=false counts them instead")
 	f.IntVar(&o.ringMiB, "ring-mib", bpf.DefaultRingBytes>>20, "ring buffer size in MiB (a power of two)")
 	f.IntVar(&o.maxNodes, "max-nodes", daemon.DefaultMaxNodes, "calling contexts to keep, at most (about 120 bytes each); calls past them fold into their callers\nand the profile says how many (0: no bound; through the daemon, at most its own --max-nodes)")
 	f.BoolVar(&o.alloc, "alloc", false, "also profile allocations: objects and bytes allocated, and still in use, per calling context\n(malloc, calloc, realloc, free, operator new and delete, ... called inside the root)")
@@ -238,21 +241,8 @@ func (o *attachOptions) socketFor(stderr io.Writer) (string, error) {
 }
 
 func runAttach(ctx context.Context, o *attachOptions, stdout, stderr io.Writer) error {
-	// The flags' zero values that are no request's (a request's zero
-	// means the default).
-	switch {
-	case o.duration < 0:
-		return errors.New("--duration must be positive")
-	case o.sampleHz == 0:
-		return errors.New("--sample-hz must be between 1 and 100000, not 0")
-	case o.ringMiB == 0:
-		return errors.New("--ring-mib must be a power of two, not 0")
-	case o.depth < 0:
-		return errors.New("--depth takes 0 (no limit) or a positive number")
-	case o.minShare < 0 || o.minShare >= 100:
-		return errors.New("--min-share is a percentage from 0 to below 100")
-	case o.maxNodes < 0 || o.maxFunctions < 0:
-		return errors.New("--max-nodes and --max-functions take 0 (no bound) or a positive number")
+	if err := o.checkFlags(); err != nil {
+		return err
 	}
 	req := o.request()
 	cfg, _, err := req.Config()
@@ -272,7 +262,9 @@ func runAttach(ctx context.Context, o *attachOptions, stdout, stderr io.Writer) 
 		}
 	}
 	if o.dryRun {
-		cfg.Warnf = func(format string, args ...any) { fmt.Fprintf(stderr, "kprofd: warning: "+format+"\n", args...) }
+		cfg.Warnf = func(format string, args ...any) {
+			printLines(stderr, "", "kprofd: warning: "+fmt.Sprintf(format, args...))
+		}
 		prep, err := daemon.Prepare(cfg)
 		if err != nil {
 			return err
@@ -292,7 +284,63 @@ func runAttach(ctx context.Context, o *attachOptions, stdout, stderr io.Writer) 
 	}
 	o.demotions = &demotionReporter{w: stderr, prefix: clearLine, verbose: o.verbose}
 	progress := &progressLine{w: stderr, live: clearLine != ""}
-	hooks := service.Hooks{
+	hooks := o.hooks(stderr, clearLine, progress, stopSignals)
+
+	var end *service.End
+	if socket != "" {
+		if o.debug {
+			printLines(stderr, "", "kprofd: warning: --debug: the session runs in the daemon at "+socket+"; its records go to the daemon's log when it runs with kprofd serve --debug")
+		}
+		end, err = service.NewClient(socket).Run(ctx, req, hooks)
+	} else {
+		end, err = runLocal(ctx, req, o.recalibrate, hooks, stderr)
+	}
+	if err != nil {
+		return flagError(err)
+	}
+	o.demotions.finish()
+	if end.Why != "" {
+		fmt.Fprintf(stderr, "kprofd: %s; detached\n", end.Why)
+	}
+	if end.Final.CountsNote != "" {
+		fmt.Fprintf(stderr, "kprofd: warning: %s\n", end.Final.CountsNote)
+	}
+	var result error
+	if end.Error != "" {
+		result = errors.New(end.Error)
+	}
+	if end.Output == nil {
+		return result
+	}
+	return errors.Join(writeOutputs(o, end.Output, stdout, stderr), result)
+}
+
+// checkFlags refuses the flags' zero values that are no request's (a
+// request's zero means the default).
+func (o *attachOptions) checkFlags() error {
+	switch {
+	case o.duration < 0:
+		return errors.New("--duration must be positive")
+	case o.sampleHz == 0:
+		return errors.New("--sample-hz must be between 1 and 100000, not 0")
+	case o.ringMiB == 0:
+		return errors.New("--ring-mib must be a power of two, not 0")
+	case o.depth < 0:
+		return errors.New("--depth takes 0 (no limit) or a positive number")
+	case o.minShare < 0 || o.minShare >= 100:
+		return errors.New("--min-share is a percentage from 0 to below 100")
+	case o.maxNodes < 0 || o.maxFunctions < 0:
+		return errors.New("--max-nodes and --max-functions take 0 (no bound) or a positive number")
+	}
+	return nil
+}
+
+// hooks returns what a session tells attach's user: warnings and the
+// demotions as they come, the live progress line (each line written
+// over clearLine, "" when stderr is no terminal), and when tracing
+// stops, which gives Ctrl-C back to the default (stopSignals).
+func (o *attachOptions) hooks(stderr io.Writer, clearLine string, progress *progressLine, stopSignals func()) service.Hooks {
+	return service.Hooks{
 		Prepared: func(prep *daemon.Prepared) error {
 			if o.verbose {
 				for _, u := range prep.Plan.Untraced {
@@ -319,7 +367,7 @@ func runAttach(ctx context.Context, o *attachOptions, stdout, stderr io.Writer) 
 			io.WriteString(stderr, msg)
 		},
 		Progress: progress.show,
-		Warn:     func(text string) { fmt.Fprintf(stderr, "%skprofd: warning: %s\n", clearLine, text) },
+		Warn:     func(text string) { printLines(stderr, clearLine, "kprofd: warning: "+text) },
 		Demoted:  o.demotions.add,
 		Log:      o.logger(stderr),
 		Stopping: func(string) {
@@ -330,34 +378,6 @@ func runAttach(ctx context.Context, o *attachOptions, stdout, stderr io.Writer) 
 			progress.clear()
 		},
 	}
-
-	var end *service.End
-	if socket != "" {
-		if o.debug {
-			fmt.Fprintf(stderr, "kprofd: warning: --debug: the session runs in the daemon at %s; its records go to the daemon's log when it runs with kprofd serve --debug\n", socket)
-		}
-		end, err = service.NewClient(socket).Run(ctx, req, hooks)
-	} else {
-		end, err = runLocal(ctx, req, o.recalibrate, hooks, stderr)
-	}
-	if err != nil {
-		return flagError(err)
-	}
-	o.demotions.finish()
-	if end.Why != "" {
-		fmt.Fprintf(stderr, "kprofd: %s; detached\n", end.Why)
-	}
-	if end.Final.CountsNote != "" {
-		fmt.Fprintf(stderr, "kprofd: warning: %s\n", end.Final.CountsNote)
-	}
-	var result error
-	if end.Error != "" {
-		result = errors.New(end.Error)
-	}
-	if end.Output == nil {
-		return result
-	}
-	return errors.Join(writeOutputs(o, end.Output, stdout, stderr), result)
 }
 
 // runLocal runs the session in this process, as the daemon runs it.

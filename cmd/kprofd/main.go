@@ -1,5 +1,3 @@
-// Command kprofd traces the calls of a running native process below a root
-// function and writes their exact calling-context tree.
 package main
 
 import (
@@ -31,7 +29,7 @@ func run(args []string) int {
 	case errors.As(err, &ee):
 		return ee.code
 	default:
-		fmt.Fprintln(os.Stderr, "kprofd:", err)
+		printLines(os.Stderr, "", "kprofd: "+err.Error())
 		return 1
 	}
 }

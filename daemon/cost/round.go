@@ -136,39 +136,13 @@ const MinProbeSamples = 8
 func (m *Model) DecideRound(rates wire.Counters[float64], cpu float64, samples uint64, meas Measurement) ([]Decision, float64, float64) {
 	rates = m.mixed(rates, meas.Mix)
 	syncLoad := meas.Syncs * m.syncCost
-	probe := syncLoad
-	for i := range m.funcs {
-		probe += m.load(rates, i, m.funcs[i].stage)
-	}
+	probe := m.probeTime(rates, syncLoad)
 	// scale turns predicted probe time into measured.
 	scale := 1.0
 	if meas.Samples >= MinProbeSamples && probe > 0 {
-		// Trusted further the more samples measured it: the
-		// calibration of an idle machine can be off by an order of
-		// magnitude under load (single steps, cache misses). Below
-		// the calibration only on more samples: the few samples of a
-		// short window undercount the traps, and a function priced
-		// too cheap stays probed over the budget.
-		limit, down := 4.0, 1.0
-		if meas.Samples >= 4*MinProbeSamples {
-			limit, down = 16, 4
-		}
-		scale = math.Min(math.Max(meas.Probe/probe, 1/down), limit)
-		m.scale = scale
-		// What a function's own probes measured is at least what it
-		// costs: the one global scale cannot see a function the
-		// calibration misjudges most.
-		m.floor = make([]float64, len(m.funcs))
-		for i, v := range meas.ByFunc {
-			if i < len(m.floor) {
-				m.floor[i] = v / scale
-			}
-		}
+		scale = m.rescale(meas, probe)
 		defer func() { m.floor = nil }()
-		probe = syncLoad
-		for i := range m.funcs {
-			probe += m.load(rates, i, m.funcs[i].stage)
-		}
+		probe = m.probeTime(rates, syncLoad)
 	}
 	if meas.InFlight && m.scale > 0 {
 		scale = m.scale
@@ -181,68 +155,109 @@ func (m *Model) DecideRound(rates wire.Counters[float64], cpu float64, samples u
 	if m.burstShare > 0 && slices.ContainsFunc(m.funcs, func(f modelFunc) bool { return f.stage == StageSampled && !f.pinned }) {
 		budget *= 1 - m.burstShare
 	}
-	// before is the overhead now, target the probe time to bring it
-	// down to, perOwn turns probe time into overhead, and whole says the
-	// target's own work is not measured: a round then takes whole steps
-	// (a function's exits and entries together) and lets the next window
-	// measure again.
-	var before, target, perOwn float64
-	var whole bool
-	// measured says how the overhead was measured, for the reasons.
-	var measured string
+	g := roundGoal{probe: probe, budget: budget, scale: scale, syncLoad: syncLoad, syncs: meas.Syncs, calls: meas.Calls}
+	if over, overhead := g.aim(meas, cpu, samples); !over {
+		return nil, overhead, overhead
+	}
+	g.budgetText = fmt.Sprintf("%.0f%%", 100*budget)
+	if meas.Floor > 0 {
+		g.budgetText = fmt.Sprintf("%.0f%%, %.1f%% of it spent by the root's own probes", 100*m.budget, 100*min(meas.Floor, m.budget))
+	}
+	out := m.take(rates, &g)
+	return out, g.before, g.probe * g.perOwn
+}
+
+// probeTime returns the probe time per second (ns/s) the functions'
+// probes at their stages and the sync probe's syncLoad predict.
+func (m *Model) probeTime(rates wire.Counters[float64], syncLoad float64) float64 {
+	probe := syncLoad
+	for i := range m.funcs {
+		probe += m.load(rates, i, m.funcs[i].stage)
+	}
+	return probe
+}
+
+// rescale returns the scale that turns the predicted probe time probe
+// into what meas measured, keeping it for the windows that cannot
+// measure it, and sets the floor of each function's probes from what
+// their own samples measured, for the decision (the caller clears it).
+func (m *Model) rescale(meas Measurement, probe float64) float64 {
+	// Trusted further the more samples measured it: the
+	// calibration of an idle machine can be off by an order of
+	// magnitude under load (single steps, cache misses). Below
+	// the calibration only on more samples: the few samples of a
+	// short window undercount the traps, and a function priced
+	// too cheap stays probed over the budget.
+	limit, down := 4.0, 1.0
+	if meas.Samples >= 4*MinProbeSamples {
+		limit, down = 16, 4
+	}
+	scale := math.Min(math.Max(meas.Probe/probe, 1/down), limit)
+	m.scale = scale
+	// What a function's own probes measured is at least what it
+	// costs: the one global scale cannot see a function the
+	// calibration misjudges most.
+	m.floor = make([]float64, len(m.funcs))
+	for i, v := range meas.ByFunc {
+		if i < len(m.floor) {
+			m.floor[i] = v / scale
+		}
+	}
+	return scale
+}
+
+// aim finds the overhead now from the measurement or, without one, from
+// the prediction, and sets the goal's target, before, perOwn, whole and
+// measured. It reports whether the overhead is over the budget, and
+// when it is not, returns the overhead (0 when it is not known).
+func (g *roundGoal) aim(meas Measurement, cpu float64, samples uint64) (over bool, overhead float64) {
+	probe, budget := g.probe, g.budget
 	// The event loop finds most probe samples, and may be far behind
 	// when the probes fire millions of times a second: too few counted
 	// leave the prediction to steer.
 	if meas.Counted && meas.Samples >= MinProbeSamples {
-		measured = fmt.Sprintf(": %d of %d samples in probes", min(meas.Samples, samples), samples)
+		g.measured = fmt.Sprintf(": %d of %d samples in probes", min(meas.Samples, samples), samples)
 		point, low := OverheadBounds(meas.Samples, samples)
 		if low <= budget || probe <= 0 {
-			return nil, point, point
+			return false, point
 		}
-		before, perOwn = point, point/probe
-		target = probe * budget / low
-		whole = float64(samples-min(meas.Samples, samples)) < 2*math.Sqrt(float64(samples))
-	} else {
-		// Too few samples have not measured the target's CPU time:
-		// with it unknown, any prediction would say the probes took
-		// all of it (a first 5 ms window, on a loaded machine, once
-		// demoted clock_gettime at "5000%"). The window grows until
-		// it has them.
-		if samples < MinProbeSamples {
-			return nil, 0, 0
-		}
-		// The target's own work is its CPU time less the probes';
-		// samples and calibration both err, so never let it vanish.
-		cpu = math.Max(cpu, probe)
-		own := math.Max(cpu-probe, cpu/50)
-		if own <= 0 {
-			return nil, 0, 0
-		}
-		if probe/own <= budget {
-			return nil, probe / own, probe / own
-		}
-		// The target's own time is a difference: CPU time, counted by n
-		// samples (relative error about 1/sqrt(n)), less the predicted
-		// probe time. When it is within twice that error of zero, or
-		// floored, the target's own work is not measured and no
-		// prediction of what is left after a demotion can be trusted:
-		// take the single largest step and let the next window measure
-		// again.
-		whole = own > cpu-probe || own < 2*cpu/math.Sqrt(float64(samples))
-		before, perOwn = probe/own, 1/own
-		target = budget * own
-		if whole {
-			target = math.Max(target, probe/2)
-		}
+		g.before, g.perOwn = point, point/probe
+		g.target = probe * budget / low
+		g.whole = float64(samples-min(meas.Samples, samples)) < 2*math.Sqrt(float64(samples))
+		return true, 0
 	}
-	budgetText := fmt.Sprintf("%.0f%%", 100*budget)
-	if meas.Floor > 0 {
-		budgetText = fmt.Sprintf("%.0f%%, %.1f%% of it spent by the root's own probes", 100*m.budget, 100*min(meas.Floor, m.budget))
+	// Too few samples have not measured the target's CPU time:
+	// with it unknown, any prediction would say the probes took
+	// all of it (a first 5 ms window, on a loaded machine, once
+	// demoted clock_gettime at "5000%"). The window grows until
+	// it has them.
+	if samples < MinProbeSamples {
+		return false, 0
 	}
-	g := roundGoal{probe: probe, target: target, budget: budget, perOwn: perOwn, before: before, scale: scale, whole: whole,
-		measured: measured, budgetText: budgetText, syncLoad: syncLoad, syncs: meas.Syncs, calls: meas.Calls}
-	out := m.take(rates, &g)
-	return out, before, g.probe * perOwn
+	// The target's own work is its CPU time less the probes';
+	// samples and calibration both err, so never let it vanish.
+	cpu = math.Max(cpu, probe)
+	own := math.Max(cpu-probe, cpu/50)
+	if own <= 0 {
+		return false, 0
+	}
+	if probe/own <= budget {
+		return false, probe / own
+	}
+	// The target's own time is a difference: CPU time, counted by n
+	// samples (relative error about 1/sqrt(n)), less the predicted
+	// probe time. When it is within twice that error of zero, or
+	// floored, the target's own work is not measured and no
+	// prediction of what is left after a demotion can be trusted:
+	// take the single largest step and let the next window measure
+	// again.
+	g.whole = own > cpu-probe || own < 2*cpu/math.Sqrt(float64(samples))
+	g.before, g.perOwn = probe/own, 1/own
+	g.target = budget * own
+	if g.whole {
+		g.target = math.Max(g.target, probe/2)
+	}
+	return true, 0
 }
 
 // roundGoal is what one round of demotions steers to: the probe time
@@ -272,106 +287,137 @@ type roundGoal struct {
 // down to its target, and returns the demotions, merged per function
 // and in the order to detach them; g.probe is what is left.
 func (m *Model) take(rates wire.Counters[float64], g *roundGoal) []Decision {
-	probe, target, budget, perOwn, before, scale, whole := g.probe, g.target, g.budget, g.perOwn, g.before, g.scale, g.whole
-	measured, budgetText, syncLoad := g.measured, g.budgetText, g.syncLoad
+	probe, scale := g.probe, g.scale
 	var out []Decision
-	for probe > target || len(out) == 0 && probe*perOwn > budget {
-		// Rank by what a function's demotion can save in all (calibration
-		// noise can make one step, its exits, look free), and take one
-		// step: its exits first.
-		best, bestStage, bestGain, bestSites := -1, Stage(0), 0.0, false
-		for i := range m.funcs {
-			f := &m.funcs[i]
-			if m.load(rates, i, f.stage) == 0 {
-				continue
-			}
-			// Its indirect calls' probes alone may go: the only step
-			// for a root, and the step taken when they are most of
-			// what its probes cost (its own calls stay exact; only the
-			// discovery of new targets there stops).
-			st, reach, ok := m.next(i)
-			gain, loaded := 0.0, 1
-			if ok {
-				gain, loaded = m.gain(rates, i, reach)
-			}
-			if sl := m.siteLoad(rates, i); !f.noSites && f.stage != StageSampled && sl > 0 && sl >= 0.9*gain {
-				if sl > bestGain {
-					best, bestStage, bestGain, bestSites = i, f.stage, sl, true
-				}
-				continue
-			}
-			if !ok {
-				continue
-			}
-			if whole {
-				st = reach // the next window measures again
-			}
-			// Per function it takes down: a caller of a hot leaf saves
-			// about what the leaf alone does, and must not go first.
-			score := gain / float64(loaded)
-			if score > bestGain || (score == bestGain && best >= 0 && !bestSites && len(f.callees) < len(m.funcs[best].callees)) {
-				best, bestStage, bestGain, bestSites = i, st, score, false
-			}
-		}
+	for probe > g.target || len(out) == 0 && probe*g.perOwn > g.budget {
+		c := m.best(rates, g.whole)
 		// The sync probe is a leaf of its own: nothing below it.
-		if syncLoad > bestGain {
-			before := 100 * before
+		if g.syncLoad > c.gain {
 			m.syncGone = fmt.Sprintf("%s caught exceptions/s × %s of sync probe = %.0f%% of the target's own CPU time (all probes %.0f%%%s, budget %s)",
-				english.Rate(g.syncs), time.Duration(m.syncCost).Round(time.Nanosecond), 100*scale*syncLoad*perOwn, before, measured, budgetText)
-			probe -= scale * syncLoad
-			m.syncCost, syncLoad = 0, 0
+				english.Rate(g.syncs), time.Duration(m.syncCost).Round(time.Nanosecond), 100*scale*g.syncLoad*g.perOwn, 100*g.before, g.measured, g.budgetText)
+			probe -= scale * g.syncLoad
+			m.syncCost, g.syncLoad = 0, 0
 			continue
 		}
-		if best < 0 {
+		if c.i < 0 {
 			break
 		}
+		best := c.i
 		f := &m.funcs[best]
 		reason := fmt.Sprintf("%s calls/s × %s of probes per call", english.Rate(rates.Calls(best)), time.Duration(f.cost.at(f.stage)).Round(time.Nanosecond))
 		if sites := rates.SiteHits(best); m.sites && sites > 0 {
 			reason += fmt.Sprintf(" + %s indirect calls/s × %s of site probe", english.Rate(sites), time.Duration(m.siteCost).Round(time.Nanosecond))
 		}
 		reason += fmt.Sprintf(" = %.0f%% of the target's own CPU time (all probes %.0f%%%s, budget %s)",
-			100*scale*m.load(rates, best, f.stage)*perOwn, 100*before, measured, budgetText)
-		if bestSites {
+			100*scale*m.load(rates, best, f.stage)*g.perOwn, 100*g.before, g.measured, g.budgetText)
+		if c.sites {
 			probe -= scale * m.siteLoad(rates, best)
 			f.noSites = true
 			m.clearFloor(best)
 			out = append(out, Decision{ID: best, Stage: f.stage, Sites: true, Reason: reason, Lead: true})
 			continue
 		}
-		if bestStage != StageSampled {
-			g, _ := m.gain(rates, best, bestStage)
+		if c.stage != StageSampled {
+			g, _ := m.gain(rates, best, c.stage)
 			probe -= scale * g
 			m.clearFloor(best)
-			f.stage = bestStage
-			out = append(out, Decision{ID: best, Stage: bestStage, Reason: reason, Lead: true})
+			f.stage = c.stage
+			out = append(out, Decision{ID: best, Stage: c.stage, Reason: reason, Lead: true})
 			continue
 		}
-		for _, j := range m.subtree(best) {
-			st := StageSampled
-			if r := m.funcs[j].alloc; r != 0 && j != best {
-				// An allocator below: to byte sampling, whose
-				// samples the real stacks place.
-				if st = allocStage(r); m.funcs[j].stage >= st {
-					continue
-				}
-			}
-			load := m.load(rates, j, m.funcs[j].stage)
-			probe -= scale * (load - m.load(rates, j, st))
-			m.clearFloor(j)
-			m.funcs[j].stage = st
-			why := reason
-			if j != best {
-				why = fmt.Sprintf("below %s, demoted to sampling", m.name(best))
-			}
-			idle := j != best && st == StageSampled && m.funcs[j].alloc == 0 && load == 0
-			out = append(out, Decision{ID: j, Stage: st, Reason: why, Lead: j == best, Idle: idle})
-		}
+		out, probe = m.sampleSubtree(out, rates, best, reason, probe, scale)
 	}
 	out = m.withSiblings(out, g.calls)
 	out = m.allocatorsTogether(out)
-	// One demotion per function, to the last stage it reached, with the
-	// first reason (what its full probes cost).
+	g.probe = probe
+	return mergeDecisions(out)
+}
+
+// candidate is the step a round takes next: function i (-1: none) to
+// stage, or its indirect call sites' probes alone (sites), for gain.
+type candidate struct {
+	i     int
+	stage Stage
+	gain  float64
+	sites bool
+}
+
+// best ranks the functions by what demoting each can save in all
+// (calibration noise can make one step, its exits, look free) and
+// returns the best one step: its exits first, or with whole its whole
+// way down.
+func (m *Model) best(rates wire.Counters[float64], whole bool) candidate {
+	best := candidate{i: -1}
+	for i := range m.funcs {
+		f := &m.funcs[i]
+		if m.load(rates, i, f.stage) == 0 {
+			continue
+		}
+		// Its indirect calls' probes alone may go: the only step
+		// for a root, and the step taken when they are most of
+		// what its probes cost (its own calls stay exact; only the
+		// discovery of new targets there stops).
+		st, reach, ok := m.next(i)
+		gain, loaded := 0.0, 1
+		if ok {
+			gain, loaded = m.gain(rates, i, reach)
+		}
+		if sl := m.siteLoad(rates, i); !f.noSites && f.stage != StageSampled && sl > 0 && sl >= 0.9*gain {
+			if sl > best.gain {
+				best = candidate{i: i, stage: f.stage, gain: sl, sites: true}
+			}
+			continue
+		}
+		if !ok {
+			continue
+		}
+		if whole {
+			st = reach // the next window measures again
+		}
+		// Per function it takes down: a caller of a hot leaf saves
+		// about what the leaf alone does, and must not go first.
+		score := gain / float64(loaded)
+		if score > best.gain || (score == best.gain && best.i >= 0 && !best.sites && len(f.callees) < len(m.funcs[best.i].callees)) {
+			best = candidate{i: i, stage: st, gain: score}
+		}
+	}
+	return best
+}
+
+// sampleSubtree demotes function best and every function below it to
+// sampling, allocators below to byte sampling, appending the decisions
+// to out, and returns the probe time (ns/s, scaled by scale) left of
+// probe after them.
+func (m *Model) sampleSubtree(out []Decision, rates wire.Counters[float64], best int, reason string, probe, scale float64) ([]Decision, float64) {
+	for _, j := range m.subtree(best) {
+		st := StageSampled
+		if r := m.funcs[j].alloc; r != 0 && j != best {
+			// An allocator below: to byte sampling, whose
+			// samples the real stacks place.
+			if st = allocStage(r); m.funcs[j].stage >= st {
+				continue
+			}
+		}
+		load := m.load(rates, j, m.funcs[j].stage)
+		probe -= scale * (load - m.load(rates, j, st))
+		m.clearFloor(j)
+		m.funcs[j].stage = st
+		why := reason
+		if j != best {
+			why = fmt.Sprintf("below %s, demoted to sampling", m.name(best))
+		}
+		idle := j != best && st == StageSampled && m.funcs[j].alloc == 0 && load == 0
+		out = append(out, Decision{ID: j, Stage: st, Reason: why, Lead: j == best, Idle: idle})
+	}
+	return out, probe
+}
+
+// mergeDecisions returns one demotion per function, to the last stage it
+// reached, with the first reason (what its full probes cost), in the
+// order to detach them: fully demoted functions after those that only
+// lose exits, leaves before their callers, so that detaching never
+// leaves a callee's entries without its caller's.
+func mergeDecisions(out []Decision) []Decision {
 	merged := out[:0]
 	for _, d := range out {
 		if j := slices.IndexFunc(merged, func(m Decision) bool { return m.ID == d.ID && m.Sites == d.Sites }); j >= 0 {
@@ -381,11 +427,7 @@ func (m *Model) take(rates wire.Counters[float64], g *roundGoal) []Decision {
 		}
 		merged = append(merged, d)
 	}
-	// Fully demoted functions go after those that only lose exits, leaves
-	// before their callers: detaching in this order never leaves a
-	// callee's entries without its caller's.
 	slices.SortStableFunc(merged, func(a, b Decision) int { return cmp.Compare(a.Stage, b.Stage) })
-	g.probe = probe
 	return merged
 }
 

@@ -80,7 +80,7 @@ func (c *Check) Gone(id uint32, t uint64) {
 // inRead) and after it closed, every probe of the burst in, for the
 // function ids whose entries it had back. Hits between a read and the
 // window are counted, but their events fall outside it, at its edges
-// (Log.atEdge). A function whose own probes may have been in then
+// (BurstLog.atEdge). A function whose own probes may have been in then
 // (its demotion's detach still running: a whole burst takes every
 // function demoted by its start) is left out of the window: both its
 // probes counted each call.

@@ -111,7 +111,7 @@ func TestCrossCheckAgree(t *testing.T) {
 // counters' read before a window and its start, between its end and the
 // read after it, and after the last window before that read is recorded.
 func TestBurstLogEdges(t *testing.T) {
-	l := NewLog()
+	l := NewBurstLog()
 	l.Open(90, 100, 0, map[uint32]bool{3: true, 7: false})
 	l.Close(200)
 	l.CountedTo(210)

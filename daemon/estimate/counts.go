@@ -33,7 +33,7 @@ import (
 // traps a companion's, so such estimates are off by ten times and more
 // with a small claimed error.
 type Counts struct {
-	log  *Log
+	log  *BurstLog
 	accs map[*cct.Node]*burstAcc
 	// cost is what one hit of a function's entry probes costs, in ns
 	// (nil: nothing), for the length of calls with a burst's probes in.
@@ -50,7 +50,7 @@ type Counts struct {
 	pending []pendingDemotion
 	sampled map[cct.FuncID]map[*cct.Node]bool
 	// callsAt holds, for the functions demoted before any probe of
-	// theirs went in (Log.neverProbed), the calls of every context
+	// theirs went in (BurstLog.neverProbed), the calls of every context
 	// at the demotion: a context of theirs found later counts its
 	// caller's calls since then, none of them missed.
 	callsAt map[cct.FuncID]map[*cct.Node]uint64
@@ -206,7 +206,7 @@ const minAnchorFrames = 3
 // lower bound (see Progress.WholeCalls).
 const MinAnchorCalls = minAnchorFrames
 
-func NewCounts(l *Log, cost func(id uint32) float64) *Counts {
+func NewCounts(l *BurstLog, cost func(id uint32) float64) *Counts {
 	return &Counts{log: l, cost: cost, accs: map[*cct.Node]*burstAcc{},
 		anchors: map[*cct.Node]*anchorAcc{}, known: map[uint32]bool{}, sampled: map[cct.FuncID]map[*cct.Node]bool{},
 		callsAt: map[cct.FuncID]map[*cct.Node]uint64{}, roundOf: map[cct.FuncID]int{}, physOf: map[cct.FuncID]uint32{}, exactAt: map[uint32]uint64{}, edges: map[uint32]uint64{},

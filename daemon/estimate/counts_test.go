@@ -18,7 +18,7 @@ import (
 // them per are a lower bound, whatever the samples say, and that calls
 // outside the windows and functions never demoted are left alone.
 func TestBurstEstimate(t *testing.T) {
-	l := NewLog()
+	l := NewBurstLog()
 	l.Demote(3, 50)
 	l.Open(0, 100, 0, map[uint32]bool{3: true})
 	l.Close(200)
@@ -47,8 +47,8 @@ func TestBurstEstimate(t *testing.T) {
 // burstSimulator returns a simulator of the test functions whose bursts
 // count into b, with l their log, and functions that apply an event and
 // a burst's entry of f.
-func burstSimulator() (l *Log, b *Counts, s *stack.Simulator, handle func(wire.Event), burst func(t, slot uint64, f cct.FuncID)) {
-	l = NewLog()
+func burstSimulator() (l *BurstLog, b *Counts, s *stack.Simulator, handle func(wire.Event), burst func(t, slot uint64, f cct.FuncID)) {
+	l = NewBurstLog()
 	b = NewCounts(l, nil)
 	s = stack.NewSimulator(Funcs())
 	s.SetObserver(b)
@@ -453,7 +453,7 @@ func TestBurstParentLowerBound(t *testing.T) {
 // parentWindows runs an openParentWindow window at each of starts (D's
 // exit ends the last A, 100 after the window closed), 5 unseen calls of
 // D between 3400 and 3850, and W's exit at 6000.
-func parentWindows(l *Log, handle func(wire.Event), burst func(t, slot uint64, f cct.FuncID), starts ...uint64) {
+func parentWindows(l *BurstLog, handle func(wire.Event), burst func(t, slot uint64, f cct.FuncID), starts ...uint64) {
 	for _, start := range starts {
 		openParentWindow(l, handle, burst, start, 90)
 		l.Close(start + 250)
@@ -468,7 +468,7 @@ func parentWindows(l *Log, handle func(wire.Event), burst func(t, slot uint64, f
 
 // aloneWindow runs a window at 2000-2250 with A's probes alone back: in
 // it three calls of D fit, with 3 calls of A in each.
-func aloneWindow(l *Log, handle func(wire.Event), burst func(t, slot uint64, f cct.FuncID)) {
+func aloneWindow(l *BurstLog, handle func(wire.Event), burst func(t, slot uint64, f cct.FuncID)) {
 	l.Open(0, 2000, 250, map[uint32]bool{uint32(A): true})
 	for k := range 3 {
 		tm := 2010 + uint64(k)*70
@@ -484,7 +484,7 @@ func aloneWindow(l *Log, handle func(wire.Event), burst func(t, slot uint64, f c
 // openParentWindow opens a window at start, 250 long, for C with A as a
 // companion, in which a call of D made just before it makes three calls
 // of A, gap apart, of ten calls of C each.
-func openParentWindow(l *Log, handle func(wire.Event), burst func(t, slot uint64, f cct.FuncID), start, gap uint64) {
+func openParentWindow(l *BurstLog, handle func(wire.Event), burst func(t, slot uint64, f cct.FuncID), start, gap uint64) {
 	l.Open(0, start, 250, map[uint32]bool{uint32(A): false, uint32(C): true})
 	handle(In(start-10, 900, D))
 	for i := range 3 {

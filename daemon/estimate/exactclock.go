@@ -57,7 +57,7 @@ type openInterval struct {
 	start  uint64 // when
 	opener cct.FuncID
 	// awaits is set while the window counts the thread's interval as
-	// one it took that has not ended (Log.awaitInterval).
+	// one it took that has not ended (BurstLog.awaitInterval).
 	awaits bool
 	calls  map[*cct.Node]uint64 // the bursts' calls in it so far, by context
 }

@@ -48,11 +48,11 @@ func (b *Counts) Advance(t uint64, trees stack.Trees) {
 }
 
 // LostBefore marks the windows the lost events may have been in (see
-// Log.lost).
+// BurstLog.lost).
 func (b *Counts) LostBefore(t uint64) { b.log.lost(t) }
 
 // Armed reports whether a burst's probes could fire at t (see
-// Log.armedAt).
+// BurstLog.armedAt).
 func (b *Counts) Armed(t uint64) bool { return b.log.armedAt(t) }
 
 // Call takes a call a burst saw (see count).

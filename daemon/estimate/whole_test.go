@@ -244,7 +244,7 @@ func TestAllocBursts(t *testing.T) {
 		// 2 seen.
 		{"lower bound", 2125, "walk/A/malloc ≥9/3913 inuse 6/1200", 2},
 	} {
-		l := NewLog()
+		l := NewBurstLog()
 		s := stack.NewSimulator(AllocFuncs())
 		s.SetObserver(NewCounts(l, nil))
 		s.SetAllocRate(1000, false)

@@ -83,7 +83,7 @@ func (b *Counts) routedBy(an *anchorAcc, node *cct.Node) iter.Seq[uint32] {
 // window took new frames. A whole burst's window waits for the threads'
 // outermost frames (outermost: the frame has no caller below it), the
 // calls of the roots, and holds everything called in them. The frame
-// must then tell the log its end (Log.ended).
+// must then tell the log its end (BurstLog.ended).
 func (b *Counts) started(node *cct.Node, t uint64, outermost bool) (window int, ok bool) {
 	k, funcs, whole, in := b.log.catching(t)
 	if !in {
@@ -94,7 +94,7 @@ func (b *Counts) started(node *cct.Node, t uint64, outermost bool) (window int, 
 			return 0, false
 		}
 		// Its frames count from this one on: the first in this window
-		// that fits in it (see Log.fits). One made an anchor by a
+		// that fits in it (see BurstLog.fits). One made an anchor by a
 		// burst's call earlier in this window, in a frame begun before
 		// it, counts from here, not from the next.
 		if an := b.anchors[node]; an == nil {

@@ -59,7 +59,7 @@ type burster struct {
 	cfg *Config
 	env *Env
 	m   *monitor
-	log *estimate.Log
+	log *estimate.BurstLog
 
 	stop     chan struct{}
 	stopOnce sync.Once
@@ -119,54 +119,16 @@ func newBurster(cfg *Config, env *Env, m *monitor) *burster {
 // the roots, Arnold and Ryder's sampling of whole calls.
 func (b *burster) run() {
 	defer close(b.done)
-	// duties holds what each function's last burst measured: sets cost
-	// very differently (a hot leaf's burst traps at every call, its
-	// caller's a few times a request).
-	duties := map[uint32]float64{}
-	perFunc := time.Duration(0) // attaching and detaching one function's entries, as measured
-	perBurst := 0.0             // the functions a burst taken in turn was for, on average
-	began := time.Now()
+	st := &burstRun{duties: map[uint32]float64{}, began: time.Now()}
 	b.start, _ = b.env.Program.Stats()
-	next := 0 // where in the demoted functions the next burst starts
-	// lastPeriod is the last burst's period: one of a hot leaf's,
-	// below a root that never returns, comes seconds apart.
-	lastPeriod := time.Duration(0)
 	for gen := uint32(1); ; gen++ {
 		chosen := monotonic.Now() // when its functions are taken
-		all := b.m.sampledFuncs()
-		var set map[uint32]bool
-		var funcs []*plan.Func
-		n := burstFuncs(len(all), perFunc, b.m.burstBudget(b.cfg.Budget), lastPeriod)
-		whole := wholeBurst(len(all), n, perBurst) && b.wholeAffordable()
-		var duty float64
-		var length time.Duration
-		if whole {
-			// Its functions are taken after the wait below.
-			// Long enough for the calls of the roots it waits for
-			// to begin, with the one running at the attach slowed
-			// by every probe.
-			length = estimate.MaxWholeSettle
-		} else {
-			if len(all) > 0 {
-				ids := make([]uint32, len(all))
-				for i, f := range all {
-					ids[i] = f.ID
-				}
-				set, next = b.log.BurstSet(ids, next%len(all), n, b.m.sampledCallers())
-				for id := range set {
-					if f := b.m.funcOf(int(id)); f != nil {
-						funcs = append(funcs, f)
-					}
-				}
-			}
-			duty = setDuty(duties, set)
-			length = burstLength(duty, b.log.Wanted(set))
-		}
-		offset := time.Duration(rand.Int64N(int64(max(burstPeriod-length, 1))))
-		first := whole && b.count(true) == 0
+		c := b.choose(st)
+		offset := time.Duration(rand.Int64N(int64(max(burstPeriod-c.length, 1))))
+		first := c.whole && b.count(true) == 0
 		if first {
 			// The first whole burst: see estimate.MaxWholeSettle.
-			offset += max(maxPeriod-time.Since(began), 0)
+			offset += max(maxPeriod-time.Since(st.began), 0)
 		}
 		select {
 		case <-b.stop:
@@ -176,86 +138,158 @@ func (b *burster) run() {
 		if first {
 			offset = 0 // its period starts here
 		}
-		if whole && !b.wholeAffordable() {
+		if c.whole && !b.wholeAffordable() {
 			// What the wait measured of the roots' calls (the first
 			// whole burst is chosen before any is) says no.
 			continue
 		}
-		if whole {
+		if c.whole {
 			// Every function demoted to sampling by now, those the
 			// rounds demoted while it waited (seconds, before the
 			// first) included: a function a whole window lacks has
 			// one frame of the roots' fewer to be estimated by, and
 			// stays a lower bound longer.
 			chosen = monotonic.Now()
-			funcs = b.m.sampledFuncs()
-			set = make(map[uint32]bool, len(funcs))
-			for _, f := range funcs {
-				set[f.ID] = true
+			c.funcs = b.m.sampledFuncs()
+			c.set = make(map[uint32]bool, len(c.funcs))
+			for _, f := range c.funcs {
+				c.set[f.ID] = true
 			}
 		}
 		took := time.Duration(0)
 		var attach time.Duration
-		if len(funcs) > 0 {
+		if len(c.funcs) > 0 {
 			var err error
 			t0 := time.Now()
-			if duty, attach, took, err = b.burst(gen, chosen, funcs, set, length, whole); err != nil {
+			if c.duty, attach, took, err = b.burst(gen, chosen, c.funcs, c.set, c.length, c.whole); err != nil {
 				b.mu.Lock()
 				b.err = err
 				b.mu.Unlock()
 				return
 			}
-			isFors := 0
-			for id, isFor := range set {
-				if !isFor {
-					continue
-				}
-				isFors++
-				if duty > 0 && !whole {
-					duties[id] = duty
-				}
-			}
-			if !whole {
-				perBurst = cmp.Or(perBurst, float64(isFors))*(1-burstAverage) + float64(isFors)*burstAverage
-			}
-			args := []any{"at", t0.Sub(b.cfg.Start), "whole", whole, "for", isFors, "functions", len(funcs), "length", length,
-				"window", took, "attach", attach, "next_duty", duty}
-			if whole {
-				args = append(args, "root_calls", b.take.calls, "root_calls_wanted", b.calls, "hits", b.take.hits)
-			}
-			b.m.log.Debug("hybrid: burst", args...)
-			// Detaching costs about what attaching did.
-			perFunc = 2 * attach / time.Duration(len(funcs))
+			b.learn(st, c, t0, took, attach)
 		}
 		// The probes fire from the start of the attach to the end of
 		// the detach (which costs about what attaching did), not only
 		// in the window: with hundreds of functions demoted, attaching
 		// them takes longer than the window.
 		armed := took + 2*attach
-		period := ordinaryPeriod(armed, attach, duty, b.idle, b.m.burstBudget(b.cfg.Budget))
-		if whole {
-			period = wholePeriodAfter(targetCost(armed, attach, b.idle), b.cfg.Budget)
-			b.mu.Lock()
-			b.wholePeriod = period
-			b.mu.Unlock()
-			if b.take.calls == 0 && !b.idle {
-				// A call of a root ran all the while, with every
-				// probe in: one longer than the window.
-				b.tooLong = true
-				b.m.log.Debug("hybrid: no more whole bursts: a call of the roots outlasted a whole window")
-			}
-			if !b.idle {
-				b.costs.add(b.take)
-				b.calls, b.maxCalls = wholeCallsAfter(b.take, b.costs, attach, ringEvents(b.cfg.RingBytes), b.maxCalls)
-			}
-		}
-		lastPeriod = period
+		period := b.periodAfter(c, armed, attach)
+		st.lastPeriod = period
 		select {
 		case <-b.stop:
 			return
 		case <-time.After(period - offset - armed):
 		}
 	}
+}
+
+// burstRun is what the bursts' loop carries from one burst to the next.
+type burstRun struct {
+	// duties holds what each function's last burst measured: sets cost
+	// very differently (a hot leaf's burst traps at every call, its
+	// caller's a few times a request).
+	duties   map[uint32]float64
+	perFunc  time.Duration // attaching and detaching one function's entries, as measured
+	perBurst float64       // the functions a burst taken in turn was for, on average
+	began    time.Time
+	next     int // where in the demoted functions the next burst starts
+	// lastPeriod is the last burst's period: one of a hot leaf's,
+	// below a root that never returns, comes seconds apart.
+	lastPeriod time.Duration
+}
+
+// burstChoice is what the next burst is for: whole or not, its
+// functions (set marks true those it is for, see burstSet), its duty
+// cycle and the length of its window.
+type burstChoice struct {
+	whole  bool
+	funcs  []*plan.Func
+	set    map[uint32]bool
+	duty   float64
+	length time.Duration
+}
+
+// choose decides the next burst: whole (its functions taken after its
+// wait) or for as many of the demoted functions, in turn, as the
+// bursts' share of the budget pays for.
+func (b *burster) choose(st *burstRun) burstChoice {
+	var c burstChoice
+	all := b.m.sampledFuncs()
+	n := burstFuncs(len(all), st.perFunc, b.m.burstBudget(b.cfg.Budget), st.lastPeriod)
+	c.whole = wholeBurst(len(all), n, st.perBurst) && b.wholeAffordable()
+	if c.whole {
+		// Long enough for the calls of the roots it waits for
+		// to begin, with the one running at the attach slowed
+		// by every probe.
+		c.length = estimate.MaxWholeSettle
+		return c
+	}
+	if len(all) > 0 {
+		ids := make([]uint32, len(all))
+		for i, f := range all {
+			ids[i] = f.ID
+		}
+		c.set, st.next = b.log.BurstSet(ids, st.next%len(all), n, b.m.sampledCallers())
+		for id := range c.set {
+			if f := b.m.funcOf(int(id)); f != nil {
+				c.funcs = append(c.funcs, f)
+			}
+		}
+	}
+	c.duty = setDuty(st.duties, c.set)
+	c.length = burstLength(c.duty, b.log.Wanted(c.set))
+	return c
+}
+
+// learn takes in what burst c, begun at t0, measured: its window took
+// took, attaching its probes attach, and c.duty is the next one's.
+func (b *burster) learn(st *burstRun, c burstChoice, t0 time.Time, took, attach time.Duration) {
+	isFors := 0
+	for id, isFor := range c.set {
+		if !isFor {
+			continue
+		}
+		isFors++
+		if c.duty > 0 && !c.whole {
+			st.duties[id] = c.duty
+		}
+	}
+	if !c.whole {
+		st.perBurst = cmp.Or(st.perBurst, float64(isFors))*(1-burstAverage) + float64(isFors)*burstAverage
+	}
+	args := []any{"at", t0.Sub(b.cfg.Start), "whole", c.whole, "for", isFors, "functions", len(c.funcs), "length", c.length,
+		"window", took, "attach", attach, "next_duty", c.duty}
+	if c.whole {
+		args = append(args, "root_calls", b.take.calls, "root_calls_wanted", b.calls, "hits", b.take.hits)
+	}
+	b.m.log.Debug("hybrid: burst", args...)
+	// Detaching costs about what attaching did.
+	st.perFunc = 2 * attach / time.Duration(len(c.funcs))
+}
+
+// periodAfter returns the period of burst c, whose probes were in for
+// armed, attaching them taking attach; after a whole burst, it also
+// takes in what its window measured of the roots' calls.
+func (b *burster) periodAfter(c burstChoice, armed, attach time.Duration) time.Duration {
+	if !c.whole {
+		return ordinaryPeriod(armed, attach, c.duty, b.idle, b.m.burstBudget(b.cfg.Budget))
+	}
+	period := wholePeriodAfter(targetCost(armed, attach, b.idle), b.cfg.Budget)
+	b.mu.Lock()
+	b.wholePeriod = period
+	b.mu.Unlock()
+	if b.take.calls == 0 && !b.idle {
+		// A call of a root ran all the while, with every
+		// probe in: one longer than the window.
+		b.tooLong = true
+		b.m.log.Debug("hybrid: no more whole bursts: a call of the roots outlasted a whole window")
+	}
+	if !b.idle {
+		b.costs.add(b.take)
+		b.calls, b.maxCalls = wholeCallsAfter(b.take, b.costs, attach, ringEvents(b.cfg.RingBytes), b.maxCalls)
+	}
+	return period
 }
 
 // burstAverage is the weight of the latest burst in perBurst's moving
@@ -266,7 +300,7 @@ const burstAverage = 0.25
 // that takes new frames for up to length (see window), records the
 // window (for the functions set marks true, see burstSet; cut at the
 // first demotion since chosen, when funcs were taken, of a function it
-// lacks: see estimate.Log.demote) and returns the
+// lacks: see estimate.BurstLog.demote) and returns the
 // duty cycle the next burst may have (what keeps the bursts' cost within
 // their share of the budget, at the call rates this one measured), how
 // long attaching took and how long the window was.
@@ -287,23 +321,10 @@ func (b *burster) burst(gen uint32, chosen uint64, funcs []*plan.Func, set map[u
 	if err != nil {
 		return 0, 0, 0, err
 	}
-	var links []link.Link
-	if err := b.setArmed(1); err != nil {
+	links, armed, attach, err := b.attachBurst(funcs, set)
+	if err != nil {
 		return 0, 0, 0, err
 	}
-	armed := b.log.Arm(monotonic.Now())
-	attachStart := time.Now()
-	for obj, probes := range burstProbes(funcs, set) {
-		ls, err := b.env.Program.Attach(obj.Path(), b.cfg.PID, probes)
-		if err != nil {
-			// A function the kernel took at first but not now (its
-			// object unmapped): this burst goes without it.
-			b.cfg.attachWarnf("burst of sampled instrumentation: %s: %v", obj.Base(), err)
-			continue
-		}
-		links = append(links, ls...)
-	}
-	attach = time.Since(attachStart)
 	// A thread whose stack was captured while the probes went in (a
 	// whole burst's take hundreds of ms) has entered functions since
 	// whose probes were not in yet: their frames are on no simulated
@@ -327,19 +348,7 @@ func (b *burster) burst(gen uint32, chosen uint64, funcs []*plan.Func, set map[u
 		return 0, 0, 0, errors.Join(err, b.setArmed(-1))
 	}
 	start := monotonic.Now()
-	if whole {
-		b.log.OpenWhole(inRead, start, length, set)
-		b.log.CutSince(chosen)
-		take, err := b.wholeWindow(gen, base, start, b.calls, length)
-		if err != nil {
-			b.cfg.warnf("burst of sampled instrumentation: %v", err)
-		}
-		b.take = take
-	} else {
-		b.log.Open(inRead, start, length, set)
-		b.log.CutSince(chosen)
-		b.window(start, length)
-	}
+	b.holdWindow(gen, chosen, base, inRead, start, length, set, whole)
 	// No call of a root ran while its probes were in: they cost the
 	// target their attach and detach alone.
 	st, err := b.env.Program.Stats()
@@ -367,16 +376,68 @@ func (b *burster) burst(gen uint32, chosen uint64, funcs []*plan.Func, set map[u
 		// were in: its frames may lack calls.
 		b.log.LostLast()
 	}
+	b.tally(whole, ids, inRead, start, end, lostAfter > lostBefore, inCalls, outCalls)
+	// What the burst cost as measured: its samples in the probe program
+	// and in the traps (those the event loop has placed by now).
+	measured := float64(after-before) * float64(b.cfg.SamplePeriod)
+	return b.nextDuty(funcs, start, end, measured, inCalls, outCalls), attach, time.Duration(end - start), nil
+}
+
+// attachBurst arms a burst and attaches the probes of funcs (see
+// burstProbes) for it, going without those the kernel refuses now. It
+// returns the links, the burst log's arming and how long attaching took.
+func (b *burster) attachBurst(funcs []*plan.Func, set map[uint32]bool) (links []link.Link, armed int, attach time.Duration, err error) {
+	if err := b.setArmed(1); err != nil {
+		return nil, 0, 0, err
+	}
+	armed = b.log.Arm(monotonic.Now())
+	attachStart := time.Now()
+	for obj, probes := range burstProbes(funcs, set) {
+		ls, err := b.env.Program.Attach(obj.Path(), b.cfg.PID, probes)
+		if err != nil {
+			// A function the kernel took at first but not now (its
+			// object unmapped): this burst goes without it.
+			b.cfg.attachWarnf("burst of sampled instrumentation: %s: %v", obj.Base(), err)
+			continue
+		}
+		links = append(links, ls...)
+	}
+	return links, armed, time.Since(attachStart), nil
+}
+
+// holdWindow opens burst gen's window at start, with its probes in since
+// inRead, for the functions set marks true, cut at the first demotion
+// since chosen of a function it lacks, and holds it while it takes new
+// frames for up to length and until they end: a whole window waits for
+// the roots' calls (wholeWindow, from the counters base), another for
+// the frames of its functions (window).
+func (b *burster) holdWindow(gen uint32, chosen uint64, base bpf.Stats, inRead, start uint64, length time.Duration, set map[uint32]bool, whole bool) {
 	if whole {
-		b.take.end, b.take.lossy = end, lostAfter > lostBefore
+		b.log.OpenWhole(inRead, start, length, set)
+		b.log.CutSince(chosen)
+		take, err := b.wholeWindow(gen, base, start, b.calls, length)
+		if err != nil {
+			b.cfg.warnf("burst of sampled instrumentation: %v", err)
+		}
+		b.take = take
+	} else {
+		b.log.Open(inRead, start, length, set)
+		b.log.CutSince(chosen)
+		b.window(start, length)
+	}
+}
+
+// tally records a burst's window from start to end, for the functions
+// ids, whose calls inCalls and outCalls counted with every probe in
+// (inCalls read at inRead); lossy says events went missing meanwhile.
+func (b *burster) tally(whole bool, ids []uint32, inRead, start, end uint64, lossy bool, inCalls, outCalls wire.Counters[uint64]) {
+	if whole {
+		b.take.end, b.take.lossy = end, lossy
 		for _, id := range ids {
 			b.take.hits += outCalls.CallsSince(inCalls, int(id))
 		}
 	}
 	b.env.Check.Window(b.log.Last(), inRead, ids, inCalls, outCalls)
-	// What the burst cost as measured: its samples in the probe program
-	// and in the traps (those the event loop has placed by now).
-	measured := float64(after-before) * float64(b.cfg.SamplePeriod)
 	b.mu.Lock()
 	b.bursts++
 	if whole {
@@ -389,6 +450,13 @@ func (b *burster) burst(gen uint32, chosen uint64, funcs []*plan.Func, set map[u
 	}
 	b.total += time.Duration(end - start)
 	b.mu.Unlock()
+}
+
+// nextDuty returns the duty cycle the next burst may have after one of
+// funcs from start to end, which cost measured ns as sampled and whose
+// calls inCalls and outCalls counted: what keeps the bursts' cost within
+// their share of the budget, at the call rates this one measured.
+func (b *burster) nextDuty(funcs []*plan.Func, start, end uint64, measured float64, inCalls, outCalls wire.Counters[uint64]) float64 {
 	// The probe time per second the bursted functions would cost fully
 	// probed, and the share of the target's own CPU the bursts may take.
 	secs := float64(end-start) / 1e9
@@ -397,7 +465,7 @@ func (b *burster) burst(gen uint32, chosen uint64, funcs []*plan.Func, set map[u
 		load += float64(outCalls.CallsSince(inCalls, int(f.ID))) / secs * b.m.entryCost(int(f.ID))
 	}
 	load = math.Max(load, measured/secs)
-	return burstDuty(load, b.m.burstBudget(b.cfg.Budget), b.m.ownCPU()), attach, time.Duration(end - start), nil
+	return burstDuty(load, b.m.burstBudget(b.cfg.Budget), b.m.ownCPU())
 }
 
 // window holds the open window, from start, while it takes new frames

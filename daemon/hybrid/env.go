@@ -1,10 +1,3 @@
-// Package hybrid is hybrid mode's controller: the monitor, which reads
-// the probes' call counters and the target's cpu-clock samples and
-// demotes the functions whose probes cost more than the overhead budget
-// allows (package cost decides which), and the burster, which brings the
-// entry probes of the functions demoted to sampling back for short bursts
-// whose calls package estimate scales into counts. It talks to the
-// session through the narrow interfaces below. See docs/hybrid.md.
 package hybrid
 
 import (
@@ -110,7 +103,7 @@ type Env struct {
 	// Samples, when set, is told of the probes detached.
 	Samples ProbeSamples
 	// Bursts is the bursts' log, Check the cross-check of their events.
-	Bursts *estimate.Log
+	Bursts *estimate.BurstLog
 	Check  *estimate.Check
 	// Callers, when set, places the probes that count the roots'
 	// callers once the roots are sampled.

@@ -1,20 +1,15 @@
 package hybrid
 
 import (
-	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"os"
-	"runtime"
-	"slices"
 	"sync"
 	"time"
 
 	"github.com/kprofd/kprofd/daemon/cost"
 	"github.com/kprofd/kprofd/daemon/estimate"
-	"github.com/kprofd/kprofd/daemon/probes"
 	"github.com/kprofd/kprofd/internal/monotonic"
 	"github.com/kprofd/kprofd/internal/plan"
 	"github.com/kprofd/kprofd/internal/wire"
@@ -32,9 +27,6 @@ const (
 	quietAfter      = time.Second
 )
 
-// rateWindow is the window call rates and CPU time are measured over.
-const rateWindow = 100 * time.Millisecond
-
 // monitor is hybrid mode's control loop: it reads each function's call
 // count and the target's CPU time (its cpu-clock samples), asks the cost
 // model what to demote, and detaches the probes.
@@ -42,7 +34,7 @@ type monitor struct {
 	cfg    *Config
 	env    *Env
 	model  *cost.Model
-	bursts *estimate.Log // nil: no sampled instrumentation
+	bursts *estimate.BurstLog // nil: no sampled instrumentation
 	log    *slog.Logger
 
 	// history holds the readings since the last round (which measure
@@ -109,78 +101,6 @@ type monitor struct {
 // errRootsHot ends the monitor's loop when the roots' own probes cost more
 // than the budget and the roots are to be sampled (monitor.rootsHot).
 var errRootsHot = errors.New("the roots' own probes cost more than the budget")
-
-// linger is a function demoted to sampling along with a caller while it
-// had no calls (cost.Decision.Idle), whose probes stay in until it is
-// called: a probe that never fires costs nothing, while taking a
-// breakpoint out takes the target's memory lock, about 0.1 ms each while
-// the target traps at full rate, and most callees demoted with a hot
-// caller are never called (the error and allocation paths of libc). Its
-// events are dropped all the same (Simulator.Drop), and bursts leave it
-// out until its probes are gone (they count calls by the same counters).
-type linger struct {
-	calls   uint64 // what its entries had counted when it was demoted
-	leaving bool   // its entries fired since: its probes are going
-}
-
-// linger keeps function id's probes in until it is called, its entries
-// having counted calls so far; m.mu is held.
-func (m *monitor) linger(id int, calls uint64) {
-	if m.lingering == nil {
-		m.lingering = map[int]*linger{}
-	}
-	m.lingering[id] = &linger{calls: calls}
-	m.lingered++
-}
-
-// counts is one reading of the counters.
-type counts struct {
-	at      time.Time
-	calls   wire.Counters[uint64]
-	samples uint64
-	// probe counts the samples that landed in a probe, and trapByFunc
-	// those found in each function's probes.
-	probe      probeCounters
-	trapByFunc map[uint32]uint64
-	// outside counts the samples in the probes of threads outside the
-	// root (see bpf.Stats.OutsideTrapSamples).
-	outside uint64
-	// syncs counts the sync probe's hits.
-	syncs uint64
-}
-
-// probeCounters are the kernel's counters of samples in probes: inside
-// the root, in the probe program (inProgram) or in its trap (inTrap), and
-// of each, those taken in a burst's probes; outside it, in the probes of
-// functions below the root called from there (outsideCallees, bursts'
-// left out), which demotions take away as they take those inside.
-type probeCounters struct {
-	inProgram, inBurstProgram, inTrap, inBurstTrap uint64
-	outsideCallees                                 uint64
-}
-
-// since returns the samples in probes outside bursts between old and p.
-// Each counter only grows, but they are read one after another: a
-// burst sample taken between the reads of a total and of its burst
-// share makes a difference of one reading smaller than the truth, so
-// the differences are taken per counter and kept from going below zero
-// (a wrapped-around difference once read as every sample in probes).
-func (p probeCounters) since(old probeCounters) uint64 {
-	outside := func(total, burst, oldTotal, oldBurst uint64) uint64 {
-		d, db := total-oldTotal, burst-oldBurst
-		if db > d {
-			return 0
-		}
-		return d - db
-	}
-	return outside(p.inProgram, p.inBurstProgram, old.inProgram, old.inBurstProgram) +
-		outside(p.inTrap, p.inBurstTrap, old.inTrap, old.inBurstTrap) +
-		p.outsideCallees - old.outsideCallees
-}
-
-// total returns the samples in any probe but the root's own outside it,
-// bursts' inside the root included.
-func (p probeCounters) total() uint64 { return p.inProgram + p.inTrap + p.outsideCallees }
 
 func newMonitor(cfg *Config, env *Env, model *cost.Model) *monitor {
 	log := cfg.Log
@@ -256,63 +176,9 @@ func (m *monitor) Stop() {
 	<-m.done
 }
 
-// read takes a reading of the counters.
-func (m *monitor) read(now time.Time) (counts, error) {
-	c := counts{at: now}
-	m.mu.Lock()
-	ids := m.model.Len() // the plan's and those found so far
-	m.mu.Unlock()
-	var err error
-	if c.calls, err = m.env.Program.CallCounts(nil, ids); err != nil {
-		return c, err
-	}
-	st, err := m.env.Program.Stats()
-	if err != nil {
-		return c, err
-	}
-	c.samples = st.TargetSamples
-	// Samples in a probe, the bursts' left out: in the probe program
-	// or in its trap, both counted in the kernel as they are taken (the
-	// event loop, which places them by function, may run far behind
-	// while the probes fire at full rate).
-	c.probe = probeCounters{inProgram: st.ProbeSamples, inBurstProgram: st.BurstSamples,
-		inTrap: st.TrapSamples, inBurstTrap: st.BurstTrapSamples, outsideCallees: st.OutsideCalleeSamples}
-	c.trapByFunc = m.env.Sim.TrapSamples()
-	c.outside = st.OutsideTrapSamples
-	c.syncs = st.SyncHits
-	return c, nil
-}
-
-// floorWindow is how far back the floor is measured: its samples are a
-// few in a hundred.
-const floorWindow = time.Second
-
-// floorReading is what the floor is measured from in one reading.
-type floorReading struct {
-	at                         time.Time
-	samples, inProbes, outside uint64
-}
-
-// floorAt takes in reading c and returns the lower bound of the overhead
-// of the probes that threads meet outside the root (the root's own entry
-// and exits, which no demotion takes) over the last floorWindow: a lower
-// bound, since demotions are never undone and a floor read too high would
-// take functions for good; and the samples in those probes it rests on.
-func (m *monitor) floorAt(c counts) (low float64, samples uint64) {
-	m.floors = append(m.floors, floorReading{at: c.at, samples: c.samples, inProbes: c.probe.total(), outside: c.outside})
-	for len(m.floors) > 2 && c.at.Sub(m.floors[1].at) >= floorWindow {
-		m.floors = m.floors[1:]
-	}
-	old := m.floors[0]
-	outside := c.outside - old.outside
-	others := c.samples - old.samples - (c.probe.total() - old.inProbes)
-	if outside == 0 || others <= outside {
-		return 0, outside
-	}
-	_, low = cost.OverheadBounds(outside, others)
-	return low, outside
-}
-
+// step takes a reading of the counters and, when the window since the
+// last round is long enough to measure rates in, decides a round and
+// starts its detaches.
 func (m *monitor) step(now time.Time) error {
 	m.mu.Lock()
 	err := m.detachErr
@@ -347,307 +213,11 @@ func (m *monitor) step(now time.Time) error {
 		return nil // too short a window to measure rates in
 	}
 	m.rates = callRates(m.rates[:0], old, c)
-	// The target cannot use more than every CPU; a window whose samples
-	// say otherwise would hide any overhead.
-	cpu := min(float64(c.samples-old.samples)*float64(m.cfg.SamplePeriod)/dt, float64(runtime.NumCPU())*1e9)
-	m.mu.Lock() // the model grows as functions are found
-	floor, floorSamples := m.floorAt(c)
-	meas := cost.Measurement{Calls: c.calls, InFlight: len(m.going) > 0, Floor: floor, Syncs: float64(c.syncs-old.syncs) / dt}
-	m.floorPeak = max(m.floorPeak, meas.Floor)
-	// The warning, as a round's measurement, needs cost.MinProbeSamples:
-	// Wilson's bound is no bound on one or two samples (one of a
-	// session's first three can bound the floor over a 10% budget). The
-	// rounds take the floor as it is: read high, it only demotes more.
-	if meas.Floor > m.model.Budget() && floorSamples >= cost.MinProbeSamples && m.rootsHot != nil {
-		m.hotWhy = fmt.Sprintf("the roots' own entry and exit probes cost at least %.1f%% of the target's CPU time, more than the %.0f%% overhead budget",
-			100*meas.Floor, 100*m.model.Budget())
-		m.mu.Unlock()
-		return errRootsHot
+	r, err := m.decide(now, old, c)
+	if err != nil || r == nil {
+		return err
 	}
-	if meas.Floor > m.model.Budget() && floorSamples >= cost.MinProbeSamples && !m.floorSaid {
-		m.floorSaid = true
-		m.cfg.warnf("the root's own entry and exit probes cost at least %.1f%% of the target's CPU time, more than the %.0f%% overhead budget: every function below the root is demoted as it is called; what the root's own probes cost stays, and a root called less often (one of its callers) costs less",
-			100*meas.Floor, 100*m.model.Budget())
-	}
-	if long := m.long[0]; long.at.Before(old.at) {
-		meas.Mix = callRates(nil, long, c)
-	}
-	if !meas.InFlight {
-		meas.Samples, meas.Counted, meas.ByFunc = c.probe.since(old.probe), true, map[int]float64{}
-		meas.Probe = float64(meas.Samples) * float64(m.cfg.SamplePeriod) / dt
-		for f, n := range c.trapByFunc {
-			if d := n - old.trapByFunc[f]; d > 0 {
-				meas.ByFunc[int(f)] = float64(d) * float64(m.cfg.SamplePeriod) / dt
-			}
-		}
-	}
-	ds, predicted, after := m.model.DecideRound(m.rates, cpu, c.samples-old.samples, meas)
-	syncWhy, syncGoes := m.model.TakeSync()
-	late := m.takeLingering(ds, c.calls)
-	m.own = cpu / (1 + predicted)
-	m.readings++
-	if len(ds) > 0 || syncGoes {
-		m.lastRound = now
-		m.rounds++
-		m.inflight++ // from the decision, so that Demotions waits for it
-	}
-	round := m.rounds
-	m.peak = max(m.peak, predicted)
-	m.latest = after
-	m.mu.Unlock()
-	if len(ds) == 0 && len(late) == 0 && !syncGoes {
-		return nil
-	}
-	var sync *Demotion
-	if syncGoes {
-		sync = &Demotion{Func: m.syncName(), Stage: cost.StageSampled, Sync: true, At: now.Sub(m.cfg.Start), Reason: syncWhy,
-			Round: round, Before: predicted, After: after}
-	}
-
-	// Allocators sample by bytes before the cut: a call after it is
-	// then counted by a sample, never lost between the two.
-	for _, d := range ds {
-		if f := m.funcOf(d.ID); !d.Sites && f.Alloc != nil {
-			if err := m.env.Program.SampleAlloc(f.ID, sampledAllocSpec(f, m.cfg.Plan)); err != nil {
-				m.recorded(nil)
-				return err
-			}
-		}
-	}
-	// The simulator drops the demoted probes' events from now on, so
-	// that the round's detaches can all run side by side (each waits
-	// for a grace period of tens of ms): no callee's entry can land
-	// without its caller's.
-	from := monotonic.Now()
-	for _, d := range ds {
-		if !d.Sites {
-			m.env.Sim.Drop(uint32(d.ID), d.Stage == cost.StageSampled, from)
-		}
-		if !d.Sites && m.bursts != nil && (d.Stage == cost.StageSampled || m.funcOf(d.ID).Alloc != nil) {
-			// Its calls count exactly up to from, the event loop's
-			// cut, and are estimated after: the event loop, behind
-			// real time, must know before its events reach from,
-			// not after the detach (tens of ms, seconds under
-			// load), or the calls between would be counted nowhere.
-			// An allocator's calls stop counting when it turns to
-			// byte sampling (its entry goes silent): if it is
-			// demoted to sampling later, the bursts' estimate
-			// starts there (the burst log keeps the first time).
-			m.bursts.Demote(uint32(d.ID), from)
-			m.env.Check.Demoted(uint32(d.ID), c.calls, true)
-		}
-	}
-	var breakpoints []uint64
-	idle := 0
-	for _, d := range ds {
-		if d.Idle {
-			idle++
-			continue
-		}
-		breakpoints = append(breakpoints, m.env.Probes.Breakpoints(m.funcOf(d.ID), d.Parts()...)...)
-	}
-	for _, id := range late {
-		breakpoints = append(breakpoints, m.env.Probes.Breakpoints(m.funcOf(id), probes.AllParts...)...)
-	}
-	if sync != nil {
-		breakpoints = append(breakpoints, m.env.Probes.SyncBreakpoints()...)
-	}
-	recorded := len(ds) // the demotions the round records
-	if sync != nil {
-		recorded++
-	}
-	m.log.Debug("hybrid: round", "round", round, "at", now.Sub(m.cfg.Start), "window", now.Sub(old.at),
-		"samples", c.samples-old.samples, "probe_samples", meas.Samples, "measured", meas.Counted,
-		"overhead", predicted, "after", after, "floor", meas.Floor, "demotions", recorded, "idle", idle,
-		"called_lingering", len(late), "breakpoints", len(breakpoints), "in_flight", len(m.going))
-	done := make(chan struct{})
-	m.detaching.Add(1)
-	go func() {
-		defer m.detaching.Done()
-		defer close(done)
-		m.detach(ds, late, sync, now, round, predicted, after)
-	}()
-	// The loop goes on deciding while the breakpoints go (a large
-	// round's take hundreds of ms, while the target traps at full
-	// rate): the next window starts at the decision, its calls those
-	// of the probes that stay.
-	m.going = append(m.going, &goingRound{addrs: breakpoints, done: done})
-	m.history = append(m.history[:0], c)
-	return nil
-}
-
-// goingRound is a round whose breakpoints may still be in the target's
-// code: addrs are those not seen gone yet, and done is closed when its
-// detaches have returned.
-type goingRound struct {
-	addrs []uint64
-	done  <-chan struct{}
-}
-
-// goneNow drops from going the rounds whose breakpoints are gone from
-// the target's code (the probes' original first byte is never one), or
-// whose detaches have returned, and reports whether that left none. A
-// round's breakpoints go before its closes return, each after a grace
-// period of tens of ms.
-func (m *monitor) goneNow() bool {
-	if m.mem == nil {
-		f, err := os.Open(fmt.Sprintf("/proc/%d/mem", m.cfg.PID))
-		if err == nil {
-			m.mem = f
-		}
-	}
-	m.going = slices.DeleteFunc(m.going, func(r *goingRound) bool {
-		select {
-		case <-r.done:
-			return true
-		default:
-		}
-		if m.mem == nil {
-			return false // wait for the detaches
-		}
-		r.addrs = slices.DeleteFunc(r.addrs, func(a uint64) bool {
-			var b [1]byte
-			_, err := m.mem.ReadAt(b[:], int64(a))
-			return err != nil || b[0] != 0xcc // unmapped, or restored
-		})
-		return len(r.addrs) == 0
-	})
-	return len(m.going) == 0
-}
-
-// takeLingering, under mu, returns the lingering functions that were
-// called since they were demoted (calls are the entry counts just read),
-// marking them leaving, and takes in a round's idle demotions ds as
-// lingering; an idle demotion of a function without an entry probe,
-// whose calls would never be seen, is turned into a detach.
-func (m *monitor) takeLingering(ds []cost.Decision, calls wire.Counters[uint64]) (late []int) {
-	for id, l := range m.lingering {
-		if !l.leaving && calls.Calls(id) > l.calls {
-			l.leaving = true
-			late = append(late, id)
-		}
-	}
-	slices.Sort(late)
-	for i, d := range ds {
-		if !d.Idle {
-			continue
-		}
-		f := m.funcLocked(d.ID)
-		if f == nil || !calls.Has(d.ID) || len(m.env.Probes.Breakpoints(f, probes.Entry)) == 0 {
-			ds[i].Idle = false
-			continue
-		}
-		m.linger(d.ID, calls.Calls(d.ID))
-		ds[i].Reason += cost.IdleReason
-	}
-	m.called += len(late)
-	return late
-}
-
-// detach detaches a round's demotions side by side, with the probes of
-// the lingering functions late that were called since, records the
-// demotions and tells the session. It runs in the background of the next
-// windows.
-func (m *monitor) detach(ds []cost.Decision, late []int, syncDem *Demotion, now time.Time, round int, predicted, after float64) {
-	dems := make([]Demotion, len(ds))
-	errs := make([]error, len(ds)+len(late))
-	var wg sync.WaitGroup
-	var syncErr error
-	if syncDem != nil {
-		// Before its probe goes: the root's return address and the
-		// samples take over its job (kprofd.bpf.c, root_overwritten).
-		if syncErr = m.env.Program.SetSampleRootRule(); syncErr == nil {
-			wg.Go(func() {
-				t0 := time.Now()
-				_, syncErr = m.env.Probes.DetachSync()
-				syncDem.Detach = time.Since(t0)
-			})
-		}
-	}
-	take := func(i int, f *plan.Func, parts []probes.Part) time.Duration {
-		t0 := time.Now()
-		_, errs[i] = m.env.Probes.DetachParts(f, parts...)
-		if u := m.env.Samples; u != nil {
-			u.Detached(f.ID, parts...)
-		}
-		return time.Since(t0)
-	}
-	for i, d := range ds {
-		f := m.funcOf(d.ID)
-		dems[i] = Demotion{Func: f.Node.Name(), ID: f.ID, Stage: d.Stage, Sites: d.Sites, At: now.Sub(m.cfg.Start), Reason: d.Reason,
-			Round: round, Before: predicted, After: after}
-		if d.Idle {
-			continue // its probes linger
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			dems[i].Detach = take(i, f, d.Parts())
-		}()
-	}
-	for k, id := range late {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			take(len(ds)+k, m.funcOf(id), probes.AllParts)
-		}()
-	}
-	wg.Wait()
-	m.log.Debug("hybrid: round detached", "round", round, "at", time.Since(m.cfg.Start), "took", time.Since(now))
-	gone := monotonic.Now()
-	for i, d := range ds {
-		if !d.Idle && !d.Sites && d.Stage == cost.StageSampled && errs[i] == nil {
-			m.env.Check.Gone(uint32(d.ID), gone)
-		}
-	}
-	for k, id := range late {
-		if errs[len(ds)+k] == nil {
-			m.env.Check.Gone(uint32(id), gone)
-		}
-	}
-	m.mu.Lock()
-	for _, id := range late {
-		delete(m.lingering, id) // bursts may take it now
-	}
-	m.mu.Unlock()
-	if syncDem != nil {
-		dems = append(dems, *syncDem)
-	}
-	if len(dems) > 0 {
-		m.recorded(dems) // before the callbacks, which may ask for them
-	}
-	if syncErr != nil {
-		m.mu.Lock()
-		if m.detachErr == nil {
-			m.detachErr = fmt.Errorf("detaching the sync probe: %w", syncErr)
-		}
-		m.mu.Unlock()
-		return
-	}
-	// The session is told of each demotion up to the first detach that
-	// failed, which stops the monitor.
-	for i, err := range errs {
-		if err != nil {
-			name := ""
-			if i < len(ds) {
-				name = dems[i].Func
-			} else {
-				name = m.funcOf(late[i-len(ds)]).Node.Name()
-			}
-			m.mu.Lock()
-			if m.detachErr == nil {
-				m.detachErr = fmt.Errorf("detaching the probes of %s: %w", name, err)
-			}
-			m.mu.Unlock()
-			return
-		}
-		if i < len(ds) && m.cfg.Demoted != nil {
-			m.cfg.Demoted(dems[i])
-		}
-	}
-	if syncDem != nil && m.cfg.Demoted != nil {
-		m.cfg.Demoted(dems[len(dems)-1])
-	}
+	return m.apply(r, old, c)
 }
 
 // funcName names function id, as demotions do.
@@ -664,113 +234,6 @@ func (m *monitor) syncName() string {
 		return p.Obj.Base() + ":__cxa_begin_catch"
 	}
 	return "__cxa_begin_catch"
-}
-
-// remember takes in the demotions ds from the memory that the session
-// starts with, or that the functions of found (nil at the start), found
-// through an indirect call, start with: their probes were left out of
-// the attach, as of t, but for the idle ones', which linger until they
-// are called. They are recorded as round 0 and told to the session.
-// The monitor and the bursts act on found's functions from here on,
-// once the simulator and the bursts know their demotions.
-func (m *monitor) remember(ds []cost.Decision, t uint64, found *plan.Plan) {
-	byID := map[int]*plan.Func{}
-	if found != nil {
-		for _, f := range found.Funcs {
-			byID[int(f.ID)] = f
-		}
-	}
-	dems := make([]Demotion, 0, len(ds))
-	for _, d := range ds {
-		f := byID[d.ID]
-		if f == nil {
-			f = m.funcOf(d.ID)
-		}
-		if !d.Sites {
-			m.env.Sim.Drop(uint32(d.ID), d.Stage == cost.StageSampled, t)
-			if m.bursts != nil && d.Stage == cost.StageSampled {
-				m.bursts.DemoteUnprobed(uint32(d.ID), t)
-				m.env.Check.Demoted(uint32(d.ID), nil, false)
-			}
-		}
-		if u := m.env.Samples; u != nil && !d.Idle {
-			u.Detached(f.ID, d.Parts()...)
-		}
-		// At the start, or when found through an indirect call.
-		at := time.Duration(max(int64(t)-int64(m.cfg.StartMono), 0))
-		dems = append(dems, Demotion{Func: f.Node.Name(), ID: f.ID, Stage: d.Stage, At: at, Sites: d.Sites, Reason: d.Reason, Remembered: !d.Predicted, Predicted: d.Predicted})
-	}
-	m.mu.Lock()
-	if m.found == nil {
-		m.found = map[int]*plan.Func{}
-	}
-	maps.Copy(m.found, byID)
-	m.demotions = append(m.demotions, dems...)
-	slices.SortStableFunc(m.demotions, func(a, b Demotion) int { return cmp.Compare(a.Round, b.Round) })
-	if m.remembered == nil {
-		m.remembered = map[int]bool{}
-	}
-	if m.prior == nil {
-		m.prior = map[int]bool{}
-	}
-	for _, d := range ds {
-		m.remembered[d.ID] = true
-		m.prior[d.ID] = d.Predicted
-		if d.Idle {
-			m.linger(d.ID, 0) // its probes are in, counting from 0
-		}
-	}
-	m.mu.Unlock()
-	if m.cfg.Demoted != nil {
-		for _, d := range dems {
-			m.cfg.Demoted(d)
-		}
-	}
-}
-
-// rememberSync records that the session started without the sync probe,
-// as the last one on the same executable ended (memoryFile.Sync). It runs
-// before the monitor does: no round is recorded yet, and the demotions
-// stay in round order.
-func (m *monitor) rememberSync(reason string) {
-	d := Demotion{Func: m.syncName(), Stage: cost.StageSampled, Sync: true, Reason: reason, Remembered: true}
-	m.mu.Lock()
-	m.demotions = append(m.demotions, d)
-	m.mu.Unlock()
-	m.cfg.demoted(d)
-}
-
-// recorded ends a round in flight, adding its demotions in round order
-// (rounds in the background may end out of order).
-func (m *monitor) recorded(dems []Demotion) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.demotions = append(m.demotions, dems...)
-	slices.SortStableFunc(m.demotions, func(a, b Demotion) int { return cmp.Compare(a.Round, b.Round) })
-	m.inflight--
-	m.applied.Broadcast()
-}
-
-// trimWindow drops the oldest readings of h while the rest still span
-// rateWindow.
-func trimWindow(h []counts) []counts {
-	for len(h) > 2 && h[len(h)-1].at.Sub(h[1].at) >= rateWindow {
-		h = h[1:]
-	}
-	return h
-}
-
-// callRates appends to dst the call rates (per second) between readings
-// from and to: ids found since from count from 0.
-func callRates(dst wire.Counters[float64], from, to counts) wire.Counters[float64] {
-	dt := to.at.Sub(from.at).Seconds()
-	for i, n := range to.calls {
-		if i < len(from.calls) {
-			n -= from.calls[i]
-		}
-		dst = append(dst, float64(n)/dt)
-	}
-	return dst
 }
 
 // funcOf returns the planned or found function with id.
@@ -820,9 +283,6 @@ func (m *monitor) sampledCallers() map[uint32][]uint32 {
 	defer m.mu.Unlock()
 	return m.model.SampledCallers(m.lingers)
 }
-
-// lingers reports whether function id's probes linger; m.mu is held.
-func (m *monitor) lingers(id int) bool { return m.lingering[id] != nil }
 
 // entryCost is what one hit of function id's entry probes costs, in ns.
 func (m *monitor) entryCost(id int) float64 {
@@ -882,17 +342,4 @@ func (m *monitor) predicted() float64 {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.latest
-}
-
-// sampledAllocSpec is what allocator f's entry probe reads in byte
-// sampling: its spec, without the size when it tail-calls another
-// allocator (operator new[] jumps to operator new), which counts it.
-func sampledAllocSpec(f *plan.Func, pl *plan.Plan) wire.AllocSpec {
-	spec := f.Alloc.Spec
-	for _, t := range f.TailCalls {
-		if int(t) < len(pl.Funcs) && pl.Funcs[t].Alloc != nil {
-			spec.Size = [2]uint8{wire.NoReg, wire.NoReg}
-		}
-	}
-	return spec
 }

@@ -28,3 +28,17 @@ func TestProbeCountersSince(t *testing.T) {
 		}
 	}
 }
+
+// TestFloorWarningFits checks that the warning that the root's own
+// probes pass the budget fits one line of kprofd's stderr (160
+// characters, "kprofd: warning: " first) at its widest numbers.
+func TestFloorWarningFits(t *testing.T) {
+	const prefix = "kprofd: warning: "
+	// The floor is at most cost.maxOverhead (50: 5000%).
+	for _, tc := range []struct{ floor, budget float64 }{{0.123, 0.1}, {50, 0.99}, {0.05, 0.01}} {
+		w := floorWarning(tc.floor, tc.budget)
+		if n := len([]rune(prefix + w)); n > 160 {
+			t.Errorf("floor %g, budget %g: %d characters: %s", tc.floor, tc.budget, n, w)
+		}
+	}
+}

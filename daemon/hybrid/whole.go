@@ -110,7 +110,7 @@ func (c *wholeCosts) add(t wholeTake) {
 // for good by a window that lost events). Every whole burst pays for its
 // attach and its detach (attach each) and for the end of the call that
 // was running when it opened (its frames are not a sample, see
-// estimate.Log.fits), whatever it takes after: on the parser, together,
+// estimate.BurstLog.fits), whatever it takes after: on the parser, together,
 // about as long as one call with every probe in (docs/estimation.md). So a burst
 // takes enough calls for those to be a third of its time at most, on
 // average. It takes no more calls than would fill half the ring buffer,
@@ -173,7 +173,7 @@ func wholeBurst(demoted, n int, perBurst float64) bool {
 // new ones, could stand for an awaited one still running. A window in
 // which the probe program dropped burst hits (the ring buffer half
 // full) closes at once: its frames are left out. The event loop places
-// the frames by their times later (estimate.Log.catching, fits). It returns
+// the frames by their times later (estimate.BurstLog.catching, fits). It returns
 // what the window took.
 func (b *burster) wholeWindow(gen uint32, base bpf.Stats, start uint64, calls int, length time.Duration) (wholeTake, error) {
 	took := wholeTake{start: start}

@@ -39,47 +39,7 @@ func loopDepths(b *body, entry uint64) map[uint64]int {
 	if start < 0 {
 		return nil
 	}
-	// The edges, as predecessors; the targets of jump tables are not
-	// known, so an indirect jump may lead to any instruction nothing
-	// else leads to.
-	preds := make([][]int32, len(flow))
-	var tables []int
-	for i, s := range flow {
-		next := -1
-		if i+1 < len(flow) && flow[i+1].addr == s.next {
-			next = i + 1
-		}
-		var to []int
-		switch s.kind {
-		case stepRet:
-		case stepJump:
-			to = append(to, index(s.target))
-		case stepCond:
-			to = append(to, next, index(s.target))
-		case stepIndirect:
-			if slices.Contains(b.indirectJumpSites, s.addr) {
-				tables = append(tables, i)
-				continue
-			}
-			to = append(to, next)
-		default:
-			to = append(to, next)
-		}
-		for _, j := range to {
-			if j >= 0 {
-				preds[j] = append(preds[j], int32(i))
-			}
-		}
-	}
-	if len(tables) > 0 {
-		for j := range flow {
-			if len(preds[j]) == 0 && j != start {
-				for _, i := range tables {
-					preds[j] = append(preds[j], int32(i))
-				}
-			}
-		}
-	}
+	preds := predecessors(flow, index, start, b.indirectJumpSites)
 
 	// The back edges, grouped by header.
 	latches := map[int][]int{}
@@ -133,4 +93,51 @@ func loopDepths(b *body, entry uint64) map[uint64]int {
 		}
 	}
 	return out
+}
+
+// predecessors returns the edges of flow (sorted by address, index
+// finding an address in it, start the entry's) as predecessors; the
+// targets of jump tables (the indirect jumps at tableSites) are not
+// known, so such a jump may lead to any instruction nothing else leads
+// to.
+func predecessors(flow []step, index func(uint64) int, start int, tableSites []uint64) [][]int32 {
+	preds := make([][]int32, len(flow))
+	var tables []int
+	for i, s := range flow {
+		next := -1
+		if i+1 < len(flow) && flow[i+1].addr == s.next {
+			next = i + 1
+		}
+		var to []int
+		switch s.kind {
+		case stepRet:
+		case stepJump:
+			to = append(to, index(s.target))
+		case stepCond:
+			to = append(to, next, index(s.target))
+		case stepIndirect:
+			if slices.Contains(tableSites, s.addr) {
+				tables = append(tables, i)
+				continue
+			}
+			to = append(to, next)
+		default:
+			to = append(to, next)
+		}
+		for _, j := range to {
+			if j >= 0 {
+				preds[j] = append(preds[j], int32(i))
+			}
+		}
+	}
+	if len(tables) > 0 {
+		for j := range flow {
+			if len(preds[j]) == 0 && j != start {
+				for _, i := range tables {
+					preds[j] = append(preds[j], int32(i))
+				}
+			}
+		}
+	}
+	return preds
 }

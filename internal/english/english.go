@@ -1,4 +1,3 @@
-// Package english words the counts in kprofd's messages.
 package english
 
 import (

@@ -1,4 +1,3 @@
-// Package export writes a calling-context profile as pprof, a text tree, a flat top list, folded stacks or a closing summary.
 package export
 
 import (
@@ -33,6 +32,41 @@ import (
 // and inuse_space/bytes, on the allocators' contexts; those with
 // allocations sampled by bytes are labelled "alloc" "estimated".
 func Pprof(p *cct.Profile) (*profile.Profile, error) {
+	out := pprofHeader(p)
+	trees := profileTrees(p)
+	for i, m := range p.Mappings {
+		out.Mapping = append(out.Mapping, &profile.Mapping{
+			ID:           uint64(i + 1),
+			Start:        m.Start,
+			Limit:        m.Limit,
+			Offset:       m.Offset,
+			File:         m.File,
+			BuildID:      m.BuildID,
+			HasFunctions: true,
+		})
+	}
+	locs := addLocations(out, p, trees)
+	for _, t := range trees {
+		var numLabel map[string][]int64
+		if p.Threads != nil {
+			numLabel = map[string][]int64{"thread": {int64(t.tid)}}
+		}
+		t.t.Root.Walk(func(n *cct.Node) {
+			if n.Func != cct.NoFunc {
+				out.Sample = append(out.Sample, nodeSample(p, n, locs, numLabel))
+			}
+		})
+	}
+
+	if err := out.CheckValid(); err != nil {
+		return nil, fmt.Errorf("building pprof profile: %w", err)
+	}
+	return out, nil
+}
+
+// pprofHeader returns the profile of p with no samples yet: its sample
+// types, period, duration, start and comments.
+func pprofHeader(p *cct.Profile) *profile.Profile {
 	out := &profile.Profile{
 		SampleType: []*profile.ValueType{
 			{Type: "calls", Unit: "count"},
@@ -47,8 +81,7 @@ func Pprof(p *cct.Profile) (*profile.Profile, error) {
 	if p.Compensated {
 		out.SampleType = append(out.SampleType, &profile.ValueType{Type: "raw_wall", Unit: "nanoseconds"})
 	}
-	sampled := p.SamplePeriod > 0
-	if sampled {
+	if p.SamplePeriod > 0 {
 		out.SampleType = append(out.SampleType, &profile.ValueType{Type: "samples", Unit: "count"})
 	}
 	if p.Alloc {
@@ -59,36 +92,36 @@ func Pprof(p *cct.Profile) (*profile.Profile, error) {
 	if !p.Start.IsZero() {
 		out.TimeNanos = p.Start.UnixNano()
 	}
+	return out
+}
 
-	type tree struct {
-		tid uint32
-		t   *cct.Tree
-	}
-	var trees []tree
+// threadTree is one tree of a profile, with the thread it is of (0 for
+// the one tree of a profile that does not split them).
+type threadTree struct {
+	tid uint32
+	t   *cct.Tree
+}
+
+// profileTrees returns the trees of p whose nodes become samples: the
+// per-thread ones by thread id when p has them, else p.Tree.
+func profileTrees(p *cct.Profile) []threadTree {
+	var trees []threadTree
 	if p.Threads != nil {
 		for _, tid := range slices.Sorted(maps.Keys(p.Threads)) {
 			if t := p.Threads[tid]; t != nil {
-				trees = append(trees, tree{tid, t})
+				trees = append(trees, threadTree{tid, t})
 			}
 		}
 	} else if p.Tree != nil {
-		trees = append(trees, tree{t: p.Tree})
+		trees = append(trees, threadTree{t: p.Tree})
 	}
+	return trees
+}
 
-	for i, m := range p.Mappings {
-		out.Mapping = append(out.Mapping, &profile.Mapping{
-			ID:           uint64(i + 1),
-			Start:        m.Start,
-			Limit:        m.Limit,
-			Offset:       m.Offset,
-			File:         m.File,
-			BuildID:      m.BuildID,
-			HasFunctions: true,
-		})
-	}
-
-	// One function and one location per function that occurs in a
-	// tree, in FuncID order.
+// addLocations adds to out one function and one location per function
+// that occurs in a tree, in FuncID order, and returns the locations by
+// function. out's mappings must be in.
+func addLocations(out *profile.Profile, p *cct.Profile, trees []threadTree) map[cct.FuncID]*profile.Location {
 	used := make(map[cct.FuncID]*profile.Location)
 	for _, t := range trees {
 		t.t.Root.Walk(func(n *cct.Node) {
@@ -121,86 +154,76 @@ func Pprof(p *cct.Profile) (*profile.Profile, error) {
 		out.Location = append(out.Location, loc)
 		used[id] = loc
 	}
+	return used
+}
 
-	for _, t := range trees {
-		var numLabel map[string][]int64
-		if p.Threads != nil {
-			numLabel = map[string][]int64{"thread": {int64(t.tid)}}
-		}
-		t.t.Root.Walk(func(n *cct.Node) {
-			if n.Func == cct.NoFunc {
-				return
-			}
-			var locs []*profile.Location
-			for m := n; m != nil && m.Func != cct.NoFunc; m = m.Parent {
-				locs = append(locs, used[m.Func])
-			}
-			values := []int64{int64(n.Calls), int64(n.Self())}
-			if p.Compensated {
-				values = append(values, int64(n.RawSelf()))
-			}
-			var label map[string][]string
-			if sampled {
-				values = append(values, int64(n.Samples))
-				label = timingLabels[n.Estimated]
-			}
-			if p.Alloc {
-				values = append(values, int64(n.AllocObjects), int64(n.AllocBytes), int64(n.InuseObjects), int64(n.InuseBytes))
-			}
-			switch {
-			case n.AllocIncomplete:
-				// A lower bound: pprof -tagfocus alloc=incomplete.
-				label = with(label, "alloc", "incomplete")
-			case n.AllocEstimated:
-				// Allocations sampled: pprof -tagfocus alloc=estimated.
-				label = with(label, "alloc", "estimated")
-			}
-			if n.CallsEstimated {
-				// Its calls are an estimate: pprof -tagfocus shows the
-				// relative error.
-				label = with(label, "timing", "estimated")
-				label["count_error"] = []string{CountError(n.CallsError)}
-				label["count_basis"] = []string{n.CountBasis.String()}
-			}
-			if n.Incomplete {
-				// Its calls are a lower bound: pprof -tagfocus calls=incomplete.
-				label = with(label, "calls", "incomplete")
-			}
-			if n.CoveredByEstimate {
-				// Not its function's: pprof -tagignore covered_by=function_estimate.
-				label = with(label, "covered_by", "function_estimate")
-			}
-			if n.Running {
-				// A call was running at the attach: pprof -tagfocus attach=running.
-				label = with(label, "attach", "running")
-			}
-			nums := numLabel
-			if n.Folded > 0 {
-				// Calls past the node budget, in this context's self
-				// time: pprof -tagfocus folded_calls=1: finds them.
-				nums = with(nums, "folded_calls", int64(n.Folded))
-			}
-			var units map[string][]string
-			if n.SelfError > 0 {
-				// How far the compensated self time may be off:
-				// pprof -tagfocus self_error=1ms: finds the unsure.
-				nums = with(nums, "self_error", int64(n.SelfError))
-				units = selfErrorUnit
-			}
-			out.Sample = append(out.Sample, &profile.Sample{
-				Location: locs,
-				Value:    values,
-				Label:    label,
-				NumLabel: nums,
-				NumUnit:  units,
-			})
-		})
+// nodeSample returns the sample of node n of a tree of p: its calling
+// context, leaf first, its values in the order of p's sample types, and
+// its labels; numLabel holds the tree's own numeric labels.
+func nodeSample(p *cct.Profile, n *cct.Node, used map[cct.FuncID]*profile.Location, numLabel map[string][]int64) *profile.Sample {
+	var locs []*profile.Location
+	for m := n; m != nil && m.Func != cct.NoFunc; m = m.Parent {
+		locs = append(locs, used[m.Func])
 	}
-
-	if err := out.CheckValid(); err != nil {
-		return nil, fmt.Errorf("building pprof profile: %w", err)
+	values := []int64{int64(n.Calls), int64(n.Self())}
+	if p.Compensated {
+		values = append(values, int64(n.RawSelf()))
 	}
-	return out, nil
+	var label map[string][]string
+	if p.SamplePeriod > 0 {
+		values = append(values, int64(n.Samples))
+		label = timingLabels[n.Estimated]
+	}
+	if p.Alloc {
+		values = append(values, int64(n.AllocObjects), int64(n.AllocBytes), int64(n.InuseObjects), int64(n.InuseBytes))
+	}
+	switch {
+	case n.AllocIncomplete:
+		// A lower bound: pprof -tagfocus alloc=incomplete.
+		label = with(label, "alloc", "incomplete")
+	case n.AllocEstimated:
+		// Allocations sampled: pprof -tagfocus alloc=estimated.
+		label = with(label, "alloc", "estimated")
+	}
+	if n.CallsEstimated {
+		// Its calls are an estimate: pprof -tagfocus shows the
+		// relative error.
+		label = with(label, "timing", "estimated")
+		label["count_error"] = []string{CountError(n.CallsError)}
+		label["count_basis"] = []string{n.CountBasis.String()}
+	}
+	if n.Incomplete {
+		// Its calls are a lower bound: pprof -tagfocus calls=incomplete.
+		label = with(label, "calls", "incomplete")
+	}
+	if n.CoveredByEstimate {
+		// Not its function's: pprof -tagignore covered_by=function_estimate.
+		label = with(label, "covered_by", "function_estimate")
+	}
+	if n.Running {
+		// A call was running at the attach: pprof -tagfocus attach=running.
+		label = with(label, "attach", "running")
+	}
+	nums := numLabel
+	if n.Folded > 0 {
+		// Calls past the node budget, in this context's self
+		// time: pprof -tagfocus folded_calls=1: finds them.
+		nums = with(nums, "folded_calls", int64(n.Folded))
+	}
+	var units map[string][]string
+	if n.SelfError > 0 {
+		// How far the compensated self time may be off:
+		// pprof -tagfocus self_error=1ms: finds the unsure.
+		nums = with(nums, "self_error", int64(n.SelfError))
+		units = selfErrorUnit
+	}
+	return &profile.Sample{
+		Location: locs,
+		Value:    values,
+		Label:    label,
+		NumLabel: nums,
+		NumUnit:  units,
+	}
 }
 
 // with returns a copy of labels (which samples may share) with key set to

@@ -1,4 +1,3 @@
-// Package monotonic reads the clock probe events carry.
 package monotonic
 
 import "golang.org/x/sys/unix"

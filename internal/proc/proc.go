@@ -1,4 +1,3 @@
-// Package proc reads what kprofd needs about a live process from /proc.
 package proc
 
 import (

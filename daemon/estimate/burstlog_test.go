@@ -14,7 +14,7 @@ import (
 // the start of the attach to the end of the detach, which may run on
 // past the next burst's attach.
 func TestBurstArmed(t *testing.T) {
-	l := NewLog()
+	l := NewBurstLog()
 	first := l.Arm(100)
 	second := l.Arm(200)
 	l.Disarm(second, 250)
@@ -37,7 +37,7 @@ func TestBurstArmed(t *testing.T) {
 // window a time falls in closes, and which windows a frame overlapped
 // that were for a function.
 func TestBurstLog(t *testing.T) {
-	l := NewLog()
+	l := NewBurstLog()
 	l.Open(0, 100, 0, map[uint32]bool{3: true, 7: true})
 	l.Close(110)
 	l.Demote(7, 150)
@@ -91,7 +91,7 @@ func TestBurstLog(t *testing.T) {
 // bursts), and never are for a function and a demoted caller of it at
 // once: the caller comes along as a companion, and has bursts of its own.
 func TestBurstSet(t *testing.T) {
-	l := NewLog()
+	l := NewBurstLog()
 	const leaf, caller, other, grand, util = 1, 2, 3, 4, 5
 	l.burstWith(leaf, caller)                                              // seen by a burst
 	callers := map[uint32][]uint32{caller: {grand}, util: {other, caller}} // the call graph's
@@ -118,7 +118,7 @@ func TestBurstSet(t *testing.T) {
 // TestBurstSetVia checks that a burst takes only functions counted per
 // calls of the same anchors: its window waits for their frames.
 func TestBurstSetVia(t *testing.T) {
-	l := NewLog()
+	l := NewBurstLog()
 	const a, b, c, d = 1, 2, 3, 4
 	const x, y cct.FuncID = 10, 11
 	l.countedVia(a, x)
@@ -145,7 +145,7 @@ func TestBurstSetVia(t *testing.T) {
 // the longest of its last askedFrames asks, and the length its callers'
 // calls had while counted exactly until one of its frames fits.
 func TestBurstWanted(t *testing.T) {
-	l := NewLog()
+	l := NewBurstLog()
 	for_ := func(id uint32) map[uint32]bool { return map[uint32]bool{id: true, 7: false} }
 	l.expects(1, 30*time.Millisecond)
 	l.needs(1, 8*time.Millisecond, false) // a short window saw little of a call
@@ -232,7 +232,7 @@ func TestBurstWholeLossy(t *testing.T) {
 // took its functions and its window's start; one the window has back,
 // or one demoted before its functions were taken, does not.
 func TestBurstCutByDemotion(t *testing.T) {
-	l := NewLog()
+	l := NewBurstLog()
 	has := map[uint32]bool{uint32(C): true}
 	fits := func(what string, start, end uint64, within int, want bool) {
 		t.Helper()

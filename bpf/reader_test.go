@@ -2,7 +2,6 @@ package bpf
 
 import (
 	"reflect"
-	"slices"
 	"testing"
 	"unsafe"
 
@@ -39,19 +38,5 @@ func TestAppendEvents(t *testing.T) {
 	}
 	if _, err := appendEvents(nil, raw[:40]); err == nil {
 		t.Error("accepted a record that is not a whole number of events")
-	}
-}
-
-func TestParseCPUList(t *testing.T) {
-	for in, want := range map[string][]int{"0\n": {0}, "0-3": {0, 1, 2, 3}, "0-1,4,6-7\n": {0, 1, 4, 6, 7}} {
-		got, err := parseCPUList(in)
-		if err != nil || !slices.Equal(got, want) {
-			t.Errorf("parseCPUList(%q) = %v, %v; want %v", in, got, err, want)
-		}
-	}
-	for _, in := range []string{"", "a", "3-1", "1,"} {
-		if _, err := parseCPUList(in); err == nil {
-			t.Errorf("parseCPUList(%q) succeeded", in)
-		}
 	}
 }

@@ -1,12 +1,3 @@
-// Package estimate turns the calls that bursts of sampled instrumentation
-// see into estimated call counts of the functions hybrid mode demoted to
-// sampling (Arnold and Ryder's counter-based sampling, with one call of a
-// caller still counted exactly as the unit). Log records the bursts'
-// windows and the demotions, Counts follows the simulated frames as a
-// stack.Observer and makes the estimates, and Check cross-checks the
-// events they are made of with the kernel's call counters. It needs
-// neither the BPF program nor root: its tests drive a stack.Simulator
-// with events. See docs/estimation.md.
 package estimate
 
 import (
@@ -49,24 +40,24 @@ type burstWindow struct {
 	inRead, outRead uint64
 	length          time.Duration // the longest it may take new frames for
 	// funcs holds the function ids whose entries it had back: true for
-	// those it was for, false for companions (see Log.burstSet).
+	// those it was for, false for companions (see BurstLog.burstSet).
 	funcs map[uint32]bool
 	// whole marks a window of a whole burst (see burster.run): it had
 	// every demoted function's entries back and waited for the roots'
 	// frames, so every frame that began and ended in it was seen whole.
 	whole bool
 	// lossy marks a window the ring buffer lost events in (see
-	// Log.lost): no frame fits in it from then on.
+	// BurstLog.lost): no frame fits in it from then on.
 	lossy bool
 	// cut is when a function it did not have back was demoted to
 	// sampling, after its functions were taken (0: none): no frame that
-	// ended after it fits (see Log.demote).
+	// ended after it fits (see BurstLog.demote).
 	cut uint64
 }
 
-// Log is the bursts of a session and when each function was demoted
+// BurstLog is the bursts of a session and when each function was demoted
 // to sampling, shared by the burster, which writes it, and the event loop.
-type Log struct {
+type BurstLog struct {
 	mu      sync.Mutex
 	windows []burstWindow     // in time order
 	demoted map[uint32]uint64 // function id -> when its probes went (monotonic ns)
@@ -106,15 +97,15 @@ type Log struct {
 	reached             atomic.Uint64
 }
 
-func NewLog() *Log {
-	return &Log{demoted: map[uint32]uint64{}, unprobed: map[uint32]bool{}, want: map[uint32]*asked{}, with: map[uint32][]uint32{}, via: map[uint32]map[cct.FuncID]bool{}}
+func NewBurstLog() *BurstLog {
+	return &BurstLog{demoted: map[uint32]uint64{}, unprobed: map[uint32]bool{}, want: map[uint32]*asked{}, with: map[uint32][]uint32{}, via: map[uint32]map[cct.FuncID]bool{}}
 }
 
 // demote records that function id lost its probes at t. An open window
 // without it is cut there: the simulator drops its events from t on,
 // and its frames, gone from the simulated stack, would leave the calls
 // the burst sees below them in their callers' contexts.
-func (l *Log) Demote(id uint32, t uint64) {
+func (l *BurstLog) Demote(id uint32, t uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if _, ok := l.demoted[id]; !ok {
@@ -127,7 +118,7 @@ func (l *Log) Demote(id uint32, t uint64) {
 }
 
 // cutWithout cuts window w at t if it does not have function id back.
-func (l *Log) cutWithout(w *burstWindow, id uint32, t uint64) {
+func (l *BurstLog) cutWithout(w *burstWindow, id uint32, t uint64) {
 	if _, ok := w.funcs[id]; !ok && (w.cut == 0 || t < w.cut) {
 		w.cut = max(t, 1)
 	}
@@ -136,7 +127,7 @@ func (l *Log) cutWithout(w *burstWindow, id uint32, t uint64) {
 // cutSince cuts the last window, just opened, at the first demotion to
 // sampling at or after chosen (when its functions were taken) of a
 // function it does not have back.
-func (l *Log) CutSince(chosen uint64) {
+func (l *BurstLog) CutSince(chosen uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if len(l.windows) == 0 {
@@ -154,7 +145,7 @@ func (l *Log) CutSince(chosen uint64) {
 // before any probe of its went in: the session started with it demoted,
 // or it was found through an indirect call and started so. No call of
 // it was counted before.
-func (l *Log) DemoteUnprobed(id uint32, t uint64) {
+func (l *BurstLog) DemoteUnprobed(id uint32, t uint64) {
 	l.mu.Lock()
 	l.unprobed[id] = true
 	l.mu.Unlock()
@@ -163,14 +154,14 @@ func (l *Log) DemoteUnprobed(id uint32, t uint64) {
 
 // neverProbed reports whether function id was demoted before any probe
 // of its went in (demoteUnprobed).
-func (l *Log) neverProbed(id uint32) bool {
+func (l *BurstLog) neverProbed(id uint32) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.unprobed[id]
 }
 
 // demotions returns when each function demoted to sampling was.
-func (l *Log) demotions() map[uint32]uint64 {
+func (l *BurstLog) demotions() map[uint32]uint64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return maps.Clone(l.demoted)
@@ -178,7 +169,7 @@ func (l *Log) demotions() map[uint32]uint64 {
 
 // bursted returns how many bursts had function id's entries back, as
 // one they were for or as a companion.
-func (l *Log) Bursted(id uint32) int {
+func (l *BurstLog) Bursted(id uint32) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	n := 0
@@ -194,17 +185,17 @@ func (l *Log) Bursted(id uint32) int {
 // to length: the event loop counts its calls as they come, before it
 // ends. The call counters were read at inRead, before start (0: not
 // read).
-func (l *Log) Open(inRead, start uint64, length time.Duration, funcs map[uint32]bool) {
+func (l *BurstLog) Open(inRead, start uint64, length time.Duration, funcs map[uint32]bool) {
 	l.begin(burstWindow{start: start, end: math.MaxUint64, catchEnd: math.MaxUint64, length: length, funcs: funcs, inRead: inRead})
 }
 
 // openWhole is open for the window of a whole burst: it takes the roots'
 // frames that begin in it, and every frame that fits in it.
-func (l *Log) OpenWhole(inRead, start uint64, length time.Duration, funcs map[uint32]bool) {
+func (l *BurstLog) OpenWhole(inRead, start uint64, length time.Duration, funcs map[uint32]bool) {
 	l.begin(burstWindow{start: start, end: math.MaxUint64, catchEnd: math.MaxUint64, length: length, funcs: funcs, inRead: inRead, whole: true})
 }
 
-func (l *Log) begin(w burstWindow) {
+func (l *BurstLog) begin(w burstWindow) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.windows = append(l.windows, w)
@@ -220,7 +211,7 @@ func (l *Log) begin(w burstWindow) {
 }
 
 // stopCatching records that the open window takes no new frames after t.
-func (l *Log) StopCatching(t uint64) {
+func (l *BurstLog) StopCatching(t uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.windows[len(l.windows)-1].catchEnd = t
@@ -230,7 +221,7 @@ func (l *Log) StopCatching(t uint64) {
 // catching returns the index of the open window if it takes frames that
 // begin at t, the functions it has back (true: those it is for) and
 // whether it is a whole burst's.
-func (l *Log) catching(t uint64) (k int, funcs map[uint32]bool, whole, ok bool) {
+func (l *BurstLog) catching(t uint64) (k int, funcs map[uint32]bool, whole, ok bool) {
 	start := l.openStart.Load()
 	if start == 0 || t < start || t > l.openStop.Load() {
 		return 0, nil, false, false
@@ -239,15 +230,15 @@ func (l *Log) catching(t uint64) (k int, funcs map[uint32]bool, whole, ok bool) 
 }
 
 // Caught reports whether the open window has taken a frame it waits for.
-func (l *Log) Caught() bool { return l.caught.Load() > 0 }
+func (l *BurstLog) Caught() bool { return l.caught.Load() > 0 }
 
 // Taken reports whether the open window has taken a frame, or a thread's
 // interval between exact calls.
-func (l *Log) Taken() bool { return l.caught.Load() > 0 || l.tookInterval.Load() }
+func (l *BurstLog) Taken() bool { return l.caught.Load() > 0 || l.tookInterval.Load() }
 
 // await counts a frame the open window waits for: it began while the
 // window took new frames.
-func (l *Log) await() {
+func (l *BurstLog) await() {
 	l.awaited.Add(1)
 	l.caught.Add(1)
 }
@@ -256,20 +247,20 @@ func (l *Log) await() {
 // window took (see exactclock.go). Unlike a frame, it does not make the
 // window stop taking new frames sooner (Caught): a thread's next
 // interval begins where one ends.
-func (l *Log) awaitInterval() {
+func (l *BurstLog) awaitInterval() {
 	l.intervals.Add(1)
 	l.tookInterval.Store(true)
 }
 
 // ended counts the end of a frame window k waited for.
-func (l *Log) ended(k int) {
+func (l *BurstLog) ended(k int) {
 	if int64(k) == l.openIndex.Load() {
 		l.awaited.Add(-1)
 	}
 }
 
 // intervalEnded counts the end of a thread's interval window k took.
-func (l *Log) intervalEnded(k int) {
+func (l *BurstLog) intervalEnded(k int) {
 	if int64(k) == l.openIndex.Load() {
 		l.intervals.Add(-1)
 	}
@@ -283,7 +274,7 @@ func (l *Log) intervalEnded(k int) {
 // that took frames does not: its calls are counted per those mostly,
 // and a thread's next exact call may be far (a server between
 // requests).
-func (l *Log) Settled() bool {
+func (l *BurstLog) Settled() bool {
 	return l.reached.Load() >= l.openStop.Load() && l.awaited.Load() <= 0 && (l.caught.Load() > 0 || l.intervals.Load() <= 0)
 }
 
@@ -299,7 +290,7 @@ const anyWithin = -2
 // one of those (within is the window its thread's outermost frame was
 // awaited by, -1 if none), so that the frames it takes are those of
 // whole calls of the roots, not the ends of the calls it opened in.
-func (l *Log) fits(start, end uint64, within int) (k int, ok bool) {
+func (l *BurstLog) fits(start, end uint64, within int) (k int, ok bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	k = sort.Search(len(l.windows), func(i int) bool { return l.windows[i].start > start }) - 1
@@ -327,7 +318,7 @@ const lossLookback = 3 * MaxWholeSettle
 // before any event after the lost ones: a frame the loss cut into ends
 // after it, and no longer fits. (The frames that fitted before are
 // whole: they ended before the loss.)
-func (l *Log) lost(t uint64) {
+func (l *BurstLog) lost(t uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	from := t - min(t, uint64(lossLookback))
@@ -339,14 +330,14 @@ func (l *Log) lost(t uint64) {
 }
 
 // lostLast marks the last window lossy (see lost).
-func (l *Log) LostLast() {
+func (l *BurstLog) LostLast() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.windows[len(l.windows)-1].lossy = true
 }
 
 // windowsWhere returns how many windows have property is.
-func (l *Log) windowsWhere(is func(*burstWindow) bool) int {
+func (l *BurstLog) windowsWhere(is func(*burstWindow) bool) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	n := 0
@@ -359,7 +350,7 @@ func (l *Log) windowsWhere(is func(*burstWindow) bool) int {
 }
 
 // windowIs reports whether window k has property is.
-func (l *Log) windowIs(k int, is func(*burstWindow) bool) bool {
+func (l *BurstLog) windowIs(k int, is func(*burstWindow) bool) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return k >= 0 && k < len(l.windows) && is(&l.windows[k])
@@ -373,29 +364,29 @@ func (w *burstWindow) isCut() bool { return w.cut != 0 }
 func (w *burstWindow) isWhole() bool { return w.whole }
 
 // lossyWindows returns how many windows lost events.
-func (l *Log) LossyWindows() int { return l.windowsWhere((*burstWindow).isLossy) }
+func (l *BurstLog) LossyWindows() int { return l.windowsWhere((*burstWindow).isLossy) }
 
 // cutWindows returns how many windows a demotion cut (see demote).
-func (l *Log) CutWindows() int { return l.windowsWhere((*burstWindow).isCut) }
+func (l *BurstLog) CutWindows() int { return l.windowsWhere((*burstWindow).isCut) }
 
 // last returns the index of the latest window.
-func (l *Log) Last() int {
+func (l *BurstLog) Last() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return len(l.windows) - 1
 }
 
 // isLossy reports whether window k missed events (see lost).
-func (l *Log) IsLossy(k int) bool { return l.windowIs(k, (*burstWindow).isLossy) }
+func (l *BurstLog) IsLossy(k int) bool { return l.windowIs(k, (*burstWindow).isLossy) }
 
 // isCut reports whether a demotion cut window k (see demote).
-func (l *Log) IsCut(k int) bool { return l.windowIs(k, (*burstWindow).isCut) }
+func (l *BurstLog) IsCut(k int) bool { return l.windowIs(k, (*burstWindow).isCut) }
 
 // isWhole reports whether window k is a whole burst's.
-func (l *Log) isWhole(k int) bool { return l.windowIs(k, (*burstWindow).isWhole) }
+func (l *BurstLog) isWhole(k int) bool { return l.windowIs(k, (*burstWindow).isWhole) }
 
 // had reports whether window k had function id's entries back.
-func (l *Log) had(k int, id uint32) bool {
+func (l *BurstLog) had(k int, id uint32) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if k >= len(l.windows) {
@@ -425,7 +416,7 @@ type asked struct {
 // of d (up to MaxWindow), fitted saying whether it fitted in its window:
 // its windows are as long as the longest of the last askedFrames asked
 // for, and the prior until one fits.
-func (l *Log) needs(id uint32, d time.Duration, fitted bool) {
+func (l *BurstLog) needs(id uint32, d time.Duration, fitted bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	a := l.ask(id)
@@ -438,7 +429,7 @@ func (l *Log) needs(id uint32, d time.Duration, fitted bool) {
 
 // expects records that function id's windows should be d long until one
 // of its frames fits (the longest such expectation holds).
-func (l *Log) expects(id uint32, d time.Duration) {
+func (l *BurstLog) expects(id uint32, d time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	a := l.ask(id)
@@ -446,7 +437,7 @@ func (l *Log) expects(id uint32, d time.Duration) {
 }
 
 // ask returns function id's record, made on first use; l.mu is held.
-func (l *Log) ask(id uint32) *asked {
+func (l *BurstLog) ask(id uint32) *asked {
 	a := l.want[id]
 	if a == nil {
 		a = &asked{}
@@ -457,7 +448,7 @@ func (l *Log) ask(id uint32) *asked {
 
 // burstWith records that function id's bursts must have function
 // caller's entries back too.
-func (l *Log) burstWith(id, caller uint32) {
+func (l *BurstLog) burstWith(id, caller uint32) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if !slices.Contains(l.with[id], caller) {
@@ -467,7 +458,7 @@ func (l *Log) burstWith(id, caller uint32) {
 
 // countedVia records that a context of function id is counted per calls
 // of anchor (its shortest route).
-func (l *Log) countedVia(id uint32, anchor cct.FuncID) {
+func (l *BurstLog) countedVia(id uint32, anchor cct.FuncID) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	v := l.via[id]
@@ -495,7 +486,7 @@ func (l *Log) countedVia(id uint32, anchor cct.FuncID) {
 // end, and a hot leaf's probes would be in all the while a long anchor
 // frame of another function ran (a request, instead of its caller's
 // call). Such a function waits for the next burst.
-func (l *Log) BurstSet(all []uint32, next, n int, callers map[uint32][]uint32) (funcs map[uint32]bool, after int) {
+func (l *BurstLog) BurstSet(all []uint32, next, n int, callers map[uint32][]uint32) (funcs map[uint32]bool, after int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	// above returns the demoted callers of id, at any depth.
@@ -550,7 +541,7 @@ func subset[K comparable](a, b map[K]bool) bool {
 }
 
 // wanted returns the longest window the functions a burst is for need.
-func (l *Log) Wanted(funcs map[uint32]bool) time.Duration {
+func (l *BurstLog) Wanted(funcs map[uint32]bool) time.Duration {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var d time.Duration
@@ -564,7 +555,7 @@ func (l *Log) Wanted(funcs map[uint32]bool) time.Duration {
 
 // close records the end of the open window (and the end of its taking
 // new frames, if not recorded before).
-func (l *Log) Close(end uint64) {
+func (l *BurstLog) Close(end uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	w := &l.windows[len(l.windows)-1]
@@ -577,7 +568,7 @@ func (l *Log) Close(end uint64) {
 
 // countedTo records that the call counters were read at t after the last
 // window closed.
-func (l *Log) CountedTo(t uint64) {
+func (l *BurstLog) CountedTo(t uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.windows[len(l.windows)-1].outRead = t
@@ -593,7 +584,7 @@ type span struct{ start, end uint64 }
 
 // arm records that a burst's probes start going in at t, and returns the
 // index to disarm it by.
-func (l *Log) Arm(t uint64) int {
+func (l *BurstLog) Arm(t uint64) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.armed = append(l.armed, span{t, math.MaxUint64})
@@ -601,7 +592,7 @@ func (l *Log) Arm(t uint64) int {
 }
 
 // disarm records that burst k's probes were all gone at t.
-func (l *Log) Disarm(k int, t uint64) {
+func (l *BurstLog) Disarm(k int, t uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.armed[k].end = t
@@ -611,7 +602,7 @@ func (l *Log) Disarm(k int, t uint64) {
 // probe's trap then may be the burst's, not the steady probes' that
 // hybrid mode steers by. The window alone is too narrow: the first
 // probes fire while the rest attach, the last until the detach ends.
-func (l *Log) armedAt(t uint64) bool {
+func (l *BurstLog) armedAt(t uint64) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	// A detach may run on while the next bursts attach: look back over
@@ -627,7 +618,7 @@ func (l *Log) armedAt(t uint64) bool {
 
 // locate returns where t falls: in window k (in), or in the gap before
 // window k (k = len(windows): after the last).
-func (l *Log) locate(t uint64) (k int, in bool) {
+func (l *BurstLog) locate(t uint64) (k int, in bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	k = sort.Search(len(l.windows), func(i int) bool { return l.windows[i].end >= t })
@@ -641,7 +632,7 @@ func (l *Log) locate(t uint64) (k int, in bool) {
 // its end: the event came before the record, if not quite before the
 // read). Those hits may be in the counters' count for the window. k is
 // where locate put t (windows are only ever appended).
-func (l *Log) atEdge(k int, t uint64, id uint32) bool {
+func (l *BurstLog) atEdge(k int, t uint64, id uint32) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	n := len(l.windows)
@@ -661,7 +652,7 @@ func (l *Log) atEdge(k int, t uint64, id uint32) bool {
 
 // inWindowOf reports whether t is in a window of a burst that had
 // function id's entries back.
-func (l *Log) InWindowOf(t uint64, id uint32) bool {
+func (l *BurstLog) InWindowOf(t uint64, id uint32) bool {
 	k, in := l.locate(t)
 	if !in {
 		return false
@@ -674,7 +665,7 @@ func (l *Log) InWindowOf(t uint64, id uint32) bool {
 
 // closing returns the end of the window t falls in (its planned end while
 // it is open); ok is false outside every window.
-func (l *Log) closing(t uint64) (end uint64, ok bool) {
+func (l *BurstLog) closing(t uint64) (end uint64, ok bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	k := sort.Search(len(l.windows), func(i int) bool { return l.windows[i].end >= t })
@@ -689,7 +680,7 @@ func (l *Log) closing(t uint64) (end uint64, ok bool) {
 }
 
 // overlapped reports whether any window overlapped [start, end].
-func (l *Log) overlapped(start, end uint64) bool {
+func (l *BurstLog) overlapped(start, end uint64) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	k := sort.Search(len(l.windows), func(i int) bool { return l.windows[i].end >= start })
@@ -698,7 +689,7 @@ func (l *Log) overlapped(start, end uint64) bool {
 
 // wasFor reports whether a window that was for function id (not only
 // had it as a companion) overlapped [start, end].
-func (l *Log) wasFor(start, end uint64, id uint32) bool {
+func (l *BurstLog) wasFor(start, end uint64, id uint32) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	k := sort.Search(len(l.windows), func(i int) bool { return l.windows[i].end >= start })
@@ -712,7 +703,7 @@ func (l *Log) wasFor(start, end uint64, id uint32) bool {
 
 // usableWith returns the closed windows that had function id's entries
 // back and missed no event nor a demotion (see perExact).
-func (l *Log) usableWith(id uint32) []int {
+func (l *BurstLog) usableWith(id uint32) []int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var ks []int
@@ -725,7 +716,7 @@ func (l *Log) usableWith(id uint32) []int {
 }
 
 // demotedAt returns when function id was demoted to sampling.
-func (l *Log) demotedAt(id uint32) (uint64, bool) {
+func (l *BurstLog) demotedAt(id uint32) (uint64, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	d, ok := l.demoted[id]

@@ -1,0 +1,2 @@
+// Package english words the counts in kprofd's messages.
+package english

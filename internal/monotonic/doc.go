@@ -1,0 +1,2 @@
+// Package monotonic reads the clock probe events carry.
+package monotonic
