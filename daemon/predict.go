@@ -103,6 +103,7 @@ type beforeAttach struct {
 // countRoots attaches a probe on every root's entry that only counts its
 // calls (at countingID).
 func (s *Session) countRoots() error {
+	defer LogPhase(s.cfg.Log, "attach roots' counters", time.Now())
 	pl := s.prep.Plan
 	for _, f := range pl.Funcs {
 		if !f.Root {

@@ -199,9 +199,11 @@ func StartPrepared(pr *Prepared, cfg Config) (_ *Session, err error) {
 		}
 	}()
 	discovering := cfg.Mode != ModeSample && !cfg.NoDiscovery
+	loadStart := time.Now()
 	if err := s.load(discovering); err != nil {
 		return nil, err
 	}
+	LogPhase(cfg.Log, "load", loadStart)
 	s.newSimulator()
 	// Watch the target before attaching: a pid that exits now must not be
 	// reused unnoticed.
@@ -393,10 +395,12 @@ func (s *Session) attachAll(model *cost.Model, opt probes.Options, remembered []
 		}
 	}
 	attached := monotonic.Now() // remembered demotions date from before any probe
+	attachStart := time.Now()
 	probes, err := probes.Attach(s.prog, cfg.PID, pr.Plan, opt, cfg.warnf)
 	if err != nil {
 		return err
 	}
+	LogPhase(cfg.Log, "attach", attachStart)
 	s.attachMu.Lock()
 	s.probes = probes
 	s.start, s.startMono = time.Now(), monotonic.Now()
@@ -733,6 +737,7 @@ func (s *Session) stop() (*cct.Profile, error) {
 		<-s.awaitDone
 		attachErr = s.attachErr
 	}
+	detachStart := time.Now()
 	pauseErr := s.endDiscovery()
 	var hybridErr error
 	if s.hybrid != nil {
@@ -747,6 +752,8 @@ func (s *Session) stop() (*cct.Profile, error) {
 		detachErr = errors.Join(detachErr, s.sampler.Close())
 	}
 	end := monotonic.Now()
+	LogPhase(s.cfg.Log, "detach", detachStart)
+	drainStart := time.Now()
 	batched, drainErr := s.prog.Drain()
 	s.stopping.Store(true)
 	s.reader.Flush()
@@ -756,6 +763,8 @@ func (s *Session) stop() (*cct.Profile, error) {
 	}
 	s.events.Add(uint64(len(batched)))
 	s.publish()
+	LogPhase(s.cfg.Log, "drain", drainStart)
+	profileStart := time.Now()
 	if s.hybrid != nil {
 		// Once every event is in: a session no thread entered a root in
 		// leaves the memory as it was, and the event loop may have run
@@ -771,6 +780,7 @@ func (s *Session) stop() (*cct.Profile, error) {
 		s.crossChecks = estimate.CrossChecks(s.counts, s.check, s.hybrid.FuncName)
 	}
 	p := s.buildProfile(end, stats)
+	LogPhase(s.cfg.Log, "profile", profileStart)
 	return p, errors.Join(attachErr, hybridErr, pauseErr, detachErr, drainErr, s.runErr, statsErr)
 }
 

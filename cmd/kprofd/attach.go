@@ -170,7 +170,7 @@ func newAttachCmd() *cobra.Command {
 	f.BoolVar(&o.remember, "remember", true, "hybrid mode: start with the demotions the last session on the same executable and roots ended with\n(their probes are never attached), and leave this session's for the next; --remember=false for neither")
 	f.BoolVar(&o.predict, "predict", true, "hybrid mode, with no remembered demotions: count the root's calls first and start demoted what the loops\naround their calls predict far too costly at that rate (the root's calls before the attach are not profiled);\n--predict=false attaches every probe at once")
 	f.BoolVarP(&o.verbose, "verbose", "v", false, "print warnings about every function and the kernel ids of what is attached")
-	f.BoolVar(&o.debug, "debug", false, "log hybrid mode's control decisions to stderr: each round of demotions (the window it measured,\nthe overhead, the breakpoints it takes out), when its breakpoints are gone and when its detaches return")
+	f.BoolVar(&o.debug, "debug", false, "log to stderr how long each phase of the session took (analysis, calibration, load, attach, detach,\nwrite) and hybrid mode's control decisions: each round of demotions (the window it measured, the overhead,\nthe breakpoints it takes out), when its breakpoints are gone and when its detaches return")
 	f.BoolVar(&o.recalibrate, "recalibrate", false, "measure the probes' costs again (quick mode) even when a calibration is cached")
 	f.StringVar(&o.socket, "socket", "", "run the session in the kprofd serve daemon listening on this unix socket\n(default for a user other than root: "+service.DefaultSocket+" when it exists)")
 	cmd.MarkFlagRequired("pid")
@@ -312,7 +312,10 @@ func runAttach(ctx context.Context, o *attachOptions, stdout, stderr io.Writer) 
 	if end.Output == nil {
 		return result
 	}
-	return errors.Join(writeOutputs(o, end.Output, stdout, stderr), result)
+	writeStart := time.Now()
+	err = writeOutputs(o, end.Output, stdout, stderr)
+	daemon.LogPhase(hooks.Log, "write", writeStart)
+	return errors.Join(err, result)
 }
 
 // checkFlags refuses the flags' zero values that are no request's (a
@@ -392,9 +395,11 @@ func runLocal(ctx context.Context, req *service.Request, recalibrate bool, h ser
 		end.Error = err.Error()
 	}
 	if out.Profile != nil {
+		renderStart := time.Now()
 		if end.Output, err = service.Render(out.Profile, req); err != nil {
 			return nil, err
 		}
+		daemon.LogPhase(h.Log, "render", renderStart)
 	}
 	return end, nil
 }

@@ -45,7 +45,7 @@ func TestMain(m *testing.M) {
 
 // buildKprofd builds the command once per test binary and points its
 // calibration cache at a directory of the test's own.
-func buildKprofd(t *testing.T) string {
+func buildKprofd(t testing.TB) string {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Fatal("integration tests need root: run them with sudo (make test-integration)")

@@ -105,10 +105,12 @@ func Run(ctx context.Context, req *Request, calibration func() *calibrate.Result
 		cfg.Warnf = func(format string, args ...any) { h.Warn(fmt.Sprintf(format, args...)) }
 	}
 	cfg.Demoted, cfg.Log = h.Demoted, h.Log
+	analysisStart := time.Now()
 	prep, err := daemon.Prepare(cfg)
 	if err != nil {
 		return nil, err
 	}
+	daemon.LogPhase(h.Log, "analysis", analysisStart, "functions", len(prep.Plan.Funcs))
 	defer prep.Close()
 	if h.Prepared != nil {
 		if err := h.Prepared(prep); err != nil {
@@ -117,9 +119,11 @@ func Run(ctx context.Context, req *Request, calibration func() *calibrate.Result
 	}
 	var speed *calibrate.Result // the probes' cost at the start (calibrate.Check)
 	if calibration != nil {
+		calStart := time.Now()
 		if cfg.Calibration = calibration(); cfg.Calibration != nil {
 			speed, _ = calibrate.Run(calibrate.Check)
 		}
+		daemon.LogPhase(h.Log, "calibration", calStart)
 	}
 	s, err := daemon.StartPrepared(prep, cfg)
 	if err != nil {
@@ -160,11 +164,13 @@ func Run(ctx context.Context, req *Request, calibration func() *calibrate.Result
 	}
 	profile, stopErr := s.Stop()
 	if speed != nil && profile != nil {
+		checkStart := time.Now()
 		if end, err := calibrate.Run(calibrate.Check); err == nil {
 			if drift, ok := calibrate.Drift(speed, end); ok {
 				profile.Comments = append(profile.Comments, drift)
 			}
 		}
+		daemon.LogPhase(h.Log, "speed check", checkStart)
 	}
 	return &Outcome{Why: why, Profile: profile, Final: s.Progress(), StopErr: stopErr}, nil
 }

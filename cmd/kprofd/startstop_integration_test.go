@@ -1,0 +1,219 @@
+//go:build integration
+
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kprofd/kprofd/internal/testtarget"
+)
+
+// busyPython keeps python's main thread inside PyEval_EvalCode, which runs
+// the script's module code, for as long as it runs.
+const busyPython = `import json
+def fib(n):
+    return n if n < 2 else fib(n - 1) + fib(n - 2)
+print("ready", flush=True)
+while True:
+    d = {"a": [fib(12) for _ in range(3)], "b": "x" * 100}
+    json.loads(json.dumps(d))
+`
+
+// startStopTarget is a program BenchmarkStartStop attaches to: how to
+// start it busy, and the root.
+type startStopTarget struct {
+	name  string
+	root  string
+	start func(b *testing.B) *testtarget.Proc
+}
+
+// BenchmarkStartStop runs `kprofd attach` (the built binary, hybrid mode,
+// the default) as a user would, on three programs: Debian's python3.11
+// with the root PyEval_EvalCode running a busy script at the attach, the
+// template-heavy C++ parser testdata/jsonparse (root handle_request) and
+// the Go program testdata/goformat (root main.formatAll), each serving
+// requests. Every third session starts with an empty cache
+// (KPROFD_CACHE_DIR a new directory: no calibration, no remembered
+// demotions), the others with the cache the first one left. It reports
+// the medians of the time from the command to the probes being in
+// (probes-in-ms: kprofd says "tracing"), of the time from the end of the
+// session (SIGINT) to kprofd's exit with its files written (stop-ms), and
+// of each phase --debug logs (phase-ms/NAME); -v prints every session's.
+//
+//	go test -tags integration -run '^$' -bench StartStop -benchtime 3x -count 3 ./cmd/kprofd
+func BenchmarkStartStop(b *testing.B) {
+	bin := buildKprofd(b)
+	testtarget.Need(b, "g++", "go")
+	if _, err := os.Stat("/usr/bin/python3.11"); err != nil {
+		b.Fatalf("Debian's python3.11: %v", err)
+	}
+	script := filepath.Join(b.TempDir(), "busy.py")
+	if err := os.WriteFile(script, []byte(busyPython), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	json := testtarget.BuildJSONParse(b)
+	goformat := testtarget.BuildGoFormat(b)
+	serving := func(exe string) func(*testing.B) *testtarget.Proc {
+		return func(b *testing.B) *testtarget.Proc {
+			p := testtarget.Start(b, exe)
+			p.Send(b, "run 1000000000")
+			return p
+		}
+	}
+	for _, target := range []startStopTarget{
+		{"python3.11", "PyEval_EvalCode", func(b *testing.B) *testtarget.Proc { return testtarget.Start(b, "/usr/bin/python3.11", script) }},
+		{"jsonparse", "handle_request", serving(json)},
+		{"goformat", testtarget.GoFormatRoot, serving(goformat)},
+	} {
+		b.Run(target.name, func(b *testing.B) {
+			warm := b.TempDir()
+			var runs []startStop
+			for b.Loop() {
+				cache := warm
+				if len(runs)%3 == 0 {
+					// A new, empty cache; the warm one takes what it left.
+					cache = b.TempDir()
+					warm = cache
+				}
+				r := runStartStop(b, bin, target, cache)
+				b.Logf("%s, cache %s: probes in %v, stop %v; phases %v", target.name, map[bool]string{true: "empty", false: "warm"}[len(runs)%3 == 0],
+					r.probesIn.Round(time.Millisecond), r.stop.Round(time.Millisecond), r.phaseList())
+				runs = append(runs, r)
+			}
+			reportStartStop(b, runs)
+		})
+	}
+}
+
+// startStop is what one session measured.
+type startStop struct {
+	probesIn, stop time.Duration
+	phases         map[string]time.Duration // summed when a phase repeats
+	order          []string
+}
+
+func (r startStop) phaseList() string {
+	var parts []string
+	for _, p := range r.order {
+		parts = append(parts, fmt.Sprintf("%s %v", p, r.phases[p].Round(time.Millisecond)))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// phaseLine matches a phase's record in --debug's log.
+var phaseLine = regexp.MustCompile(`msg=phase phase=("[^"]*"|\S+) took=(\S+)`)
+
+// runStartStop runs one session on a fresh process of target with the
+// cache in cache: it waits for the probes, lets the session run a
+// second, interrupts it and waits for kprofd's exit.
+func runStartStop(b *testing.B, bin string, target startStopTarget, cache string) startStop {
+	b.Helper()
+	p := target.start(b)
+	time.Sleep(300 * time.Millisecond) // well into its requests
+	out := filepath.Join(b.TempDir(), "p.pb.gz")
+	cmd := exec.Command(bin, "attach", "-p", fmt.Sprint(p.Pid()), "--root", target.root, "-o", out, "--format", "none", "--debug")
+	cmd.Env = append(os.Environ(), "KPROFD_CACHE_DIR="+cache)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var (
+		mu     sync.Mutex
+		log    strings.Builder
+		traced = make(chan time.Time, 1)
+	)
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			line := sc.Text()
+			mu.Lock()
+			log.WriteString(line + "\n")
+			mu.Unlock()
+			if strings.HasPrefix(line, "kprofd: tracing pid") {
+				traced <- time.Now()
+			}
+		}
+		io.Copy(io.Discard, stderr)
+	}()
+	var r startStop
+	select {
+	case at := <-traced:
+		r.probesIn = at.Sub(start)
+	case <-done:
+		cmd.Wait()
+		b.Fatalf("kprofd exited before tracing:\n%s", log.String())
+	case <-time.After(2 * time.Minute):
+		cmd.Process.Kill()
+		b.Fatalf("kprofd did not say it was tracing:\n%s", log.String())
+	}
+	time.Sleep(time.Second)
+	end := time.Now()
+	cmd.Process.Signal(os.Interrupt)
+	<-done
+	err = cmd.Wait()
+	r.stop = time.Since(end)
+	p.Cmd.Process.Kill()
+	p.Cmd.Wait()
+	if err != nil {
+		b.Fatalf("kprofd: %v\n%s", err, log.String())
+	}
+	if _, err := os.Stat(out); err != nil {
+		b.Fatalf("no profile written: %v\n%s", err, log.String())
+	}
+	r.phases = map[string]time.Duration{}
+	for _, m := range phaseLine.FindAllStringSubmatch(log.String(), -1) {
+		name := strings.Trim(m[1], `"`)
+		d, err := time.ParseDuration(m[2])
+		if err != nil {
+			b.Fatalf("phase %s: %v", name, err)
+		}
+		if _, ok := r.phases[name]; !ok {
+			r.order = append(r.order, name)
+		}
+		r.phases[name] += d
+	}
+	return r
+}
+
+// reportStartStop reports the medians over runs.
+func reportStartStop(b *testing.B, runs []startStop) {
+	median := func(f func(startStop) time.Duration) float64 {
+		var xs []float64
+		for _, r := range runs {
+			xs = append(xs, float64(f(r))/float64(time.Millisecond))
+		}
+		sort.Float64s(xs)
+		return xs[len(xs)/2]
+	}
+	b.ReportMetric(median(func(r startStop) time.Duration { return r.probesIn }), "probes-in-ms")
+	b.ReportMetric(median(func(r startStop) time.Duration { return r.stop }), "stop-ms")
+	var names []string
+	for _, r := range runs {
+		for _, p := range r.order {
+			if !slices.Contains(names, p) {
+				names = append(names, p)
+			}
+		}
+	}
+	for _, p := range names {
+		b.ReportMetric(median(func(r startStop) time.Duration { return r.phases[p] }), "phase-ms/"+strings.ReplaceAll(p, " ", "-"))
+	}
+}
