@@ -66,6 +66,7 @@ type Object struct {
 
 	dwarfOnce sync.Once
 	dwarf     *dwarf.Data
+	lines     *lineIndex // built on first use, under dwarfMu
 }
 
 // A part is a Range owned by a function other than the one starting there.

@@ -1,6 +1,7 @@
 package symbolizer
 
 import (
+	"debug/dwarf"
 	"errors"
 	"fmt"
 	"os"
@@ -262,4 +263,63 @@ func TestSource(t *testing.T) {
 	if file, line := o.Source(nil); file != "" || line != 0 {
 		t.Errorf("Source(nil) = %s:%d", file, line)
 	}
+}
+
+// TestSourceMatchesSeekPC compares Source, which searches whole line
+// tables, with debug/dwarf's LineReader.SeekPC on every function of a Go
+// program (many compilation units) and a C one.
+func TestSourceMatchesSeekPC(t *testing.T) {
+	for _, bin := range []struct{ path, known string }{
+		{testtarget.BuildGoFormat(t), testtarget.GoFormatRoot},
+		{buildApp(t, "-g"), "work"},
+	} {
+		o := open(t, bin.path)
+		d := o.dwarfData()
+		if d == nil {
+			t.Fatalf("%s: no DWARF", bin.path)
+		}
+		for _, f := range o.Funcs() {
+			wantFile, wantLine := seekPCSource(d, f.Addr)
+			file, line := o.Source(f)
+			// SeekPC misses code whose sequence comes after one at
+			// higher addresses in its unit's table (gcc's main, in
+			// .text.startup); Source finds it.
+			if wantLine != 0 && (file != wantFile || line != wantLine) {
+				t.Errorf("%s: Source(%s) = %s:%d, SeekPC finds %s:%d", filepath.Base(bin.path), f.Name, file, line, wantFile, wantLine)
+			}
+			if f.Name == bin.known && line == 0 {
+				t.Errorf("%s: no source line for %s", filepath.Base(bin.path), f.Name)
+			}
+			if f.Name == "main" && bin.known == "work" && (filepath.Base(file) != "app.c" || line != appMainLine(t)) {
+				t.Errorf("app: Source(main) = %s:%d, want app.c:%d", file, line, appMainLine(t))
+			}
+		}
+	}
+}
+
+// appMainLine is the line of testdata/app.c where main starts.
+func appMainLine(t *testing.T) int {
+	src, err := os.ReadFile(filepath.Join("testdata", "app.c"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return slices.Index(strings.Split(string(src), "\n"), "int main(void) {") + 1
+}
+
+// seekPCSource is what Source returned when it sought each function's
+// line from its unit's line table: the reference.
+func seekPCSource(d *dwarf.Data, pc uint64) (string, int) {
+	cu, err := d.Reader().SeekPC(pc)
+	if err != nil {
+		return "", 0
+	}
+	lr, err := d.LineReader(cu)
+	if err != nil || lr == nil {
+		return "", 0
+	}
+	var e dwarf.LineEntry
+	if err := lr.SeekPC(pc, &e); err != nil || e.File == nil {
+		return "", 0
+	}
+	return e.File.Name, e.Line
 }
