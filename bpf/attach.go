@@ -24,7 +24,7 @@ type Probe struct {
 // on error nothing stays attached. When the kernel rejects individual
 // probes, the error is an *AttachError naming them.
 func (p *Program) Attach(path string, pid int, probes []Probe) ([]link.Link, error) {
-	return p.attach(p.objs.KprofdMulti, p.objs.KprofdReturn, p.objs.KprofdSingle, path, pid, probes)
+	return p.attach(p.objs.KprofdMulti, p.objs.KprofdReturn, p.objs.KprofdSingle, true, path, pid, probes)
 }
 
 // PlainReturn reports whether a return probe's cookie is one the return
@@ -43,7 +43,7 @@ func (p *Program) AttachEmpty(path string, pid int, probes []Probe) ([]link.Link
 	if !p.multi {
 		return nil, errors.New("the empty program needs uprobe_multi links (Linux 6.6 or newer)")
 	}
-	return p.attach(p.objs.KprofdEmpty, p.objs.KprofdEmpty, nil, path, pid, probes)
+	return p.attach(p.objs.KprofdEmpty, p.objs.KprofdEmpty, nil, false, path, pid, probes)
 }
 
 // AttachMinimal attaches the minimal tracer to the same probes: the least
@@ -55,7 +55,7 @@ func (p *Program) AttachMinimal(path string, pid int, probes []Probe) ([]link.Li
 	if !p.multi {
 		return nil, errors.New("the minimal tracer needs uprobe_multi links (Linux 6.6 or newer)")
 	}
-	return p.attach(p.objs.KprofdMinimal, p.objs.KprofdMinimal, nil, path, pid, probes)
+	return p.attach(p.objs.KprofdMinimal, p.objs.KprofdMinimal, nil, false, path, pid, probes)
 }
 
 // TrackSignals marks the start of every signal handler that runs on a
@@ -69,6 +69,16 @@ func (p *Program) TrackSignals() error {
 	}
 	p.signals = append(p.signals, deliver)
 	return nil
+}
+
+// UntrackSignals detaches what TrackSignals attached.
+func (p *Program) UntrackSignals() error {
+	var errs []error
+	for _, l := range p.signals {
+		errs = append(errs, l.Close())
+	}
+	p.signals = nil
+	return errors.Join(errs...)
 }
 
 // AttachError reports probes the kernel refused to attach.
@@ -86,8 +96,9 @@ func (e *AttachError) Unwrap() error { return e.Err }
 
 // attach attaches probes in the file at path: with uprobe_multi links,
 // entries to multi, plain returns (PlainReturn) to ret and other returns
-// to multi; else each to single.
-func (p *Program) attach(multi, ret, single *ebpf.Program, path string, pid int, probes []Probe) ([]link.Link, error) {
+// to multi; else each to single. With refusals, a failed attach finds
+// the probes the kernel refuses (an *AttachError).
+func (p *Program) attach(multi, ret, single *ebpf.Program, refusals bool, path string, pid int, probes []Probe) ([]link.Link, error) {
 	ex, err := link.OpenExecutable(path)
 	if err != nil {
 		return nil, fmt.Errorf("opening %s for uprobes: %w", path, err)
@@ -118,21 +129,24 @@ func (p *Program) attach(multi, ret, single *ebpf.Program, path string, pid int,
 			continue
 		}
 		var ls []link.Link
+		one := func(pr Probe) (link.Link, error) { return attachOne(ex, single, pid, pr, group.ret) }
 		if p.multi {
 			ls, err = attachMulti(ex, group.prog, pid, group.probes, group.ret)
-			if err != nil && single != nil {
-				// Find which probes the kernel refuses, so the caller
-				// can drop just those.
-				if aerr := findRefused(ex, single, path, pid, group.probes, group.ret); aerr != nil {
-					err = aerr
+			one = func(pr Probe) (link.Link, error) {
+				ls, err := attachMulti(ex, group.prog, pid, []Probe{pr}, group.ret)
+				if err != nil {
+					return nil, err
 				}
+				return ls[0], nil
 			}
 		} else {
 			ls, err = attachSingle(ex, single, pid, group.probes, group.ret)
-			if err != nil {
-				if aerr := findRefused(ex, single, path, pid, group.probes, group.ret); aerr != nil {
-					err = aerr
-				}
+		}
+		if err != nil && refusals {
+			// Find which probes the kernel refuses, so the caller
+			// can drop just those.
+			if aerr := findRefused(path, group.probes, one); aerr != nil {
+				err = aerr
 			}
 		}
 		if err != nil {
@@ -188,12 +202,13 @@ func attachOne(ex *link.Executable, prog *ebpf.Program, pid int, pr Probe, ret b
 	return ex.Uprobe("", prog, opts)
 }
 
-// findRefused attaches probes one at a time to learn which the kernel
-// refuses; it returns nil when it refuses none (the failure was elsewhere).
-func findRefused(ex *link.Executable, prog *ebpf.Program, path string, pid int, probes []Probe, ret bool) error {
+// findRefused attaches probes one at a time (with one) to learn which
+// the kernel refuses; it returns nil when it refuses none (the failure
+// was elsewhere).
+func findRefused(path string, probes []Probe, one func(Probe) (link.Link, error)) error {
 	aerr := &AttachError{Path: path}
 	for _, pr := range probes {
-		l, err := attachOne(ex, prog, pid, pr, ret)
+		l, err := one(pr)
 		if err != nil {
 			aerr.Offsets = append(aerr.Offsets, pr.Offset)
 			if aerr.Err == nil {

@@ -5,19 +5,37 @@
 #ifndef KPROFD_CONTEXT_H
 #define KPROFD_CONTEXT_H
 
-static __always_inline void count(__u32 idx, __u64 n)
+// A SUBPROG is a BPF subprogram of its own (a global function): the
+// verifier checks it once, from its argument types, where it checks an
+// inlined function again at every call on every path through the
+// program (the probe program took it through some 130,000 instructions
+// so, most of them in the inlined copies of these). A call costs a hit a
+// few ns. A subprogram takes at most five arguments, returns a number,
+// and must check a pointer it takes for NULL: the verifier does not know
+// the caller's.
+#define SUBPROG __attribute__((noinline))
+
+SUBPROG int count(__u32 idx, __u64 n)
 {
 	__u64 *v = bpf_map_lookup_elem(&stats, &idx);
 	if (v)
 		*v += n;
+	return 0;
+}
+
+// tid_in returns the running thread's id when it belongs to process
+// tgid, else 0 (no user thread has id 0).
+static __always_inline __u32 tid_in(__u32 tgid)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	return (__u32)(pid_tgid >> 32) == tgid ? (__u32)pid_tgid : 0;
 }
 
 // target_tid returns the running thread's id when it belongs to the
-// target, else 0 (no user thread has id 0).
+// target, else 0.
 static __always_inline __u32 target_tid(void)
 {
-	__u64 pid_tgid = bpf_get_current_pid_tgid();
-	return (__u32)(pid_tgid >> 32) == target_tgid ? (__u32)pid_tgid : 0;
+	return tid_in(target_tgid);
 }
 
 // thread_of returns the context of thread tid (task), NULL when it has
@@ -157,10 +175,10 @@ static __always_inline int crossing(__u64 size)
 
 // output hands the first n events of the thread's batch to the ring
 // buffer.
-static __always_inline void output(struct kprofd_thread *th, __u32 n)
+SUBPROG int output(struct kprofd_thread *th, __u32 n)
 {
-	if (n == 0 || n > BATCH)
-		return;
+	if (!th || n == 0 || n > BATCH)
+		return 0;
 	if (th->lost)
 		th->buf[0].flags |= FLAG_LOST_BEFORE;
 	__u64 size = n * sizeof(struct kprofd_event);
@@ -171,6 +189,7 @@ static __always_inline void output(struct kprofd_thread *th, __u32 n)
 	} else {
 		th->lost = 0;
 	}
+	return 0;
 }
 
 // flush empties the batch of the running thread, from its own probes.
@@ -198,33 +217,58 @@ static __always_inline __u32 take(struct kprofd_thread *th)
 	return __sync_lock_test_and_set(&th->n, 0);
 }
 
-// append adds an event to the thread's batch, flushing a full or old
-// batch first; a flush happens after the event's timestamp, so the event
-// carries its duration (adjust time).
-static __always_inline struct kprofd_event *append(struct kprofd_thread *th, __u64 now)
+// append_at adds an event at time now to the thread's batch, flushing a
+// full or old batch first, and returns its index in the batch. A flush
+// happens after the event's timestamp, so the event carries its duration
+// (adjust time).
+SUBPROG int append_at(struct kprofd_thread *th, __u64 now)
 {
+	if (!th)
+		return 0;
 	__u32 adjust = 0;
 	__u32 i = th->n;
 	if (i >= BATCH || (i > 0 && now - th->buf[0].time > batch_age_ns)) {
 		adjust = timed_flush(th);
 		i = 0;
 	}
-	struct kprofd_event *e = &th->buf[i & (BATCH - 1)];
+	i &= BATCH - 1;
+	struct kprofd_event *e = &th->buf[i];
 	e->time = now;
 	e->flags = 0;
 	e->adjust = adjust;
 	th->n = i + 1;
-	return e;
+	return i;
 }
 
-// write_stack writes the stack from sp up to the slot at address top
-// (~0: as far as it is mapped, up to STACK_MAX) as one record of the
-// given kind, whose event carries slot; none is copied for a
-// KIND_ROOTLESS sample in a trap. It returns the record's time, 0 when
-// the ring buffer had no room.
-static __always_inline __u64 write_stack(__u64 ip, __u64 sp, __u64 bp, __u64 delta, __u64 top, __u64 slot, __u32 tid, __u8 kind,
-					 __u8 flags, __u64 t0)
+// append adds an event to the thread's batch (append_at) for the caller
+// to fill in.
+static __always_inline struct kprofd_event *append(struct kprofd_thread *th, __u64 now)
 {
+	return &th->buf[append_at(th, now) & (BATCH - 1)];
+}
+
+// A stack to write (write_stack): the user registers, what turns a stack
+// address into an event's slot (delta), the slot at address top the copy
+// ends at, and the record's event: its slot, thread, kind and flags, and
+// when the capture began (its adjust is the time since).
+struct kprofd_stack_req {
+	__u64 ip, sp, bp, delta, top, slot, t0;
+	__u32 tid;
+	__u8 kind;
+	__u8 flags;
+	__u8 pad[2];
+};
+
+// write_stack writes the stack from r->sp up to the slot at address
+// r->top (~0: as far as it is mapped, up to STACK_MAX) as one record; none
+// is copied for a KIND_ROOTLESS sample in a trap. It returns the record's
+// time, 0 when the ring buffer had no room.
+SUBPROG __u64 write_stack(struct kprofd_stack_req *r)
+{
+	if (!r)
+		return 0;
+	__u64 sp = r->sp, top = r->top;
+	__u8 kind = r->kind, flags = r->flags;
 	__u32 scratch = (kind == KIND_SAMPLE || kind == KIND_ROOTLESS) && !(flags & FLAG_ALLOC);
 	struct kprofd_stack *st = bpf_map_lookup_elem(&stack_scratch, &scratch);
 	if (!st)
@@ -253,18 +297,18 @@ static __always_inline __u64 write_stack(__u64 ip, __u64 sp, __u64 bp, __u64 del
 			}
 		}
 	}
-	st->pc = ip;
+	st->pc = r->ip;
 	st->sp = sp;
-	st->bp = bp;
-	st->delta = delta;
-	st->ev.slot = slot;
-	st->ev.tid = tid;
+	st->bp = r->bp;
+	st->delta = r->delta;
+	st->ev.slot = r->slot;
+	st->ev.tid = r->tid;
 	st->ev.func = n;
 	st->ev.kind = kind;
 	st->ev.flags = flags;
 	__u64 now = bpf_ktime_get_ns();
 	st->ev.time = now;
-	st->ev.adjust = now - t0;
+	st->ev.adjust = now - r->t0;
 	// The reader takes the bytes the event says (st->ev.func) and
 	// accepts a record that ends right after them. (n is at most
 	// STACK_MAX; the bound is the verifier's.)
@@ -299,23 +343,32 @@ static __always_inline int capture(__u64 ip, __u64 sp, __u64 bp, __u64 delta, st
 	__u64 root = th->root_slot - delta;
 	if (th->root_slot == PENDING_SLOT)
 		root = delta ? GO_TOP - delta - 8 : ~0ULL;
-	__u64 now = write_stack(ip, sp, bp, delta, root, th->root_slot, tid, kind, flags, t0);
+	struct kprofd_stack_req r = {
+		.ip = ip, .sp = sp, .bp = bp, .delta = delta, .top = root, .slot = th->root_slot, .t0 = t0,
+		.tid = tid, .kind = kind, .flags = flags,
+	};
+	__u64 now = write_stack(&r);
 	th->last_check = now ? now : bpf_ktime_get_ns();
 	return now != 0;
 }
 
-// shadow_pop pops the shadow frames below slot (at or below it when
-// inclusive): the stack-slot rule of the daemon's simulation, in small.
-static __always_inline void shadow_pop(struct kprofd_thread *th, __u64 slot, int inclusive)
+// shadow_pop pops the shadow frames below slot: the stack-slot rule of
+// the daemon's simulation, in small. (Slots are user stack addresses, or
+// a goroutine's below GO_TOP: slot + 1 pops the frame at slot too.)
+SUBPROG int shadow_pop(struct kprofd_thread *th, __u64 slot)
 {
-	for (int i = 0; i < SHADOW; i++) {
-		if (th->depth == 0 || th->depth > SHADOW)
-			return;
-		__u64 top = th->shadow[(th->depth - 1) & (SHADOW - 1)];
-		if (top > slot || (top == slot && !inclusive))
-			return;
-		th->depth--;
+	if (!th)
+		return 0;
+	__u32 d = th->depth;
+	if (d > SHADOW)
+		return 0;
+	for (int i = 0; i < SHADOW && d > 0; i++) {
+		if (th->shadow[(d - 1) & (SHADOW - 1)] >= slot)
+			break;
+		d--;
 	}
+	th->depth = d;
+	return 0;
 }
 
 // shadow reports whether the event matches the thread's shadow stack and
@@ -327,7 +380,7 @@ static __always_inline int shadow(struct kprofd_thread *th, __u8 kind, __u64 slo
 	switch (kind) {
 	case KIND_ENTRY:
 		th->popped = 0;
-		shadow_pop(th, slot, 0);
+		shadow_pop(th, slot);
 		if (th->depth > 0 && th->depth <= SHADOW && th->shadow[(th->depth - 1) & (SHADOW - 1)] == slot) {
 			// A tail call: it takes over the slot, and the
 			// uretprobes of both return there.
@@ -346,7 +399,7 @@ static __always_inline int shadow(struct kprofd_thread *th, __u8 kind, __u64 slo
 			th->depth--;
 			return 1;
 		}
-		shadow_pop(th, slot, 0);
+		shadow_pop(th, slot);
 		if (th->depth > 0 && th->shadow[(th->depth - 1) & (SHADOW - 1)] == slot) {
 			th->depth--;
 			th->popped = slot;
@@ -354,10 +407,10 @@ static __always_inline int shadow(struct kprofd_thread *th, __u8 kind, __u64 slo
 		}
 		return slot == th->popped;
 	case KIND_CATCH:
-		shadow_pop(th, slot, 0);
+		shadow_pop(th, slot);
 		return 1;
 	case KIND_SYNC:
-		shadow_pop(th, slot, 1);
+		shadow_pop(th, slot + 1);
 		return 1;
 	}
 	return 1;

@@ -29,8 +29,17 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #include "kprofd.h"
 #include "context.h"
 
-static __always_inline void handle_thread(struct pt_regs *ctx, struct kprofd_thread *th, __u64 now, __u32 tid,
-					  __u64 cookie, __u8 kind, __u64 slot, __u64 delta, struct kprofd_site *d);
+// A probe hit as handle_thread takes it: when, the cookie and the kind
+// it holds, the frame's slot, delta (see kprofd_stack) and the thread or
+// goroutine.
+struct kprofd_hit {
+	__u64 now, cookie, slot, delta;
+	__u32 tid;
+	__u8 kind;
+	__u8 pad[3];
+};
+
+SUBPROG int handle_thread(struct pt_regs *ctx, struct kprofd_thread *th, struct kprofd_hit *h, struct kprofd_site *d);
 
 #include "alloc.h"
 
@@ -335,7 +344,8 @@ static __always_inline int handle(struct pt_regs *ctx)
 		th->busy = (cookie & COOKIE_BURST) ? 2 : 1;
 		th->root_probe = (cookie & COOKIE_ROOT) != 0;
 	}
-	handle_thread(ctx, th, now, tid, cookie, kind, slot, delta, d);
+	struct kprofd_hit h = {.now = now, .cookie = cookie, .slot = slot, .delta = delta, .tid = tid, .kind = kind};
+	handle_thread(ctx, th, &h, d);
 	if (sampling) {
 		th->busy = 0;
 		// The probe program's start, not its end: one helper call
@@ -349,16 +359,23 @@ static __always_inline int handle(struct pt_regs *ctx)
 	return 0;
 }
 
-static __always_inline void handle_thread(struct pt_regs *ctx, struct kprofd_thread *th, __u64 now, __u32 tid,
-					  __u64 cookie, __u8 kind, __u64 slot, __u64 delta, struct kprofd_site *d)
+// handle_thread is handle's for a hit of a thread (goroutine) that has a
+// context th: all but the plain hits (see plain) of the threads inside a
+// root. d is the site's descriptor of a KIND_SITE probe.
+SUBPROG int handle_thread(struct pt_regs *ctx, struct kprofd_thread *th, struct kprofd_hit *h, struct kprofd_site *d)
 {
+	if (!th || !h)
+		return 0;
+	__u64 now = h->now, cookie = h->cookie, slot = h->slot, delta = h->delta;
+	__u32 tid = h->tid;
+	__u8 kind = h->kind;
 	if (th->root_slot == PENDING_SLOT)
 		settle(th, tid, cookie, kind, slot);
 	if (kind == KIND_SIGRETURN) {
 		// A handler returns; the end of one started outside the root
 		// is no concern of ours.
 		if (!th->sigdepth)
-			return;
+			return 0;
 		if (--th->sigdepth == 0)
 			th->depth = th->sigshadow;
 		if (th->root_slot) {
@@ -368,7 +385,7 @@ static __always_inline void handle_thread(struct pt_regs *ctx, struct kprofd_thr
 			e->func = 0;
 			e->kind = KIND_SIGRETURN;
 		}
-		return;
+		return 0;
 	}
 	// A frame at or above the root's slot means the root is gone (left
 	// by longjmp or an exception caught outside it) -- except an exit of
@@ -391,7 +408,7 @@ static __always_inline void handle_thread(struct pt_regs *ctx, struct kprofd_thr
 	if (!th->root_slot) {
 		if (kind != KIND_ENTRY || !(cookie & COOKIE_ROOT)) {
 			count(STAT_OUTSIDE, 1);
-			return;
+			return 0;
 		}
 		th->root_slot = slot;
 		th->root_ret = 0;
@@ -410,7 +427,7 @@ static __always_inline void handle_thread(struct pt_regs *ctx, struct kprofd_thr
 
 	if (kind == KIND_SITE) {
 		site(ctx, th, now, tid, (__u32)cookie, d);
-		return;
+		return 0;
 	}
 	// An allocator's spec (COOKIE_ALLOC probes), looked up once.
 	struct kprofd_alloc_spec *a = NULL;
@@ -422,7 +439,7 @@ static __always_inline void handle_thread(struct pt_regs *ctx, struct kprofd_thr
 	// the bursts' calls are what an allocator demoted to sampling is
 	// estimated from.
 	if (a && kind == KIND_ENTRY && !(cookie & COOKIE_BURST) && alloc_sampled(ctx, th, now, tid, (__u32)cookie, a, slot - delta))
-		return;
+		return 0;
 
 	__u8 flags = 0;
 	if (cookie & COOKIE_BURST) {
@@ -432,7 +449,7 @@ static __always_inline void handle_thread(struct pt_regs *ctx, struct kprofd_thr
 			// frame after it.
 			th->lost++;
 			count(STAT_BURST_DROPPED, 1);
-			return;
+			return 0;
 		}
 		flags = FLAG_BURST;
 		__u32 gen = burst_gen;
@@ -464,15 +481,16 @@ static __always_inline void handle_thread(struct pt_regs *ctx, struct kprofd_thr
 		th->root_slot = 0;
 		flush(th);
 		left_root(th);
-		return;
+		return 0;
 	}
 	int matched = shadow(th, kind, slot, (__u32)cookie);
 	// Go: no reconciliation yet (the stack-slot rule alone keeps the
 	// stacks; a Go binary has no .eh_frame to unwind by).
 	if (go_mode)
-		return;
+		return 0;
 	if (!matched || (cookie & COOKIE_CAPTURE) || (check_interval_ns && now - th->last_check > check_interval_ns))
 		capture(PT_REGS_IP(ctx), PT_REGS_SP(ctx), PT_REGS_FP(ctx), 0, th, tid, KIND_STACK, 0);
+	return 0;
 }
 
 SEC("uprobe.multi")
@@ -503,7 +521,7 @@ static __always_inline int handle_return(struct pt_regs *ctx)
 	if (!th || !plain(th, 0, KIND_RETURN, slot))
 		return handle(ctx);
 	// What shadow does first, so that the top is the frame returning.
-	shadow_pop(th, slot, 0);
+	shadow_pop(th, slot);
 	__u32 d = th->depth;
 	__u32 top = (d - 1) & (SHADOW - 1);
 	__u64 cookie;
@@ -535,7 +553,7 @@ int kprofd_single(struct pt_regs *ctx)
 SEC("raw_tracepoint/sched_process_exit")
 int kprofd_exit(void *ctx)
 {
-	__u32 tid = target_tid();
+	__u32 tid = tid_in(drain_tgid);
 	if (!tid || go_mode) // goroutines outlive threads
 		return 0;
 	struct kprofd_thread *th = current_thread(tid);
@@ -681,8 +699,11 @@ static __always_inline void rootless_sample(struct bpf_perf_event_data *ctx, __u
 		}
 	}
 	count(STAT_ROOT_SAMPLES, 1);
-	__u64 top = delta ? GO_TOP - delta - 8 : ~0ULL;
-	write_stack(regs.rip, regs.rsp, regs.rbp, delta, top, 0, tid, KIND_ROOTLESS, flags, t0);
+	struct kprofd_stack_req r = {
+		.ip = regs.rip, .sp = regs.rsp, .bp = regs.rbp, .delta = delta, .top = delta ? GO_TOP - delta - 8 : ~0ULL,
+		.t0 = t0, .tid = tid, .kind = KIND_ROOTLESS, .flags = flags,
+	};
+	write_stack(&r);
 }
 
 SEC("perf_event")
@@ -787,13 +808,14 @@ struct bpf_iter__task {
 	struct task_struct *task;
 } __attribute__((preserve_access_index));
 
-// At the end of a session, after the probes are detached, a task iterator
+// At the end of a session, once no probe program records for the target
+// (the probes are detached, or bpf.Program.Silence), a task iterator
 // writes every thread's unflushed batch for kprofd to read.
 SEC("iter/task")
 int kprofd_drain(struct bpf_iter__task *ctx)
 {
 	struct task_struct *task = ctx->task;
-	if (!task || task->tgid != target_tgid)
+	if (!task || task->tgid != drain_tgid)
 		return 0;
 	struct kprofd_thread *th = thread_of(task, task->pid);
 	if (!th)

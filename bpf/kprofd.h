@@ -434,8 +434,15 @@ struct {
 	__type(value, __u64);
 } calls SEC(".maps");
 
-// Set by the loader before the program is loaded.
-volatile const __u32 target_tgid;
+// The process traced. Set by the loader, and not a constant: a
+// calibration in kprofd's own process with the session's program points
+// it at kprofd for a moment (bpf.Program.TargetSelf), and the end of a
+// session at none (bpf.Program.Silence).
+volatile __u32 target_tgid;
+// The process whose threads hold batches of events: target_tgid's, and
+// still once the session has ended, for kprofd_exit to flush and
+// kprofd_drain to take.
+volatile __u32 drain_tgid;
 // Wake the reader once this many bytes wait in the ring buffer; below it,
 // the reader finds the events when it polls (every few tens of ms).
 volatile const __u64 wakeup_bytes = 256 << 10;
@@ -464,7 +471,9 @@ volatile const __u8 sampling = 0;
 // goroutine's g is at go_g_tls from the thread's fs base (the TLS slot the
 // Go runtime keeps it in: R14 holds it only in ABIInternal code), its id
 // at go_goid_off in g and its stack's top (g.stack.hi) at go_stack_hi_off.
-volatile const __u8 go_mode = 0;
+// go_mode is no constant, as target_tgid: kprofd's own calibration
+// targets are traced as a C program's.
+volatile __u8 go_mode = 0;
 volatile const __s64 go_g_tls = -8;
 volatile const __u32 go_goid_off = 152;
 volatile const __u32 go_stack_hi_off = 8;

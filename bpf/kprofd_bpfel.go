@@ -130,6 +130,7 @@ const (
 	kprofdVarCatchUntil        = "catch_until"
 	kprofdVarCheckIntervalNs   = "check_interval_ns"
 	kprofdVarCountCalls        = "count_calls"
+	kprofdVarDrainTgid         = "drain_tgid"
 	kprofdVarGoG_tls           = "go_g_tls"
 	kprofdVarGoGoidOff         = "go_goid_off"
 	kprofdVarGoMode            = "go_mode"
@@ -241,6 +242,7 @@ type kprofdVariableSpecs struct {
 	CatchUntil      *ebpf.VariableSpec `ebpf:"catch_until"`
 	CheckIntervalNs *ebpf.VariableSpec `ebpf:"check_interval_ns"`
 	CountCalls      *ebpf.VariableSpec `ebpf:"count_calls"`
+	DrainTgid       *ebpf.VariableSpec `ebpf:"drain_tgid"`
 	GoG_tls         *ebpf.VariableSpec `ebpf:"go_g_tls"`
 	GoGoidOff       *ebpf.VariableSpec `ebpf:"go_goid_off"`
 	GoMode          *ebpf.VariableSpec `ebpf:"go_mode"`
@@ -335,6 +337,7 @@ type kprofdVariables struct {
 	CatchUntil      *ebpf.Variable `ebpf:"catch_until"`
 	CheckIntervalNs *ebpf.Variable `ebpf:"check_interval_ns"`
 	CountCalls      *ebpf.Variable `ebpf:"count_calls"`
+	DrainTgid       *ebpf.Variable `ebpf:"drain_tgid"`
 	GoG_tls         *ebpf.Variable `ebpf:"go_g_tls"`
 	GoGoidOff       *ebpf.Variable `ebpf:"go_goid_off"`
 	GoMode          *ebpf.Variable `ebpf:"go_mode"`

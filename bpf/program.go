@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"time"
 	"unsafe"
 
@@ -53,6 +54,11 @@ type Config struct {
 	// until Settle gives the verdict. With Go, the same for goroutines
 	// (see SeedGoroutinesBefore).
 	SeedThreads bool
+	// Signals loads the program TrackSignals attaches.
+	Signals bool
+	// References loads the empty program and the minimal tracer
+	// (AttachEmpty, AttachMinimal), for benchmarks.
+	References bool
 }
 
 // GoLayout is where, in a Go target, the probe program finds the running
@@ -127,20 +133,8 @@ func Load(cfg Config) (*Program, error) {
 
 	p := &Program{multi: features.HaveBPFLinkUprobeMulti() == nil, sampling: cfg.Sampling, goroutines: cfg.Go != nil,
 		stripes: stripes, stride: stride}
-	if !p.multi {
-		// The kernel would reject the whole collection for one program
-		// type it does not know.
-		delete(spec.Programs, kprofdProgKprofdMulti)
-		delete(spec.Programs, kprofdProgKprofdReturn)
-		delete(spec.Programs, kprofdProgKprofdEmpty)
-		delete(spec.Programs, kprofdProgKprofdMinimal)
-	}
-	if err := spec.LoadAndAssign(&p.objs, nil); err != nil {
-		var verr *ebpf.VerifierError
-		if errors.As(err, &verr) {
-			return nil, fmt.Errorf("loading the probe program: %w\n%+v", err, verr)
-		}
-		return nil, fmt.Errorf("loading the probe program: %w", err)
+	if err := p.load(spec, cfg); err != nil {
+		return nil, err
 	}
 	if p.calls, err = p.objs.Calls.Memory(); err != nil {
 		p.objs.Close()
@@ -158,6 +152,58 @@ func Load(cfg Config) (*Program, error) {
 		return nil, fmt.Errorf("attaching to the sched_process_exec tracepoint: %w", err)
 	}
 	return p, nil
+}
+
+// load loads the programs cfg needs, and every map, into p.objs: the
+// verifier's time is most of a load's, and a program not loaded costs
+// none.
+func (p *Program) load(spec *ebpf.CollectionSpec, cfg Config) error {
+	needed := []string{kprofdProgKprofdExit, kprofdProgKprofdExec, kprofdProgKprofdDrain}
+	if p.multi {
+		needed = append(needed, kprofdProgKprofdMulti, kprofdProgKprofdReturn)
+		if cfg.References {
+			needed = append(needed, kprofdProgKprofdEmpty, kprofdProgKprofdMinimal)
+		}
+	} else {
+		// The uprobe_multi programs too: the kernel would reject the
+		// whole collection for a program type it does not know.
+		needed = append(needed, kprofdProgKprofdSingle)
+	}
+	if cfg.Sampling {
+		needed = append(needed, kprofdProgKprofdSample)
+	}
+	if cfg.Signals {
+		needed = append(needed, kprofdProgKprofdSignal)
+	}
+	for name := range spec.Programs {
+		if !slices.Contains(needed, name) {
+			delete(spec.Programs, name)
+		}
+	}
+	coll, err := ebpf.NewCollection(spec)
+	if err != nil {
+		var verr *ebpf.VerifierError
+		if errors.As(err, &verr) {
+			return fmt.Errorf("loading the probe program: %w\n%+v", err, verr)
+		}
+		return fmt.Errorf("loading the probe program: %w", err)
+	}
+	defer coll.Close()
+	if err := coll.Assign(&p.objs.kprofdMaps); err != nil {
+		return fmt.Errorf("loading the probe program: %w", err)
+	}
+	if err := coll.Assign(&p.objs.kprofdVariables); err != nil {
+		p.objs.Close()
+		return fmt.Errorf("loading the probe program: %w", err)
+	}
+	progs := &p.objs.kprofdPrograms
+	for name, dst := range map[string]**ebpf.Program{kprofdProgKprofdMulti: &progs.KprofdMulti, kprofdProgKprofdReturn: &progs.KprofdReturn,
+		kprofdProgKprofdSingle: &progs.KprofdSingle, kprofdProgKprofdEmpty: &progs.KprofdEmpty, kprofdProgKprofdMinimal: &progs.KprofdMinimal,
+		kprofdProgKprofdExit: &progs.KprofdExit, kprofdProgKprofdExec: &progs.KprofdExec, kprofdProgKprofdDrain: &progs.KprofdDrain,
+		kprofdProgKprofdSignal: &progs.KprofdSignal, kprofdProgKprofdSample: &progs.KprofdSample} {
+		*dst = coll.DetachProgram(name)
+	}
+	return nil
 }
 
 // configure sizes the maps of spec and sets its variables for cfg, with
@@ -178,8 +224,10 @@ func configure(spec *ebpf.CollectionSpec, cfg Config, stripes, stride int) error
 	if err := spec.Variables[kprofdVarSampling].Set(cfg.Sampling); err != nil {
 		return fmt.Errorf("setting sampling: %w", err)
 	}
-	if err := spec.Variables[kprofdVarTargetTgid].Set(uint32(cfg.PID)); err != nil {
-		return fmt.Errorf("setting target_tgid: %w", err)
+	for _, name := range []string{kprofdVarTargetTgid, kprofdVarDrainTgid} {
+		if err := spec.Variables[name].Set(uint32(cfg.PID)); err != nil {
+			return fmt.Errorf("setting %s: %w", name, err)
+		}
 	}
 	if err := spec.Variables[kprofdVarBurstRingLimit].Set(uint64(cfg.RingBytes / 2)); err != nil {
 		return fmt.Errorf("setting burst_ring_limit: %w", err)
@@ -229,11 +277,7 @@ func (p *Program) MultiLinks() bool { return p.multi }
 
 // Close unloads the program and its maps. Close every uprobe link first.
 func (p *Program) Close() error {
-	var errs []error
-	for _, l := range p.signals {
-		errs = append(errs, l.Close())
-	}
-	return errors.Join(append(errs, p.exec.Close(), p.exit.Close(), p.objs.Close())...)
+	return errors.Join(p.UntrackSignals(), p.exec.Close(), p.exit.Close(), p.objs.Close())
 }
 
 // Drain returns the events still batched in the threads of the target, and

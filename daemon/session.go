@@ -253,7 +253,7 @@ func (s *Session) load(discovering bool) (err error) {
 	cfg, pr := s.cfg, s.prep
 	check := max(cfg.CheckInterval, 0) // negative: at catch sites only
 	bcfg := bpf.Config{PID: cfg.PID, RingBytes: cfg.RingBytes, CheckInterval: check, Sampling: cfg.Mode != ModeExact,
-		SeedThreads: true}
+		SeedThreads: true, Signals: pr.Plan.Sigreturns()}
 	if discovering {
 		bcfg.Sites = discover.MaxSites
 	}

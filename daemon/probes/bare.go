@@ -25,7 +25,7 @@ type bareProbes struct {
 // one of them, chosen by attach, at every probe site of plan pl.
 func attachReference(pl *plan.Plan, pid int, noSites bool, what string,
 	attach func(p *bpf.Program, path string, pid int, probes []bpf.Probe) ([]link.Link, error)) (*bareProbes, error) {
-	prog, err := bpf.Load(bpf.Config{PID: pid})
+	prog, err := bpf.Load(bpf.Config{PID: pid, References: true})
 	if err != nil {
 		return nil, err
 	}
