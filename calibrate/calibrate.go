@@ -9,11 +9,13 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
+
 	"github.com/kprofd/kprofd/bpf"
 	"github.com/kprofd/kprofd/internal/cct"
 	"github.com/kprofd/kprofd/internal/wire"
 	"github.com/kprofd/kprofd/internal/x86"
-	"github.com/kprofd/kprofd/symbolizer"
 )
 
 // ExitClass is how a function's exit is probed.
@@ -148,13 +150,15 @@ type target struct {
 	run        func(int)
 }
 
+// Each pair has a leaf and a loop of its own: a pair's probes stay
+// attached, and silent, while the next pairs are measured.
 var targets = []target{
 	{Pair{x86.ClassEmulated, ExitRet}, addrCalPush, addrLoopPush, loopPush},
-	{Pair{x86.ClassEmulated, ExitUretprobe}, addrCalPush, addrLoopPush, loopPush},
+	{Pair{x86.ClassEmulated, ExitUretprobe}, addrCalPushU, addrLoopPushU, loopPushU},
 	{Pair{x86.ClassStepped, ExitRet}, addrCalStep, addrLoopStep, loopStep},
-	{Pair{x86.ClassStepped, ExitUretprobe}, addrCalStep, addrLoopStep, loopStep},
+	{Pair{x86.ClassStepped, ExitUretprobe}, addrCalStepU, addrLoopStepU, loopStepU},
 	{Pair{x86.ClassOptimized, ExitRet}, addrCalNop5, addrLoopNop5, loopNop5},
-	{Pair{x86.ClassOptimized, ExitUretprobe}, addrCalNop5, addrLoopNop5, loopNop5},
+	{Pair{x86.ClassOptimized, ExitUretprobe}, addrCalNop5U, addrLoopNop5U, loopNop5U},
 	{Pair{x86.ClassEmulated, ExitCatch}, addrCalCatch, addrLoopCatch, loopCatch},
 }
 
@@ -164,14 +168,60 @@ const (
 	idLeaf = 1
 )
 
+// ringBytes is the ring buffer of a calibration's own program: a batch
+// of calls' events, and room to spare.
+const ringBytes = 1 << 20
+
 // Run measures every pair of classes kprofd uses, in this process: it
 // probes assembly functions of its own binary that start with chosen
 // instructions, calls them, and reads the probes' own timestamps. It needs
 // root, like attaching to another process.
 func Run(opt Options) (*Result, error) {
-	if opt.Batches < 1 || opt.BatchSize < 1 {
-		return nil, fmt.Errorf("calibration needs at least one batch of one call, not %d of %d", opt.Batches, opt.BatchSize)
+	if err := opt.check(); err != nil {
+		return nil, err
 	}
+	prog, err := bpf.Load(bpf.Config{PID: os.Getpid(), RingBytes: ringBytes})
+	if err != nil {
+		return nil, err
+	}
+	defer prog.Close()
+	rd, err := prog.NewReader(10 * time.Millisecond)
+	if err != nil {
+		return nil, err
+	}
+	defer rd.Close()
+	return run(prog, rd, opt)
+}
+
+// RunWith measures as Run does with a session's program, which it points
+// at kprofd for the time (bpf.Program.TargetSelf), reading the events with
+// the session's reader rd: no second program to load, and the probe path
+// measured is the session's. No probe of the session may be attached
+// meanwhile, nor its event loop read rd.
+func RunWith(prog *bpf.Program, rd *bpf.Reader, opt Options) (*Result, error) {
+	if err := opt.check(); err != nil {
+		return nil, err
+	}
+	restore, err := prog.TargetSelf()
+	if err != nil {
+		return nil, err
+	}
+	r, err := run(prog, rd, opt)
+	if err := errors.Join(err, restore()); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+func (opt Options) check() error {
+	if opt.Batches < 1 || opt.BatchSize < 1 {
+		return fmt.Errorf("calibration needs at least one batch of one call, not %d of %d", opt.Batches, opt.BatchSize)
+	}
+	return nil
+}
+
+// run measures the pairs opt asks for with prog, pointed at kprofd.
+func run(prog *bpf.Program, rd *bpf.Reader, opt Options) (_ *Result, err error) {
 	key, err := ThisMachine()
 	if err != nil {
 		return nil, err
@@ -182,28 +232,21 @@ func Run(opt Options) (*Result, error) {
 	// thread, and the loops must not migrate mid-measurement.
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
+	defer func() { err = errors.Join(err, prog.ForgetThread(unix.Gettid())) }()
 
 	pid := os.Getpid()
-	self, err := symbolizer.LoadProcess(pid)
-	if err != nil {
-		return nil, fmt.Errorf("reading kprofd's own binary: %w", err)
-	}
-	defer self.Close()
-	exe := self.Objects[0]
-	prog, err := bpf.Load(bpf.Config{PID: pid})
-	if err != nil {
-		return nil, err
-	}
-	defer prog.Close()
-	rd, err := prog.NewReader(10 * time.Millisecond)
-	if err != nil {
-		return nil, err
-	}
-	defer rd.Close()
-
-	r := &Result{Key: key, Time: time.Now(), Quick: opt.Quick, Batches: opt.Batches, BatchSize: opt.BatchSize}
-	var addrs [8]uintptr
+	var addrs [numAddrs]uintptr
 	targetAddrs(&addrs)
+	exe, err := openSelf(pid, uint64(addrs[0]))
+	if err != nil {
+		return nil, err
+	}
+	defer exe.Close()
+	// Each detach waits for a grace period (tens of ms, more on a busy
+	// machine): the pairs' probes go all at once at the end.
+	var links []link.Link
+	defer func() { err = errors.Join(err, closeAll(links)) }()
+	r := &Result{Key: key, Time: time.Now(), Quick: opt.Quick, Batches: opt.Batches, BatchSize: opt.BatchSize}
 	for _, t := range targets {
 		if opt.Pairs != nil && !slices.Contains(opt.Pairs, t.pair) {
 			continue
@@ -212,7 +255,8 @@ func Run(opt Options) (*Result, error) {
 		if err != nil {
 			return nil, err
 		}
-		m, err := measure(prog, rd, exe.Path(), pid, t, probes, opt)
+		m, ls, err := measure(prog, rd, exe.path, pid, t, probes, opt)
+		links = append(links, ls...)
 		if err != nil {
 			return nil, fmt.Errorf("calibrating %s: %w", t.pair, err)
 		}
@@ -221,39 +265,46 @@ func Run(opt Options) (*Result, error) {
 	return r, nil
 }
 
+// closeAll closes links side by side: each close waits for a grace period.
+func closeAll(links []link.Link) error {
+	errs := make([]error, len(links))
+	var wg sync.WaitGroup
+	for i, l := range links {
+		wg.Go(func() { errs[i] = l.Close() })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
 // measure runs one target under its probes and computes its inner and
-// outer time from the probes' timestamps.
-func measure(prog *bpf.Program, rd *bpf.Reader, path string, pid int, t target, probes []bpf.Probe, opt Options) (Measurement, error) {
+// outer time from the probes' timestamps. It returns the probes' links,
+// for the caller to close: they stay silent once the target's loop is
+// done, no other code calling its functions.
+func measure(prog *bpf.Program, rd *bpf.Reader, path string, pid int, t target, probes []bpf.Probe, opt Options) (Measurement, []link.Link, error) {
 	base := unprobed(t.run)
 	before, err := prog.Stats()
 	if err != nil {
-		return Measurement{}, err
+		return Measurement{}, nil, err
 	}
 	links, err := prog.Attach(path, pid, probes)
 	if err != nil {
-		return Measurement{}, err
+		return Measurement{}, nil, err
 	}
 	calls := opt.Batches*opt.BatchSize + 1
 	t.run(calls)
-	var errs []error
-	for _, l := range links {
-		errs = append(errs, l.Close())
-	}
-	if err := errors.Join(errs...); err != nil {
-		return Measurement{}, err
-	}
 	events, err := readAll(prog, rd)
 	if err != nil {
-		return Measurement{}, err
+		return Measurement{}, links, err
 	}
 	after, err := prog.Stats()
 	if err != nil {
-		return Measurement{}, err
+		return Measurement{}, links, err
 	}
 	if lost := after.Lost - before.Lost; lost > 0 {
-		return Measurement{}, fmt.Errorf("%d events lost", lost)
+		return Measurement{}, links, fmt.Errorf("%d events lost", lost)
 	}
-	return computeMeasurement(t.pair, events, calls, opt.BatchSize, base)
+	m, err := computeMeasurement(t.pair, events, calls, opt.BatchSize, base)
+	return m, links, err
 }
 
 // unprobed returns the time per call of a loop without probes: the
@@ -271,11 +322,15 @@ func unprobed(run func(int)) float64 {
 	return best
 }
 
-// readAll returns every event of the detached probes: the ring buffer's,
-// then those still batched in the thread.
+// readAll returns every event of the probes of a target whose loop is
+// done: the ring buffer's, then those still batched in the thread. A flush of the reader makes
+// it return what is there without waiting for a poll.
 func readAll(prog *bpf.Program, rd *bpf.Reader) ([]wire.Event, error) {
 	batched, err := prog.Drain()
 	if err != nil {
+		return nil, err
+	}
+	if err := rd.Flush(); err != nil {
 		return nil, err
 	}
 	var events []wire.Event
@@ -286,7 +341,7 @@ func readAll(prog *bpf.Program, rd *bpf.Reader) ([]wire.Event, error) {
 			return nil, err
 		}
 		events = append(events, buf...)
-		if len(buf) == 0 && rd.Pending() == 0 {
+		if rd.Pending() == 0 {
 			break
 		}
 	}
@@ -307,7 +362,9 @@ func computeMeasurement(p Pair, events []wire.Event, calls, batchSize int, base 
 	type call struct{ entry, exit wire.Event }
 	var cs []call
 	for _, ev := range events {
-		if ev.Func != idLeaf {
+		if ev.Func != idLeaf || ev.Kind == wire.KindStack {
+			// A session's program may check a thread's stack now
+			// and then: not a call.
 			continue
 		}
 		switch {
@@ -360,7 +417,7 @@ func summarise(xs []float64) Stat {
 // probes returns the probes of a target: the loop as the root, entry on its
 // first emulated instruction and exits at its rets; the leaf's entry at its
 // first instruction and its exit as the pair says.
-func (t target) probes(exe *symbolizer.Mapped, addrs [8]uintptr) ([]bpf.Probe, error) {
+func (t target) probes(exe *selfExe, addrs [numAddrs]uintptr) ([]bpf.Probe, error) {
 	loop, err := function(exe, uint64(addrs[t.loop]))
 	if err != nil {
 		return nil, err
@@ -371,7 +428,7 @@ func (t target) probes(exe *symbolizer.Mapped, addrs [8]uintptr) ([]bpf.Probe, e
 	}
 	var probes []bpf.Probe
 	add := func(addr uint64, fn uint32, kind wire.Kind, flags uint64, adjust int) error {
-		off, err := exe.FileOffset(addr)
+		off, err := exe.fileOffset(addr)
 		if err != nil {
 			return err
 		}
@@ -435,17 +492,16 @@ func (t target) probes(exe *symbolizer.Mapped, addrs [8]uintptr) ([]bpf.Probe, e
 }
 
 // function decodes one of this package's assembly functions, at run-time
-// address addr, up to its ret. The addresses are link-time ones.
-func function(exe *symbolizer.Mapped, addr uint64) ([]x86.Inst, error) {
+// address addr, up to its ret.
+func function(exe *selfExe, addr uint64) ([]x86.Inst, error) {
 	const maxLen = 64
-	start := addr - exe.Bias
-	code, err := exe.Code(start, maxLen)
+	code, err := exe.code(addr, maxLen)
 	if err != nil {
-		return nil, fmt.Errorf("reading calibration code at %#x: %w", addr, err)
+		return nil, err
 	}
 	var insts []x86.Inst
 	for off := 0; off < len(code); {
-		in, err := x86.Decode(code[off:], start+uint64(off))
+		in, err := x86.Decode(code[off:], addr+uint64(off))
 		if err != nil {
 			return nil, fmt.Errorf("decoding calibration code at %#x: %w", addr, err)
 		}

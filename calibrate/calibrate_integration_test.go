@@ -4,8 +4,12 @@ package calibrate
 
 import (
 	"os"
+	"os/exec"
+	"slices"
 	"testing"
+	"time"
 
+	"github.com/kprofd/kprofd/bpf"
 	"github.com/kprofd/kprofd/internal/x86"
 )
 
@@ -57,5 +61,47 @@ func TestCheck(t *testing.T) {
 	}
 	if c, ok := r.Costs(Check.Pairs[0]); !ok || c.Inner+c.Outer <= 0 {
 		t.Errorf("costs %+v, %v", c, ok)
+	}
+}
+
+// TestRunWith calibrates with a session's program, loaded for another
+// process as a hybrid session on a Go program loads it, and checks that
+// it measured every pair as Run does and left no count behind, twice.
+func TestRunWith(t *testing.T) {
+	target := exec.Command("sleep", "60")
+	if err := target.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { target.Process.Kill(); target.Wait() }()
+	prog, err := bpf.Load(bpf.Config{PID: target.Process.Pid, Funcs: 10, Sampling: true, SeedThreads: true, CheckInterval: 100 * time.Millisecond,
+		Go: &bpf.GoLayout{GTLS: -8, GoidOff: 152, StackHiOff: 8}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prog.Close()
+	rd, err := prog.NewReader(30 * time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rd.Close()
+	for round := range 2 {
+		r, err := RunWith(prog, rd, Quick)
+		if err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		if len(r.Measurements) != len(targets) {
+			t.Errorf("round %d: %d pairs measured, want %d", round, len(r.Measurements), len(targets))
+		}
+		for _, m := range r.Measurements {
+			if m.Inner.Mean <= 0 || m.Outer.Mean <= 0 {
+				t.Errorf("round %d: %s: inner %.0f ns, outer %.0f ns; want both positive", round, m.Pair, m.Inner.Mean, m.Outer.Mean)
+			}
+		}
+		if st, err := prog.Stats(); err != nil || st != (bpf.Stats{}) {
+			t.Errorf("round %d: counters after the calibration %+v, %v; want none", round, st, err)
+		}
+		if calls, err := prog.CallCounts(nil, 10); err != nil || slices.ContainsFunc(calls, func(c uint64) bool { return c != 0 }) {
+			t.Errorf("round %d: call counters after the calibration %v, %v; want none", round, calls, err)
+		}
 	}
 }

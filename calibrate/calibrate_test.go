@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"math"
+	"os"
+	"os/exec"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -118,5 +121,32 @@ func TestDrift(t *testing.T) {
 		if ok != tc.drift || ok != (text != "") {
 			t.Errorf("%s: %q, %v; want drift %v", tc.name, text, ok, tc.drift)
 		}
+	}
+}
+
+// TestGoBuildID reads the Go build id of this test's binary, which keys
+// the calibrations of the binary it is in, and compares it with what the
+// go tool reads.
+func TestGoBuildID(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := exec.Command("go", "tool", "buildid", exe).Output()
+	if err != nil {
+		t.Fatalf("go tool buildid: %v", err)
+	}
+	f, err := os.Open(exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if got := goBuildID(f); string(got) != strings.TrimSpace(string(want)) {
+		t.Errorf("goBuildID = %q, go tool buildid says %q", got, want)
+	}
+	k1, err1 := ThisMachine()
+	k2, err2 := ThisMachine()
+	if err1 != nil || err2 != nil || k1 != k2 || len(k1.Binary) != 16 {
+		t.Errorf("ThisMachine = %+v, %v then %+v, %v", k1, err1, k2, err2)
 	}
 }

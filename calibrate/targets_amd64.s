@@ -4,10 +4,18 @@
 // the probe classes kprofd uses, and for each one a driver loop that calls
 // it n times. The loops are the roots of the measurement. Everything is
 // NOSPLIT and NOFRAME: no stack checks, no frame set-up, no preemption
-// point inside, and the instructions are exactly these.
+// point inside, and the instructions are exactly these. Each pair of
+// probe classes has a leaf and a loop of its own (the ...U twins are the
+// uretprobe pairs'): a calibration detaches its probes all at once at its
+// end, a grace period in all, rather than one after each pair.
 
 // Entry emulated (push), exit at a ret.
 TEXT ·calPush(SB), NOSPLIT|NOFRAME, $0-0
+	PUSHQ BP
+	POPQ BP
+	RET
+
+TEXT ·calPushU(SB), NOSPLIT|NOFRAME, $0-0
 	PUSHQ BP
 	POPQ BP
 	RET
@@ -17,8 +25,16 @@ TEXT ·calStep(SB), NOSPLIT|NOFRAME, $0-0
 	LEAQ 1(AX), AX
 	RET
 
+TEXT ·calStepU(SB), NOSPLIT|NOFRAME, $0-0
+	LEAQ 1(AX), AX
+	RET
+
 // Entry on a 5-byte nop, which the kernel may optimise into a call.
 TEXT ·calNop5(SB), NOSPLIT|NOFRAME, $0-0
+	BYTE $0x0f; BYTE $0x1f; BYTE $0x44; BYTE $0x00; BYTE $0x00
+	RET
+
+TEXT ·calNop5U(SB), NOSPLIT|NOFRAME, $0-0
 	BYTE $0x0f; BYTE $0x1f; BYTE $0x44; BYTE $0x00; BYTE $0x00
 	RET
 
@@ -47,24 +63,40 @@ TEXT ·loopPush(SB), NOSPLIT|NOFRAME, $0-8
 	MOVQ n+0(FP), CX
 	LOOP(·calPush, pushAgain)
 
+// func loopPushU(n int)
+TEXT ·loopPushU(SB), NOSPLIT|NOFRAME, $0-8
+	MOVQ n+0(FP), CX
+	LOOP(·calPushU, pushUAgain)
+
 // func loopStep(n int)
 TEXT ·loopStep(SB), NOSPLIT|NOFRAME, $0-8
 	MOVQ n+0(FP), CX
 	LOOP(·calStep, stepAgain)
+
+// func loopStepU(n int)
+TEXT ·loopStepU(SB), NOSPLIT|NOFRAME, $0-8
+	MOVQ n+0(FP), CX
+	LOOP(·calStepU, stepUAgain)
 
 // func loopNop5(n int)
 TEXT ·loopNop5(SB), NOSPLIT|NOFRAME, $0-8
 	MOVQ n+0(FP), CX
 	LOOP(·calNop5, nop5Again)
 
+// func loopNop5U(n int)
+TEXT ·loopNop5U(SB), NOSPLIT|NOFRAME, $0-8
+	MOVQ n+0(FP), CX
+	LOOP(·calNop5U, nop5UAgain)
+
 // func loopCatch(n int)
 TEXT ·loopCatch(SB), NOSPLIT|NOFRAME, $0-8
 	MOVQ n+0(FP), CX
 	LOOP(·calCatch, catchAgain)
 
-// func targetAddrs(a *[8]uintptr) stores the run-time addresses of the
-// targets: the symbol table may be stripped (go test, go build -s), but
-// the assembler knows them.
+// func targetAddrs(a *[numAddrs]uintptr) stores the run-time addresses
+// of the targets, in the order of the addr constants in targets.go: the
+// symbol table may be stripped (go test, go build -s), but the assembler
+// knows them.
 TEXT ·targetAddrs(SB), NOSPLIT, $0-8
 	MOVQ a+0(FP), DI
 	LEAQ ·calPush(SB), AX
@@ -83,4 +115,16 @@ TEXT ·targetAddrs(SB), NOSPLIT, $0-8
 	MOVQ AX, 48(DI)
 	LEAQ ·loopCatch(SB), AX
 	MOVQ AX, 56(DI)
+	LEAQ ·calPushU(SB), AX
+	MOVQ AX, 64(DI)
+	LEAQ ·calStepU(SB), AX
+	MOVQ AX, 72(DI)
+	LEAQ ·calNop5U(SB), AX
+	MOVQ AX, 80(DI)
+	LEAQ ·loopPushU(SB), AX
+	MOVQ AX, 88(DI)
+	LEAQ ·loopStepU(SB), AX
+	MOVQ AX, 96(DI)
+	LEAQ ·loopNop5U(SB), AX
+	MOVQ AX, 104(DI)
 	RET
