@@ -25,7 +25,9 @@ import (
 // A context whose own code between calls is a few instructions measured
 // its callees' outer time itself, in the gaps between them
 // (cct.Costs.GapsMeasured): those gaps replace the estimates there.
-func compensate(p *cct.Profile, pl *plan.Plan, c *calibrate.Result, stage func(int) cost.Stage) []string {
+//
+// after says c was measured after the session's detach (Config.Recalibrate).
+func compensate(p *cct.Profile, pl *plan.Plan, c *calibrate.Result, after bool, stage func(int) cost.Stage) []string {
 	costs := make([]cct.Costs, len(pl.Funcs))
 	perCall := cost.CallCosts(pl, c)
 	describe := describer(pl, stage)
@@ -69,8 +71,11 @@ func compensate(p *cct.Profile, pl *plan.Plan, c *calibrate.Result, stage func(i
 	if c.Quick {
 		kind = "quick"
 	}
-	comments := []string{fmt.Sprintf("wall times compensated for the probes' own time (%s calibration of %s); raw_wall as measured",
-		kind, c.Time.Format(time.RFC3339))}
+	source := fmt.Sprintf("%s calibration of %s", kind, c.Time.Format(time.RFC3339))
+	if after {
+		source = fmt.Sprintf("%s calibration measured with the session's program after it, at %s", kind, c.Time.Format(time.RFC3339))
+	}
+	comments := []string{fmt.Sprintf("wall times compensated for the probes' own time (%s); raw_wall as measured", source)}
 	comments = append(comments, referenceComments(p, refs, func(pr calibrate.Pair) bool { _, ok := c.Costs(pr); return ok })...)
 	if contexts, gaps := measuredGaps(p.Tree, cost); contexts > 0 {
 		comments = append(comments, fmt.Sprintf("%d contexts took their callees' outer probe time from the %d gaps measured between their calls", contexts, gaps))

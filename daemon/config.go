@@ -53,8 +53,20 @@ type Config struct {
 	// missed and their contexts marked incomplete.
 	NoPause bool
 	// Calibration, when set, is used to take the probes' own time out of
-	// the profile's times (the raw times stay in it too).
+	// the profile's times (the raw times stay in it too), and by hybrid
+	// mode to price the probes (without it, kprofd's built-in costs).
 	Calibration *calibrate.Result
+	// SpeedCheck measures the commonest probes' cost (calibrate.Check) in
+	// kprofd's own process with the session's program, before the attach
+	// and after the detach, and says in the profile when it changed
+	// meanwhile (calibrate.Drift).
+	SpeedCheck bool
+	// Recalibrate measures the probes' costs (calibrate.Quick) with the
+	// session's program once its probes are detached, and takes the
+	// probes' time out of the profile by them: a session with no
+	// Calibration (none cached) need not wait for one before it attaches.
+	// Session.Calibration returns the result, for the caller to keep.
+	Recalibrate bool
 	// CheckInterval is how often each thread inside the root has its real
 	// stack compared with the simulated one (besides at catch sites); 0
 	// means DefaultCheckInterval, negative only at catch sites.

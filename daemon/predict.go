@@ -169,8 +169,13 @@ func (s *Session) awaitAndAttach(model *cost.Model, opt probes.Options, base uin
 		if cerr == nil {
 			s.before.calls = calls - base
 		}
-		err = errors.Join(err, cerr, probes.CloseAll(s.counting))
+		err = errors.Join(err, cerr)
+		// Their detach waits for a grace period: the session has
+		// attached all it will before then (Stop waits for it).
+		counting := s.counting
 		s.counting = nil
+		s.countingClosed = make(chan error, 1)
+		go func() { s.countingClosed <- probes.CloseAll(counting) }()
 	}()
 	wait := func(d time.Duration) bool {
 		select {

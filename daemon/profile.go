@@ -50,12 +50,15 @@ func (s *Session) buildProfile(end uint64, st bpf.Stats) *cct.Profile {
 			s.countsNote.Store(&short)
 		}
 	}
-	if c := s.cfg.Calibration; c != nil {
-		lines := compensate(p, s.prep.Plan, c, s.stageOf)
+	if c := s.calibration; c != nil {
+		lines := compensate(p, s.prep.Plan, c, s.calibratedAfter, s.stageOf)
 		if len(lines) > 0 {
 			notes.Say(lines[0])
 			notes.Detail(lines[1:]...)
 		}
+	}
+	if s.cfg.Mode == ModeHybrid && s.cfg.Calibration == nil {
+		notes.Detail("hybrid mode priced the probes by kprofd's built-in costs per probe class: no calibration was at hand when the session began")
 	}
 	p.Comments, p.Report = notes.Head, notes.All
 	if s.cfg.Mode == ModeHybrid {

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kprofd/kprofd/bpf"
+	"github.com/kprofd/kprofd/calibrate"
 	"github.com/kprofd/kprofd/daemon/cost"
 	"github.com/kprofd/kprofd/daemon/discover"
 	"github.com/kprofd/kprofd/daemon/estimate"
@@ -64,6 +65,7 @@ type Session struct {
 	// predicting session attaches (Config.Predict); awaitStop stops its
 	// wait, awaitDone is closed when the wait and the attach are over.
 	counting             []link.Link
+	countingClosed       chan error // their detach's result, once attached below the roots
 	awaitStop, awaitDone chan struct{}
 	before               beforeAttach
 	attachErr            error // why the attach after the wait failed
@@ -78,6 +80,13 @@ type Session struct {
 
 	start     time.Time
 	startMono uint64
+
+	// speed is the speed check before the attach (Config.SpeedCheck);
+	// calibration what the profile's times are compensated by, measured
+	// after the detach when calibratedAfter (Config.Recalibrate).
+	speed           *calibrate.Result
+	calibration     *calibrate.Result
+	calibratedAfter bool
 
 	stopping  atomic.Bool
 	done      chan struct{} // the event loop returned
@@ -192,7 +201,7 @@ func StartPrepared(pr *Prepared, cfg Config) (_ *Session, err error) {
 		return nil, err
 	}
 	s := &Session{cfg: cfg, prep: pr, done: make(chan struct{}), exited: make(chan struct{}), watchDone: make(chan struct{}), pidfd: -1,
-		attached: make(chan struct{})}
+		attached: make(chan struct{}), calibration: cfg.Calibration}
 	defer func() {
 		if err != nil {
 			s.release()
@@ -204,6 +213,13 @@ func StartPrepared(pr *Prepared, cfg Config) (_ *Session, err error) {
 		return nil, err
 	}
 	LogPhase(cfg.Log, "load", loadStart)
+	if cfg.SpeedCheck {
+		// Before anything of the session is attached, as the check
+		// needs. Without it, no check after.
+		if s.speed, err = s.calibrate(calibrate.Check, "speed check"); err != nil {
+			cfg.log().Debug("speed check", "error", err)
+		}
+	}
 	s.newSimulator()
 	// Watch the target before attaching: a pid that exits now must not be
 	// reused unnoticed.
@@ -736,21 +752,38 @@ func (s *Session) stop() (*cct.Profile, error) {
 		close(s.awaitStop)
 		<-s.awaitDone
 		attachErr = s.attachErr
+		if s.countingClosed != nil {
+			attachErr = errors.Join(attachErr, <-s.countingClosed)
+		}
 	}
-	detachStart := time.Now()
+	stopStart := time.Now()
 	pauseErr := s.endDiscovery()
 	var hybridErr error
 	if s.hybrid != nil {
 		hybridErr = s.hybrid.Stop()
 		s.stages = s.hybrid.Stages()
 	}
-	var detachErr error
-	if s.probes != nil {
-		detachErr = s.probes.Close()
+	LogPhase(s.cfg.Log, "stop discovery and hybrid mode", stopStart)
+	detachStart := time.Now()
+	// The program records nothing more, and once the roots' probes are
+	// detached, which waits for every probe program still running, every
+	// event is in: the other probes, which take a grace period each to
+	// detach, go while the profile is made.
+	detachErr := s.prog.Silence()
+	detachRest := func() error { return nil }
+	if s.probes != nil && detachErr == nil {
+		var err error
+		detachRest, err = s.probes.CloseRootsFirst()
+		detachErr = err
+	} else if s.probes != nil {
+		detachErr = errors.Join(detachErr, s.probes.Close())
 	}
 	if s.sampler != nil {
 		detachErr = errors.Join(detachErr, s.sampler.Close())
 	}
+	// Signals are no more the session's concern, and a calibration in
+	// kprofd after it must not take Go's preemption signals for its.
+	detachErr = errors.Join(detachErr, s.prog.UntrackSignals())
 	end := monotonic.Now()
 	LogPhase(s.cfg.Log, "detach", detachStart)
 	drainStart := time.Now()
@@ -764,6 +797,12 @@ func (s *Session) stop() (*cct.Profile, error) {
 	s.events.Add(uint64(len(batched)))
 	s.publish()
 	LogPhase(s.cfg.Log, "drain", drainStart)
+	stats, statsErr := s.prog.Stats()
+	if statsErr == nil {
+		s.final.Store(&stats)
+	}
+	// The counters read, the program may calibrate in kprofd.
+	drift := s.calibrateAfter()
 	profileStart := time.Now()
 	if s.hybrid != nil {
 		// Once every event is in: a session no thread entered a root in
@@ -771,16 +810,18 @@ func (s *Session) stop() (*cct.Profile, error) {
 		// far behind.
 		s.memorize()
 	}
-	stats, statsErr := s.prog.Stats()
-	if statsErr == nil {
-		s.final.Store(&stats)
-	}
 	s.sim.Finish(end)
 	if s.counts != nil {
 		s.crossChecks = estimate.CrossChecks(s.counts, s.check, s.hybrid.FuncName)
 	}
 	p := s.buildProfile(end, stats)
+	if drift != "" {
+		p.Comments = append(p.Comments, drift)
+	}
 	LogPhase(s.cfg.Log, "profile", profileStart)
+	restStart := time.Now()
+	detachErr = errors.Join(detachErr, detachRest())
+	LogPhase(s.cfg.Log, "detach the rest", restStart)
 	return p, errors.Join(attachErr, hybridErr, pauseErr, detachErr, drainErr, s.runErr, statsErr)
 }
 

@@ -385,7 +385,7 @@ func (o *attachOptions) hooks(stderr io.Writer, clearLine string, progress *prog
 
 // runLocal runs the session in this process, as the daemon runs it.
 func runLocal(ctx context.Context, req *service.Request, recalibrate bool, h service.Hooks, stderr io.Writer) (*service.End, error) {
-	cal := func() *calibrate.Result { return calibration(recalibrate, stderr) }
+	cal := func() *calibrate.Result { return cachedCalibration(recalibrate, stderr) }
 	out, err := service.Run(ctx, req, cal, h)
 	if err != nil {
 		return nil, err
@@ -402,6 +402,26 @@ func runLocal(ctx context.Context, req *service.Request, recalibrate bool, h ser
 		daemon.LogPhase(h.Log, "render", renderStart)
 	}
 	return end, nil
+}
+
+// cachedCalibration returns the cached calibration of this machine, nil
+// when there is none or a new one is asked for: the session then
+// measures one after its detach, rather than keep its probes waiting.
+func cachedCalibration(recalibrate bool, stderr io.Writer) *calibrate.Result {
+	if !recalibrate {
+		key, err := calibrate.ThisMachine()
+		if err == nil {
+			var r *calibrate.Result
+			if r, err = calibrate.Load(key); err == nil {
+				return r
+			}
+		}
+		if !errors.Is(err, calibrate.ErrNoCache) {
+			fmt.Fprintf(stderr, "kprofd: warning: %v\n", err)
+		}
+	}
+	fmt.Fprintln(stderr, "kprofd: the probes' cost on this machine is measured after the session (quick calibration, cached for the next)")
+	return nil
 }
 
 // calibration returns the cached calibration of this machine, or makes a

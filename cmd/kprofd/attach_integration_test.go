@@ -528,8 +528,64 @@ func TestCalibrate(t *testing.T) {
 	if code := k.wait(t); code != 0 {
 		t.Fatalf("kprofd exited %d; stderr:\n%s", code, k.stderr.String())
 	}
-	if strings.Contains(k.stderr.String(), "measuring what probes cost") {
+	if strings.Contains(k.stderr.String(), "measured after the session") {
 		t.Errorf("attach calibrated although a calibration is cached:\n%s", k.stderr.String())
+	}
+}
+
+// TestAttachFirstRun: with nothing cached, attach puts its probes in at
+// once, measures the probes' cost after the session with its program,
+// compensates the profile by it and says so, and caches it; the next
+// session takes it from the cache.
+func TestAttachFirstRun(t *testing.T) {
+	bin := buildKprofd(t)
+	build := testtarget.BuildCTree(t)
+	cache := t.TempDir()
+	var measured string
+	for run := range 2 {
+		target := testtarget.Start(t, build.Exe)
+		out := filepath.Join(t.TempDir(), "p.pb.gz")
+		cmd := exec.Command(bin, "attach", "-p", fmt.Sprint(target.Pid()), "--root", "handle_request", "-o", out, "--mode", "exact")
+		cmd.Env = append(os.Environ(), "KPROFD_CACHE_DIR="+cache)
+		k := launchKprofd(t, cmd)
+		k.waitAttached(t)
+		target.Run(t, requests)
+		k.cmd.Process.Signal(os.Interrupt)
+		if code := k.wait(t); code != 0 {
+			t.Fatalf("run %d: kprofd exited %d; stderr:\n%s", run, code, k.stderr.String())
+		}
+		said := strings.Contains(k.stderr.String(), "the probes' cost on this machine is measured after the session")
+		p := checkProfileFile(t, out)
+		checkCompensated(t, p)
+		comment := regexp.MustCompile(`^wall times compensated for the probes' own time \((.*)\); raw_wall as measured$`)
+		var how string
+		for _, c := range p.Comments {
+			if m := comment.FindStringSubmatch(c); m != nil {
+				how = m[1]
+			}
+		}
+		switch run {
+		case 0:
+			if !said {
+				t.Errorf("the first run does not say it measures the probes' cost after the session:\n%s", k.stderr.String())
+			}
+			m := regexp.MustCompile(`^quick calibration measured with the session's program after it, at (\S+)$`).FindStringSubmatch(how)
+			if m == nil {
+				t.Fatalf("the first run's profile does not say its costs were measured after it: %q", p.Comments)
+			}
+			measured = m[1]
+			if _, err := os.Stat(filepath.Join(cache, "calibration.json")); err != nil {
+				t.Errorf("the calibration measured is not cached: %v", err)
+			}
+		case 1:
+			if said {
+				t.Errorf("the second run measures again:\n%s", k.stderr.String())
+			}
+			if want := "quick calibration of " + measured; how != want {
+				t.Errorf("the second run's profile is compensated by %q, want %q (the cached one)", how, want)
+			}
+		}
+		target.Exit(t)
 	}
 }
 

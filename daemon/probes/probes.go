@@ -593,6 +593,34 @@ func (s *Set) Close() error {
 	return errors.Join(errs...)
 }
 
+// CloseRootsFirst detaches the roots' entry probes and returns a function
+// that detaches the rest and waits for them. Once the program records
+// nothing more for the target (bpf.Program.Silence), the roots' detach
+// waits for every probe program still running (a grace period): the
+// session's events are all in when it returns, and the other links,
+// which take a grace period each to close, go while the profile is made.
+// With no root entry attached, it detaches everything before it returns.
+func (s *Set) CloseRootsFirst() (rest func() error, err error) {
+	s.mu.Lock()
+	links := s.links
+	s.links = [numPhases][]link.Link{}
+	s.mu.Unlock()
+	var others []link.Link
+	for p := len(links) - 1; p >= 0; p-- {
+		if p != phaseRootEntries {
+			others = append(others, links[p]...)
+		}
+	}
+	if len(links[phaseRootEntries]) == 0 {
+		err := CloseAll(others)
+		return func() error { return nil }, err
+	}
+	err = CloseAll(links[phaseRootEntries])
+	done := make(chan error, 1)
+	go func() { done <- CloseAll(others) }()
+	return func() error { return <-done }, err
+}
+
 // DetachAll detaches every probe as Close does, and forgets them: the set
 // stays usable, empty (hybrid mode takes every probe out when the
 // roots' own cost more than the budget). rootsGone is the monotonic time

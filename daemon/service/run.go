@@ -95,7 +95,8 @@ const ProgressInterval = time.Second
 // ("interrupted", or context.Cause's text), the duration elapses or the
 // process exits, then detaches everything and returns the profile.
 // calibration is asked for the probes' costs once the plan is made (nil:
-// times are not compensated).
+// times are not compensated); when it has none, the session measures them
+// after its detach, and Run caches them (calibrate.Save).
 func Run(ctx context.Context, req *Request, calibration func() *calibrate.Result, h Hooks) (*Outcome, error) {
 	cfg, d, err := req.Config()
 	if err != nil {
@@ -117,13 +118,12 @@ func Run(ctx context.Context, req *Request, calibration func() *calibrate.Result
 			return nil, err
 		}
 	}
-	var speed *calibrate.Result // the probes' cost at the start (calibrate.Check)
 	if calibration != nil {
-		calStart := time.Now()
-		if cfg.Calibration = calibration(); cfg.Calibration != nil {
-			speed, _ = calibrate.Run(calibrate.Check)
-		}
-		daemon.LogPhase(h.Log, "calibration", calStart)
+		// With a calibration, a check of the machine's speed before
+		// and after; without one (none cached), the session measures
+		// one after its detach rather than keep its probes waiting.
+		cfg.Calibration = calibration()
+		cfg.SpeedCheck, cfg.Recalibrate = cfg.Calibration != nil, cfg.Calibration == nil
 	}
 	s, err := daemon.StartPrepared(prep, cfg)
 	if err != nil {
@@ -163,14 +163,10 @@ func Run(ctx context.Context, req *Request, calibration func() *calibrate.Result
 		h.Stopping(why)
 	}
 	profile, stopErr := s.Stop()
-	if speed != nil && profile != nil {
-		checkStart := time.Now()
-		if end, err := calibrate.Run(calibrate.Check); err == nil {
-			if drift, ok := calibrate.Drift(speed, end); ok {
-				profile.Comments = append(profile.Comments, drift)
-			}
+	if r, measured := s.Calibration(); measured {
+		if err := calibrate.Save(r); err != nil && h.Warn != nil {
+			h.Warn(err.Error())
 		}
-		daemon.LogPhase(h.Log, "speed check", checkStart)
 	}
 	return &Outcome{Why: why, Profile: profile, Final: s.Progress(), StopErr: stopErr}, nil
 }
