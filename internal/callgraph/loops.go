@@ -39,71 +39,133 @@ func loopDepths(b *body, entry uint64) map[uint64]int {
 	if start < 0 {
 		return nil
 	}
-	preds := predecessors(flow, index, start, b.indirectJumpSites)
+	g := blocksOf(flow, index, start, b.indirectJumpSites)
 
-	// The back edges, grouped by header.
-	latches := map[int][]int{}
+	// The back edges, grouped by header: a jump ends its block, and its
+	// target starts one.
+	latches := map[int32][]int32{}
 	for i, s := range flow {
 		if (s.kind == stepJump || s.kind == stepCond) && s.target <= s.addr {
 			if h := index(s.target); h >= 0 {
-				latches[h] = append(latches[h], i)
+				latches[g.of[h]] = append(latches[g.of[h]], g.of[i])
 			}
 		}
 	}
 	if len(flow)*len(latches) > maxLoopWork {
 		return nil
 	}
-	depth := make([]int, len(flow))
-	in := make([]bool, len(flow))
+	// A loop's body, block by block: what reaches a latch without passing
+	// through the header (seen[k] == mark: in the body of the header
+	// marked mark). The header's first instruction is in it, and the rest
+	// of the header's block only when it leads into the body (headOnly
+	// counts the loops that hold a block's first instruction alone).
+	depth := make([]int, len(g.preds))
+	headOnly := make([]int, len(g.preds))
+	seen := make([]int32, len(g.preds))
+	var body, todo []int32
+	mark := int32(0)
 	for h, ls := range latches {
-		clear(in)
-		in[h] = true
-		todo := slices.Clone(ls)
-		natural := true
+		mark++
+		seen[h] = mark
+		body = body[:0]
+		todo = append(todo[:0], ls...)
+		natural, whole := true, false
 		for len(todo) > 0 {
-			i := todo[len(todo)-1]
+			k := todo[len(todo)-1]
 			todo = todo[:len(todo)-1]
-			if in[i] {
+			if k == h {
+				whole = true
+			}
+			if seen[k] == mark {
 				continue
 			}
-			if i == start {
+			if k == g.of[start] {
 				natural = false // reached from the entry around the header
 				break
 			}
-			in[i] = true
-			for _, p := range preds[i] {
-				if !in[p] {
-					todo = append(todo, int(p))
+			seen[k] = mark
+			body = append(body, k)
+			for _, p := range g.preds[k] {
+				if p == h {
+					whole = true
+				} else if seen[p] != mark {
+					todo = append(todo, p)
 				}
 			}
 		}
 		if !natural {
 			continue
 		}
-		for i, yes := range in {
-			if yes {
-				depth[i]++
-			}
+		for _, k := range body {
+			depth[k]++
+		}
+		if whole {
+			depth[h]++
+		} else {
+			headOnly[h]++
 		}
 	}
 	out := make(map[uint64]int, len(b.sites))
 	for _, s := range b.sites {
 		if i := index(s.from); i >= 0 {
-			out[s.from] = min(depth[i], maxLoopDepth)
+			k := g.of[i]
+			d := depth[k]
+			if i == 0 || g.of[i-1] != k {
+				d += headOnly[k]
+			}
+			out[s.from] = min(d, maxLoopDepth)
 		}
 	}
 	return out
 }
 
-// predecessors returns the edges of flow (sorted by address, index
-// finding an address in it, start the entry's) as predecessors; the
-// targets of jump tables (the indirect jumps at tableSites) are not
-// known, so such a jump may lead to any instruction nothing else leads
-// to.
-func predecessors(flow []step, index func(uint64) int, start int, tableSites []uint64) [][]int32 {
-	preds := make([][]int32, len(flow))
-	var tables []int
+// blocks are a function's basic blocks: straight runs of instructions
+// entered only at their first and left only after their last. A loop
+// holds whole blocks, so its body is found block by block, not
+// instruction by instruction (tens of times fewer steps in a large
+// function).
+type blocks struct {
+	of    []int32   // the block of each step of flow
+	preds [][]int32 // the blocks each block is entered from
+}
+
+// blocksOf splits flow (sorted by address, index finding an address in
+// it, start the entry's) into basic blocks. The targets of jump tables
+// (the indirect jumps at tableSites) are not known, so such a jump may
+// lead to any block nothing else leads to.
+func blocksOf(flow []step, index func(uint64) int, start int, tableSites []uint64) blocks {
+	// A block starts at the entry, at every jump's target, after every
+	// instruction that may not fall through to the next, and where the
+	// next instruction is not the one decoded after it. (More starts
+	// than needed only split a block in two.)
+	first := make([]bool, len(flow)+1)
+	first[0], first[start] = true, true
 	for i, s := range flow {
+		if s.kind == stepJump || s.kind == stepCond {
+			if t := index(s.target); t >= 0 {
+				first[t] = true
+			}
+		}
+		if s.kind == stepJump || s.kind == stepCond || s.kind == stepRet || s.kind == stepIndirect ||
+			i+1 < len(flow) && flow[i+1].addr != s.next {
+			first[i+1] = true
+		}
+	}
+	var g blocks
+	g.of = make([]int32, len(flow))
+	n := int32(-1)
+	for i := range flow {
+		if first[i] {
+			n++
+		}
+		g.of[i] = n
+	}
+	g.preds = make([][]int32, n+1)
+	var tables []int32
+	for i, s := range flow {
+		if !first[i+1] && i+1 < len(flow) {
+			continue // falls through inside its block
+		}
 		next := -1
 		if i+1 < len(flow) && flow[i+1].addr == s.next {
 			next = i + 1
@@ -117,7 +179,7 @@ func predecessors(flow []step, index func(uint64) int, start int, tableSites []u
 			to = append(to, next, index(s.target))
 		case stepIndirect:
 			if slices.Contains(tableSites, s.addr) {
-				tables = append(tables, i)
+				tables = append(tables, g.of[i])
 				continue
 			}
 			to = append(to, next)
@@ -126,18 +188,16 @@ func predecessors(flow []step, index func(uint64) int, start int, tableSites []u
 		}
 		for _, j := range to {
 			if j >= 0 {
-				preds[j] = append(preds[j], int32(i))
+				g.preds[g.of[j]] = append(g.preds[g.of[j]], g.of[i])
 			}
 		}
 	}
 	if len(tables) > 0 {
-		for j := range flow {
-			if len(preds[j]) == 0 && j != start {
-				for _, i := range tables {
-					preds[j] = append(preds[j], int32(i))
-				}
+		for k := range g.preds {
+			if len(g.preds[k]) == 0 && int32(k) != g.of[start] {
+				g.preds[k] = append(g.preds[k], tables...)
 			}
 		}
 	}
-	return preds
+	return g
 }
