@@ -67,6 +67,8 @@ type Object struct {
 	dwarfOnce sync.Once
 	dwarf     *dwarf.Data
 	lines     *lineIndex // built on first use, under dwarfMu
+
+	chunks fileChunks // what Code read
 }
 
 // A part is a Range owned by a function other than the one starting there.
@@ -194,10 +196,56 @@ func (o *Object) Code(addr, size uint64) ([]byte, error) {
 		return nil, fmt.Errorf("reading %#x in %s: %d bytes is too much", addr, o.name, size)
 	}
 	b := make([]byte, size)
-	if _, err := o.f.ReadAt(b, int64(p.Off+addr-p.Vaddr)); err != nil {
+	if err := o.chunks.readAt(o.f, b, int64(p.Off+addr-p.Vaddr)); err != nil {
 		return nil, fmt.Errorf("reading %#x in %s: %w", addr, o.name, err)
 	}
 	return b, nil
+}
+
+// fileChunks caches what Code read of a file, a chunk at a time: the code
+// asked for lies together (a call graph's functions, their prologues,
+// PLT stubs), and each read is a system call.
+type fileChunks struct {
+	mu     sync.Mutex
+	chunks map[int64][]byte // by offset / chunkSize
+}
+
+// chunkSize is how much of a file fileChunks reads at once.
+const chunkSize = 64 << 10
+
+// readAt fills b from f at off, through the cache; a read that reaches
+// the end of the file is an error, as os.File.ReadAt's is.
+func (c *fileChunks) readAt(f *os.File, b []byte, off int64) error {
+	if len(b) > chunkSize {
+		// A large read (a big function) is a read of its own.
+		_, err := f.ReadAt(b, off)
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for len(b) > 0 {
+		k := off / chunkSize
+		chunk, ok := c.chunks[k]
+		if !ok {
+			chunk = make([]byte, chunkSize)
+			n, err := f.ReadAt(chunk, k*chunkSize)
+			if err != nil && !errors.Is(err, io.EOF) {
+				return err
+			}
+			chunk = chunk[:n]
+			if c.chunks == nil {
+				c.chunks = map[int64][]byte{}
+			}
+			c.chunks[k] = chunk
+		}
+		i := int(off - k*chunkSize)
+		if i >= len(chunk) {
+			return io.EOF
+		}
+		n := copy(b, chunk[i:])
+		b, off = b[n:], off+int64(n)
+	}
+	return nil
 }
 
 // FileOffset returns the file offset of addr in the executable PT_LOAD

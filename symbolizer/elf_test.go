@@ -364,3 +364,38 @@ func relocatable(t *testing.T, dir string) string {
 	run(t, dir, "gcc", "-O2", "-c", "-o", "relocatable.o", "kp.c")
 	return filepath.Join(dir, "relocatable.o")
 }
+
+// TestFileChunks reads ranges of a file through the chunk cache, across
+// chunks, at its end and past it, and compares them with the file.
+func TestFileChunks(t *testing.T) {
+	data := make([]byte, 3*chunkSize+1234)
+	for i := range data {
+		data[i] = byte(i * 7 / 3)
+	}
+	path := filepath.Join(t.TempDir(), "f")
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var c fileChunks
+	for _, r := range []struct{ off, n int }{
+		{0, 16}, {chunkSize - 3, 10}, {2*chunkSize - 1, chunkSize}, {5, chunkSize + 1}, {len(data) - 8, 8}, {chunkSize + 100, 50},
+	} {
+		b := make([]byte, r.n)
+		if err := c.readAt(f, b, int64(r.off)); err != nil {
+			t.Errorf("reading %d bytes at %d: %v", r.n, r.off, err)
+		} else if !bytes.Equal(b, data[r.off:r.off+r.n]) {
+			t.Errorf("reading %d bytes at %d: not the file's", r.n, r.off)
+		}
+	}
+	if err := c.readAt(f, make([]byte, 16), int64(len(data)-8)); err == nil {
+		t.Error("a read past the end of the file did not fail")
+	}
+	if len(c.chunks) != 4 {
+		t.Errorf("%d chunks cached, want 4", len(c.chunks))
+	}
+}

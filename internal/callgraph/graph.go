@@ -177,11 +177,16 @@ type builder struct {
 	skip  map[string]bool
 	// leaves are analyzed for their own probes, not followed.
 	leaves map[*Node]bool
+	// tables holds the code pointers read at each run-time address
+	// (addressTaken): many functions take the address of the same
+	// table, and each read of the process's memory is a system call.
+	tables map[uint64][]codeRef
 }
 
 // Build computes the transitive closure of calls and tail calls from roots.
 func Build(p *symbolizer.Process, roots []Root, opt Options) (*Graph, error) {
-	b := &builder{proc: p, opt: opt, nodes: map[key]*Node{}, g: &Graph{}, skip: map[string]bool{}, leaves: map[*Node]bool{}}
+	b := &builder{proc: p, opt: opt, nodes: map[key]*Node{}, g: &Graph{}, skip: map[string]bool{}, leaves: map[*Node]bool{},
+		tables: map[uint64][]codeRef{}}
 	for _, r := range roots {
 		n := b.node(r.Obj, r.Func)
 		if n == nil {
@@ -405,10 +410,35 @@ func (b *builder) addressTaken(n *Node, ref uint64) []codeRef {
 	if b.opt.Mem == nil || n.Obj.FuncAt(ref) != nil {
 		return nil // no memory to read, or inside a function's code
 	}
+	at := ref + n.Obj.Bias
+	if refs, ok := b.tables[at]; ok {
+		return refs
+	}
+	refs := b.readTable(at)
+	b.tables[at] = refs
+	return refs
+}
+
+// readTable reads the code pointers of a table at run-time address at. It
+// reads a few words first and more only while they are code: most
+// addresses taken are data, which the first words tell, and a read of
+// the process's memory costs by its length.
+func (b *builder) readTable(at uint64) []codeRef {
 	buf := make([]byte, 8*tableMax)
-	k, _ := b.opt.Mem.ReadAt(buf, int64(ref+n.Obj.Bias))
+	have, ended := 0, false // bytes read; a read came short: the memory ends
 	var refs []codeRef
-	for i := 0; i+8 <= k; i += 8 {
+	for i := 0; i+8 <= len(buf); i += 8 {
+		if i+8 > have {
+			if ended {
+				break
+			}
+			want := min(len(buf), max(4*have, 8*2*tableHead))
+			k, _ := b.opt.Mem.ReadAt(buf[have:want], int64(at)+int64(have))
+			ended = have+k < want
+			if have += k; i+8 > have {
+				break
+			}
+		}
 		w := binary.LittleEndian.Uint64(buf[i:])
 		var fn *symbolizer.Func
 		m := b.proc.MappedAt(w)
