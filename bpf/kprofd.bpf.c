@@ -499,6 +499,24 @@ int kprofd_multi(struct pt_regs *ctx)
 	return handle(ctx);
 }
 
+// kprofd_multi, for kprofd_return to hand a hit over to (the loader puts
+// it in): a tail call into it spares the verifier a second copy of
+// handle.
+struct {
+	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} full_handler SEC(".maps");
+
+// handle_full hands a hit over to kprofd_multi, which handles it from the
+// start; kprofd_multi is in full_handler from the load on.
+static __always_inline int handle_full(struct pt_regs *ctx)
+{
+	bpf_tail_call(ctx, &full_handler, 0);
+	return 0;
+}
+
 // handle_return runs at the hits of the plain return probes, which the
 // loader attaches to kprofd_return (bpf.PlainReturn: a uretprobe that is
 // no root's, burst's, allocator's or capturing one; its slot is 8 bytes
@@ -509,7 +527,7 @@ int kprofd_multi(struct pt_regs *ctx)
 static __always_inline int handle_return(struct pt_regs *ctx)
 {
 	if (go_mode)
-		return handle(ctx);
+		return handle_full(ctx);
 	struct task_struct *task = bpf_get_current_task_btf();
 	if (task->tgid != target_tgid)
 		return 0;
@@ -519,7 +537,7 @@ static __always_inline int handle_return(struct pt_regs *ctx)
 	asm volatile("" : "+r"(sp), "+r"(fp));
 	__u64 slot = sp - 8;
 	if (!th || !plain(th, 0, KIND_RETURN, slot))
-		return handle(ctx);
+		return handle_full(ctx);
 	// What shadow does first, so that the top is the frame returning.
 	shadow_pop(th, slot);
 	__u32 d = th->depth;

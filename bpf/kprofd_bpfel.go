@@ -101,6 +101,7 @@ const (
 	kprofdMapCalls             = "calls"
 	kprofdMapCheckedGoroutines = "checked_goroutines"
 	kprofdMapEvents            = "events"
+	kprofdMapFullHandler       = "full_handler"
 	kprofdMapGoroutines        = "goroutines"
 	kprofdMapPauses            = "pauses"
 	kprofdMapSeeds             = "seeds"
@@ -217,6 +218,7 @@ type kprofdMapSpecs struct {
 	Calls             *ebpf.MapSpec `ebpf:"calls"`
 	CheckedGoroutines *ebpf.MapSpec `ebpf:"checked_goroutines"`
 	Events            *ebpf.MapSpec `ebpf:"events"`
+	FullHandler       *ebpf.MapSpec `ebpf:"full_handler"`
 	Goroutines        *ebpf.MapSpec `ebpf:"goroutines"`
 	Pauses            *ebpf.MapSpec `ebpf:"pauses"`
 	Seeds             *ebpf.MapSpec `ebpf:"seeds"`
@@ -291,6 +293,7 @@ type kprofdMaps struct {
 	Calls             *ebpf.Map `ebpf:"calls"`
 	CheckedGoroutines *ebpf.Map `ebpf:"checked_goroutines"`
 	Events            *ebpf.Map `ebpf:"events"`
+	FullHandler       *ebpf.Map `ebpf:"full_handler"`
 	Goroutines        *ebpf.Map `ebpf:"goroutines"`
 	Pauses            *ebpf.Map `ebpf:"pauses"`
 	Seeds             *ebpf.Map `ebpf:"seeds"`
@@ -311,6 +314,7 @@ func (m *kprofdMaps) Close() error {
 		m.Calls,
 		m.CheckedGoroutines,
 		m.Events,
+		m.FullHandler,
 		m.Goroutines,
 		m.Pauses,
 		m.Seeds,

@@ -203,6 +203,12 @@ func (p *Program) load(spec *ebpf.CollectionSpec, cfg Config) error {
 		kprofdProgKprofdSignal: &progs.KprofdSignal, kprofdProgKprofdSample: &progs.KprofdSample} {
 		*dst = coll.DetachProgram(name)
 	}
+	if p.multi {
+		if err := p.objs.FullHandler.Update(uint32(0), p.objs.KprofdMulti, ebpf.UpdateAny); err != nil {
+			p.objs.Close()
+			return fmt.Errorf("loading the probe program: handing kprofd_return's hits over to kprofd_multi: %w", err)
+		}
+	}
 	return nil
 }
 
