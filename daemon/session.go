@@ -768,7 +768,8 @@ func (s *Session) stop() (*cct.Profile, error) {
 	// The program records nothing more, and once the roots' probes are
 	// detached, which waits for every probe program still running, every
 	// event is in: the other probes, which take a grace period each to
-	// detach, go while the profile is made.
+	// detach, go while the profile is made (after a calibration in
+	// kprofd, whose own probes would wait behind them).
 	detachErr := s.prog.Silence()
 	detachRest := func() error { return nil }
 	if s.probes != nil && detachErr == nil {
@@ -803,6 +804,8 @@ func (s *Session) stop() (*cct.Profile, error) {
 	}
 	// The counters read, the program may calibrate in kprofd.
 	drift := s.calibrateAfter()
+	restDone := make(chan error, 1)
+	go func() { restDone <- detachRest() }()
 	profileStart := time.Now()
 	if s.hybrid != nil {
 		// Once every event is in: a session no thread entered a root in
@@ -820,7 +823,7 @@ func (s *Session) stop() (*cct.Profile, error) {
 	}
 	LogPhase(s.cfg.Log, "profile", profileStart)
 	restStart := time.Now()
-	detachErr = errors.Join(detachErr, detachRest())
+	detachErr = errors.Join(detachErr, <-restDone)
 	LogPhase(s.cfg.Log, "detach the rest", restStart)
 	return p, errors.Join(attachErr, hybridErr, pauseErr, detachErr, drainErr, s.runErr, statsErr)
 }

@@ -594,12 +594,12 @@ func (s *Set) Close() error {
 }
 
 // CloseRootsFirst detaches the roots' entry probes and returns a function
-// that detaches the rest and waits for them. Once the program records
-// nothing more for the target (bpf.Program.Silence), the roots' detach
-// waits for every probe program still running (a grace period): the
-// session's events are all in when it returns, and the other links,
-// which take a grace period each to close, go while the profile is made.
-// With no root entry attached, it detaches everything before it returns.
+// that detaches the rest. Once the program records nothing more for the
+// target (bpf.Program.Silence), the roots' detach waits for every probe
+// program still running (a grace period): the session's events are all
+// in when it returns, and the other links, which take a grace period
+// each to close, may go while the profile is made. With no root entry
+// attached, it detaches everything before it returns.
 func (s *Set) CloseRootsFirst() (rest func() error, err error) {
 	s.mu.Lock()
 	links := s.links
@@ -612,13 +612,9 @@ func (s *Set) CloseRootsFirst() (rest func() error, err error) {
 		}
 	}
 	if len(links[phaseRootEntries]) == 0 {
-		err := CloseAll(others)
-		return func() error { return nil }, err
+		return func() error { return nil }, CloseAll(others)
 	}
-	err = CloseAll(links[phaseRootEntries])
-	done := make(chan error, 1)
-	go func() { done <- CloseAll(others) }()
-	return func() error { return <-done }, err
+	return func() error { return CloseAll(others) }, CloseAll(links[phaseRootEntries])
 }
 
 // DetachAll detaches every probe as Close does, and forgets them: the set
