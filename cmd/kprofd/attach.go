@@ -171,7 +171,7 @@ func newAttachCmd() *cobra.Command {
 	f.BoolVar(&o.predict, "predict", true, "hybrid mode, with no remembered demotions: count the root's calls first and start demoted what the loops\naround their calls predict far too costly at that rate (the root's calls before the attach are not profiled);\n--predict=false attaches every probe at once")
 	f.BoolVarP(&o.verbose, "verbose", "v", false, "print warnings about every function and the kernel ids of what is attached")
 	f.BoolVar(&o.debug, "debug", false, "log to stderr how long each phase of the session took (analysis, calibration, load, attach, detach,\nwrite) and hybrid mode's control decisions: each round of demotions (the window it measured, the overhead,\nthe breakpoints it takes out), when its breakpoints are gone and when its detaches return")
-	f.BoolVar(&o.recalibrate, "recalibrate", false, "measure the probes' costs again (quick mode) even when a calibration is cached")
+	f.BoolVar(&o.recalibrate, "recalibrate", false, "measure the probes' costs again (quick mode, after the session, with its program) even when a calibration is cached")
 	f.StringVar(&o.socket, "socket", "", "run the session in the kprofd serve daemon listening on this unix socket\n(default for a user other than root: "+service.DefaultSocket+" when it exists)")
 	cmd.MarkFlagRequired("pid")
 	cmd.MarkFlagRequired("root")

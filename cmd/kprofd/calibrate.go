@@ -27,8 +27,8 @@ calls that something disturbed included.
 
 attach uses the result to take the instrumentation's own time out of profiles.
 The result is cached per kernel release, CPU model and kprofd binary in ` + calibrate.CacheDir() + `
-(KPROFD_CACHE_DIR overrides it); attach runs a quick calibration when there is
-no cache for this machine.`,
+(KPROFD_CACHE_DIR overrides it); when there is no cache for this machine,
+attach runs a quick calibration after its session, with the session's program.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if os.Geteuid() != 0 {
