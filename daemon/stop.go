@@ -1,0 +1,113 @@
+package daemon
+
+import (
+	"errors"
+	"time"
+
+	"github.com/kprofd/kprofd/daemon/estimate"
+	"github.com/kprofd/kprofd/internal/cct"
+	"github.com/kprofd/kprofd/internal/monotonic"
+)
+
+// Stop detaches every probe, processes the events still buffered and
+// returns the profile. It can be called once the target has exited too.
+// Later calls return the same result.
+func (s *Session) Stop() (*cct.Profile, error) {
+	s.stopOnce.Do(func() { s.profile, s.stopErr = s.stop() })
+	return s.profile, s.stopErr
+}
+
+func (s *Session) stop() (*cct.Profile, error) {
+	// Teardown order: silence the program and detach the roots' probes
+	// (no new events; the detach waits for running handlers), take the
+	// events still batched in the threads, let the loop read the ring
+	// buffer dry, and only then replay the batched events, which come
+	// after any of the same thread in the ring buffer; calibrate in
+	// kprofd, and detach the other probes while the profile is made. The
+	// program and maps go in Close.
+	var attachErr error
+	if s.awaitDone != nil {
+		// A predicting session still waiting for its roots attaches
+		// nothing more; one attaching finishes first.
+		close(s.awaitStop)
+		<-s.awaitDone
+		attachErr = s.attachErr
+		if s.countingClosed != nil {
+			attachErr = errors.Join(attachErr, <-s.countingClosed)
+		}
+	}
+	stopStart := time.Now()
+	pauseErr := s.endDiscovery()
+	var hybridErr error
+	if s.hybrid != nil {
+		hybridErr = s.hybrid.Stop()
+		s.stages = s.hybrid.Stages()
+	}
+	LogPhase(s.cfg.Log, "stop discovery and hybrid mode", stopStart)
+	detachStart := time.Now()
+	detachRest, detachErr := s.detach()
+	end := monotonic.Now()
+	LogPhase(s.cfg.Log, "detach", detachStart)
+	drainStart := time.Now()
+	batched, drainErr := s.prog.Drain()
+	s.stopping.Store(true)
+	s.reader.Flush()
+	<-s.done
+	for i := range batched {
+		s.sim.Handle(&batched[i])
+	}
+	s.events.Add(uint64(len(batched)))
+	s.publish()
+	LogPhase(s.cfg.Log, "drain", drainStart)
+	stats, statsErr := s.prog.Stats()
+	if statsErr == nil {
+		s.final.Store(&stats)
+	}
+	// The counters read, the program may calibrate in kprofd, before
+	// the rest of the probes go: its own probes would wait behind them.
+	drift := s.calibrateAfter()
+	restDone := make(chan error, 1)
+	go func() { restDone <- detachRest() }()
+	profileStart := time.Now()
+	if s.hybrid != nil {
+		// Once every event is in: a session no thread entered a root in
+		// leaves the memory as it was, and the event loop may have run
+		// far behind.
+		s.memorize()
+	}
+	s.sim.Finish(end)
+	if s.counts != nil {
+		s.crossChecks = estimate.CrossChecks(s.counts, s.check, s.hybrid.FuncName)
+	}
+	p := s.buildProfile(end, stats)
+	if drift != "" {
+		p.Comments = append(p.Comments, drift)
+	}
+	LogPhase(s.cfg.Log, "profile", profileStart)
+	restStart := time.Now()
+	detachErr = errors.Join(detachErr, <-restDone)
+	LogPhase(s.cfg.Log, "detach the rest", restStart)
+	return p, errors.Join(attachErr, hybridErr, pauseErr, detachErr, drainErr, s.runErr, statsErr)
+}
+
+// detach makes the session record nothing more: it silences the program
+// and detaches the roots' probes, which waits for every probe program
+// still running, then the sampler and the signal tracepoint. rest
+// detaches the other probes, which take a grace period each (see
+// probes.Set.CloseRootsFirst).
+func (s *Session) detach() (rest func() error, err error) {
+	rest = func() error { return nil }
+	err = s.prog.Silence()
+	switch {
+	case s.probes != nil && err == nil:
+		rest, err = s.probes.CloseRootsFirst()
+	case s.probes != nil:
+		err = errors.Join(err, s.probes.Close())
+	}
+	if s.sampler != nil {
+		err = errors.Join(err, s.sampler.Close())
+	}
+	// Signals are no more the session's concern, and a calibration in
+	// kprofd after it must not take Go's preemption signals for its.
+	return rest, errors.Join(err, s.prog.UntrackSignals())
+}
