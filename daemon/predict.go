@@ -177,6 +177,8 @@ func (s *Session) awaitAndAttach(model *cost.Model, opt probes.Options, base uin
 		s.countingClosed = make(chan error, 1)
 		go func() { s.countingClosed <- probes.CloseAll(counting) }()
 	}()
+	prior := startPrior(s.prep.Plan)
+	defer prior.take()
 	wait := func(d time.Duration) bool {
 		select {
 		case <-s.awaitStop:
@@ -205,6 +207,7 @@ func (s *Session) awaitAndAttach(model *cost.Model, opt probes.Options, base uin
 			// running since before the attach (an interpreter's eval
 			// of a script, a server's loop), and only the probes below
 			// it find its thread (seeding). No call rate to predict by.
+			prior.take()
 			return s.attachUnpredicted(model, opt, time.Since(waitStart))
 		}
 	}
@@ -237,11 +240,11 @@ func (s *Session) awaitAndAttach(model *cost.Model, opt probes.Options, base uin
 			s.attachMu.Lock()
 			s.before = beforeAttach{window: took, rate: rootRate, sampled: true}
 			s.attachMu.Unlock()
+			prior.take()
 			return s.sampleRootsFromStart(model, why, rootRate)
 		}
-		prior := cost.StaticCalls(s.prep.Plan)
 		rates := wire.MakeCounters[float64](model.Len())
-		for i, f := range prior {
+		for i, f := range prior.take() {
 			rates.SetCalls(i, rootRate*f)
 		}
 		ds = model.PredictRound(rates, own, fmt.Sprintf("predicted from the loops around its calls, at %s root calls/s", english.Rate(rootRate)))
@@ -252,6 +255,7 @@ func (s *Session) awaitAndAttach(model *cost.Model, opt probes.Options, base uin
 	s.attachMu.Lock()
 	s.before = beforeAttach{window: took, rate: rootRate, predicted: len(ds)}
 	s.attachMu.Unlock()
+	prior.take()
 	t1 := time.Now()
 	if err := s.attachAll(model, opt, ds, false); err != nil {
 		return err
@@ -259,6 +263,31 @@ func (s *Session) awaitAndAttach(model *cost.Model, opt probes.Options, base uin
 	s.cfg.log().Debug("hybrid: attached below the roots", "window", took, "root_calls", c1-c0, "predicted", len(ds),
 		"decided", t1.Sub(t0)-took, "attach", time.Since(t1))
 	return nil
+}
+
+// staticPrior is the static estimate of each planned function's calls per
+// root call (cost.StaticCalls), made beside a predicting session's wait:
+// it decodes the plan's functions again for their loops, and must be done
+// before anything else reads or adds to the symbols (discovery, once the
+// probes are attached).
+type staticPrior struct {
+	done  chan []float64
+	calls []float64
+	taken bool
+}
+
+func startPrior(pl *plan.Plan) *staticPrior {
+	p := &staticPrior{done: make(chan []float64, 1)}
+	go func() { p.done <- cost.StaticCalls(pl) }()
+	return p
+}
+
+// take waits for the estimate.
+func (p *staticPrior) take() []float64 {
+	if !p.taken {
+		p.calls, p.taken = <-p.done, true
+	}
+	return p.calls
 }
 
 // attachUnpredicted attaches every probe of a predicting session whose

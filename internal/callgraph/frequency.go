@@ -40,6 +40,7 @@ func (n *Node) LoopDepth(addr uint64) int {
 // sites that lead to it (see LoopTrips). Callees reached only through a
 // pointer taken by a function count once per call of it.
 func (g *Graph) Frequencies() map[*Node]float64 {
+	g.findLoopDepths()
 	// Order the nodes callers first, cutting the cycles at the edge that
 	// closes them (depth-first from the roots): the functions such an
 	// edge leads back to are recursive.
@@ -134,4 +135,21 @@ func pow(base float64, n int) float64 {
 		p *= base
 	}
 	return p
+}
+
+// findLoopDepths finds the natural loops around the call sites of the
+// nodes that call anything, where not found yet. Only the static estimate
+// needs them (a session that predicts), and a large function's loops
+// cost a good part of its analysis: Build leaves them, and a function is
+// decoded again for them here.
+func (g *Graph) findLoopDepths() {
+	for _, n := range g.Nodes {
+		if n.depthsFound || len(callees(n)) == 0 || n.Obj == nil || n.Func == nil {
+			continue // nothing to decode (a graph made by hand)
+		}
+		n.depthsFound = true
+		if body, err := decodeFunc(n.Obj.Object, n.Func); err == nil {
+			n.loopDepths = loopDepths(body, n.Func.Addr)
+		}
+	}
 }

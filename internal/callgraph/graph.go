@@ -37,9 +37,11 @@ type Node struct {
 	// Loops are the spans of its code that a backward jump repeats, from
 	// the jump's target to the end of the jump: a call inside one may
 	// run many times per call of the function. LoopDepth goes by the
-	// natural loops instead, where they were found (loopDepths).
-	Loops      []symbolizer.Range
-	loopDepths map[uint64]int
+	// natural loops instead, where they were found (loopDepths, found by
+	// findLoopDepths).
+	Loops       []symbolizer.Range
+	loopDepths  map[uint64]int
+	depthsFound bool
 	// Indirect counts call and jump sites through registers or memory
 	// that the analysis cannot follow (function pointers, virtual calls,
 	// jump tables).
@@ -274,7 +276,6 @@ func (b *builder) analyze(n *Node) error {
 	n.Rets = body.rets
 	n.BranchTargets = body.targets
 	n.Loops = body.loops
-	n.loopDepths = loopDepths(body, n.Func.Addr)
 	n.Indirect = body.indirect
 	n.IndirectJumps = body.indirectJumps
 	n.IndirectSites = body.indirectSites
