@@ -181,14 +181,15 @@ type builder struct {
 	leaves map[*Node]bool
 	// tables holds the code pointers read at each run-time address
 	// (addressTaken): many functions take the address of the same
-	// table, and each read of the process's memory is a system call.
+	// table. pages holds the pages of the target's memory read (word).
 	tables map[uint64][]codeRef
+	pages  map[uint64][]byte
 }
 
 // Build computes the transitive closure of calls and tail calls from roots.
 func Build(p *symbolizer.Process, roots []Root, opt Options) (*Graph, error) {
 	b := &builder{proc: p, opt: opt, nodes: map[key]*Node{}, g: &Graph{}, skip: map[string]bool{}, leaves: map[*Node]bool{},
-		tables: map[uint64][]codeRef{}}
+		tables: map[uint64][]codeRef{}, pages: map[uint64][]byte{}}
 	for _, r := range roots {
 		n := b.node(r.Obj, r.Func)
 		if n == nil {
@@ -420,27 +421,14 @@ func (b *builder) addressTaken(n *Node, ref uint64) []codeRef {
 	return refs
 }
 
-// readTable reads the code pointers of a table at run-time address at. It
-// reads a few words first and more only while they are code: most
-// addresses taken are data, which the first words tell, and a read of
-// the process's memory costs by its length.
+// readTable reads the code pointers of a table at run-time address at.
 func (b *builder) readTable(at uint64) []codeRef {
-	buf := make([]byte, 8*tableMax)
-	have, ended := 0, false // bytes read; a read came short: the memory ends
 	var refs []codeRef
-	for i := 0; i+8 <= len(buf); i += 8 {
-		if i+8 > have {
-			if ended {
-				break
-			}
-			want := min(len(buf), max(4*have, 8*2*tableHead))
-			k, _ := b.opt.Mem.ReadAt(buf[have:want], int64(at)+int64(have))
-			ended = have+k < want
-			if have += k; i+8 > have {
-				break
-			}
+	for i := range uint64(tableMax) {
+		w, ok := b.word(at + 8*i)
+		if !ok {
+			break
 		}
-		w := binary.LittleEndian.Uint64(buf[i:])
 		var fn *symbolizer.Func
 		m := b.proc.MappedAt(w)
 		if m != nil {
@@ -448,11 +436,41 @@ func (b *builder) readTable(at uint64) []codeRef {
 		}
 		if fn != nil && !fn.Fragment && !fn.IFunc {
 			refs = append(refs, codeRef{m, fn})
-		} else if w != 0 && i >= 8*tableHead {
+		} else if w != 0 && i >= tableHead {
 			break
 		}
 	}
 	return refs
+}
+
+// pageSize is how much of the target's memory word reads at once.
+const pageSize = 4096
+
+// word returns the word at run-time address at in the target's memory,
+// read a page at a time and kept: the tables the code refers to lie
+// together, and each read of the target's memory is a system call. ok is
+// false where the memory cannot be read.
+func (b *builder) word(at uint64) (w uint64, ok bool) {
+	if at%8 != 0 {
+		var buf [8]byte
+		if k, _ := b.opt.Mem.ReadAt(buf[:], int64(at)); k < 8 {
+			return 0, false
+		}
+		return binary.LittleEndian.Uint64(buf[:]), true
+	}
+	page := at / pageSize
+	data, cached := b.pages[page]
+	if !cached {
+		data = make([]byte, pageSize)
+		k, _ := b.opt.Mem.ReadAt(data, int64(page*pageSize))
+		data = data[:k]
+		b.pages[page] = data
+	}
+	off := at % pageSize
+	if off+8 > uint64(len(data)) {
+		return 0, false
+	}
+	return binary.LittleEndian.Uint64(data[off:]), true
 }
 
 // resolveCode finds the function a direct call or jump from n to target
