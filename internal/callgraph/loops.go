@@ -26,15 +26,7 @@ const maxLoopWork = 1 << 24
 // one). A backward jump to code that does not dominate it is layout, not
 // a loop.
 func loopDepths(b *body, entry uint64) map[uint64]int {
-	flow := slices.Clone(b.flow)
-	slices.SortFunc(flow, func(x, y step) int { return cmp.Compare(x.addr, y.addr) })
-	index := func(addr uint64) int {
-		i, ok := slices.BinarySearchFunc(flow, addr, func(s step, a uint64) int { return cmp.Compare(s.addr, a) })
-		if !ok {
-			return -1
-		}
-		return i
-	}
+	flow, index := sortedFlow(b)
 	start := index(entry)
 	if start < 0 {
 		return nil
@@ -119,6 +111,20 @@ func loopDepths(b *body, entry uint64) map[uint64]int {
 	return out
 }
 
+// sortedFlow returns a copy of b's flow sorted by address, and a function
+// that finds an instruction's index in it by its address (-1: none).
+func sortedFlow(b *body) ([]step, func(uint64) int) {
+	flow := slices.Clone(b.flow)
+	slices.SortFunc(flow, func(x, y step) int { return cmp.Compare(x.addr, y.addr) })
+	return flow, func(addr uint64) int {
+		i, ok := slices.BinarySearchFunc(flow, addr, func(s step, a uint64) int { return cmp.Compare(s.addr, a) })
+		if !ok {
+			return -1
+		}
+		return i
+	}
+}
+
 // blocks are a function's basic blocks: straight runs of instructions
 // entered only at their first and left only after their last. A loop
 // holds whole blocks, so its body is found block by block, not
@@ -162,34 +168,16 @@ func blocksOf(flow []step, index func(uint64) int, start int, tableSites []uint6
 	}
 	g.preds = make([][]int32, n+1)
 	var tables []int32
-	for i, s := range flow {
+	for i := range flow {
 		if !first[i+1] && i+1 < len(flow) {
 			continue // falls through inside its block
 		}
-		next := -1
-		if i+1 < len(flow) && flow[i+1].addr == s.next {
-			next = i + 1
-		}
-		var to []int
-		switch s.kind {
-		case stepRet:
-		case stepJump:
-			to = append(to, index(s.target))
-		case stepCond:
-			to = append(to, next, index(s.target))
-		case stepIndirect:
-			if slices.Contains(tableSites, s.addr) {
-				tables = append(tables, g.of[i])
-				continue
-			}
-			to = append(to, next)
-		default:
-			to = append(to, next)
+		to, table := successors(flow, i, index, tableSites)
+		if table {
+			tables = append(tables, g.of[i])
 		}
 		for _, j := range to {
-			if j >= 0 {
-				g.preds[g.of[j]] = append(g.preds[g.of[j]], g.of[i])
-			}
+			g.preds[g.of[j]] = append(g.preds[g.of[j]], g.of[i])
 		}
 	}
 	if len(tables) > 0 {
@@ -200,4 +188,31 @@ func blocksOf(flow []step, index func(uint64) int, start int, tableSites []uint6
 		}
 	}
 	return g
+}
+
+// successors returns the instructions of flow (sorted by address, index
+// finding an address in it) that instruction i may lead to; table says it
+// is the indirect jump of a jump table (at tableSites), whose targets are
+// not known.
+func successors(flow []step, i int, index func(uint64) int, tableSites []uint64) (to []int, table bool) {
+	s := flow[i]
+	next := -1
+	if i+1 < len(flow) && flow[i+1].addr == s.next {
+		next = i + 1
+	}
+	switch s.kind {
+	case stepRet:
+	case stepJump:
+		to = append(to, index(s.target))
+	case stepCond:
+		to = append(to, next, index(s.target))
+	case stepIndirect:
+		if slices.Contains(tableSites, s.addr) {
+			return nil, true
+		}
+		to = append(to, next)
+	default:
+		to = append(to, next)
+	}
+	return slices.DeleteFunc(to, func(j int) bool { return j < 0 }), false
 }

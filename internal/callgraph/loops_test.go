@@ -1,7 +1,6 @@
 package callgraph
 
 import (
-	"cmp"
 	"maps"
 	"slices"
 	"testing"
@@ -43,46 +42,20 @@ func TestLoopDepthsByBlock(t *testing.T) {
 // loopDepthsByInstruction is loopDepths walking the control flow
 // instruction by instruction: the reference.
 func loopDepthsByInstruction(b *body, entry uint64) map[uint64]int {
-	flow := slices.Clone(b.flow)
-	slices.SortFunc(flow, func(x, y step) int { return cmp.Compare(x.addr, y.addr) })
-	index := func(addr uint64) int {
-		i, ok := slices.BinarySearchFunc(flow, addr, func(s step, a uint64) int { return cmp.Compare(s.addr, a) })
-		if !ok {
-			return -1
-		}
-		return i
-	}
+	flow, index := sortedFlow(b)
 	start := index(entry)
 	if start < 0 {
 		return nil
 	}
 	preds := make([][]int, len(flow))
 	var tables []int
-	for i, s := range flow {
-		next := -1
-		if i+1 < len(flow) && flow[i+1].addr == s.next {
-			next = i + 1
-		}
-		var to []int
-		switch s.kind {
-		case stepRet:
-		case stepJump:
-			to = append(to, index(s.target))
-		case stepCond:
-			to = append(to, next, index(s.target))
-		case stepIndirect:
-			if slices.Contains(b.indirectJumpSites, s.addr) {
-				tables = append(tables, i)
-				continue
-			}
-			to = append(to, next)
-		default:
-			to = append(to, next)
+	for i := range flow {
+		to, table := successors(flow, i, index, b.indirectJumpSites)
+		if table {
+			tables = append(tables, i)
 		}
 		for _, j := range to {
-			if j >= 0 {
-				preds[j] = append(preds[j], i)
-			}
+			preds[j] = append(preds[j], i)
 		}
 	}
 	for j := range flow {
