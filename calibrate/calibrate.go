@@ -139,8 +139,15 @@ var (
 )
 
 // runMu serializes runs: their probes go on the same functions of this
-// binary, and each run's program would see the other's calls.
-var runMu sync.Mutex
+// binary, and each run's program would see the other's calls. detaching
+// counts the runs whose probes are still being detached: a run's probes
+// go after it returns (each detach waits for a grace period, and silent
+// probes on kprofd's own functions cost nothing meanwhile), and the next
+// run waits for them before it probes the same functions.
+var (
+	runMu     sync.Mutex
+	detaching sync.WaitGroup
+)
 
 // target is one measurement: a leaf whose probes are of the pair's
 // classes, and the loop that calls it (indexes into targetAddrs).
@@ -228,6 +235,7 @@ func run(prog *bpf.Program, rd *bpf.Reader, opt Options) (_ *Result, err error) 
 	}
 	runMu.Lock()
 	defer runMu.Unlock()
+	detaching.Wait()
 	// One thread: the probe program's context and batches are per
 	// thread, and the loops must not migrate mid-measurement.
 	runtime.LockOSThread()
@@ -243,9 +251,15 @@ func run(prog *bpf.Program, rd *bpf.Reader, opt Options) (_ *Result, err error) 
 	}
 	defer exe.Close()
 	// Each detach waits for a grace period (tens of ms, more on a busy
-	// machine): the pairs' probes go all at once at the end.
+	// machine): the pairs' probes go all at once, after the run.
 	var links []link.Link
-	defer func() { err = errors.Join(err, closeAll(links)) }()
+	defer func() {
+		detaching.Add(1)
+		go func() {
+			defer detaching.Done()
+			closeAll(links)
+		}()
+	}()
 	r := &Result{Key: key, Time: time.Now(), Quick: opt.Quick, Batches: opt.Batches, BatchSize: opt.BatchSize}
 	for _, t := range targets {
 		if opt.Pairs != nil && !slices.Contains(opt.Pairs, t.pair) {

@@ -196,9 +196,16 @@ func Start(cfg Config) (*Session, error) {
 // attaches the rest once they have run (Attached); an error then is
 // Stop's. pr stays the caller's: Close leaves it open, so one plan can
 // serve several sessions.
-func StartPrepared(pr *Prepared, cfg Config) (_ *Session, err error) {
+func StartPrepared(pr *Prepared, cfg Config) (*Session, error) {
+	return StartPreparedWith(pr, cfg, nil)
+}
+
+// StartPreparedWith is StartPrepared with the program pre loaded while
+// pr was made (Preload), if it suits pr (nil: none): the session owns it
+// from then on.
+func StartPreparedWith(pr *Prepared, cfg Config, pre *Preloaded) (_ *Session, err error) {
 	if cfg, err = cfg.Check(); err != nil {
-		return nil, err
+		return nil, errors.Join(err, pre.Close())
 	}
 	s := &Session{cfg: cfg, prep: pr, done: make(chan struct{}), exited: make(chan struct{}), watchDone: make(chan struct{}), pidfd: -1,
 		attached: make(chan struct{}), calibration: cfg.Calibration}
@@ -209,7 +216,7 @@ func StartPrepared(pr *Prepared, cfg Config) (_ *Session, err error) {
 	}()
 	discovering := cfg.Mode != ModeSample && !cfg.NoDiscovery
 	loadStart := time.Now()
-	if err := s.load(discovering); err != nil {
+	if err := s.load(pre); err != nil {
 		return nil, err
 	}
 	LogPhase(cfg.Log, "load", loadStart)
@@ -263,28 +270,23 @@ func StartPrepared(pr *Prepared, cfg Config) (_ *Session, err error) {
 	return s, nil
 }
 
-// load loads the probe program for the session, with room for the sites
-// of indirect calls when discovering, and opens its ring buffer.
-func (s *Session) load(discovering bool) (err error) {
+// load loads the probe program for the session, or takes the one pre
+// loaded (Preload) when it suits the plan, and opens its ring buffer.
+func (s *Session) load(pre *Preloaded) (err error) {
 	cfg, pr := s.cfg, s.prep
-	check := max(cfg.CheckInterval, 0) // negative: at catch sites only
-	bcfg := bpf.Config{PID: cfg.PID, RingBytes: cfg.RingBytes, CheckInterval: check, Sampling: cfg.Mode != ModeExact,
-		SeedThreads: true, Signals: pr.Plan.Sigreturns()}
-	if discovering {
-		bcfg.Sites = discover.MaxSites
+	if pre != nil {
+		if s.prog, err = pre.take(pr, cfg); err != nil {
+			return err
+		}
 	}
-	if cfg.Mode == ModeHybrid {
-		// For the cost model: the plan's functions, ids for those
-		// found later (numbered after the plan's), the one that counts
-		// the roots' calls before a predicting session attaches, and
-		// the one that counts their callers once they are sampled.
-		bcfg.Funcs = int(countingID(pr.Plan)) + 2
-	}
-	if g := pr.Go; g != nil {
-		bcfg.Go = &bpf.GoLayout{GTLS: g.GTLS, GoidOff: g.GoidOff, StackHiOff: g.StackHiOff}
-	}
-	if s.prog, err = bpf.Load(bcfg); err != nil {
-		return err
+	if s.prog == nil {
+		bcfg := programConfig(cfg, len(pr.Plan.Funcs), pr.Plan.Sigreturns())
+		if g := pr.Go; g != nil {
+			bcfg.Go = &bpf.GoLayout{GTLS: g.GTLS, GoidOff: g.GoidOff, StackHiOff: g.StackHiOff}
+		}
+		if s.prog, err = bpf.Load(bcfg); err != nil {
+			return err
+		}
 	}
 	if s.reader, err = s.prog.NewReader(pollInterval); err != nil {
 		return err
@@ -672,7 +674,9 @@ func (s *Session) run() {
 			}
 			return
 		}
-		if len(buf) == 0 && s.stopping.Load() && s.reader.Pending() == 0 {
+		// Once stopping, nothing adds to the ring buffer: when it is
+		// empty, the loop is done, without another poll.
+		if s.stopping.Load() && s.reader.Pending() == 0 {
 			return
 		}
 	}

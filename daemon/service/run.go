@@ -106,16 +106,18 @@ func Run(ctx context.Context, req *Request, calibration func() *calibrate.Result
 		cfg.Warnf = func(format string, args ...any) { h.Warn(fmt.Sprintf(format, args...)) }
 	}
 	cfg.Demoted, cfg.Log = h.Demoted, h.Log
+	// The program loads while the target is analysed.
+	pre := daemon.Preload(cfg)
 	analysisStart := time.Now()
 	prep, err := daemon.Prepare(cfg)
 	if err != nil {
-		return nil, err
+		return nil, errors.Join(err, pre.Close())
 	}
 	daemon.LogPhase(h.Log, "analysis", analysisStart, "functions", len(prep.Plan.Funcs))
 	defer prep.Close()
 	if h.Prepared != nil {
 		if err := h.Prepared(prep); err != nil {
-			return nil, err
+			return nil, errors.Join(err, pre.Close())
 		}
 	}
 	if calibration != nil {
@@ -125,7 +127,7 @@ func Run(ctx context.Context, req *Request, calibration func() *calibrate.Result
 		cfg.Calibration = calibration()
 		cfg.SpeedCheck, cfg.Recalibrate = cfg.Calibration != nil, cfg.Calibration == nil
 	}
-	s, err := daemon.StartPrepared(prep, cfg)
+	s, err := daemon.StartPreparedWith(prep, cfg, pre)
 	if err != nil {
 		return nil, err
 	}
