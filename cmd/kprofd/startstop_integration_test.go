@@ -97,6 +97,11 @@ func BenchmarkStartStop(b *testing.B) {
 	}
 }
 
+// sessionLength is how long a session runs between the probes going in
+// and its end: long enough for a hybrid session to leave its demotions
+// for the next (it leaves none if no thread entered a root).
+const sessionLength = 3 * time.Second
+
 // startStop is what one session measured.
 type startStop struct {
 	probesIn, stop time.Duration
@@ -116,8 +121,8 @@ func (r startStop) phaseList() string {
 var phaseLine = regexp.MustCompile(`msg=phase phase=("[^"]*"|\S+) took=(\S+)`)
 
 // runStartStop runs one session on a fresh process of target with the
-// cache in cache: it waits for the probes, lets the session run a
-// second, interrupts it and waits for kprofd's exit.
+// cache in cache: it waits for the probes, lets the session run for
+// sessionLength, interrupts it and waits for kprofd's exit.
 func runStartStop(b *testing.B, bin string, target startStopTarget, cache string) startStop {
 	b.Helper()
 	p := target.start(b)
@@ -164,7 +169,7 @@ func runStartStop(b *testing.B, bin string, target startStopTarget, cache string
 		cmd.Process.Kill()
 		b.Fatalf("kprofd did not say it was tracing:\n%s", log.String())
 	}
-	time.Sleep(time.Second)
+	time.Sleep(sessionLength)
 	end := time.Now()
 	cmd.Process.Signal(os.Interrupt)
 	<-done
