@@ -51,6 +51,9 @@ type startStopTarget struct {
 // (probes-in-ms: kprofd says "tracing"), of the time from the end of the
 // session (SIGINT) to kprofd's exit with its files written (stop-ms), and
 // of each phase --debug logs (phase-ms/NAME); -v prints every session's.
+// A predicting session (hybrid mode with nothing remembered) has its
+// first probe in, the one that counts the roots' calls, when it says
+// "counting": first-probe-ms is the time to that line, or to "tracing".
 //
 //	go test -tags integration -run '^$' -bench StartStop -benchtime 3x -count 3 ./cmd/kprofd
 func BenchmarkStartStop(b *testing.B) {
@@ -88,7 +91,8 @@ func BenchmarkStartStop(b *testing.B) {
 					warm = cache
 				}
 				r := runStartStop(b, bin, target, cache)
-				b.Logf("%s, cache %s: probes in %v, stop %v; phases %v", target.name, map[bool]string{true: "empty", false: "warm"}[len(runs)%3 == 0],
+				b.Logf("%s, cache %s: first probe in %v, probes in %v, stop %v; phases %v", target.name,
+					map[bool]string{true: "empty", false: "warm"}[len(runs)%3 == 0], r.firstProbe.Round(time.Millisecond),
 					r.probesIn.Round(time.Millisecond), r.stop.Round(time.Millisecond), r.phaseList())
 				runs = append(runs, r)
 			}
@@ -104,7 +108,7 @@ const sessionLength = 3 * time.Second
 
 // startStop is what one session measured.
 type startStop struct {
-	probesIn, stop time.Duration
+	firstProbe, probesIn, stop time.Duration
 	phases         map[string]time.Duration // summed when a phase repeats
 	order          []string
 }
@@ -135,9 +139,10 @@ func runStartStop(b *testing.B, bin string, target startStopTarget, cache string
 		b.Fatal(err)
 	}
 	var (
-		mu     sync.Mutex
-		log    strings.Builder
-		traced = make(chan time.Time, 1)
+		mu           sync.Mutex
+		log          strings.Builder
+		traced       = make(chan time.Time, 1)
+		firstProbeAt time.Time
 	)
 	start := time.Now()
 	if err := cmd.Start(); err != nil {
@@ -152,8 +157,14 @@ func runStartStop(b *testing.B, bin string, target startStopTarget, cache string
 			mu.Lock()
 			log.WriteString(line + "\n")
 			mu.Unlock()
+			now := time.Now()
+			if firstProbeAt.IsZero() && (strings.HasPrefix(line, "kprofd: counting the calls") || strings.HasPrefix(line, "kprofd: tracing pid")) {
+				mu.Lock()
+				firstProbeAt = now
+				mu.Unlock()
+			}
 			if strings.HasPrefix(line, "kprofd: tracing pid") {
-				traced <- time.Now()
+				traced <- now
 			}
 		}
 		io.Copy(io.Discard, stderr)
@@ -162,6 +173,9 @@ func runStartStop(b *testing.B, bin string, target startStopTarget, cache string
 	select {
 	case at := <-traced:
 		r.probesIn = at.Sub(start)
+		mu.Lock()
+		r.firstProbe = firstProbeAt.Sub(start)
+		mu.Unlock()
 	case <-done:
 		cmd.Wait()
 		b.Fatalf("kprofd exited before tracing:\n%s", log.String())
@@ -208,6 +222,7 @@ func reportStartStop(b *testing.B, runs []startStop) {
 		sort.Float64s(xs)
 		return xs[len(xs)/2]
 	}
+	b.ReportMetric(median(func(r startStop) time.Duration { return r.firstProbe }), "first-probe-ms")
 	b.ReportMetric(median(func(r startStop) time.Duration { return r.probesIn }), "probes-in-ms")
 	b.ReportMetric(median(func(r startStop) time.Duration { return r.stop }), "stop-ms")
 	var names []string
