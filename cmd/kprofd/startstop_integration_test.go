@@ -109,8 +109,8 @@ const sessionLength = 3 * time.Second
 // startStop is what one session measured.
 type startStop struct {
 	firstProbe, probesIn, stop time.Duration
-	phases         map[string]time.Duration // summed when a phase repeats
-	order          []string
+	phases                     map[string]time.Duration // summed when a phase repeats
+	order                      []string
 }
 
 func (r startStop) phaseList() string {
