@@ -34,50 +34,14 @@ func (s *Session) buildProfile(end uint64, st bpf.Stats) *cct.Profile {
 		Tree:     s.sim.Merged(),
 		Start:    s.start,
 		Duration: time.Duration(end - s.startMono),
+		Alloc:    s.cfg.Alloc,
 	}
 	if s.cfg.PerThread {
 		p.Threads = s.sim.Threads()
 	}
 
-	// Mappings: the main executable first (pprof wants it there), then
-	// every object with a traced function.
-	index := map[*symbolizer.Mapped]int{}
-	addMapping := func(m *symbolizer.Mapped) int {
-		if i, ok := index[m]; ok {
-			return i
-		}
-		index[m] = len(p.Mappings)
-		p.Mappings = append(p.Mappings, cct.Mapping{
-			Start: m.Start, Limit: m.End, Offset: m.Offset,
-			File: m.MapPath, BuildID: m.BuildID(),
-		})
-		return index[m]
-	}
-	addMapping(pr.Proc.Objects[0])
-	for _, f := range pr.Plan.Funcs {
-		obj, fn := f.Node.Obj, f.Node.Func
-		file, line := obj.Source(fn)
-		sys := fn.Name
-		if sys == "" {
-			sys = fn.Display
-		}
-		p.Functions = append(p.Functions, cct.Function{
-			Name:       fn.Display,
-			SystemName: sys,
-			Filename:   file,
-			StartLine:  line,
-			Mapping:    addMapping(obj),
-			Addr:       fn.Addr + obj.Bias,
-		})
-	}
-	// The simulator's node for signal handlers' calls.
-	p.Functions = append(p.Functions, cct.Function{Name: SignalHandlerName, SystemName: SignalHandlerName, Mapping: -1})
+	s.addFunctions(p)
 	notes := s.comments(st, end)
-	p.Alloc = s.cfg.Alloc
-	// Every function outside the plan that a sample or a discovery found.
-	for _, e := range s.outside.list() {
-		p.Functions = append(p.Functions, e.function(addMapping(e.obj)))
-	}
 	if s.counts != nil {
 		for id, err := range s.counts.ErrorsByFunc() {
 			if int(id) < len(p.Functions) {
@@ -94,7 +58,7 @@ func (s *Session) buildProfile(end uint64, st bpf.Stats) *cct.Profile {
 	if s.samples != nil {
 		p.SamplePeriod = s.sampler.Period
 		for _, t := range p.AllTrees() {
-			s.estimate(t)
+			s.estimate(t, s.stageOf)
 			s.markSampledCounts(t)
 		}
 		var note, short string
@@ -134,10 +98,54 @@ func (s *Session) buildProfile(end uint64, st bpf.Stats) *cct.Profile {
 	return p
 }
 
+// addFunctions sets p's functions and mappings: the plan's functions, the
+// signal handlers' node, then every function outside the plan that a
+// sample or a discovery found so far, and the main executable's mapping
+// first (pprof wants it there), then every object with one of those
+// functions.
+func (s *Session) addFunctions(p *cct.Profile) {
+	pr := s.prep
+	index := map[*symbolizer.Mapped]int{}
+	addMapping := func(m *symbolizer.Mapped) int {
+		if i, ok := index[m]; ok {
+			return i
+		}
+		index[m] = len(p.Mappings)
+		p.Mappings = append(p.Mappings, cct.Mapping{
+			Start: m.Start, Limit: m.End, Offset: m.Offset,
+			File: m.MapPath, BuildID: m.BuildID(),
+		})
+		return index[m]
+	}
+	addMapping(pr.Proc.Objects[0])
+	for _, f := range pr.Plan.Funcs {
+		obj, fn := f.Node.Obj, f.Node.Func
+		file, line := obj.Source(fn)
+		sys := fn.Name
+		if sys == "" {
+			sys = fn.Display
+		}
+		p.Functions = append(p.Functions, cct.Function{
+			Name:       fn.Display,
+			SystemName: sys,
+			Filename:   file,
+			StartLine:  line,
+			Mapping:    addMapping(obj),
+			Addr:       fn.Addr + obj.Bias,
+		})
+	}
+	// The simulator's node for signal handlers' calls.
+	p.Functions = append(p.Functions, cct.Function{Name: SignalHandlerName, SystemName: SignalHandlerName, Mapping: -1})
+	// Every function outside the plan that a sample or a discovery found.
+	for _, e := range s.outside.list() {
+		p.Functions = append(p.Functions, e.function(addMapping(e.obj)))
+	}
+}
+
 // estimate marks the nodes whose time comes from samples and sets their
-// time: those of demoted functions, of functions outside the plan, and
-// any node no probe counted a call of.
-func (s *Session) estimate(t *cct.Tree) {
+// time: those of demoted functions (by stage), of functions outside the
+// plan, and any node no probe counted a call of.
+func (s *Session) estimate(t *cct.Tree, stage func(int) cost.Stage) {
 	nplan := len(s.prep.Plan.Funcs)
 	t.Root.Walk(func(n *cct.Node) {
 		switch {
@@ -147,9 +155,9 @@ func (s *Session) estimate(t *cct.Tree) {
 			// time from then on is measured like any other's.
 			n.Estimated = true
 		case int(n.Func) < nplan:
-			n.Estimated = s.stageOf(int(n.Func)) != cost.StageFull
+			n.Estimated = stage(int(n.Func)) != cost.StageFull
 		case s.disc != nil && s.disc.isTraced(n.Func):
-			n.Estimated = s.stageOf(int(n.Func)) != cost.StageFull // discovered, traced since
+			n.Estimated = stage(int(n.Func)) != cost.StageFull // discovered, traced since
 		case n.Func != s.sim.SignalFunc():
 			n.Estimated = true
 		}

@@ -114,6 +114,8 @@ type Session struct {
 	discOnce sync.Once
 	discErr  error // what ending discovery returned (endDiscovery)
 
+	snaps snapshots // asked for while the event loop runs (snapshot.go)
+
 	stopOnce sync.Once
 	profile  *cct.Profile
 	stopErr  error
@@ -577,6 +579,7 @@ func (s *Session) run() {
 		}
 		s.events.Add(uint64(len(buf)))
 		s.publish()
+		s.serveSnapshots()
 		if time.Since(lastActive) > 200*time.Millisecond {
 			s.active.Store(int64(s.sim.Active()))
 			lastActive = time.Now()
