@@ -14,6 +14,7 @@ require (
 	go.opentelemetry.io/collector/pdata/pprofile v0.165.0
 	golang.org/x/arch v0.32.0
 	golang.org/x/sys v0.49.0
+	google.golang.org/grpc v1.85.0
 )
 
 require (
@@ -33,7 +34,6 @@ require (
 	golang.org/x/net v0.61.0 // indirect
 	golang.org/x/text v0.43.0 // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1 // indirect
-	google.golang.org/grpc v1.85.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )
 
