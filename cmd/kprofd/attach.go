@@ -63,6 +63,7 @@ type attachOptions struct {
 	depth    int
 	minShare float64
 	report   string
+	otlp     otlpOptions
 }
 
 func newAttachCmd() *cobra.Command {
@@ -170,6 +171,7 @@ Exits (--exits): ` + plan.ExitRule + `.`,
 	f.BoolVar(&o.debug, "debug", false, "log hybrid mode's control decisions to stderr: each round of demotions (the window it measured,\nthe overhead, the breakpoints it takes out), when its breakpoints are gone and when its detaches return")
 	f.BoolVar(&o.recalibrate, "recalibrate", false, "measure the probes' costs again (quick mode) even when a calibration is cached")
 	f.StringVar(&o.socket, "socket", "", "run the session in the kprofd serve daemon listening on this unix socket\n(default for a user other than root: "+service.DefaultSocket+" when it exists)")
+	o.otlp.addFlags(f, "the profile")
 	cmd.MarkFlagRequired("pid")
 	cmd.MarkFlagRequired("root")
 	return cmd
@@ -280,6 +282,12 @@ func runAttach(ctx context.Context, o *attachOptions, stdout, stderr io.Writer) 
 		defer prep.Close()
 		return prep.Plan.Write(stdout)
 	}
+	push, err := o.otlp.pusher(socket != "")
+	if err != nil {
+		return err
+	}
+	var end *service.End
+	defer func() { finishOTLP(push, end, o.pid, stderr) }()
 
 	if ctx == nil {
 		ctx = context.Background()
@@ -322,6 +330,7 @@ func runAttach(ctx context.Context, o *attachOptions, stdout, stderr io.Writer) 
 		Warn:     func(text string) { fmt.Fprintf(stderr, "%skprofd: warning: %s\n", clearLine, text) },
 		Demoted:  o.demotions.add,
 		Log:      o.logger(stderr),
+		Push:     push,
 		Stopping: func(string) {
 			// A second Ctrl-C now kills kprofd; the kernel then
 			// detaches the probes itself, since their links die with
@@ -331,7 +340,6 @@ func runAttach(ctx context.Context, o *attachOptions, stdout, stderr io.Writer) 
 		},
 	}
 
-	var end *service.End
 	if socket != "" {
 		if o.debug {
 			fmt.Fprintf(stderr, "kprofd: warning: --debug: the session runs in the daemon at %s; its records go to the daemon's log when it runs with kprofd serve --debug\n", socket)
@@ -367,7 +375,7 @@ func runLocal(ctx context.Context, req *service.Request, recalibrate bool, h ser
 	if err != nil {
 		return nil, err
 	}
-	end := &service.End{Why: out.Why, Final: out.Final}
+	end := &service.End{Why: out.Why, Final: out.Final, Pushes: out.Pushes}
 	if err := out.Err(req.Roots); err != nil {
 		end.Error = err.Error()
 	}

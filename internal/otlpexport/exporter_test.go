@@ -3,10 +3,7 @@ package otlpexport
 import (
 	"context"
 	"errors"
-	"io"
 	"net"
-	"net/http"
-	"net/http/httptest"
 	"slices"
 	"sync"
 	"testing"
@@ -16,6 +13,8 @@ import (
 	"go.opentelemetry.io/collector/pdata/pprofile/pprofileotlp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
+
+	"github.com/kprofd/kprofd/internal/otelcoltest"
 )
 
 // profiles returns a batch of n samples, to tell pushes apart.
@@ -31,54 +30,6 @@ func profiles(n int) pprofile.Profiles {
 		p.Samples().AppendEmpty().Values().Append(1)
 	}
 	return pd
-}
-
-// collector is an OTLP/HTTP profiles endpoint: it answers with the
-// statuses given in turn (200 once they run out) and keeps what it took.
-type collector struct {
-	t        *testing.T
-	mu       sync.Mutex
-	statuses []int
-	attempts int
-	samples  []int // per push taken
-	header   http.Header
-	path     string
-	hold     chan struct{} // when set, requests wait for it to close
-}
-
-func (c *collector) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if c.hold != nil {
-		<-c.hold
-	}
-	body, _ := io.ReadAll(r.Body)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.attempts++
-	c.header, c.path = r.Header.Clone(), r.URL.Path
-	if len(c.statuses) > 0 {
-		code := c.statuses[0]
-		c.statuses = c.statuses[1:]
-		if code != http.StatusOK {
-			w.WriteHeader(code)
-			return
-		}
-	}
-	req := pprofileotlp.NewExportRequest()
-	if err := req.UnmarshalProto(body); err != nil {
-		c.t.Errorf("the push does not decode: %v", err)
-		w.WriteHeader(http.StatusBadRequest)
-		return
-	}
-	c.samples = append(c.samples, req.Profiles().SampleCount())
-	b, _ := pprofileotlp.NewExportResponse().MarshalProto()
-	w.Header().Set("Content-Type", "application/x-protobuf")
-	w.Write(b)
-}
-
-func (c *collector) taken() ([]int, int) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return append([]int(nil), c.samples...), c.attempts
 }
 
 // results collects pushes' results.
@@ -124,10 +75,8 @@ func TestHTTPPush(t *testing.T) {
 		{name: "400 drops at once", statuses: []int{400}, taken: []int{2, 3}, attempts: 3, failed: 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := &collector{t: t, statuses: tc.statuses}
-			srv := httptest.NewServer(c)
-			defer srv.Close()
-			cfg, _, err := FromEnv(srv.URL, "", func(string) string { return "" })
+			c := otelcoltest.NewReceiver(t, tc.statuses...)
+			cfg, _, err := FromEnv(c.URL, "", func(string) string { return "" })
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -141,7 +90,11 @@ func TestHTTPPush(t *testing.T) {
 				e.Push(profiles(n), r.add)
 			}
 			closeWithin(t, e, time.Minute)
-			taken, attempts := c.taken()
+			pushes, attempts := c.Pushes()
+			var taken []int
+			for _, pd := range pushes {
+				taken = append(taken, pd.SampleCount())
+			}
 			if !slices.Equal(taken, tc.taken) || attempts != tc.attempts {
 				t.Errorf("took pushes of %v samples in %d attempts, want %v in %d", taken, attempts, tc.taken, tc.attempts)
 			}
@@ -151,9 +104,9 @@ func TestHTTPPush(t *testing.T) {
 			if sent, dropped := e.Stats(); sent != uint64(len(tc.taken)) || dropped != uint64(tc.failed) {
 				t.Errorf("stats: %d sent, %d dropped; want %d and %d", sent, dropped, len(tc.taken), tc.failed)
 			}
-			if c.path != ProfilesPath || c.header.Get("X-Tenant") != "kprofd" || c.header.Get("Content-Type") != "application/x-protobuf" ||
-				c.header.Get(pprofileotlp.DevelopmentVersionHeader) != pprofileotlp.DevelopmentVersion {
-				t.Errorf("request to %s with headers %v", c.path, c.header)
+			path, header := c.LastRequest()
+			if path != ProfilesPath || header.Get("X-Tenant") != "kprofd" || header.Get("Content-Type") != "application/x-protobuf" {
+				t.Errorf("request to %s with headers %v", path, header)
 			}
 		})
 	}
@@ -201,10 +154,10 @@ func TestUnreachable(t *testing.T) {
 // TestQueueFull: with a push in flight and QueueSize waiting, the next
 // is dropped at once; the rest go once the collector answers.
 func TestQueueFull(t *testing.T) {
-	c := &collector{t: t, hold: make(chan struct{})}
-	srv := httptest.NewServer(c)
-	defer srv.Close()
-	cfg, _, _ := FromEnv(srv.URL, "", func(string) string { return "" })
+	c := otelcoltest.NewReceiver(t)
+	release := c.Hold()
+	defer release()
+	cfg, _, _ := FromEnv(c.URL, "", func(string) string { return "" })
 	e, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -225,7 +178,7 @@ func TestQueueFull(t *testing.T) {
 		}
 		r.add(err)
 	})
-	close(c.hold)
+	release()
 	closeWithin(t, e, time.Minute)
 	if ok, failed := r.count(); ok != QueueSize+1 || failed != 1 {
 		t.Errorf("%d sent, %d dropped; want %d and 1", ok, failed, QueueSize+1)
