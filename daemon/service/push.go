@@ -114,14 +114,23 @@ func (p *Pushes) loop(ctx context.Context) {
 	}
 }
 
+// halt ends the interval loop: called once tracing ends, it keeps the
+// last interval's push from racing the final one.
+func (p *Pushes) halt() {
+	if p == nil {
+		return
+	}
+	p.cancel()
+	<-p.done
+}
+
 // final ends the interval loop and pushes what the final profile cp adds
 // to the last push, with cp's comments and summary (nil cp: nothing).
 func (p *Pushes) final(cp *cct.Profile) {
 	if p == nil {
 		return
 	}
-	p.cancel()
-	<-p.done
+	p.halt()
 	if cp == nil {
 		return
 	}
@@ -138,8 +147,10 @@ func (p *Pushes) final(cp *cct.Profile) {
 	p.push(pp, PushFinal, strings.Split(strings.TrimSuffix(summary.String(), "\n"), "\n"))
 }
 
-// push hands the exporter what cur adds to the last push; an interval
-// that added nothing is not pushed.
+// push hands the exporter what cur adds to the last push. An interval
+// that added nothing is not pushed; a final push that adds nothing keeps
+// one context of cur, its values zero: collectors drop a push without
+// samples, and this one carries the session's comments and summary.
 func (p *Pushes) push(cur *profile.Profile, kind string, summary []string) {
 	d, err := otlp.Delta(cur, p.last)
 	if err != nil {
@@ -147,8 +158,15 @@ func (p *Pushes) push(cur *profile.Profile, kind string, summary []string) {
 		return
 	}
 	p.last = cur
-	if kind == PushInterval && len(d.Sample) == 0 {
+	switch {
+	case len(d.Sample) > 0:
+	case kind == PushInterval:
 		return
+	case len(cur.Sample) > 0:
+		zero := *cur.Sample[0]
+		zero.Value = make([]int64, len(zero.Value))
+		zero.NumLabel = nil
+		d.Sample = []*profile.Sample{&zero}
 	}
 	cfg := p.o.Exporter.Config()
 	res := otlp.Resource{ServiceName: cfg.ServiceName, PID: p.pid, HostName: p.o.HostName, Attributes: cfg.Attributes}

@@ -126,3 +126,44 @@ func TestPushProfile(t *testing.T) {
 		t.Errorf("process.pid %d, want 7", pid.Int())
 	}
 }
+
+// TestEmptyFinalPush: a final push that adds nothing to the last
+// interval's still goes, with one context of zero values (collectors drop
+// pushes without samples) and the comments.
+func TestEmptyFinalPush(t *testing.T) {
+	o, r := pushTo(t)
+	cp := ended()
+	pp, err := export.Pprof(cp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := o.start(nil, 42)
+	p.push(pp, PushInterval, nil)
+	p.push(pp, PushInterval, nil) // adds nothing: not pushed
+	p.final(cp)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	o.Exporter.Close(ctx)
+	if st := p.Wait(ctx); st.Pushed != 2 || st.Sent != 2 {
+		t.Fatalf("pushes %+v, want two sent", st)
+	}
+	pushes, _ := r.Pushes()
+	if len(pushes) != 2 {
+		t.Fatalf("%d pushes received, want 2", len(pushes))
+	}
+	last := pushes[1]
+	if n := last.SampleCount(); n != 2 { // one sample in each of calls and wall
+		t.Errorf("the final push has %d samples, want one per sample type", n)
+	}
+	if c := otelcoltest.Counts(last, "calls"); len(c) != 0 {
+		t.Errorf("the final push adds calls: %v", c)
+	}
+	prof := last.ResourceProfiles().At(0).ScopeProfiles().At(0).Profiles().At(0)
+	attrs, _ := otelcoltest.ProfileAttributes(last.Dictionary(), prof)
+	if v, _ := attrs.Get(PushAttribute); v.Str() != PushFinal {
+		t.Errorf("%s %q, want %q", PushAttribute, v.Str(), PushFinal)
+	}
+	if _, ok := attrs.Get(otlp.KeyComments); !ok {
+		t.Errorf("the final push has no comments: %v", attrs.AsRaw())
+	}
+}

@@ -159,6 +159,7 @@ func Run(ctx context.Context, req *Request, calibration func() *calibrate.Result
 		}
 	}()
 	why := wait(ctx, s, d, h.Progress)
+	pushes.halt()
 	close(quit)
 	<-attached
 	if h.Stopping != nil {

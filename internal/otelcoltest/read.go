@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -13,7 +14,8 @@ import (
 )
 
 // ReadPushes reads the file the collector's jsonlines exporter writes: one
-// batch of profiles a line, as the collector received them.
+// batch of profiles a line, as the collector received them. A last line
+// still being written is left for the next read.
 func ReadPushes(path string) ([]pprofile.Profiles, error) {
 	b, err := os.ReadFile(path)
 	if os.IsNotExist(err) {
@@ -22,6 +24,7 @@ func ReadPushes(path string) ([]pprofile.Profiles, error) {
 	if err != nil {
 		return nil, err
 	}
+	b = b[:bytes.LastIndexByte(b, '\n')+1]
 	var pushes []pprofile.Profiles
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	sc.Buffer(nil, 256<<20)
@@ -40,7 +43,8 @@ func ReadPushes(path string) ([]pprofile.Profiles, error) {
 
 // Counts sums the values of every sample of sampleType in pd by calling
 // context: function names from the root down joined by ";", as
-// testtarget.PprofCounts keys them.
+// testtarget.PprofCounts keys them. Contexts whose values sum to zero are
+// left out.
 func Counts(pd pprofile.Profiles, sampleType string) map[string]int64 {
 	counts := map[string]int64{}
 	dict := pd.Dictionary()
@@ -61,6 +65,7 @@ func Counts(pd pprofile.Profiles, sampleType string) map[string]int64 {
 			}
 		}
 	}
+	maps.DeleteFunc(counts, func(_ string, n int64) bool { return n == 0 })
 	return counts
 }
 

@@ -72,7 +72,7 @@ type Options struct {
 
 // Convert maps p to OTLP profiles: one resource (Resource), one scope
 // (kprofd), and one profile per sample type of p, in p's order, each
-// with the samples whose value of that type is not zero. The profiles
+// with every sample of p and its value of that type. The profiles
 // share one dictionary: mappings, locations, functions, stacks,
 // attributes and strings. pprof labels become sample attributes,
 // LabelPrefix+key ("thread" becomes thread.id), numeric ones with their
@@ -124,9 +124,6 @@ func Convert(p *profile.Profile, res Resource, opt Options) (pprofile.Profiles, 
 		prof.SetProfileID(id)
 		prof.AttributeIndices().FromRaw(shared)
 		for i, s := range p.Sample {
-			if s.Value[t] == 0 {
-				continue
-			}
 			smp := prof.Samples().AppendEmpty()
 			smp.SetStackIndex(stacks[i])
 			smp.Values().Append(s.Value[t])
