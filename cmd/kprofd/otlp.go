@@ -18,6 +18,10 @@ import (
 // written, for its last pushes to reach the collector.
 const flushTimeout = 5 * time.Second
 
+// minInterval is the shortest --otlp-interval: each takes a copy of the
+// calling-context tree on the session's event loop.
+const minInterval = time.Second
+
 // otlpOptions are the flags that push profiles to an OpenTelemetry
 // Collector, attach's and serve's (docs/otlp.md).
 type otlpOptions struct {
@@ -36,8 +40,8 @@ func (o *otlpOptions) addFlags(f *pflag.FlagSet, what string) {
 // for none. through says the session runs in the daemon: the profile
 // comes back whole, and is pushed from here once.
 func (o *otlpOptions) pusher(through bool) (*service.OTLP, error) {
-	if o.interval < 0 {
-		return nil, errors.New("--otlp-interval must be positive")
+	if o.interval < 0 || 0 < o.interval && o.interval < minInterval {
+		return nil, fmt.Errorf("--otlp-interval must be %s or more (0: one push at the end)", minInterval)
 	}
 	cfg, on, err := otlpexport.FromEnv(o.endpoint, o.protocol, os.Getenv)
 	switch {
@@ -81,8 +85,15 @@ func finishOTLP(push *service.OTLP, end *service.End, pid int, stderr io.Writer)
 	}
 	st := pushes.Wait(ctx)
 	where := push.Exporter.Config().Endpoint()
-	if st.Dropped == 0 {
-		fmt.Fprintf(stderr, "kprofd: pushed the profile to %s in %d OTLP pushes\n", where, st.Sent)
+	switch {
+	case st.Pushed == 0:
+		return
+	case st.Dropped == 0:
+		what := "1 push"
+		if st.Sent != 1 {
+			what = fmt.Sprintf("%d pushes", st.Sent)
+		}
+		fmt.Fprintf(stderr, "kprofd: pushed the profile to %s over OTLP in %s\n", where, what)
 		return
 	}
 	fmt.Fprintf(stderr, "kprofd: warning: %d of %d OTLP pushes to %s dropped (the files hold the whole profile): %v\n", st.Dropped, st.Pushed, where, st.Err)

@@ -101,19 +101,20 @@ func checkSums(t *testing.T, pushed, file map[string]int64) {
 			}
 		}
 		t.Errorf("the pushes' calls per context do not sum to the file's:\n%s", b.String())
+	} else {
+		var calls int64
+		for _, n := range file {
+			calls += n
+		}
+		t.Logf("the pushes sum to the file's %d calls in %d contexts", calls, len(file))
 	}
-	var calls int64
-	for _, n := range file {
-		calls += n
-	}
-	t.Logf("the pushes sum to the file's %d calls in %d contexts", calls, len(file))
 	if len(file) < len(testtarget.CTreeCounts(8, 2)) {
 		t.Errorf("the file has %d contexts with calls, want ctree's %d at least", len(file), len(testtarget.CTreeCounts(8, 2)))
 	}
 }
 
 // pushedLine matches attach's line on its pushes.
-var pushedLine = regexp.MustCompile(`kprofd: pushed the profile to (\S+) in (\d+) OTLP pushes`)
+var pushedLine = regexp.MustCompile(`kprofd: pushed the profile to (\S+) over OTLP in (\d+) push(?:es)?\n`)
 
 // TestOTLPIntervals is issue 72's first test: a 5-s exact session of a
 // multi-threaded server pushing every second over OTLP/HTTP. At least
@@ -269,4 +270,33 @@ func sampleTypes(t *testing.T, path string) []string {
 		types = append(types, st.Type+"/"+st.Unit)
 	}
 	return types
+}
+
+// TestAttachThroughServeOTLP: a session run in a daemon that pushes
+// nothing is pushed by attach itself, whole, once it has the profile;
+// pushing every interval from there is refused before anything runs.
+func TestAttachThroughServeOTLP(t *testing.T) {
+	bin := buildKprofd(t)
+	col := otelcoltest.Start(t)
+	sv := startServe(t, bin)
+	target := startLoop(t)
+	out := filepath.Join(outDir(t), "p.pb.gz")
+	args := []string{"attach", "--socket", sv.socket, "-p", fmt.Sprint(target.Pid()), "--root", "handle_request",
+		"--mode", "exact", "-d", "2s", "-o", out, "--format", "none", "--otlp-endpoint", col.HTTP}
+	refused := launchKprofd(t, exec.Command(bin, append(args, "--otlp-interval", "1s")...))
+	if code := refused.wait(t); code != 1 || !strings.Contains(refused.stderr.String(), "kprofd serve --otlp-endpoint --otlp-interval") {
+		t.Errorf("--otlp-interval through the daemon: exit %d, stderr:\n%s", code, refused.stderr.String())
+	}
+	k := launchKprofd(t, exec.Command(bin, args...))
+	if code := k.wait(t); code != 0 {
+		t.Fatalf("kprofd exited %d; stderr:\n%s", code, k.stderr.String())
+	}
+	if m := pushedLine.FindStringSubmatch(k.stderr.String()); m == nil || m[2] != "1" {
+		t.Errorf("stderr does not say the profile went in 1 push:\n%s", k.stderr.String())
+	}
+	pushes := col.Pushes(t)
+	if len(pushes) != 1 {
+		t.Fatalf("the collector received %d pushes, want 1", len(pushes))
+	}
+	checkSums(t, pushedCounts(t, pushes, target.Pid()), fileCounts(t, out))
 }
