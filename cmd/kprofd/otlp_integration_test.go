@@ -33,6 +33,13 @@ func startLoop(t *testing.T) *testtarget.Proc {
 	return testtarget.Launch(t, testtarget.BuildCTree(t).Exe, "loop", loopRequests)
 }
 
+// attachExact returns the command of a 5-s exact session of pid writing
+// its profile to out, with more args.
+func attachExact(bin string, pid int, out string, args ...string) *exec.Cmd {
+	return exec.Command(bin, append([]string{"attach", "-p", fmt.Sprint(pid), "--root", "handle_request", "--mode", "exact",
+		"-d", "5s", "-o", out, "--format", "none"}, args...)...)
+}
+
 // fileCounts returns the calls per context of a pprof file, the contexts
 // without calls left out (no push carries a zero).
 func fileCounts(t *testing.T, path string) map[string]int64 {
@@ -125,8 +132,7 @@ func TestOTLPIntervals(t *testing.T) {
 	col := otelcoltest.Start(t)
 	target := startLoop(t)
 	out := filepath.Join(t.TempDir(), "p.pb.gz")
-	k := launchKprofd(t, exec.Command(bin, "attach", "-p", fmt.Sprint(target.Pid()), "--root", "handle_request", "--mode", "exact",
-		"-d", "5s", "-o", out, "--format", "none", "--otlp-endpoint", col.HTTP, "--otlp-interval", "1s"))
+	k := launchKprofd(t, attachExact(bin, target.Pid(), out, "--otlp-endpoint", col.HTTP, "--otlp-interval", "1s"))
 	if code := k.wait(t); code != 0 {
 		t.Fatalf("kprofd exited %d; stderr:\n%s", code, k.stderr.String())
 	}
@@ -153,8 +159,7 @@ func TestOTLPEnvironment(t *testing.T) {
 	col := otelcoltest.Start(t)
 	target := startLoop(t)
 	out := filepath.Join(t.TempDir(), "p.pb.gz")
-	cmd := exec.Command(bin, "attach", "-p", fmt.Sprint(target.Pid()), "--root", "handle_request", "--mode", "exact",
-		"-d", "5s", "-o", out, "--format", "none", "--otlp-interval", "1s")
+	cmd := attachExact(bin, target.Pid(), out, "--otlp-interval", "1s")
 	cmd.Env = append(os.Environ(), "OTEL_EXPORTER_OTLP_ENDPOINT="+col.GRPC, "OTEL_EXPORTER_OTLP_PROTOCOL=grpc",
 		"OTEL_SERVICE_NAME=checkout", "OTEL_RESOURCE_ATTRIBUTES=deployment.environment.name=test")
 	k := launchKprofd(t, cmd)
@@ -191,8 +196,7 @@ func TestOTLPCollectorGone(t *testing.T) {
 	col := otelcoltest.Start(t)
 	target := startLoop(t)
 	out := filepath.Join(t.TempDir(), "p.pb.gz")
-	k := launchKprofd(t, exec.Command(bin, "attach", "-p", fmt.Sprint(target.Pid()), "--root", "handle_request", "--mode", "exact",
-		"-d", "5s", "-o", out, "--format", "none", "--otlp-endpoint", col.HTTP, "--otlp-interval", "1s"))
+	k := launchKprofd(t, attachExact(bin, target.Pid(), out, "--otlp-endpoint", col.HTTP, "--otlp-interval", "1s"))
 	col.WaitPushes(t, 1)
 	col.Stop(t)
 	if code := k.wait(t); code != 0 {

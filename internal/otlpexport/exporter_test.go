@@ -53,6 +53,22 @@ func (r *results) count() (ok, failed int) {
 	return ok, failed
 }
 
+// pushThree pushes batches of 1, 2 and 3 samples with cfg, and closes
+// the exporter once they have their results.
+func pushThree(t *testing.T, cfg Config) (*Exporter, *results) {
+	t.Helper()
+	e, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &results{}
+	for n := 1; n <= 3; n++ {
+		e.Push(profiles(n), r.add)
+	}
+	closeWithin(t, e, time.Minute)
+	return e, r
+}
+
 func closeWithin(t *testing.T, e *Exporter, d time.Duration) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), d)
@@ -81,15 +97,7 @@ func TestHTTPPush(t *testing.T) {
 				t.Fatal(err)
 			}
 			cfg.Headers = map[string]string{"X-Tenant": "kprofd"}
-			e, err := New(cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var r results
-			for n := 1; n <= 3; n++ {
-				e.Push(profiles(n), r.add)
-			}
-			closeWithin(t, e, time.Minute)
+			e, r := pushThree(t, cfg)
 			pushes, attempts := c.Pushes()
 			var taken []int
 			for _, pd := range pushes {
@@ -217,15 +225,7 @@ func TestGRPCPush(t *testing.T) {
 	if err != nil || !on {
 		t.Fatal(on, err)
 	}
-	e, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var r results
-	for n := 1; n <= 3; n++ {
-		e.Push(profiles(n), r.add)
-	}
-	closeWithin(t, e, time.Minute)
+	_, r := pushThree(t, cfg)
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if !slices.Equal(g.samples, []int{1, 2, 3}) {
