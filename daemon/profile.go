@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/kprofd/kprofd/bpf"
@@ -102,44 +103,64 @@ func (s *Session) buildProfile(end uint64, st bpf.Stats) *cct.Profile {
 // signal handlers' node, then every function outside the plan that a
 // sample or a discovery found so far, and the main executable's mapping
 // first (pprof wants it there), then every object with one of those
-// functions.
+// functions. The snapshots and the final profile share one table, which
+// only grows: the plan's part is made once.
 func (s *Session) addFunctions(p *cct.Profile) {
-	pr := s.prep
-	index := map[*symbolizer.Mapped]int{}
-	addMapping := func(m *symbolizer.Mapped) int {
-		if i, ok := index[m]; ok {
-			return i
+	t := &s.snaps.table
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.index == nil {
+		t.index = map[*symbolizer.Mapped]int{}
+		t.mapping(s.prep.Proc.Objects[0])
+		for _, f := range s.prep.Plan.Funcs {
+			obj, fn := f.Node.Obj, f.Node.Func
+			file, line := obj.Source(fn)
+			sys := fn.Name
+			if sys == "" {
+				sys = fn.Display
+			}
+			t.functions = append(t.functions, cct.Function{
+				Name:       fn.Display,
+				SystemName: sys,
+				Filename:   file,
+				StartLine:  line,
+				Mapping:    t.mapping(obj),
+				Addr:       fn.Addr + obj.Bias,
+			})
 		}
-		index[m] = len(p.Mappings)
-		p.Mappings = append(p.Mappings, cct.Mapping{
-			Start: m.Start, Limit: m.End, Offset: m.Offset,
-			File: m.MapPath, BuildID: m.BuildID(),
-		})
-		return index[m]
+		// The simulator's node for signal handlers' calls.
+		t.functions = append(t.functions, cct.Function{Name: SignalHandlerName, SystemName: SignalHandlerName, Mapping: -1})
 	}
-	addMapping(pr.Proc.Objects[0])
-	for _, f := range pr.Plan.Funcs {
-		obj, fn := f.Node.Obj, f.Node.Func
-		file, line := obj.Source(fn)
-		sys := fn.Name
-		if sys == "" {
-			sys = fn.Display
-		}
-		p.Functions = append(p.Functions, cct.Function{
-			Name:       fn.Display,
-			SystemName: sys,
-			Filename:   file,
-			StartLine:  line,
-			Mapping:    addMapping(obj),
-			Addr:       fn.Addr + obj.Bias,
-		})
+	// Every function outside the plan that a sample or a discovery
+	// found: the list only grows.
+	outside := s.outside.list()
+	for _, e := range outside[t.outside:] {
+		t.functions = append(t.functions, e.function(t.mapping(e.obj)))
 	}
-	// The simulator's node for signal handlers' calls.
-	p.Functions = append(p.Functions, cct.Function{Name: SignalHandlerName, SystemName: SignalHandlerName, Mapping: -1})
-	// Every function outside the plan that a sample or a discovery found.
-	for _, e := range s.outside.list() {
-		p.Functions = append(p.Functions, e.function(addMapping(e.obj)))
+	t.outside = len(outside)
+	p.Functions, p.Mappings = slices.Clone(t.functions), slices.Clone(t.mappings)
+}
+
+// functionTable is the functions and mappings of a session's profiles.
+type functionTable struct {
+	mu        sync.Mutex
+	functions []cct.Function
+	mappings  []cct.Mapping
+	index     map[*symbolizer.Mapped]int // into mappings
+	outside   int                        // the functions outside the plan in functions
+}
+
+// mapping returns the index of m's mapping, added when new.
+func (t *functionTable) mapping(m *symbolizer.Mapped) int {
+	if i, ok := t.index[m]; ok {
+		return i
 	}
+	t.index[m] = len(t.mappings)
+	t.mappings = append(t.mappings, cct.Mapping{
+		Start: m.Start, Limit: m.End, Offset: m.Offset,
+		File: m.MapPath, BuildID: m.BuildID(),
+	})
+	return t.index[m]
 }
 
 // estimate marks the nodes whose time comes from samples and sets their

@@ -47,11 +47,13 @@ func (s *Session) Snapshot(ctx context.Context) (*cct.Profile, error) {
 	}
 }
 
-// snapshots are the snapshots asked for, which the event loop serves.
+// snapshots are the snapshots asked for, which the event loop serves,
+// and the function table they share with the final profile.
 type snapshots struct {
 	asked   atomic.Bool // waiting is not empty: the event loop's cheap check
 	mu      sync.Mutex
 	waiting []chan<- treeCopy
+	table   functionTable
 }
 
 // treeCopy is the trees as they stood at a monotonic time.
