@@ -152,6 +152,31 @@ func TestOTLPIntervals(t *testing.T) {
 	checkSums(t, pushedCounts(t, pushes, target.Pid()), fileCounts(t, out))
 }
 
+// TestOTLPHybrid: in hybrid mode with a budget small enough to demote,
+// the intervals carry the calls seen so far and the final push the
+// estimates' remainder; they still add up to the -o file, context by
+// context.
+func TestOTLPHybrid(t *testing.T) {
+	bin := buildKprofd(t)
+	col := otelcoltest.Start(t)
+	target := startLoop(t)
+	out := filepath.Join(t.TempDir(), "p.pb.gz")
+	k := launchKprofd(t, exec.Command(bin, "attach", "-p", fmt.Sprint(target.Pid()), "--root", "handle_request", "--mode", "hybrid",
+		"--overhead-budget", "1%", "--remember=false", "-d", "5s", "-o", out, "--format", "none", "--otlp-endpoint", col.HTTP, "--otlp-interval", "1s"))
+	if code := k.wait(t); code != 0 {
+		t.Fatalf("kprofd exited %d; stderr:\n%s", code, k.stderr.String())
+	}
+	pushes := col.Pushes(t)
+	if len(pushes) < 2 {
+		t.Fatalf("the collector received %d pushes, want 2 at least", len(pushes))
+	}
+	t.Logf("%d pushes received", len(pushes))
+	checkSums(t, pushedCounts(t, pushes, target.Pid()), fileCounts(t, out))
+	if types := otelcoltest.SampleTypes(pushes[len(pushes)-1]); !slices.Contains(types, "samples/count") {
+		t.Errorf("a hybrid session's pushes lack samples/count: %v", types)
+	}
+}
+
 // TestOTLPEnvironment is issue 72's second test: the same session
 // configured by the standard variables alone, over OTLP/gRPC.
 func TestOTLPEnvironment(t *testing.T) {
