@@ -123,6 +123,8 @@ folded stacks (--folded) keep the full tree and full names; the report
 beside the profile (NAME.report.txt, or --report) lists the demotions,
 cross-checks, functions found at run time and functions not traced.
 Every output path is checked writable before anything is attached.
+--otlp-endpoint (or OTEL_EXPORTER_OTLP_ENDPOINT) also pushes the profile
+to an OpenTelemetry Collector; --otlp-interval while the session runs.
 
 The root may be given as a symbol (mangled or not), a demangled name without
 parameters when unambiguous (serve, ns::Class::method), object:name

@@ -46,7 +46,7 @@ func (o *otlpOptions) pusher(through bool) (*service.OTLP, error) {
 	cfg, on, err := otlpexport.FromEnv(o.endpoint, o.protocol, os.Getenv)
 	switch {
 	case err != nil:
-		return nil, fmt.Errorf("--otlp-endpoint: %w", err)
+		return nil, fmt.Errorf("otlp export: %w", err)
 	case !on && (o.interval > 0 || o.protocol != ""):
 		return nil, errors.New("--otlp-interval and --otlp-protocol need --otlp-endpoint (or OTEL_EXPORTER_OTLP_ENDPOINT)")
 	case !on:

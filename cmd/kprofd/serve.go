@@ -52,6 +52,10 @@ SIGTERM or SIGINT stops every session (each client gets the profile so
 far), detaches everything and exits 0. A client that disconnects ends its
 session.
 
+--otlp-endpoint (or OTEL_EXPORTER_OTLP_ENDPOINT) pushes every session's
+profile to an OpenTelemetry Collector, --otlp-interval while it runs;
+/metrics counts the pushes.
+
 The API (HTTP on the socket): POST /v1/sessions, POST /v1/sessions/ID/stop,
 GET /v1/sessions, GET /v1/sessions/ID/profile, GET /metrics (Prometheus).`,
 		Example: `  sudo kprofd serve
