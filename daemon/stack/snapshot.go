@@ -1,9 +1,6 @@
 package stack
 
 import (
-	"maps"
-	"slices"
-
 	"github.com/kprofd/kprofd/internal/cct"
 )
 
@@ -15,13 +12,13 @@ import (
 // running on or ended after that, so that no context's time goes back. The
 // simulator's own state is left as it is.
 func (s *Simulator) Snapshot() (merged *cct.Tree, threads map[uint32]*cct.Tree) {
-	merged = s.Merged()
-	if s.shared == nil {
+	if s.shared != nil {
+		merged = s.shared.Clone() // the event loop waits for it: no merge
+	} else {
+		merged = s.Merged()
 		threads = make(map[uint32]*cct.Tree, len(s.trees))
-		for _, tid := range slices.Sorted(maps.Keys(s.trees)) {
-			t := cct.NewTree()
-			t.Merge(s.trees[tid])
-			threads[tid] = t
+		for tid, t := range s.trees {
+			threads[tid] = t.Clone()
 		}
 	}
 	for tid, th := range s.threads {
