@@ -115,8 +115,9 @@ func checkSums(t *testing.T, pushed, file map[string]int64) {
 		}
 		t.Logf("the pushes sum to the file's %d calls in %d contexts", calls, len(file))
 	}
-	if len(file) < len(testtarget.CTreeCounts(8, 2)) {
-		t.Errorf("the file has %d contexts with calls, want ctree's %d at least", len(file), len(testtarget.CTreeCounts(8, 2)))
+	// Sums of nothing would match too: the session traced ctree.
+	if file["handle_request"] == 0 || file["handle_request;parse"] == 0 {
+		t.Errorf("the file has no calls of handle_request and parse below it: %v", file)
 	}
 }
 
