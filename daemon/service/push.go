@@ -52,7 +52,9 @@ type Pushes struct {
 	session *daemon.Session
 	cancel  context.CancelFunc
 	done    chan struct{} // the interval loop returned
-	last    *profile.Profile
+	// last is the profile the last push was made against: the loop's,
+	// then final's once the loop has returned.
+	last *profile.Profile
 
 	wg    sync.WaitGroup // pushes without a result yet
 	mu    sync.Mutex

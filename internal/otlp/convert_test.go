@@ -91,12 +91,12 @@ func TestConvert(t *testing.T) {
 		{
 			name: "service name and resource attributes",
 			p:    session(t, nil),
-			res: Resource{PID: 42, ServiceName: "checkout", Executable: "/opt/server (deleted)",
+			res: Resource{PID: 42, ServiceName: "checkout", Executable: "/opt/bin/server",
 				Attributes: []Attribute{{"deployment.environment.name", "prod"}, {KeyServiceName, "ignored"}, {KeyHostName, "web-2"}}},
 			opt:   Options{Summary: []string{"summary: 9.0µs traced", "time: all measured by probes"}, Attributes: []Attribute{{"kprofd.push", "final"}}},
 			types: []string{"calls/count", "wall/nanoseconds"},
-			resource: map[string]any{KeyServiceName: "checkout", KeyPID: int64(42), KeyExecutableName: "server (deleted)",
-				KeyExecutablePath: "/opt/server (deleted)", KeyBuildID: "b1d0", KeyHostName: "web-2", "deployment.environment.name": "prod"},
+			resource: map[string]any{KeyServiceName: "checkout", KeyPID: int64(42), KeyExecutableName: "server",
+				KeyExecutablePath: "/opt/bin/server", KeyBuildID: "b1d0", KeyHostName: "web-2", "deployment.environment.name": "prod"},
 			profAttr: map[string]any{
 				KeyComments:   []any{"kprofd exact trace of pid 42, root serve", "4 functions, 8 probes, exits by ret"},
 				KeySummary:    []any{"summary: 9.0µs traced", "time: all measured by probes"},
@@ -109,6 +109,13 @@ func TestConvert(t *testing.T) {
 			res:   Resource{Attributes: []Attribute{{KeyServiceName, "from-env"}}},
 			types: []string{"calls/count", "wall/nanoseconds"},
 			resource: map[string]any{KeyServiceName: "from-env", KeyExecutableName: "server",
+				KeyExecutablePath: "/srv/bin/server", KeyBuildID: "b1d0"},
+		},
+		{
+			name:  "an executable replaced since it started",
+			p:     session(t, func(p *cct.Profile) { p.Mappings[0].File += " (deleted)" }),
+			types: []string{"calls/count", "wall/nanoseconds"},
+			resource: map[string]any{KeyServiceName: "server", KeyExecutableName: "server",
 				KeyExecutablePath: "/srv/bin/server", KeyBuildID: "b1d0"},
 		},
 		{
