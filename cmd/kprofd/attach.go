@@ -63,6 +63,7 @@ type attachOptions struct {
 	depth    int
 	minShare float64
 	report   string
+	otlp     otlpOptions
 }
 
 // attachLong is attach's help text.
@@ -118,6 +119,8 @@ folded stacks (--folded) keep the full tree and full names; the report
 beside the profile (NAME.report.txt, or --report) lists the demotions,
 cross-checks, functions found at run time and functions not traced.
 Every output path is checked writable before anything is attached.
+--otlp-endpoint (or OTEL_EXPORTER_OTLP_ENDPOINT) also pushes the profile
+to an OpenTelemetry Collector; --otlp-interval while the session runs.
 
 The root may be given as a symbol (mangled or not), a demangled name without
 parameters when unambiguous (serve, ns::Class::method), object:name
@@ -173,6 +176,7 @@ func newAttachCmd() *cobra.Command {
 	f.BoolVar(&o.debug, "debug", false, "log hybrid mode's control decisions to stderr: each round of demotions (the window it measured,\nthe overhead, the breakpoints it takes out), when its breakpoints are gone and when its detaches return")
 	f.BoolVar(&o.recalibrate, "recalibrate", false, "measure the probes' costs again (quick mode) even when a calibration is cached")
 	f.StringVar(&o.socket, "socket", "", "run the session in the kprofd serve daemon listening on this unix socket\n(default for a user other than root: "+service.DefaultSocket+" when it exists)")
+	o.otlp.addFlags(f, "the profile")
 	cmd.MarkFlagRequired("pid")
 	cmd.MarkFlagRequired("root")
 	return cmd
@@ -272,6 +276,12 @@ func runAttach(ctx context.Context, o *attachOptions, stdout, stderr io.Writer) 
 		defer prep.Close()
 		return prep.Plan.Write(stdout)
 	}
+	push, err := o.otlp.pusher(socket != "")
+	if err != nil {
+		return err
+	}
+	var end *service.End
+	defer func() { finishOTLP(push, end, o.pid, stderr) }()
 
 	if ctx == nil {
 		ctx = context.Background()
@@ -284,9 +294,8 @@ func runAttach(ctx context.Context, o *attachOptions, stdout, stderr io.Writer) 
 	}
 	o.demotions = &demotionReporter{w: stderr, prefix: clearLine, verbose: o.verbose}
 	progress := &progressLine{w: stderr, live: clearLine != ""}
-	hooks := o.hooks(stderr, clearLine, progress, stopSignals)
+	hooks := o.hooks(stderr, clearLine, progress, stopSignals, push)
 
-	var end *service.End
 	if socket != "" {
 		if o.debug {
 			printLines(stderr, "", "kprofd: warning: --debug: the session runs in the daemon at "+socket+"; its records go to the daemon's log when it runs with kprofd serve --debug")
@@ -339,7 +348,7 @@ func (o *attachOptions) checkFlags() error {
 // demotions as they come, the live progress line (each line written
 // over clearLine, "" when stderr is no terminal), and when tracing
 // stops, which gives Ctrl-C back to the default (stopSignals).
-func (o *attachOptions) hooks(stderr io.Writer, clearLine string, progress *progressLine, stopSignals func()) service.Hooks {
+func (o *attachOptions) hooks(stderr io.Writer, clearLine string, progress *progressLine, stopSignals func(), push *service.OTLP) service.Hooks {
 	return service.Hooks{
 		Prepared: func(prep *daemon.Prepared) error {
 			if o.verbose {
@@ -370,6 +379,7 @@ func (o *attachOptions) hooks(stderr io.Writer, clearLine string, progress *prog
 		Warn:     func(text string) { printLines(stderr, clearLine, "kprofd: warning: "+text) },
 		Demoted:  o.demotions.add,
 		Log:      o.logger(stderr),
+		Push:     push,
 		Stopping: func(string) {
 			// A second Ctrl-C now kills kprofd; the kernel then
 			// detaches the probes itself, since their links die with
@@ -387,7 +397,7 @@ func runLocal(ctx context.Context, req *service.Request, recalibrate bool, h ser
 	if err != nil {
 		return nil, err
 	}
-	end := &service.End{Why: out.Why, Final: out.Final}
+	end := &service.End{Why: out.Why, Final: out.Final, Pushes: out.Pushes}
 	if err := out.Err(req.Roots); err != nil {
 		end.Error = err.Error()
 	}

@@ -28,6 +28,7 @@ type serveOptions struct {
 	maxNodes    int
 	recalibrate bool
 	debug       bool
+	otlp        otlpOptions
 }
 
 func newServeCmd() *cobra.Command {
@@ -51,6 +52,10 @@ SIGTERM or SIGINT stops every session (each client gets the profile so
 far), detaches everything and exits 0. A client that disconnects ends its
 session.
 
+--otlp-endpoint (or OTEL_EXPORTER_OTLP_ENDPOINT) pushes every session's
+profile to an OpenTelemetry Collector, --otlp-interval while it runs;
+/metrics counts the pushes.
+
 The API (HTTP on the socket): POST /v1/sessions, POST /v1/sessions/ID/stop,
 GET /v1/sessions, GET /v1/sessions/ID/profile, GET /metrics (Prometheus).`,
 		Example: `  sudo kprofd serve
@@ -69,6 +74,7 @@ GET /v1/sessions, GET /v1/sessions/ID/profile, GET /metrics (Prometheus).`,
 	f.IntVar(&o.maxNodes, "max-nodes", daemon.DefaultMaxNodes, "calling contexts one session may keep (about 120 bytes each); calls past them fold into their callers")
 	f.BoolVar(&o.recalibrate, "recalibrate", false, "measure the probes' costs again (quick mode) even when a calibration is cached")
 	f.BoolVar(&o.debug, "debug", false, "log at debug level: hybrid mode's control decisions in every session (see attach --debug)")
+	o.otlp.addFlags(f, "every session's profile")
 	return cmd
 }
 
@@ -90,6 +96,10 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
+	push, err := o.otlp.pusher(false)
+	if err != nil {
+		return err
+	}
 	ln, err := listenSocket(o.socket)
 	if err != nil {
 		return err
@@ -98,6 +108,10 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 	cal := calibration(o.recalibrate, stderr)
 	srv := service.NewServer(o.maxSessions, o.maxDuration, cal, log)
 	srv.MaxNodes = o.maxNodes
+	if push != nil {
+		srv.SetOTLP(push)
+		log.Info("pushing profiles over OTLP", "endpoint", push.Exporter.Config().Endpoint(), "protocol", push.Exporter.Config().Protocol, "interval", o.otlp.interval.String())
+	}
 	api := &http.Server{Handler: srv.Handler(), ConnContext: service.ConnContext, ReadHeaderTimeout: 10 * time.Second}
 	errs := make(chan error, 2)
 	go func() { errs <- api.Serve(ln) }()
@@ -132,6 +146,12 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 	err = api.Shutdown(sctx)
 	if metrics != nil {
 		metrics.Shutdown(sctx)
+	}
+	if push != nil {
+		// The sessions' last pushes, for as long as attach waits for its.
+		fctx, cancel := context.WithTimeout(context.Background(), flushTimeout)
+		defer cancel()
+		push.Exporter.Close(fctx)
 	}
 	log.Info("kprofd stopped")
 	return err

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/kprofd/kprofd/daemon"
+	"github.com/kprofd/kprofd/internal/otlpexport"
 )
 
 // metrics are the daemon's Prometheus metrics. Totals add what finished
@@ -36,6 +37,7 @@ const (
 	MetricPredictedOverhead = "kprofd_session_predicted_overhead_ratio"
 	MetricSessionNodes      = "kprofd_session_tree_nodes"
 	MetricCalibrationAge    = "kprofd_calibration_age_seconds"
+	MetricOTLPPushes        = "kprofd_otlp_pushes_total"
 )
 
 func newMetrics(s *Server) *metrics {
@@ -81,6 +83,21 @@ func newMetrics(s *Server) *metrics {
 			func() float64 { return time.Since(cal.Time).Seconds() }))
 	}
 	return m
+}
+
+// otlp counts the pushes of e, by result: sent or dropped.
+func (m *metrics) otlp(e *otlpexport.Exporter) {
+	for _, r := range []struct {
+		result string
+		count  func() float64
+	}{
+		{"sent", func() float64 { sent, _ := e.Stats(); return float64(sent) }},
+		{"dropped", func() float64 { _, dropped := e.Stats(); return float64(dropped) }},
+	} {
+		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: MetricOTLPPushes,
+			Help:        "Profiles pushed to the OTLP collector (kprofd serve --otlp-endpoint), by result: sent, or dropped after the retries or with the queue full.",
+			ConstLabels: prometheus.Labels{"result": r.result}}, r.count))
+	}
 }
 
 func (m *metrics) started() { m.mu.Lock(); m.total++; m.mu.Unlock() }

@@ -39,6 +39,9 @@ type Hooks struct {
 	Stopping func(why string)
 	// Log receives the session's debug records (daemon.Config.Log).
 	Log *slog.Logger
+	// Push, when set, pushes the session's profile to an OTLP collector
+	// as it runs and at its end (push.go).
+	Push *OTLP
 }
 
 // Started says what a session attached.
@@ -70,6 +73,8 @@ type Outcome struct {
 	Final daemon.Progress
 	// StopErr is an error from stopping (events lost, a failed detach).
 	StopErr error
+	// Pushes are the session's OTLP pushes (Hooks.Push); nil without.
+	Pushes *Pushes
 }
 
 // Err is the session's result as an error: stopping's error, and that no
@@ -126,6 +131,7 @@ func Run(ctx context.Context, req *Request, calibration func() *calibrate.Result
 		return nil, err
 	}
 	defer s.Close()
+	pushes := h.Push.start(s, cfg.PID)
 	started := func() Started {
 		pr := s.Progress()
 		st := Started{PID: cfg.PID, Roots: cfg.Roots, How: describe(cfg), Functions: pr.Functions, Probes: pr.Probes,
@@ -153,6 +159,7 @@ func Run(ctx context.Context, req *Request, calibration func() *calibrate.Result
 		}
 	}()
 	why := wait(ctx, s, d, h.Progress)
+	pushes.halt()
 	close(quit)
 	<-attached
 	if h.Stopping != nil {
@@ -166,7 +173,8 @@ func Run(ctx context.Context, req *Request, calibration func() *calibrate.Result
 			}
 		}
 	}
-	return &Outcome{Why: why, Profile: profile, Final: s.Progress(), StopErr: stopErr}, nil
+	pushes.final(profile)
+	return &Outcome{Why: why, Profile: profile, Final: s.Progress(), StopErr: stopErr, Pushes: pushes}, nil
 }
 
 // wait blocks until tracing should end and says why.

@@ -44,6 +44,8 @@ type Server struct {
 	// Calibration is the probes' measured cost, for every session.
 	Calibration *calibrate.Result
 	Log         *slog.Logger
+	// otlp pushes every session's profile (SetOTLP); nil: none.
+	otlp *OTLP
 
 	base     context.Context // canceled by Shutdown
 	shutdown context.CancelCauseFunc
@@ -372,8 +374,12 @@ func (s *Server) startSession(w http.ResponseWriter, r *http.Request) {
 		Demoted:  func(d hybrid.Demotion) { st.send(Message{Type: MsgDemotion, Demotion: &d}) },
 		Stopping: func(why string) { st.send(Message{Type: MsgStopping, Text: why}) },
 		Log:      log,
+		Push:     s.otlp,
 	}
 	out, err := s.run(ctx, req, hooks)
+	if out != nil && out.Pushes != nil {
+		go s.logPushes(log, out.Pushes)
+	}
 	end := &End{}
 	var pprof []byte
 	if out != nil {
