@@ -73,14 +73,19 @@ func TestChanged(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	cmd := exec.Command("sh", "-c", "read line; exec sleep 30")
+	cmd := exec.Command("sh", "-c", "echo ready; read line; exec sleep 30")
 	in, _ := cmd.StdinPipe()
+	out, _ := cmd.StdoutPipe()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	defer cmd.Process.Kill()
+	out.Read(make([]byte, 6))
 	w := m.Watch(cmd.Process.Pid)
 	defer w.Close()
+	if err := w.Err(); err != nil {
+		t.Fatalf("before the exec: %v", err)
+	}
 	in.Write([]byte("go\n"))
 	select {
 	case <-w.Changed():
