@@ -39,6 +39,11 @@ type Hooks struct {
 	Stopping func(why string)
 	// Log receives the session's debug records (daemon.Config.Log).
 	Log *slog.Logger
+	// Withhold, when set, is asked once the session has stopped (its
+	// probes out) whether what it collected may be delivered: an error
+	// withholds the profile and the demotions the session would leave for
+	// the next one (Outcome.Withheld), and says why.
+	Withhold func() error
 }
 
 // Started says what a session attached.
@@ -70,12 +75,18 @@ type Outcome struct {
 	Final daemon.Progress
 	// StopErr is an error from stopping (events lost, a failed detach).
 	StopErr error
+	// Withheld says why nothing the session collected is delivered
+	// (Hooks.Withhold); Profile is nil then.
+	Withheld error
 }
 
 // Err is the session's result as an error: stopping's error, and that no
 // thread was inside a root (an empty profile is no success: the probes
 // cost the target and recorded nothing).
 func (o *Outcome) Err(roots []string) error {
+	if o.Withheld != nil {
+		return o.Withheld
+	}
 	if o.Profile != nil && !o.Final.RootEntered {
 		root := strings.Join(roots, " or ")
 		if n := o.Final.CallsBefore; n > 0 {
@@ -121,6 +132,10 @@ func Run(ctx context.Context, req *Request, calibration func() *calibrate.Result
 			speed, _ = calibrate.Run(calibrate.Check)
 		}
 	}
+	var memory *memorySnapshot
+	if h.Withhold != nil {
+		memory = snapshotMemory(cfg, prep)
+	}
 	s, err := daemon.StartPrepared(prep, cfg)
 	if err != nil {
 		return nil, err
@@ -159,6 +174,14 @@ func Run(ctx context.Context, req *Request, calibration func() *calibrate.Result
 		h.Stopping(why)
 	}
 	profile, stopErr := s.Stop()
+	if h.Withhold != nil {
+		if err := h.Withhold(); err != nil {
+			if rerr := memory.restore(); rerr != nil {
+				err = fmt.Errorf("%w (restoring the demotion memory: %v)", err, rerr)
+			}
+			return &Outcome{Why: why, Final: s.Progress(), Withheld: err}, nil
+		}
+	}
 	if speed != nil && profile != nil {
 		if end, err := calibrate.Run(calibrate.Check); err == nil {
 			if drift, ok := calibrate.Drift(speed, end); ok {

@@ -30,6 +30,9 @@ const (
 	selfTestWait = 2 * time.Second
 )
 
+// ErrExec says the process ran a new program.
+var ErrExec = errors.New("the process ran a new program (exec)")
+
 // ErrLost says the kernel dropped events (the socket's queue overflowed):
 // an exec may have gone unseen.
 var ErrLost = errors.New("the kernel's process events overflowed the daemon's queue: an exec may have gone unseen")
@@ -219,7 +222,7 @@ func (m *Monitor) handleLocked(data []byte) {
 	switch what {
 	case eventExec:
 		for _, w := range m.watches[tgid] {
-			w.note(fmt.Errorf("pid %d ran a new program (exec)", w.pid))
+			w.note(ErrExec)
 		}
 	case eventComm:
 		if m.probed != nil && pid == m.probe {
