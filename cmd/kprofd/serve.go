@@ -123,11 +123,13 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 	} else {
 		defer srv.Execs.Close()
 	}
-	api := &http.Server{Handler: srv.Handler(), ConnContext: service.ConnContext, ReadHeaderTimeout: o.limits.ReadTimeout,
-		IdleTimeout: o.limits.IdleTimeout, MaxHeaderBytes: 16 << 10}
+	sln := service.NewListener(ln, o.limits, log)
+	api := &http.Server{Handler: srv.Handler(), ConnContext: service.ConnContext, ConnState: sln.ConnState,
+		ReadHeaderTimeout: o.limits.ReadTimeout, IdleTimeout: o.limits.IdleTimeout, MaxHeaderBytes: 16 << 10}
 	errs := make(chan error, 2)
-	go func() { errs <- api.Serve(service.NewListener(ln, o.limits, log)) }()
+	go func() { errs <- api.Serve(sln) }()
 	var metrics *http.Server
+	var mlns *service.Listener
 	if o.metricsAddr != "" {
 		mln, err := net.Listen("tcp", o.metricsAddr)
 		if err != nil {
@@ -136,9 +138,10 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 		}
 		mux := http.NewServeMux()
 		mux.Handle("GET /metrics", srv.MetricsHandler())
-		metrics = &http.Server{Handler: mux, ReadHeaderTimeout: o.limits.ReadTimeout, IdleTimeout: o.limits.IdleTimeout,
-			WriteTimeout: o.limits.WriteTimeout, MaxHeaderBytes: 16 << 10}
-		go func() { errs <- metrics.Serve(service.NewListener(mln, o.limits, log)) }()
+		mlns = service.NewListener(mln, o.limits, log)
+		metrics = &http.Server{Handler: mux, ConnState: mlns.ConnState, ReadHeaderTimeout: o.limits.ReadTimeout,
+			IdleTimeout: o.limits.IdleTimeout, WriteTimeout: o.limits.WriteTimeout, MaxHeaderBytes: 16 << 10}
+		go func() { errs <- metrics.Serve(mlns) }()
 		log.Info("serving metrics", "addr", mln.Addr().String())
 	}
 	log.Info("kprofd serving", "socket", o.socket, "max_sessions", o.limits.Sessions, "max_duration", o.limits.Duration.String(), "version", version)
@@ -159,13 +162,18 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) error {
 		log.Error("sessions did not stop in time", "error", err)
 		result = errors.Join(result, err)
 	}
-	for _, hs := range []*http.Server{api, metrics} {
-		if hs == nil {
+	for _, s := range []struct {
+		hs *http.Server
+		ln *service.Listener
+	}{{api, sln}, {metrics, mlns}} {
+		if s.hs == nil {
 			continue
 		}
+		s.ln.Close() // no new connections
+		s.ln.CloseIdle()
 		wctx, cancel := context.WithTimeout(context.Background(), shutdownWait)
-		if hs.Shutdown(wctx) != nil {
-			hs.Close()
+		if s.hs.Shutdown(wctx) != nil {
+			s.hs.Close()
 		}
 		cancel()
 	}

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/kprofd/kprofd/internal/english"
 )
 
 // Listener is the daemon's socket: it tells who is at the other end of
@@ -29,6 +31,8 @@ type Listener struct {
 	mu    sync.Mutex
 	byUID map[uint32]int
 	total int // but root's
+	// states are the connections' http.ConnState, for CloseIdle.
+	states map[net.Conn]http.ConnState
 	// refusing bounds the refusals being answered at once; past it a
 	// refused connection is closed without an answer.
 	refusing chan struct{}
@@ -45,7 +49,7 @@ func NewListener(ln net.Listener, lim Limits, log *slog.Logger) *Listener {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Listener{Listener: ln, lim: lim, log: log, byUID: map[uint32]int{}, refusing: make(chan struct{}, refusers)}
+	return &Listener{Listener: ln, lim: lim, log: log, byUID: map[uint32]int{}, states: map[net.Conn]http.ConnState{}, refusing: make(chan struct{}, refusers)}
 }
 
 // Accept returns the next connection within the caps, with its peer.
@@ -86,10 +90,10 @@ func (l *Listener) take(uid uint32) string {
 		return ""
 	}
 	if uid != anyone && l.byUID[uid] >= l.lim.UserConns {
-		return fmt.Sprintf("you hold %d connections to the daemon already, its limit per user (kprofd serve --max-user-conns)", l.byUID[uid])
+		return fmt.Sprintf("you hold %s to the daemon already, its limit per user (kprofd serve --max-user-conns)", english.Plural(l.byUID[uid], "connection"))
 	}
 	if l.total >= l.lim.Conns {
-		return fmt.Sprintf("the daemon holds %d connections already, its limit (kprofd serve --max-conns)", l.total)
+		return fmt.Sprintf("the daemon holds %s already, its limit (kprofd serve --max-conns)", english.Plural(l.total, "connection"))
 	}
 	l.byUID[uid]++
 	l.total++
@@ -105,6 +109,34 @@ func (l *Listener) release(uid uint32) {
 	l.total--
 	if l.byUID[uid]--; l.byUID[uid] <= 0 {
 		delete(l.byUID, uid)
+	}
+}
+
+// ConnState records each connection's state (http.Server's ConnState).
+func (l *Listener) ConnState(c net.Conn, st http.ConnState) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if st == http.StateClosed || st == http.StateHijacked {
+		delete(l.states, c)
+		return
+	}
+	l.states[c] = st
+}
+
+// CloseIdle closes every connection without a request in progress: at
+// shutdown, http.Server.Shutdown would wait up to 5 s for one that has
+// sent nothing yet.
+func (l *Listener) CloseIdle() {
+	l.mu.Lock()
+	var idle []net.Conn
+	for c, st := range l.states {
+		if st == http.StateNew || st == http.StateIdle {
+			idle = append(idle, c)
+		}
+	}
+	l.mu.Unlock()
+	for _, c := range idle {
+		c.Close()
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/kprofd/kprofd/calibrate"
 	"github.com/kprofd/kprofd/daemon"
 	"github.com/kprofd/kprofd/daemon/hybrid"
+	"github.com/kprofd/kprofd/internal/english"
 	"github.com/kprofd/kprofd/internal/procevents"
 )
 
@@ -198,10 +199,10 @@ func (s *Server) register(who Peer, req *Request) (*session, context.Context, er
 		}
 	}
 	if running >= s.Limits.Sessions {
-		return nil, nil, fmt.Errorf("the daemon runs %d sessions already, its limit (kprofd serve --max-sessions)", running)
+		return nil, nil, fmt.Errorf("the daemon runs %s already, its limit (kprofd serve --max-sessions)", english.Plural(running, "session"))
 	}
 	if who.UID != 0 && mine >= s.Limits.UserSessions {
-		return nil, nil, fmt.Errorf("you run %d sessions already, the daemon's limit per user (kprofd serve --max-user-sessions)", mine)
+		return nil, nil, fmt.Errorf("you run %s already, the daemon's limit per user (kprofd serve --max-user-sessions)", english.Plural(mine, "session"))
 	}
 	var b [8]byte
 	rand.Read(b[:])
