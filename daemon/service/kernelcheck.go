@@ -3,7 +3,6 @@ package service
 import (
 	"errors"
 	"fmt"
-	"os"
 	"runtime"
 	"strconv"
 
@@ -12,67 +11,84 @@ import (
 
 // The kernel's own answer to "may this user read-trace that process"
 // (ptrace(2)'s PTRACE_MODE_READ): the same uids and gids (real, effective
-// and saved), a dumpable process, no capability the user lacks, and a
-// user namespace the user is in or owns. The daemon asks it by making
-// the check on a thread of its own that has dropped to the client's
-// uid and gid: kcmp(2), which the kernel allows only with
-// PTRACE_MODE_READ_REALCREDS access to both processes (the daemon itself,
-// which a thread of it always has, and the target). The thread is never
-// handed back to the Go scheduler: its goroutine ends locked to it, and
-// the runtime ends the thread with it (a locked thread's state is never
-// cloned into a new one either).
+// and saved), a dumpable process, no capability the user lacks, a user
+// namespace the user is in or owns, and whatever a security module adds.
+// The daemon asks the kernel by opening /proc/PID/maps, which the kernel
+// allows only with PTRACE_MODE_READ_FSCREDS access, on a thread of its
+// own whose file-system uid and gid are the client's and which holds no
+// capability. Only those change: the thread's real, effective and saved
+// ids stay root's, so that no user may signal or trace it meanwhile (a
+// thread with the user's uids could be sent SIGKILL, which ends the whole
+// daemon). The thread is never handed back to the Go scheduler: its
+// goroutine ends locked to it, and the runtime ends the thread with it (a
+// locked thread's state is never cloned into a new one either). Changing
+// a file-system id also makes the daemon non-dumpable, which it may as
+// well be.
 
-// kcmpVM is kcmp's KCMP_VM: compare the processes' address spaces, which
-// reads nothing but the check.
-const kcmpVM = 1
-
-// kernelMayRead asks whether the kernel lets a process of uid and gid
-// (and no supplementary groups) read-trace process pid: nil, or the
-// kernel's error (EPERM: it would not; ESRCH: no such process).
+// kernelMayRead asks whether the kernel lets a process of uid and gid,
+// without capabilities, read-trace process pid: nil, or the kernel's
+// error (EACCES or EPERM: it would not; ESRCH or ENOENT: no such
+// process).
 func kernelMayRead(uid, gid uint32, pid int) error {
+	return asFSUser(uid, gid, func() error {
+		fd, err := unix.Open("/proc/"+strconv.Itoa(pid)+"/maps", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return err
+		}
+		return unix.Close(fd)
+	})
+}
+
+// asFSUser runs f on a thread of its own whose file-system uid and gid
+// are those given and which holds no capability, a thread that ends with
+// f.
+func asFSUser(uid, gid uint32, f func() error) error {
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread() // never unlocked: the thread ends with this goroutine
-		errc <- asUser(uid, gid, func() error { return kcmp(pid) })
+		if unix.Gettid() == unix.Getpid() {
+			// The main thread, whose credentials /proc shows as the
+			// process's, and which the runtime would keep rather than
+			// end: another thread, this one held meanwhile.
+			errc <- asFSUser(uid, gid, f)
+			runtime.UnlockOSThread()
+			return
+		}
+		if err := dropToFS(uid, gid); err != nil {
+			errc <- err
+			return
+		}
+		errc <- f()
 	}()
 	return <-errc
 }
 
-// asUser runs f on this thread with the thread's credentials dropped to
-// uid and gid; the caller must have locked the thread and must let it
-// end. The raw syscalls change this thread alone, where Go's and libc's
-// wrappers change every thread of the process.
-func asUser(uid, gid uint32, f func() error) error {
-	if _, _, e := unix.RawSyscall(unix.SYS_SETGROUPS, 0, 0, 0); e != 0 {
-		return fmt.Errorf("dropping groups: %w", e)
+// dropToFS sets this thread's file-system uid and gid and drops its
+// capabilities. Raw syscalls: they change this thread alone, where Go's
+// and libc's wrappers of set*id change every thread.
+func dropToFS(uid, gid uint32) error {
+	unix.RawSyscall(unix.SYS_SETFSGID, uintptr(gid), 0, 0)
+	unix.RawSyscall(unix.SYS_SETFSUID, uintptr(uid), 0, 0)
+	// setfs*id say nothing of a failure: asking again returns the id.
+	g, _, _ := unix.RawSyscall(unix.SYS_SETFSGID, ^uintptr(0), 0, 0)
+	u, _, _ := unix.RawSyscall(unix.SYS_SETFSUID, ^uintptr(0), 0, 0)
+	if uint32(u) != uid || uint32(g) != gid {
+		return fmt.Errorf("taking file-system uid %d and gid %d: the thread has %d and %d", uid, gid, u, g)
 	}
-	if _, _, e := unix.RawSyscall(unix.SYS_SETRESGID, uintptr(gid), uintptr(gid), uintptr(gid)); e != 0 {
-		return fmt.Errorf("taking gid %d: %w", gid, e)
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var none [2]unix.CapUserData
+	if err := unix.Capset(&hdr, &none[0]); err != nil {
+		return fmt.Errorf("dropping capabilities: %w", err)
 	}
-	if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, uintptr(uid), uintptr(uid), uintptr(uid)); e != 0 {
-		return fmt.Errorf("taking uid %d: %w", uid, e)
-	}
-	return f()
+	return nil
 }
 
-// kcmp compares this process's address space with pid's; the kernel
-// allows it only with read-trace access to pid. Where kcmp is not built
-// in, opening /proc/PID/maps makes the same check (with the thread's
-// file-system ids, which follow its effective ids).
-func kcmp(pid int) error {
-	_, _, e := unix.Syscall6(unix.SYS_KCMP, uintptr(os.Getpid()), uintptr(pid), kcmpVM, 0, 0, 0)
-	if e == 0 {
-		return nil
-	}
-	if e != unix.ENOSYS {
-		return e
-	}
-	fd, err := unix.Open("/proc/"+strconv.Itoa(pid)+"/maps", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		if errors.Is(err, unix.ENOENT) {
-			return unix.ESRCH
-		}
-		return err
-	}
-	return unix.Close(fd)
+// refusedByKernel reports whether err is the kernel's refusal.
+func refusedByKernel(err error) bool {
+	return errors.Is(err, unix.EACCES) || errors.Is(err, unix.EPERM)
+}
+
+// goneFromKernel reports whether err says the process is gone.
+func goneFromKernel(err error) bool {
+	return errors.Is(err, unix.ESRCH) || errors.Is(err, unix.ENOENT)
 }

@@ -140,10 +140,10 @@ func checkOwner(who Peer, pidfd, pid, shown int) error {
 		return err
 	}
 	switch err := kernelMayRead(who.UID, who.GID, pid); {
-	case errors.Is(err, unix.EPERM), errors.Is(err, unix.EACCES):
+	case refusedByKernel(err):
 		return fmt.Errorf("%w: the kernel would not let you read-trace pid %d (ptrace read access: it has capabilities you lack, or another reason); only root may trace it",
 			ErrNotAllowed, shown)
-	case errors.Is(err, unix.ESRCH):
+	case goneFromKernel(err):
 		return fmt.Errorf("pid %d exited", shown)
 	case err != nil:
 		return fmt.Errorf("asking the kernel whether you may trace pid %d: %w", shown, err)
