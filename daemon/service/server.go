@@ -375,6 +375,9 @@ func (h *sessionHooks) hooks() Hooks {
 			return nil
 		},
 		Started: func(info Started) {
+			if !h.vouch() {
+				return
+			}
 			info.PID = h.shown
 			h.x.mu.Lock()
 			h.x.progress.Functions, h.x.progress.Probes = info.Functions, info.Probes
