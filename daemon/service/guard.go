@@ -50,12 +50,13 @@ type guard struct {
 // newGuard starts guarding process pid for who. The exec watch starts
 // first, so that no exec after the first check goes unseen.
 func newGuard(execs *procevents.Monitor, who Peer, pid, shown int) (*guard, error) {
-	if execs == nil {
-		return nil, fmt.Errorf("%w: %w", ErrNotAllowed, errNoExecEvents)
-	}
 	pidfd, err := openPidfd(pid)
 	if err != nil {
 		return nil, fmt.Errorf("no process with pid %d", shown)
+	}
+	if execs == nil {
+		pidfd.Close()
+		return nil, fmt.Errorf("%w: %w", ErrNotAllowed, errNoExecEvents)
 	}
 	g := &guard{who: who, pid: pid, shown: shown, pidfd: pidfd, watch: execs.Watch(pid),
 		lost: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{})}
