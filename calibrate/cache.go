@@ -107,7 +107,7 @@ func Save(r *Result) error {
 	if err != nil {
 		return err
 	}
-	if err := atomicfile.Write(cachePath(), append(b, '\n'), 0o644); err != nil {
+	if err := atomicfile.WriteCache(cachePath(), append(b, '\n'), 0o644); err != nil {
 		return fmt.Errorf("writing the calibration cache: %w", err)
 	}
 	return nil

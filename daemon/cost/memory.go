@@ -112,7 +112,7 @@ func WriteMemory(path string, mf *Memory) error {
 	if err != nil {
 		return err
 	}
-	return atomicfile.Write(path, append(b, '\n'), 0o600)
+	return atomicfile.WriteCache(path, append(b, '\n'), 0o600)
 }
 
 // Recall returns the demotions a session of pl starts with, from mf: the

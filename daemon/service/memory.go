@@ -54,5 +54,5 @@ func (m *memorySnapshot) restore() error {
 		}
 		return nil
 	}
-	return atomicfile.Write(m.path, m.data, 0o600)
+	return atomicfile.WriteCache(m.path, m.data, 0o600)
 }

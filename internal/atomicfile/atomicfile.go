@@ -41,8 +41,17 @@ func createTemp(path string, perm os.FileMode) (*os.File, error) {
 
 // Write replaces path with data, with mode perm (less the umask) for a
 // new file: readers see the old file or the whole new one, and a link at
-// path is replaced, never followed.
-func Write(path string, data []byte, perm os.FileMode) error {
+// path is replaced, never followed. It returns once the data is on the
+// disk.
+func Write(path string, data []byte, perm os.FileMode) error { return write(path, data, perm, true) }
+
+// WriteCache is Write for a cache, which a crash may lose: it does not
+// wait for the disk (which, on a busy machine, may take seconds).
+func WriteCache(path string, data []byte, perm os.FileMode) error {
+	return write(path, data, perm, false)
+}
+
+func write(path string, data []byte, perm os.FileMode, durable bool) error {
 	if fi, err := os.Lstat(path); err == nil && fi.IsDir() {
 		return fmt.Errorf("writing %s: it is a directory", path)
 	}
@@ -52,7 +61,7 @@ func Write(path string, data []byte, perm os.FileMode) error {
 	}
 	tmp := f.Name()
 	_, err = f.Write(data)
-	if err == nil {
+	if err == nil && durable {
 		err = f.Sync()
 	}
 	if cerr := f.Close(); err == nil {
@@ -65,7 +74,9 @@ func Write(path string, data []byte, perm os.FileMode) error {
 		os.Remove(tmp)
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
-	syncDir(filepath.Dir(path))
+	if durable {
+		syncDir(filepath.Dir(path))
+	}
 	return nil
 }
 

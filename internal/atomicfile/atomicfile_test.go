@@ -12,8 +12,12 @@ import (
 func TestWrite(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "out.txt")
-	for _, data := range []string{"first\n", "second, longer\n", ""} {
-		if err := Write(path, []byte(data), 0o640); err != nil {
+	for i, data := range []string{"first\n", "second, longer\n", ""} {
+		write := Write
+		if i == 1 {
+			write = WriteCache
+		}
+		if err := write(path, []byte(data), 0o640); err != nil {
 			t.Fatal(err)
 		}
 		if b, err := os.ReadFile(path); err != nil || string(b) != data {
