@@ -35,7 +35,7 @@ var errNoExecEvents = errors.New("this daemon cannot watch its targets for execs
 
 // guard watches that process pid stays who's.
 type guard struct {
-	who        Peer
+	who        client
 	pid, shown int // in the daemon's PID namespace, in the client's
 	pidfd      *os.File
 	watch      *procevents.Watch
@@ -58,9 +58,14 @@ func newGuard(execs *procevents.Monitor, who Peer, pid, shown int) (*guard, erro
 		pidfd.Close()
 		return nil, fmt.Errorf("%w: %w", ErrNotAllowed, errNoExecEvents)
 	}
-	g := &guard{who: who, pid: pid, shown: shown, pidfd: pidfd, watch: execs.Watch(pid),
+	c, err := newClient(who)
+	if err != nil {
+		pidfd.Close()
+		return nil, fmt.Errorf("%w: %w", ErrNotAllowed, err)
+	}
+	g := &guard{who: c, pid: pid, shown: shown, pidfd: pidfd, watch: execs.Watch(pid),
 		lost: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{})}
-	if err := checkOwner(who, int(pidfd.Fd()), pid, shown); err != nil {
+	if err := checkOwner(c, int(pidfd.Fd()), pid, shown); err != nil {
 		g.watch.Close()
 		pidfd.Close()
 		return nil, err

@@ -68,28 +68,56 @@ func exited(pidfd int) bool {
 	return err == nil && n > 0
 }
 
+// openNS opens a namespace of the client's, of kind ("user", "pid"). The
+// pidfd is used under its file's Control, which holds off its closing
+// (with the connection) meanwhile.
+func (p Peer) openNS(kind string) (int, error) {
+	if p.process == nil {
+		return -1, errors.New("the daemon cannot tell your namespaces (no pidfd of your process)")
+	}
+	rc, err := p.process.SyscallConn()
+	if err != nil {
+		return -1, err
+	}
+	fd := -1
+	if cerr := rc.Control(func(pidfd uintptr) { fd, err = openNS(int(pidfd), int(p.PID), kind) }); cerr != nil {
+		err = cerr
+	}
+	if err != nil {
+		return -1, fmt.Errorf("reading your %s namespace: %w", kind, err)
+	}
+	return fd, nil
+}
+
 // ns returns the identity of a namespace of the client.
 func (p Peer) ns(kind string) (nsID, error) {
-	if p.process == nil {
-		return nsID{}, errors.New("the daemon cannot tell your namespaces (no pidfd of your process)")
-	}
-	fd, err := openNS(int(p.process.Fd()), int(p.PID), kind)
+	fd, err := p.openNS(kind)
 	if err != nil {
-		return nsID{}, fmt.Errorf("reading your %s namespace: %w", kind, err)
+		return nsID{}, err
 	}
 	defer unix.Close(fd)
 	return fdNS(fd)
+}
+
+// client is a peer with what the rules need of it, read once at the
+// admission (its pidfd goes with its connection).
+type client struct {
+	Peer
+	userNS nsID
+}
+
+// newClient reads who's user namespace.
+func newClient(who Peer) (client, error) {
+	ns, err := who.ns("user")
+	return client{Peer: who, userNS: ns}, err
 }
 
 // userNSAllows says whether a process whose user namespace is target
 // (an open namespace file, closed here) is in the client's user
 // namespace, or in one below it whose namespace just below the client's
 // the client owns: the kernel gives that owner every capability there.
-func userNSAllows(who Peer, target int, shown int) error {
-	mine, err := who.ns("user")
-	if err != nil {
-		return err
-	}
+func userNSAllows(who client, target int, shown int) error {
+	mine := who.userNS
 	fd := target
 	defer func() { unix.Close(fd) }()
 	for {
@@ -121,7 +149,7 @@ func userNSAllows(who Peer, target int, shown int) error {
 // checkOwner says whether who may trace process pid, which pidfd holds
 // and the client calls shown (its pid in the client's PID namespace). A
 // refusal wraps ErrNotAllowed and says why in one line.
-func checkOwner(who Peer, pidfd, pid, shown int) error {
+func checkOwner(who client, pidfd, pid, shown int) error {
 	if who.UID == 0 {
 		return nil
 	}
@@ -129,7 +157,7 @@ func checkOwner(who Peer, pidfd, pid, shown int) error {
 	if err != nil {
 		return fmt.Errorf("no process with pid %d", shown)
 	}
-	if err := Authorize(who, shown, t); err != nil {
+	if err := Authorize(who.Peer, shown, t); err != nil {
 		return err
 	}
 	ns, err := openNS(pidfd, pid, "user")

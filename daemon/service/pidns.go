@@ -24,9 +24,9 @@ func (p Peer) hostPID(pid int) (int, error) {
 	if p.process == nil {
 		return pid, nil
 	}
-	mine, err := openNS(int(p.process.Fd()), int(p.PID), "pid")
+	mine, err := p.openNS("pid")
 	if err != nil {
-		return 0, fmt.Errorf("reading your PID namespace: %w", err)
+		return 0, err
 	}
 	defer unix.Close(mine)
 	ours, err := nsOfPath("/proc/self/ns/pid")
