@@ -22,6 +22,7 @@ import (
 	"github.com/kprofd/kprofd/daemon"
 	"github.com/kprofd/kprofd/daemon/estimate"
 	"github.com/kprofd/kprofd/daemon/service"
+	"github.com/kprofd/kprofd/internal/atomicfile"
 	"github.com/kprofd/kprofd/internal/english"
 	"github.com/kprofd/kprofd/internal/plan"
 )
@@ -572,34 +573,14 @@ func (o *attachOptions) outputPaths() []string {
 	return paths
 }
 
-// checkWritable makes sure that writeFile can write path, by creating
-// and removing the temporary file it writes first: a missing directory,
-// a read-only file system or a path that is a directory fail here,
-// before anything is attached, rather than after a session whose
-// profile would then be lost.
-func checkWritable(path string) error {
-	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
-		return fmt.Errorf("cannot write %s: it is a directory", path)
-	}
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
-	if err != nil {
-		return fmt.Errorf("cannot write %s: %w", path, err)
-	}
-	f.Close()
-	return os.Remove(tmp)
-}
+// checkWritable makes sure that writeFile can write path before
+// anything is attached, rather than after a session whose profile would
+// then be lost.
+func checkWritable(path string) error { return atomicfile.CheckWritable(path) }
 
-// writeFile writes through a temporary file so a failed write leaves no
-// truncated output behind.
-func writeFile(path string, data []byte) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o644); err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	return os.Rename(tmp, path)
-}
+// writeFile writes path whole or not at all, replacing (never following)
+// a link planted at its name (see internal/atomicfile).
+func writeFile(path string, data []byte) error { return atomicfile.Write(path, data, 0o644) }
 
 // flags names the flag of each field a daemon.ConfigError can name.
 var flags = map[string]string{

@@ -76,7 +76,6 @@ func newMetrics(s *Server) *metrics {
 			counted(&m.demotions, func(p daemon.Progress) float64 { return float64(p.Demotions) })),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: MetricProbes, Help: "Uprobes attached now, all sessions."},
 			func() float64 { return live(func(p daemon.Progress) float64 { return float64(p.Probes) }) }),
-		sessionCollector{s},
 	)
 	if cal := s.Calibration; cal != nil {
 		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: MetricCalibrationAge, Help: "Age of the probe cost calibration the sessions use."},
@@ -133,8 +132,11 @@ func (s *Server) eachRunningLocked(f func(*session, daemon.Progress)) {
 
 // sessionCollector reports each running session's predicted overhead and
 // the size of its calling-context tree (its memory, which --max-nodes
-// bounds).
-type sessionCollector struct{ s *Server }
+// bounds), for the sessions of one user (all for root).
+type sessionCollector struct {
+	s   *Server
+	uid uint32
+}
 
 var (
 	overheadDesc = prometheus.NewDesc(MetricPredictedOverhead,
@@ -152,13 +154,32 @@ func (c sessionCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c sessionCollector) Collect(ch chan<- prometheus.Metric) {
 	c.s.eachRunning(func(x *session, p daemon.Progress) {
+		if c.uid != 0 && x.owner.UID != c.uid {
+			return
+		}
 		pid := strconv.Itoa(x.req.PID)
 		ch <- prometheus.MustNewConstMetric(overheadDesc, prometheus.GaugeValue, p.PredictedOverhead, x.id, pid)
 		ch <- prometheus.MustNewConstMetric(nodesDesc, prometheus.GaugeValue, float64(p.Nodes), x.id, pid)
 	})
 }
 
-// MetricsHandler serves the metrics in Prometheus' text format.
+// MetricsHandler serves the metrics in Prometheus' text format, without
+// any session's own series: the daemon's totals, for a TCP address
+// anyone may reach.
 func (s *Server) MetricsHandler() http.Handler {
 	return promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{})
+}
+
+// socketMetrics serves the totals and the caller's own sessions' series
+// (every session's for root): a session's id and target pid are its
+// user's alone.
+func (s *Server) socketMetrics(w http.ResponseWriter, r *http.Request) {
+	who, ok := peer(r)
+	if !ok {
+		s.MetricsHandler().ServeHTTP(w, r)
+		return
+	}
+	own := prometheus.NewRegistry()
+	own.MustRegister(sessionCollector{s: s, uid: who.UID})
+	promhttp.HandlerFor(prometheus.Gatherers{s.metrics.reg, own}, promhttp.HandlerOpts{}).ServeHTTP(w, r)
 }

@@ -42,6 +42,11 @@ type Hooks struct {
 	// Push, when set, pushes the session's profile to an OTLP collector
 	// as it runs and at its end (push.go).
 	Push *OTLP
+	// Withhold, when set, is asked once the session has stopped (its
+	// probes out) whether what it collected may be delivered: an error
+	// withholds the profile and the demotions the session would leave for
+	// the next one (Outcome.Withheld), and says why.
+	Withhold func() error
 }
 
 // Started says what a session attached.
@@ -75,12 +80,18 @@ type Outcome struct {
 	StopErr error
 	// Pushes are the session's OTLP pushes (Hooks.Push); nil without.
 	Pushes *Pushes
+	// Withheld says why nothing the session collected is delivered
+	// (Hooks.Withhold); Profile is nil then.
+	Withheld error
 }
 
 // Err is the session's result as an error: stopping's error, and that no
 // thread was inside a root (an empty profile is no success: the probes
 // cost the target and recorded nothing).
 func (o *Outcome) Err(roots []string) error {
+	if o.Withheld != nil {
+		return o.Withheld
+	}
 	if o.Profile != nil && !o.Final.RootEntered {
 		root := strings.Join(roots, " or ")
 		if n := o.Final.CallsBefore; n > 0 {
@@ -126,6 +137,10 @@ func Run(ctx context.Context, req *Request, calibration func() *calibrate.Result
 			speed, _ = calibrate.Run(calibrate.Check)
 		}
 	}
+	var memory *memorySnapshot
+	if h.Withhold != nil {
+		memory = snapshotMemory(cfg, prep)
+	}
 	s, err := daemon.StartPrepared(prep, cfg)
 	if err != nil {
 		return nil, err
@@ -166,6 +181,14 @@ func Run(ctx context.Context, req *Request, calibration func() *calibrate.Result
 		h.Stopping(why)
 	}
 	profile, stopErr := s.Stop()
+	if h.Withhold != nil {
+		if err := h.Withhold(); err != nil {
+			if rerr := memory.restore(); rerr != nil {
+				err = fmt.Errorf("%w (restoring the demotion memory: %v)", err, rerr)
+			}
+			return &Outcome{Why: why, Final: s.Progress(), Withheld: err, Pushes: pushes}, nil
+		}
+	}
 	if speed != nil && profile != nil {
 		if end, err := calibrate.Run(calibrate.Check); err == nil {
 			if drift, ok := calibrate.Drift(speed, end); ok {
