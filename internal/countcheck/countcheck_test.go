@@ -198,3 +198,51 @@ func TestOffBy(t *testing.T) {
 		}
 	}
 }
+
+func TestDropTailCallers(t *testing.T) {
+	// write jumps to put_object; parse calls value and also jumps to it.
+	tailOnly := func(caller, callee string) bool { return caller == "write" && callee == "put_object" }
+	drop := DropTailCallers(tailOnly)
+	for path, want := range map[string]string{
+		"handle;write;put_object;put": "handle;put_object;put",
+		"handle;write":                "handle;write",
+		"handle;parse;value":          "handle;parse;value",
+		"write;put_object":            "put_object",
+	} {
+		if got := drop(path); got != want {
+			t.Errorf("%s: %s, want %s", path, got, want)
+		}
+	}
+}
+
+func TestRename(t *testing.T) {
+	drop := DropTailCallers(func(caller, callee string) bool { return caller == "write" })
+	got := Rename([]Context{
+		{Path: "handle", Calls: 10, Self: 5},
+		{Path: "handle;write;put", Calls: 7, Self: 3},
+		{Path: "handle;put", Calls: 0, Self: 4, Class: Unknown},
+		{Path: "handle;write;emit", Calls: 30, Self: 1, Class: Estimated, Error: 0.2},
+		{Path: "handle;emit", Calls: 20, Self: 1, Class: Estimated, Error: 0.1},
+	}, drop)
+	want := []Context{
+		{Path: "handle", Calls: 10, Self: 5},
+		{Path: "handle;put", Calls: 7, Self: 7, Class: LowerBound},
+		{Path: "handle;emit", Calls: 50, Self: 2, Class: Estimated, Error: 0.2},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("%+v, want %+v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("%d: %+v, want %+v", i, got[i], want[i])
+		}
+	}
+	truth := Truth{
+		Lo:   map[string]float64{"handle;write;put": 1, "handle;put": 2},
+		Hi:   map[string]float64{"handle;write;put": 1, "handle;put": 3},
+		Self: map[string]float64{"handle;write;put": 10, "handle;put": 20},
+	}.Rename(drop)
+	if truth.Lo["handle;put"] != 3 || truth.Hi["handle;put"] != 4 || truth.Self["handle;put"] != 30 || len(truth.Hi) != 1 {
+		t.Errorf("renamed truth %+v, want handle;put alone, 3 to 4 calls, 30 ns", truth)
+	}
+}
