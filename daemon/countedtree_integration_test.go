@@ -95,7 +95,8 @@ import (
 //
 // The truth's exact-mode sessions run once per program, and take
 // minutes; with KPROFD_TRUTH_CACHE=DIR they are kept in DIR, by
-// program and build, for the next run.
+// program and build, for the next run. With KPROFD_COUNTED_DUMP=DIR
+// each session's contexts, judged, go to a file there.
 func BenchmarkCountedTree(b *testing.B) {
 	requireRoot(b)
 	cal := machineCalibration(b)
@@ -108,6 +109,9 @@ func BenchmarkCountedTree(b *testing.B) {
 type countedProgram struct {
 	name  string
 	build func(testing.TB) string
+	// start starts a process of build's executable; nil:
+	// testtarget.Start.
+	start func(testing.TB, string) *testtarget.Proc
 	root  string
 	// chunk is the root calls of a "run" command, period the root calls
 	// after which the work repeats (a unit of work); a chunk is a whole
@@ -126,6 +130,16 @@ var countedPrograms = []countedProgram{
 		nondeterministic: goCollector},
 	{name: "nlohmann", build: testtarget.BuildNlohmann, root: testtarget.NlohmannRoot, chunk: 20, period: 1, truthUnits: 5},
 	{name: "jsonparse", build: testtarget.BuildJSONParse, root: "handle_request", chunk: 10, period: 10, truthUnits: 1},
+	{name: "python", build: testtarget.CopyPython, start: testtarget.StartPython, root: testtarget.PythonRoot,
+		chunk: 20, period: 1, truthUnits: 5},
+}
+
+// launch starts a process of exe.
+func (prog countedProgram) launch(b *testing.B, exe string) *testtarget.Proc {
+	if prog.start != nil {
+		return prog.start(b, exe)
+	}
+	return testtarget.Start(b, exe)
 }
 
 // goCollector says a context is the Go runtime's garbage collection:
@@ -158,8 +172,11 @@ var countedTruths sync.Map // program name -> countcheck.Truth
 
 // countedFigures is what one session measured.
 type countedFigures struct {
-	covered, accurate, line                    float64
-	slowdown, slowdownAttached, slowdownCPU    float64
+	covered, accurate, line                 float64
+	slowdown, slowdownAttached, slowdownCPU float64
+	// spread is how far apart the un-probed runs before and after the
+	// session were, over the faster: the noise the slowdown carries.
+	spread                                     float64
 	lineKnown                                  bool
 	r                                          countcheck.Result
 	gc                                         float64
@@ -188,6 +205,7 @@ func benchCounted(b *testing.B, prog countedProgram, cal *calibrate.Result) {
 	b.ReportMetric(med(func(f countedFigures) float64 { return f.slowdown }), "slowdown-x")
 	b.ReportMetric(med(func(f countedFigures) float64 { return f.slowdownAttached }), "slowdown-attached-x")
 	b.ReportMetric(med(func(f countedFigures) float64 { return f.slowdownCPU }), "slowdown-cpu-x")
+	b.ReportMetric(100*med(func(f countedFigures) float64 { return f.spread }), "unprobed-spread-%")
 	var line, diff []float64
 	for _, f := range all {
 		if f.lineKnown {
@@ -243,7 +261,7 @@ func countedTruth(b *testing.B, prog countedProgram, exe string, cal *calibrate.
 			return t
 		}
 	}
-	target := testtarget.Start(b, exe)
+	target := prog.launch(b, exe)
 	defer target.Exit(b)
 	target.Run(b, prog.chunk) // warm up
 	wantUnit := target.Run(b, prog.period)
@@ -439,7 +457,7 @@ func overlapping(chunks []countedChunk, from, to time.Time) []countedChunk {
 // process of exe.
 func countedSession(b *testing.B, prog countedProgram, exe string, cal *calibrate.Result, truth countcheck.Truth) countedFigures {
 	load := loadAverage()
-	target := testtarget.Start(b, exe)
+	target := prog.launch(b, exe)
 	defer target.Exit(b)
 	want := target.Run(b, prog.chunk)
 	for range 3 {
@@ -489,7 +507,7 @@ func countedSession(b *testing.B, prog countedProgram, exe string, cal *calibrat
 	attachedWall, _ := meanChunk(overlapping(chunks, prepared, t1))
 	f := countedFigures{
 		slowdown: wall / min(beforeWall, afterWall), slowdownAttached: attachedWall / min(beforeWall, afterWall),
-		slowdownCPU: cpu / min(beforeCPU, afterCPU), prepare: prepared.Sub(t0), callsBefore: progress.CallsBefore,
+		slowdownCPU: cpu / min(beforeCPU, afterCPU), spread: math.Abs(beforeWall-afterWall) / min(beforeWall, afterWall), prepare: prepared.Sub(t0), callsBefore: progress.CallsBefore,
 		demotions: len(demotions), bursts: progress.Bursts, wholeCalls: progress.WholeCalls,
 	}
 	if o := p.Overhead; o != nil && o.Known {
@@ -517,6 +535,7 @@ func countedSession(b *testing.B, prog countedProgram, exe string, cal *calibrat
 	rename := countcheck.DropTailCallers(tailOnlyCalls(pr.Plan))
 	f.r = countcheck.Compare(countcheck.Rename(countcheck.Contexts(p), rename), truth.Rename(rename), units)
 	f.covered, f.accurate = f.r.Share(f.r.Covered), f.r.Share(f.r.Accurate)
+	dumpJudged(b, prog.name, f.r)
 	if prog.nondeterministic != nil {
 		f.gc = f.r.ShareWhere(prog.nondeterministic)
 	}
@@ -550,18 +569,56 @@ func countedSession(b *testing.B, prog countedProgram, exe string, cal *calibrat
 }
 
 // tailOnlyCalls returns which functions of pl reach which by tail calls
-// alone, by display name.
+// alone, by display name: through a direct jump and no call, or any
+// function but its direct callees when its only indirect sites are jumps
+// (std::function's invoker jumps to the function it holds).
 func tailOnlyCalls(pl *plan.Plan) func(caller, callee string) bool {
 	tail := map[[2]string]bool{}
+	direct := map[[2]string]bool{}
+	jumpsOnly := map[string]bool{}
 	for _, f := range pl.Funcs {
 		n := f.Node
+		for _, c := range n.Calls {
+			direct[[2]string{n.Func.Display, c.Func.Display}] = true
+		}
 		for _, c := range n.TailCalls {
-			if !slices.Contains(n.Calls, c) {
-				tail[[2]string{n.Func.Display, c.Func.Display}] = true
-			}
+			tail[[2]string{n.Func.Display, c.Func.Display}] = true
+		}
+		if n.IndirectJumps > 0 && n.Indirect == n.IndirectJumps {
+			jumpsOnly[n.Func.Display] = true
 		}
 	}
-	return func(caller, callee string) bool { return tail[[2]string{caller, callee}] }
+	return func(caller, callee string) bool {
+		e := [2]string{caller, callee}
+		return !direct[e] && (tail[e] || jumpsOnly[caller])
+	}
+}
+
+// dumpJudged writes a session's judged contexts, one a line, to a file
+// of the directory $KPROFD_COUNTED_DUMP names, when it does: self time
+// (ns), class, calls, claimed error, truth (lo-hi, or absent), accurate,
+// path.
+func dumpJudged(b *testing.B, name string, r countcheck.Result) {
+	dir := os.Getenv("KPROFD_COUNTED_DUMP")
+	if dir == "" {
+		return
+	}
+	var buf bytes.Buffer
+	for _, j := range r.Contexts {
+		truth := "absent"
+		if j.InTruth {
+			truth = fmt.Sprintf("%.0f-%.0f", j.TruthLo, j.TruthHi)
+		}
+		fmt.Fprintf(&buf, "%d\t%s\t%d\t%.3f\t%s\t%v\t%s\n", j.Self, j.Class, j.Calls, j.Error, truth, j.Accurate, j.Path)
+	}
+	path := filepath.Join(dir, fmt.Sprintf("%s-%s.tsv", name, time.Now().Format("150405")))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("%s: judged contexts in %s", name, path)
 }
 
 // isRoot says whether a function's display name is the root's (C++
