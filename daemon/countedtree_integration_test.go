@@ -109,9 +109,6 @@ func BenchmarkCountedTree(b *testing.B) {
 type countedProgram struct {
 	name  string
 	build func(testing.TB) string
-	// start starts a process of build's executable; nil:
-	// testtarget.Start.
-	start func(testing.TB, string) *testtarget.Proc
 	root  string
 	// chunk is the root calls of a "run" command, period the root calls
 	// after which the work repeats (a unit of work); a chunk is a whole
@@ -130,16 +127,6 @@ var countedPrograms = []countedProgram{
 		nondeterministic: goCollector},
 	{name: "nlohmann", build: testtarget.BuildNlohmann, root: testtarget.NlohmannRoot, chunk: 20, period: 1, truthUnits: 5},
 	{name: "jsonparse", build: testtarget.BuildJSONParse, root: "handle_request", chunk: 10, period: 10, truthUnits: 1},
-	{name: "python", build: testtarget.CopyPython, start: testtarget.StartPython, root: testtarget.PythonRoot,
-		chunk: 20, period: 1, truthUnits: 5},
-}
-
-// launch starts a process of exe.
-func (prog countedProgram) launch(b *testing.B, exe string) *testtarget.Proc {
-	if prog.start != nil {
-		return prog.start(b, exe)
-	}
-	return testtarget.Start(b, exe)
 }
 
 // goCollector says a context is the Go runtime's garbage collection:
@@ -261,7 +248,7 @@ func countedTruth(b *testing.B, prog countedProgram, exe string, cal *calibrate.
 			return t
 		}
 	}
-	target := prog.launch(b, exe)
+	target := testtarget.Start(b, exe)
 	defer target.Exit(b)
 	target.Run(b, prog.chunk) // warm up
 	wantUnit := target.Run(b, prog.period)
@@ -457,7 +444,7 @@ func overlapping(chunks []countedChunk, from, to time.Time) []countedChunk {
 // process of exe.
 func countedSession(b *testing.B, prog countedProgram, exe string, cal *calibrate.Result, truth countcheck.Truth) countedFigures {
 	load := loadAverage()
-	target := prog.launch(b, exe)
+	target := testtarget.Start(b, exe)
 	defer target.Exit(b)
 	want := target.Run(b, prog.chunk)
 	for range 3 {

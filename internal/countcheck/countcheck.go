@@ -156,7 +156,8 @@ type Judged struct {
 	// TruthHi are then its calls in the profile's units of work.
 	InTruth          bool
 	TruthLo, TruthHi float64
-	// Accurate says Calls is within Tolerance of the truth.
+	// Accurate says Calls is within Tolerance of the truth, and known
+	// (the class is not Unknown).
 	Accurate bool
 }
 
@@ -215,7 +216,8 @@ func Compare(ctxs []Context, truth Truth, units Units) Result {
 			j.TruthLo, j.TruthHi = truth.Lo[c.Path]*units.Lo, hi*units.Hi
 			tol := c.Tolerance()
 			calls := float64(c.Calls)
-			j.Accurate = calls >= (1-tol)*j.TruthLo && calls <= (1+tol)*j.TruthHi
+			// An unknown count (?) claims nothing, and is never right.
+			j.Accurate = c.Class != Unknown && calls >= (1-tol)*j.TruthLo && calls <= (1+tol)*j.TruthHi
 			if truth.Lo[c.Path] != hi {
 				r.Unstable.add(c)
 			}

@@ -154,6 +154,13 @@ func TestCompare(t *testing.T) {
 			t.Errorf("%s: %g, want %g", c.what, c.got, c.want)
 		}
 	}
+	// With the units from 0 (no call of the root begun in the profile),
+	// no call is within the truth: still not accurate.
+	r0 := Compare(Contexts(prof), truth, Units{Lo: 0, Hi: 1})
+	if j := r0.Contexts[5]; j.Path != "handle;sampled" || j.Accurate {
+		t.Errorf("%+v: accurate with no call seen", j)
+	}
+
 	worst := r.Worst(3)
 	if len(worst) != 3 || worst[0].Path != "handle;emit" || worst[1].Path != "handle;rare" || worst[2].Path != "handle;sampled" {
 		t.Errorf("worst: %+v, want emit, rare, sampled (the most self time first, in order)", worst)
