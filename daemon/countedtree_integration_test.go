@@ -100,9 +100,23 @@ import (
 func BenchmarkCountedTree(b *testing.B) {
 	requireRoot(b)
 	cal := machineCalibration(b)
+	logCalibration(b, cal)
 	for _, prog := range countedPrograms {
 		b.Run(prog.name, func(b *testing.B) { benchCounted(b, prog, cal) })
 	}
+}
+
+// logCalibration logs what the sessions' calibration says a probe pair
+// costs per call (inner plus outer time): the mean, which the cost model
+// prices probes by, and the median. A calibration made on a loaded
+// machine has long tails.
+func logCalibration(b *testing.B, cal *calibrate.Result) {
+	var pairs []string
+	for _, m := range cal.Measurements {
+		pairs = append(pairs, fmt.Sprintf("%s: mean %.1fµs, median %.1fµs", m.Pair,
+			(m.Inner.Mean+m.Outer.Mean)/1e3, (m.Inner.Median+m.Outer.Median)/1e3))
+	}
+	b.Logf("calibration (quick %v, %s): %s", cal.Quick, cal.Time.Format(time.TimeOnly), strings.Join(pairs, "; "))
 }
 
 // countedProgram is a program BenchmarkCountedTree measures.
@@ -161,6 +175,11 @@ var countedTruths sync.Map // program name -> countcheck.Truth
 type countedFigures struct {
 	covered, accurate, line                 float64
 	slowdown, slowdownAttached, slowdownCPU float64
+	// attach is how long the predicting session took from its start to
+	// attaching the probes below the root.
+	attach time.Duration
+	// units is the fewest units of work the profile holds.
+	units float64
 	// spread is how far apart the un-probed runs before and after the
 	// session were, over the faster: the noise the slowdown carries.
 	spread                                     float64
@@ -180,15 +199,24 @@ func benchCounted(b *testing.B, prog countedProgram, cal *calibrate.Result) {
 		f := countedSession(b, prog, exe, cal, truth)
 		all = append(all, f)
 	}
+	// Medians of what was measured (NaN: not measured).
 	med := func(get func(countedFigures) float64) float64 {
 		var v []float64
 		for _, f := range all {
-			v = append(v, get(f))
+			if x := get(f); !math.IsNaN(x) {
+				v = append(v, x)
+			}
+		}
+		if len(v) == 0 {
+			return math.NaN()
 		}
 		return median(v)
 	}
 	b.ReportMetric(100*med(func(f countedFigures) float64 { return f.covered }), "covered-%")
-	b.ReportMetric(100*med(func(f countedFigures) float64 { return f.accurate }), "accurate-%")
+	if a := med(func(f countedFigures) float64 { return f.accurate }); !math.IsNaN(a) {
+		b.ReportMetric(100*a, "accurate-%")
+	}
+	b.ReportMetric(med(func(f countedFigures) float64 { return f.units }), "units")
 	b.ReportMetric(med(func(f countedFigures) float64 { return f.slowdown }), "slowdown-x")
 	b.ReportMetric(med(func(f countedFigures) float64 { return f.slowdownAttached }), "slowdown-attached-x")
 	b.ReportMetric(med(func(f countedFigures) float64 { return f.slowdownCPU }), "slowdown-cpu-x")
@@ -222,6 +250,7 @@ func benchCounted(b *testing.B, prog countedProgram, cal *calibrate.Result) {
 	b.ReportMetric(med(func(f countedFigures) float64 { return float64(f.wholeBursts) }), "whole-bursts")
 	b.ReportMetric(med(func(f countedFigures) float64 { return float64(f.wholeCalls) }), "whole-calls")
 	b.ReportMetric(med(func(f countedFigures) float64 { return f.prepare.Seconds() }), "prepare-s")
+	b.ReportMetric(med(func(f countedFigures) float64 { return f.attach.Seconds() }), "attach-s")
 }
 
 // countedTruth returns prog's truth, made once: two exact-mode sessions
@@ -504,6 +533,7 @@ func countedSession(b *testing.B, prog countedProgram, exe string, cal *calibrat
 	// The units of work the profile holds: by the root's exact calls,
 	// else by the chunks that ran between the attach and the stop.
 	attached := <-attachedAt
+	f.attach = attached.Sub(prepared)
 	inside, touching := chunkCalls(chunks, prog.chunk, attached, stopping)
 	_, touchingEnd := chunkCalls(chunks, prog.chunk, attached, t1)
 	units := countcheck.Units{Lo: math.Floor(float64(inside) / float64(prog.period)), Hi: math.Ceil(float64(max(touching, touchingEnd)) / float64(prog.period))}
@@ -521,7 +551,12 @@ func countedSession(b *testing.B, prog countedProgram, exe string, cal *calibrat
 	// tail calls alone, which stacks unwound from samples lack.
 	rename := countcheck.DropTailCallers(tailOnlyCalls(pr.Plan))
 	f.r = countcheck.Compare(countcheck.Rename(countcheck.Contexts(p), rename), truth.Rename(rename), units)
-	f.covered, f.accurate = f.r.Share(f.r.Covered), f.r.Share(f.r.Accurate)
+	f.covered, f.accurate, f.units = f.r.Share(f.r.Covered), f.r.Share(f.r.Accurate), units.Lo
+	if units.Lo == 0 {
+		// Any count from 0 up is then within the truth.
+		f.accurate = math.NaN()
+		b.Logf("%s: accuracy not judged: the profile holds no whole unit of work", prog.name)
+	}
 	dumpJudged(b, prog.name, f.r)
 	if prog.nondeterministic != nil {
 		f.gc = f.r.ShareWhere(prog.nondeterministic)
