@@ -43,9 +43,12 @@ import (
 //     whose count is exact, or estimated with a claimed error of 25% or
 //     less (internal/countcheck);
 //   - accurate-%: the share in contexts whose count is within max(2 ×
-//     its claimed error, 5%) of the truth; contexts the truth lacks
-//     (functions outside the plan that samples found) are not, and
-//     absent-% gives their share;
+//     its claimed error, 5%) of the truth (a count with no call seen,
+//     "?", never is); contexts the truth lacks (functions outside the
+//     plan that samples found, stacks whose unwinding lost a frame) are
+//     not, and absent-% gives their share. Paths compare without the
+//     functions that reach the next by tail calls alone (their frames
+//     are on no unwound stack);
 //   - slowdown-x: the program's wall time for the work done while kprofd
 //     ran (from Prepare to Stop's return) over its own un-probed time for
 //     the same work, measured in the same process in runs as long as the
@@ -61,15 +64,14 @@ import (
 // same documents), or a period of calls (jsonparse's "run 10" makes
 // handle_request(0..9), every chunk the same 10 documents, which take
 // every path: the five kinds of input, the three printing styles, one
-// parse error). The target
-// runs chunks of work back to back, from before kprofd starts until
-// after it stopped, so that the session attaches and detaches while the
-// target runs, as at a busy server. The truth comes from exact-mode
-// sessions (Config.ModeExact, every call counted) on another process of
-// the same build, each over whole units run while the session waited
-// (no call in flight at the attach or the stop: the root's calls must be
-// the units' exactly, and no event may be lost): calls per unit, by
-// context path. Two such sessions give each context a range, which is
+// parse error). The target runs chunks of work back to back, from before
+// kprofd starts until after it stopped, so that the session attaches and
+// detaches while the target runs, as at a busy server. The truth comes
+// from exact-mode sessions (Config.ModeExact, every call counted) on
+// another process of the same build, each over whole units run while it
+// waited (no call in flight at the attach or the stop: the root's calls
+// must be the units' exactly, and no event may be lost): calls per unit,
+// by context path. Two such sessions give each context a range, which is
 // one value where the work is deterministic; unstable-% is the hybrid
 // profile's self time where the two differ (Go's garbage collector and
 // its sweeping: gc-% is the self time below runtime.gc*, runtime.scan*
@@ -82,7 +84,10 @@ import (
 // ceil(n/P) periods of every context's calls, so the profile holds
 // floor((R-1)/P) to ceil((R+1)/P) units, and a context's truth is its
 // range per unit times those. With R in the thousands (or a hundred
-// calls of formatAll) that range is 1-2% wide.
+// calls of formatAll) that range is 1-2% wide. Where the roots were
+// sampled, their count is an estimate, and the units are those of the
+// chunks that ran between the attach and the stop instead. A profile
+// that holds no whole unit is not judged for accuracy.
 //
 // Each iteration starts a fresh target (not pinned: as a user runs it),
 // warms it up, and runs un-probed, the session, un-probed again. The
