@@ -647,10 +647,6 @@ func (s *Session) run() {
 		s.serveSnapshots()
 		if time.Since(lastActive) > 200*time.Millisecond {
 			s.active.Store(int64(s.sim.Active()))
-			if s.counts != nil {
-				// What the bursts should be for next.
-				s.counts.WeighNeeds(s.sim)
-			}
 			lastActive = time.Now()
 		}
 		if err != nil {

@@ -81,9 +81,6 @@ type BurstLog struct {
 	// from the start of its attach to the end of its detach, wider than
 	// its window (see armedAt).
 	armed []span
-	// weighed is the event loop's last weighing of what the bursts
-	// should be for (see WeighNeeds).
-	weighed needsOf
 
 	// The open window, for the event loop to read without the lock:
 	// its index, start and catchEnd (openStart is 0 with none open),

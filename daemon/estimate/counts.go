@@ -424,11 +424,57 @@ func (b *Counts) count(n *cct.Node, phys uint32, t uint64, fr stack.Frames) bool
 		top = nil
 	}
 	if !a.based {
+		// A context new since the demotion. If its tree existed then,
+		// calls of it between then and now were missed.
+		a.based = true
+		trees, at := b.sampled[n.Func], b.callsAt[n.Func]
+		late := trees != nil && trees[rootOf(n)] && at == nil
+		// base returns a caller's calls when counting per it begins,
+		// and whether that is only since the context was first seen
+		// (anchorRef.late).
+		base := func(node *cct.Node, running uint64) (calls uint64, sinceSeen bool) {
+			switch {
+			case at != nil:
+				// Never probed: the caller's calls since the
+				// demotion (a context new since has none before).
+				return at[node], false
+			case late:
+				if c, ok := b.history.at(node, b.roundOf[n.Func]); ok {
+					// The caller's calls since the demotion:
+					// its frames in the windows are a sample
+					// of them all, those before the context
+					// was first seen included.
+					return c, false
+				}
+				return node.Calls - min(node.Calls, running), true
+			}
+			return 0, false // a new tree: every call of it came after
+		}
 		an := anchor
 		if outer != nil && b.log.isWhole(k) {
 			an = outer
 		}
-		b.baseNew(n, a, phys, frameNode(an), frameNode(outer), frameNode(top), k+1, true)
+		if an != nil {
+			// The anchor's call running now is in its Calls.
+			c, sinceSeen := base(an.Node(), 1)
+			if a.exact.set(b, n, an.Node(), c, sinceSeen, k+1) {
+				b.anchors[an.Node()].madeIn = k
+			}
+		}
+		if outer != nil && an != outer {
+			c, sinceSeen := base(outer.Node(), 1)
+			a.outer.set(b, nil, outer.Node(), c, sinceSeen, k+1)
+		}
+		if top != nil {
+			// A demoted parent's calls since its demotion are all
+			// estimated; those before it are in its Calls.
+			c, sinceSeen := base(top.Node(), 0)
+			a.parent.set(b, n, top.Node(), c, sinceSeen, k+1)
+			if own, ok := b.log.demotedAt(b.physOf[n.Func]); late && !sinceSeen && ok {
+				b.countParentFrom(&a.parent, own)
+			}
+		}
+		b.route(phys, a)
 	}
 	a.exact.tally(anchor, n, phys)
 	if outer != anchor {
@@ -437,74 +483,6 @@ func (b *Counts) count(n *cct.Node, phys uint32, t uint64, fr stack.Frames) bool
 	}
 	a.parent.tally(top, n, phys)
 	return true
-}
-
-// frameNode returns fr's context, nil for no frame.
-func frameNode(fr *stack.Frame) *cct.Node {
-	if fr == nil {
-		return nil
-	}
-	return fr.Node()
-}
-
-// baseNew bases context n (function phys, accumulator a), new since its
-// function's demotion: it is to be counted per call of anchor (its
-// nearest caller counted exactly), of outer (the thread's outermost call)
-// and of top (its demoted parent, whose frames bursts see), each nil for
-// none, from window from on. inCall says a call of n runs now below
-// anchor's and outer's frames, counted in their calls. If its tree existed
-// at the demotion, calls of it between then and now were missed; the
-// callers' calls when counting begins say from where they count.
-func (b *Counts) baseNew(n *cct.Node, a *burstAcc, phys uint32, anchor, outer, top *cct.Node, from int, inCall bool) {
-	a.based = true
-	a.phys = phys
-	trees, at := b.sampled[n.Func], b.callsAt[n.Func]
-	late := trees != nil && trees[rootOf(n)] && at == nil
-	// base returns a caller's calls when counting per it begins, and
-	// whether that is only since the context was first seen
-	// (anchorRef.late).
-	base := func(node *cct.Node, running uint64) (calls uint64, sinceSeen bool) {
-		switch {
-		case at != nil:
-			// Never probed: the caller's calls since the demotion
-			// (a context new since has none before).
-			return at[node], false
-		case late:
-			if c, ok := b.history.at(node, b.roundOf[n.Func]); ok {
-				// The caller's calls since the demotion: its
-				// frames in the windows are a sample of them all,
-				// those before the context was first seen
-				// included.
-				return c, false
-			}
-			return node.Calls - min(node.Calls, running), true
-		}
-		return 0, false // a new tree: every call of it came after
-	}
-	running := uint64(0)
-	if inCall {
-		running = 1 // the caller's call running now is in its Calls
-	}
-	if anchor != nil {
-		c, sinceSeen := base(anchor, running)
-		if a.exact.set(b, n, anchor, c, sinceSeen, from) {
-			b.anchors[anchor].madeIn = from - 1
-		}
-	}
-	if outer != nil && outer != anchor {
-		c, sinceSeen := base(outer, running)
-		a.outer.set(b, nil, outer, c, sinceSeen, from)
-	}
-	if top != nil {
-		// A demoted parent's calls since its demotion are all
-		// estimated; those before it are in its Calls.
-		c, sinceSeen := base(top, 0)
-		a.parent.set(b, n, top, c, sinceSeen, from)
-		if own, ok := b.log.demotedAt(b.physOf[n.Func]); late && !sinceSeen && ok {
-			b.countParentFrom(&a.parent, own)
-		}
-	}
-	b.route(phys, a)
 }
 
 // tally counts a call of context n (function phys) on fr, the frame of

@@ -110,7 +110,7 @@ func (b *Counts) started(node *cct.Node, t uint64, outermost bool) (window int, 
 		return 0, false
 	}
 	for id := range b.routedBy(an, node) {
-		if _, in := funcs[id]; in {
+		if funcs[id] {
 			b.log.await()
 			return k, true
 		}

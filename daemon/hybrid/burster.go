@@ -4,8 +4,8 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
-	"slices"
 	"sync"
 	"time"
 
@@ -20,29 +20,38 @@ import (
 	"github.com/kprofd/kprofd/symbolizer"
 )
 
-// Sampled instrumentation (Arnold and Ryder): the contexts of functions
-// demoted to sampling that hold sampled time without a good estimate get
-// their functions' entry probes back for short bursts, and the calls the
-// bursts see are scaled into estimates (see estimate.Counts). The bursts'
-// probes carry wire.CookieBurst: their entries keep the simulated stacks
-// (so that callees land in the right context) but are counted there, not
-// as exact calls; a thread's first one in a burst is preceded by its real
-// stack, which puts back the frames of demoted functions entered before
-// the burst.
+// Sampled instrumentation (Arnold and Ryder): a function hybrid mode
+// demoted to sampling gets its entry probes back for short bursts, one per
+// burstPeriod or more, and the calls the bursts see are scaled into
+// estimates (see estimate.Counts).
+// The bursts' probes carry wire.CookieBurst: their entries keep the
+// simulated stacks (so that callees land in the right context) but are
+// counted here, not as exact calls; a thread's first one in a burst is
+// preceded by its real stack, which puts back the frames of demoted
+// functions entered before the burst.
 const (
-	// burstPeriod is the longest random wait before a burst that the
-	// budget allows: bursts start at random points, so as not to lock
-	// onto a periodic phase of the target.
 	burstPeriod = 100 * time.Millisecond
-	// minBurst is the least time a window takes new frames for.
-	minBurst = 2 * time.Millisecond
+	minBurst    = 2 * time.Millisecond
+	// initialDuty is the bursts' duty cycle before one has measured
+	// what they cost.
+	initialDuty = 0.02
+	// maxPeriod bounds the period a long window stretches.
+	maxPeriod = 2 * time.Second
+	maxDuty   = 0.5
 	// maxSettle bounds how long a window waits for the frames it took
-	// to end, settlePoll how often it looks.
+	// to end, settlePoll how often it looks. A window is at most
+	// estimate.MaxWindow long (the period grows with it, keeping the
+	// duty cycle).
 	maxSettle  = estimate.MaxWindow
 	settlePoll = time.Millisecond
-	// firstBurstFuncs is how many functions a burst takes before one
-	// has measured what attaching them costs.
-	firstBurstFuncs = 16
+	// Whole bursts come at least every maxWholePeriod (see
+	// wholePeriodAfter), and the first after maxPeriod: before one has
+	// run, nothing says how long its probes will be in. A whole burst's
+	// window waits up to estimate.MaxWholeSettle for the roots' calls it
+	// takes to begin, and as long again for them to end: with every
+	// demoted function's entries in, one takes a hundred times as long
+	// (hundreds of ms on the parser).
+	maxWholePeriod = 60 * time.Second
 )
 
 // burster runs the bursts of sampled instrumentation of a hybrid session.
@@ -56,12 +65,32 @@ type burster struct {
 	stopOnce sync.Once
 	done     chan struct{}
 
-	mu     sync.Mutex
-	bursts int
-	total  time.Duration // the bursts' windows, summed
-	spent  time.Duration // what the bursts cost the target, summed (see spend)
-	err    error
-	armed  uint32 // bursts whose probes are going in, in or going out
+	// idle says no call of a root ran in the last window (set by burst,
+	// read by run: both on run's goroutine); take is what
+	// that window took, costs what all whole ones did, and calls how
+	// many calls of the roots the next one waits for, at most maxCalls
+	// (see wholeCallsAfter).
+	idle            bool
+	take            wholeTake
+	costs           wholeCosts
+	calls, maxCalls int
+	// start is the probe program's counters when the bursts began, for
+	// the roots' calls' length (see wholeAffordable); tooLong says a
+	// whole window waited its longest and no call of a root began in it,
+	// while one ran: the roots' calls are too long for whole bursts.
+	start   bpf.Stats
+	tooLong bool
+
+	mu         sync.Mutex
+	bursts     int
+	wholes     int // of them whole (see run)
+	wholeCalls int // the calls of the roots the whole ones took, in windows that missed no event and no demotion cut
+	// wholePeriod is the period of the latest whole burst (see
+	// wholePeriodAfter).
+	wholePeriod time.Duration
+	total       time.Duration // the bursts' windows, summed
+	err         error
+	armed       uint32 // bursts whose probes are going in, in or going out
 }
 
 // setArmed adds delta to the bursts armed and tells the sampler, which
@@ -74,197 +103,208 @@ func (b *burster) setArmed(delta int) error {
 }
 
 func newBurster(cfg *Config, env *Env, m *monitor) *burster {
-	return &burster{cfg: cfg, env: env, m: m, log: env.Bursts, stop: make(chan struct{}), done: make(chan struct{})}
+	return &burster{cfg: cfg, env: env, m: m, log: env.Bursts, calls: 1, maxCalls: maxWholeCalls, stop: make(chan struct{}), done: make(chan struct{})}
 }
 
-// burstRun is what the bursts' loop carries from one burst to the next.
-type burstRun struct {
-	// perFunc is what attaching and detaching one function's probes
-	// took, as last measured (0 before).
-	perFunc time.Duration
-	// taken counts the bursts for each function (see pick).
-	taken map[uint32]int
-	// allowed is the bursts' allowance so far, in ns of the target's
-	// time (see budgetSince), and began when it started accruing.
-	allowed float64
-	began   time.Time
-}
-
-// run starts bursts while the contexts of demoted functions need them,
-// each as soon as the bursts' part of the budget has paid for the ones
-// before (the allowance accrues at that share of the target's own CPU
-// time, and each burst spends what it measurably cost the target), after
-// a random wait of up to burstPeriod.
+// run starts a burst once per period (ordinaryPeriod, wholePeriodAfter),
+// at a random point of it, so that the bursts do not lock onto a periodic
+// phase of the target, while any function is demoted to sampling. A burst
+// takes some of the demoted functions in turn: putting a probe in and
+// taking it out again stalls the target (the kernel rewrites the page
+// under the process's memory lock), so a burst takes as many as the
+// bursts' share of the budget pays for (burstFuncs). When taking them in
+// turn would reach each less often than once per maxPeriod (hundreds
+// demoted, most below others that are), a burst is whole (wholeBurst):
+// every demoted function's entries are back for the whole of one call of
+// the roots, Arnold and Ryder's sampling of whole calls.
 func (b *burster) run() {
 	defer close(b.done)
-	st := &burstRun{taken: map[uint32]int{}, began: time.Now()}
-	last := time.Now()
+	st := &burstRun{duties: map[uint32]float64{}, began: time.Now()}
+	b.start, _ = b.env.Program.Stats()
 	for gen := uint32(1); ; gen++ {
-		wait := time.Duration(rand.Int64N(int64(burstPeriod)))
-		if over := b.overspent(st, &last); over > 0 {
-			wait += over
+		chosen := monotonic.Now() // when its functions are taken
+		c := b.choose(st)
+		offset := time.Duration(rand.Int64N(int64(max(burstPeriod-c.length, 1))))
+		first := c.whole && b.count(true) == 0
+		if first {
+			// The first whole burst: see estimate.MaxWholeSettle.
+			offset += max(maxPeriod-time.Since(st.began), 0)
 		}
 		select {
 		case <-b.stop:
 			return
-		case <-time.After(wait):
+		case <-time.After(offset):
 		}
-		chosen := monotonic.Now() // when its functions are taken
-		c := b.choose(st)
-		if len(c.funcs) == 0 {
+		if first {
+			offset = 0 // its period starts here
+		}
+		if c.whole && !b.wholeAffordable() {
+			// What the wait measured of the roots' calls (the first
+			// whole burst is chosen before any is) says no.
 			continue
 		}
-		t0 := time.Now()
-		cost, attach, took, err := b.burst(gen, chosen, c)
-		if err != nil {
-			b.mu.Lock()
-			b.err = err
-			b.mu.Unlock()
-			return
+		if c.whole {
+			// Every function demoted to sampling by now, those the
+			// rounds demoted while it waited (seconds, before the
+			// first) included: a function a whole window lacks has
+			// one frame of the roots' fewer to be estimated by, and
+			// stays a lower bound longer.
+			chosen = monotonic.Now()
+			c.funcs = b.m.sampledFuncs()
+			c.set = make(map[uint32]bool, len(c.funcs))
+			for _, f := range c.funcs {
+				c.set[f.ID] = true
+			}
 		}
-		b.mu.Lock()
-		b.spent += cost
-		b.mu.Unlock()
-		// Detaching costs about what attaching did.
-		st.perFunc = 2 * attach / time.Duration(len(c.funcs))
-		b.logBurst(c, t0, took, attach, cost)
+		took := time.Duration(0)
+		var attach time.Duration
+		if len(c.funcs) > 0 {
+			var err error
+			t0 := time.Now()
+			if c.duty, attach, took, err = b.burst(gen, chosen, c.funcs, c.set, c.length, c.whole); err != nil {
+				b.mu.Lock()
+				b.err = err
+				b.mu.Unlock()
+				return
+			}
+			b.learn(st, c, t0, took, attach)
+		}
+		// The probes fire from the start of the attach to the end of
+		// the detach (which costs about what attaching did), not only
+		// in the window: with hundreds of functions demoted, attaching
+		// them takes longer than the window.
+		armed := took + 2*attach
+		period := b.periodAfter(c, armed, attach)
+		st.lastPeriod = period
+		select {
+		case <-b.stop:
+			return
+		case <-time.After(period - offset - armed):
+		}
 	}
 }
 
-// overspent adds to the bursts' allowance what it accrued since last
-// (the bursts' share of the budget of the target's own CPU time) and
-// returns how long it takes to accrue what the bursts spent beyond it.
-func (b *burster) overspent(st *burstRun, last *time.Time) time.Duration {
-	now := time.Now()
-	share := b.m.burstBudget(b.cfg.Budget)
-	rate := share * b.m.ownCPU() // ns of allowance per s
-	st.allowed += rate * now.Sub(*last).Seconds()
-	*last = now
-	b.mu.Lock()
-	spent := b.spent
-	b.mu.Unlock()
-	return allowanceWait(spent, st.allowed, rate)
+// burstRun is what the bursts' loop carries from one burst to the next.
+type burstRun struct {
+	// duties holds what each function's last burst measured: sets cost
+	// very differently (a hot leaf's burst traps at every call, its
+	// caller's a few times a request).
+	duties   map[uint32]float64
+	perFunc  time.Duration // attaching and detaching one function's entries, as measured
+	perBurst float64       // the functions a burst taken in turn was for, on average
+	began    time.Time
+	next     int // where in the demoted functions the next burst starts
+	// lastPeriod is the last burst's period: one of a hot leaf's,
+	// below a root that never returns, comes seconds apart.
+	lastPeriod time.Duration
 }
 
-// allowanceWait returns how long an allowance that accrues rate ns per
-// second takes to reach what was spent when allowed has accrued so far.
-func allowanceWait(spent time.Duration, allowed, rate float64) time.Duration {
-	over := float64(spent) - allowed
-	if over <= 0 || rate <= 0 {
-		return 0
-	}
-	return time.Duration(over / rate * float64(time.Second))
-}
-
-// burstChoice is what the next burst is for: its functions (set marks
-// true those it is for, false their companions, see pick) and how long
-// its window takes new frames for.
+// burstChoice is what the next burst is for: whole or not, its
+// functions (set marks true those it is for, see burstSet), its duty
+// cycle and the length of its window.
 type burstChoice struct {
+	whole  bool
 	funcs  []*plan.Func
 	set    map[uint32]bool
+	duty   float64
 	length time.Duration
 }
 
-// choose decides the next burst: for the contexts that need it most
-// (pick), as many functions as the bursts' share of the budget pays for
-// attaching and detaching in burstPeriod (16 before that is measured), its
-// window as long as their callers' frames ask for (estimate.BurstLog.Wanted).
+// choose decides the next burst: whole (its functions taken after its
+// wait) or for as many of the demoted functions, in turn, as the
+// bursts' share of the budget pays for.
 func (b *burster) choose(st *burstRun) burstChoice {
 	var c burstChoice
 	all := b.m.sampledFuncs()
-	sampled := make(map[uint32]bool, len(all))
-	for _, f := range all {
-		sampled[f.ID] = true
+	n := burstFuncs(len(all), st.perFunc, b.m.burstBudget(b.cfg.Budget), st.lastPeriod)
+	c.whole = wholeBurst(len(all), n, st.perBurst) && b.wholeAffordable()
+	if c.whole {
+		// Long enough for the calls of the roots it waits for
+		// to begin, with the one running at the attach slowed
+		// by every probe.
+		c.length = estimate.MaxWholeSettle
+		return c
 	}
-	limit := firstBurstFuncs
-	if st.perFunc > 0 {
-		limit = max(1, int(b.m.burstBudget(b.cfg.Budget)*float64(burstPeriod)/float64(st.perFunc)))
-	}
-	c.set = pick(b.log.Needs(), limit, sampled, st.taken)
-	for id, isFor := range c.set {
-		if f := b.m.funcOf(int(id)); f != nil {
-			c.funcs = append(c.funcs, f)
+	if len(all) > 0 {
+		ids := make([]uint32, len(all))
+		for i, f := range all {
+			ids[i] = f.ID
 		}
-		if isFor {
-			st.taken[id]++
+		c.set, st.next = b.log.BurstSet(ids, st.next%len(all), n, b.m.sampledCallers())
+		for id := range c.set {
+			if f := b.m.funcOf(int(id)); f != nil {
+				c.funcs = append(c.funcs, f)
+			}
 		}
 	}
-	c.length = min(max(b.log.Wanted(c.set), 2*minBurst), estimate.MaxWindow)
+	c.duty = setDuty(st.duties, c.set)
+	c.length = burstLength(c.duty, b.log.Wanted(c.set))
 	return c
 }
 
-// pick returns the functions of a burst for the contexts needs names,
-// those with the most samples first, up to limit functions: true for the
-// contexts' functions, false for their companions, the demoted callers
-// up to the nearest exact one, which come with their exits (their frames
-// are what the calls below are counted per, and put them in the right
-// context). A function that is both is a companion: the window waits
-// for the callers' frames of every function it has, companions
-// included, so that one burst serves a context and the callers it is
-// counted per. Only functions demoted to sampling (sampled) are taken, and a function's samples count less for each burst that was for
-// it already (taken), so that one whose estimates do not settle does not
-// starve the rest.
-func pick(needs *estimate.Needs, limit int, sampled map[uint32]bool, taken map[uint32]int) map[uint32]bool {
-	if needs == nil {
-		return nil
-	}
-	type weighed struct {
-		need estimate.Need
-		w    float64
-	}
-	var ws []weighed
-	for _, n := range needs.Contexts {
-		if sampled[n.Func] {
-			ws = append(ws, weighed{n, float64(n.Samples) / float64(1+taken[n.Func])})
+// learn takes in what burst c, begun at t0, measured: its window took
+// took, attaching its probes attach, and c.duty is the next one's.
+func (b *burster) learn(st *burstRun, c burstChoice, t0 time.Time, took, attach time.Duration) {
+	isFors := 0
+	for id, isFor := range c.set {
+		if !isFor {
+			continue
+		}
+		isFors++
+		if c.duty > 0 && !c.whole {
+			st.duties[id] = c.duty
 		}
 	}
-	slices.SortStableFunc(ws, func(x, y weighed) int { return cmp.Compare(y.w, x.w) })
-	set := map[uint32]bool{}
-	for _, w := range ws {
-		add := 0
-		for _, id := range append(w.need.Chain, w.need.Func) {
-			if _, in := set[id]; !in && sampled[id] {
-				add++
-			}
-		}
-		if len(set) > 0 && len(set)+add > limit {
-			continue // the burst is full
-		}
-		for _, id := range w.need.Chain {
-			if sampled[id] {
-				set[id] = false
-			}
-		}
-		if _, in := set[w.need.Func]; !in {
-			set[w.need.Func] = true
-		}
+	if !c.whole {
+		st.perBurst = cmp.Or(st.perBurst, float64(isFors))*(1-burstAverage) + float64(isFors)*burstAverage
 	}
-	return set
+	args := []any{"at", t0.Sub(b.cfg.Start), "whole", c.whole, "for", isFors, "functions", len(c.funcs), "length", c.length,
+		"window", took, "attach", attach, "next_duty", c.duty}
+	if c.whole {
+		args = append(args, "root_calls", b.take.calls, "root_calls_wanted", b.calls, "hits", b.take.hits)
+	}
+	b.m.log.Debug("hybrid: burst", args...)
+	// Detaching costs about what attaching did.
+	st.perFunc = 2 * attach / time.Duration(len(c.funcs))
 }
 
-// logBurst logs burst c, begun at t0: its window took took, attaching its
-// probes attach, and it cost the target cost.
-func (b *burster) logBurst(c burstChoice, t0 time.Time, took, attach, cost time.Duration) {
-	var isFor []string
-	for id, is := range c.set {
-		if is && len(isFor) < 4 {
-			isFor = append(isFor, b.m.funcName(id))
-		}
+// periodAfter returns the period of burst c, whose probes were in for
+// armed, attaching them taking attach; after a whole burst, it also
+// takes in what its window measured of the roots' calls.
+func (b *burster) periodAfter(c burstChoice, armed, attach time.Duration) time.Duration {
+	if !c.whole {
+		return ordinaryPeriod(armed, attach, c.duty, b.idle, b.m.burstBudget(b.cfg.Budget))
 	}
-	slices.Sort(isFor)
-	b.m.log.Debug("hybrid: burst", "at", t0.Sub(b.cfg.Start), "functions", len(c.funcs), "for", isFor, "length", c.length,
-		"window", took, "attach", attach, "cost", cost)
+	period := wholePeriodAfter(targetCost(armed, attach, b.idle), b.cfg.Budget)
+	b.mu.Lock()
+	b.wholePeriod = period
+	b.mu.Unlock()
+	if b.take.calls == 0 && !b.idle {
+		// A call of a root ran all the while, with every
+		// probe in: one longer than the window.
+		b.tooLong = true
+		b.m.log.Debug("hybrid: no more whole bursts: a call of the roots outlasted a whole window")
+	}
+	if !b.idle {
+		b.costs.add(b.take)
+		b.calls, b.maxCalls = wholeCallsAfter(b.take, b.costs, attach, ringEvents(b.cfg.RingBytes), b.maxCalls)
+	}
+	return period
 }
 
-// burst attaches the probes of c's functions (see burstProbes) for a
-// window that takes new frames for up to c.length (see window), records
-// the window (for the functions c.set marks true; cut at the first
-// demotion since chosen, when they were taken, of a function it lacks:
-// see estimate.BurstLog.Demote) and returns what it cost the target: its
-// samples in the probe program and the traps while its probes were in,
-// and the stalls of their attach and detach. It also returns how long
-// attaching took and how long the window was.
-func (b *burster) burst(gen uint32, chosen uint64, c burstChoice) (cost, attach, took time.Duration, err error) {
+// burstAverage is the weight of the latest burst in perBurst's moving
+// average.
+const burstAverage = 0.25
+
+// burst attaches the probes of funcs (see burstProbes) for a window
+// that takes new frames for up to length (see window), records the
+// window (for the functions set marks true, see burstSet; cut at the
+// first demotion since chosen, when funcs were taken, of a function it
+// lacks: see estimate.BurstLog.demote) and returns the
+// duty cycle the next burst may have (what keeps the bursts' cost within
+// their share of the budget, at the call rates this one measured), how
+// long attaching took and how long the window was.
+func (b *burster) burst(gen uint32, chosen uint64, funcs []*plan.Func, set map[uint32]bool, length time.Duration, whole bool) (duty float64, attach, took time.Duration, err error) {
 	// Two numbers per burst: a thread's first hit while the probes go
 	// in captures its stack, and its first with all of them in again
 	// (see below).
@@ -272,8 +312,8 @@ func (b *burster) burst(gen uint32, chosen uint64, c burstChoice) (cost, attach,
 		return 0, 0, 0, err
 	}
 	nids := 0
-	ids := make([]uint32, 0, len(c.funcs))
-	for _, f := range c.funcs {
+	ids := make([]uint32, 0, len(funcs))
+	for _, f := range funcs {
 		nids = max(nids, int(f.ID)+1)
 		ids = append(ids, f.ID)
 	}
@@ -281,35 +321,45 @@ func (b *burster) burst(gen uint32, chosen uint64, c burstChoice) (cost, attach,
 	if err != nil {
 		return 0, 0, 0, err
 	}
-	links, armed, attach, err := b.attachBurst(c.funcs, c.set)
+	links, armed, attach, err := b.attachBurst(funcs, set)
 	if err != nil {
 		return 0, 0, 0, err
 	}
-	// A thread whose stack was captured while the probes went in has
-	// entered functions since whose probes were not in yet: their
-	// frames are on no simulated stack, and the calls they make would
-	// land in their callers' callers' contexts. Its first hit from now
-	// on captures it again.
+	// A thread whose stack was captured while the probes went in (a
+	// whole burst's take hundreds of ms) has entered functions since
+	// whose probes were not in yet: their frames are on no simulated
+	// stack, and the calls they make would land in their callers'
+	// callers' contexts. Its first hit from now on captures it again.
 	err = b.env.Program.SetBurst(2 * gen)
 	// The calls counted while every probe of the burst is in, for the
-	// cross-check.
+	// load and the cross-check.
 	inRead := monotonic.Now()
 	inCalls, inErr := b.env.Program.CallCounts(nil, nids)
-	if err = errors.Join(err, inErr); err != nil {
+	// The kernel counts the calls of the roots a whole window awaits
+	// from here on (see wholeWindow).
+	base, statsErr := b.env.Program.Stats()
+	err = errors.Join(err, statsErr)
+	if err == nil && whole {
+		err = b.env.Program.SetWholeWindow(gen, math.MaxUint64)
+	}
+	if err != nil {
 		probes.CloseAll(links)
 		b.log.Disarm(armed, monotonic.Now())
 		return 0, 0, 0, errors.Join(err, b.setArmed(-1))
 	}
 	start := monotonic.Now()
-	b.log.Open(inRead, start, c.length, c.set)
-	b.log.CutSince(chosen)
-	b.window(start, c.length)
+	b.holdWindow(gen, chosen, base, inRead, start, length, set, whole)
+	// No call of a root ran while its probes were in: they cost the
+	// target their attach and detach alone.
+	st, err := b.env.Program.Stats()
+	b.idle = err == nil && base.RootEntries <= base.RootExits && st.RootEntries == base.RootEntries
 	end := monotonic.Now()
 	b.log.Close(end)
 	outCalls, outErr := b.env.Program.CallCounts(nil, nids)
-	b.log.CountedTo(monotonic.Now())
-	// Closing removes the breakpoints at once; the rest of the close (a
-	// grace period) need not hold the next burst up.
+	outRead := monotonic.Now()
+	b.log.CountedTo(outRead)
+	// Closing removes the breakpoints at once; the rest of the close
+	// (a grace period) need not hold the next burst up.
 	go func() {
 		probes.CloseAll(links)
 		b.log.Disarm(armed, monotonic.Now())
@@ -318,7 +368,7 @@ func (b *burster) burst(gen uint32, chosen uint64, c burstChoice) (cost, attach,
 		}
 	}()
 	after, lostAfter, err := b.burstSamples()
-	if err = errors.Join(outErr, err); err != nil {
+	if err = errors.Join(inErr, outErr, err); err != nil {
 		return 0, 0, 0, err
 	}
 	if lostAfter > lostBefore {
@@ -326,16 +376,11 @@ func (b *burster) burst(gen uint32, chosen uint64, c burstChoice) (cost, attach,
 		// were in: its frames may lack calls.
 		b.log.LostLast()
 	}
-	b.env.Check.Window(b.log.Last(), inRead, ids, inCalls, outCalls)
-	b.mu.Lock()
-	b.bursts++
-	b.total += time.Duration(end - start)
-	b.mu.Unlock()
-	// Its probes' time as the samples measured it, and the attach and
-	// the detach (about as long), which stall the target while the
-	// kernel rewrites its code pages.
-	cost = time.Duration(after-before)*b.cfg.SamplePeriod + 2*attach
-	return cost, attach, time.Duration(end - start), nil
+	b.tally(whole, ids, inRead, start, end, lostAfter > lostBefore, inCalls, outCalls)
+	// What the burst cost as measured: its samples in the probe program
+	// and in the traps (those the event loop has placed by now).
+	measured := float64(after-before) * float64(b.cfg.SamplePeriod)
+	return b.nextDuty(funcs, start, end, measured, inCalls, outCalls), attach, time.Duration(end - start), nil
 }
 
 // attachBurst arms a burst and attaches the probes of funcs (see
@@ -360,15 +405,81 @@ func (b *burster) attachBurst(funcs []*plan.Func, set map[uint32]bool) (links []
 	return links, armed, time.Since(attachStart), nil
 }
 
+// holdWindow opens burst gen's window at start, with its probes in since
+// inRead, for the functions set marks true, cut at the first demotion
+// since chosen of a function it lacks, and holds it while it takes new
+// frames for up to length and until they end: a whole window waits for
+// the roots' calls (wholeWindow, from the counters base), another for
+// the frames of its functions (window).
+func (b *burster) holdWindow(gen uint32, chosen uint64, base bpf.Stats, inRead, start uint64, length time.Duration, set map[uint32]bool, whole bool) {
+	if whole {
+		b.log.OpenWhole(inRead, start, length, set)
+		b.log.CutSince(chosen)
+		take, err := b.wholeWindow(gen, base, start, b.calls, length)
+		if err != nil {
+			b.cfg.warnf("burst of sampled instrumentation: %v", err)
+		}
+		b.take = take
+	} else {
+		b.log.Open(inRead, start, length, set)
+		b.log.CutSince(chosen)
+		b.window(start, length)
+	}
+}
+
+// tally records a burst's window from start to end, for the functions
+// ids, whose calls inCalls and outCalls counted with every probe in
+// (inCalls read at inRead); lossy says events went missing meanwhile.
+func (b *burster) tally(whole bool, ids []uint32, inRead, start, end uint64, lossy bool, inCalls, outCalls wire.Counters[uint64]) {
+	if whole {
+		b.take.end, b.take.lossy = end, lossy
+		for _, id := range ids {
+			b.take.hits += outCalls.CallsSince(inCalls, int(id))
+		}
+	}
+	b.env.Check.Window(b.log.Last(), inRead, ids, inCalls, outCalls)
+	b.mu.Lock()
+	b.bursts++
+	if whole {
+		b.wholes++
+		if !b.take.lossy && !b.log.IsCut(b.log.Last()) {
+			// A window that missed events gives no frame, nor one
+			// a demotion cut (some, not every one).
+			b.wholeCalls += b.take.calls
+		}
+	}
+	b.total += time.Duration(end - start)
+	b.mu.Unlock()
+}
+
+// nextDuty returns the duty cycle the next burst may have after one of
+// funcs from start to end, which cost measured ns as sampled and whose
+// calls inCalls and outCalls counted: what keeps the bursts' cost within
+// their share of the budget, at the call rates this one measured.
+func (b *burster) nextDuty(funcs []*plan.Func, start, end uint64, measured float64, inCalls, outCalls wire.Counters[uint64]) float64 {
+	// The probe time per second the bursted functions would cost fully
+	// probed, and the share of the target's own CPU the bursts may take.
+	secs := float64(end-start) / 1e9
+	load := 0.0
+	for _, f := range funcs {
+		load += float64(outCalls.CallsSince(inCalls, int(f.ID))) / secs * b.m.entryCost(int(f.ID))
+	}
+	load = math.Max(load, measured/secs)
+	return burstDuty(load, b.m.burstBudget(b.cfg.Budget), b.m.ownCPU())
+}
+
 // window holds the open window, from start, while it takes new frames
 // (up to length, or minBurst once a frame has begun: the first frames to
 // begin after a random time are as long as any; past length, until a
 // frame or a thread's interval between exact calls has begun, up to
 // maxSettle) and then until the frames and intervals it took have ended
 // (up to maxSettle): those are seen whole, and their calls are what the
-// estimates are made of. An interval does not end the taking sooner, as
-// a frame does: a window for functions counted per an anchor's calls
-// would then see fewer of its frames.
+// estimates are made of. A window that took nothing paid its attach and
+// detach for nothing: below a root that never returns, a hot leaf's
+// window of a few ms may see no exact call begin an interval. An
+// interval does not end the taking sooner, as a frame does: a window
+// for functions counted per an anchor's calls would then see fewer of
+// its frames.
 func (b *burster) window(start uint64, length time.Duration) {
 	tick := time.NewTicker(settlePoll)
 	defer tick.Stop()
@@ -424,18 +535,15 @@ func (b *burster) Stop() {
 	<-b.done
 }
 
-// count returns how many bursts have ended.
-func (b *burster) count() int {
+// count returns how many bursts have ended, or how many of them were
+// whole.
+func (b *burster) count(whole bool) int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if whole {
+		return b.wholes
+	}
 	return b.bursts
-}
-
-// cost returns what the bursts cost the target so far (see burst).
-func (b *burster) cost() time.Duration {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.spent
 }
 
 // summary says what the bursts did.
@@ -445,18 +553,21 @@ func (b *burster) summary() string {
 	if b.bursts == 0 {
 		return "no bursts of sampled instrumentation"
 	}
-	more := ""
+	whole := ""
+	if b.wholes > 0 {
+		whole = fmt.Sprintf(", %d of them whole: every demoted function's entry probes back for whole calls of the roots, %d calls in all in windows that missed no event and no demotion cut", b.wholes, b.wholeCalls)
+	}
 	if n := b.log.LossyWindows(); n > 0 {
-		more += fmt.Sprintf("; %d of their windows missed events (the ring buffer full, or half full and burst hits dropped) and were left out", n)
+		whole += fmt.Sprintf("; %d of their windows missed events (the ring buffer full, or half full and burst hits dropped) and were left out", n)
 	}
 	if n := b.log.CutWindows(); n > 0 {
-		more += fmt.Sprintf("; %d of their windows were cut by a demotion to sampling of a function they lacked: no frame that ended after it counts", n)
+		whole += fmt.Sprintf("; %d of their windows were cut by a demotion to sampling of a function they lacked: no frame that ended after it counts", n)
 	}
-	return fmt.Sprintf("%d bursts of sampled instrumentation (%s of entry probes of functions demoted to sampling, for the contexts that held the most sampled time without a good estimate; %s of the target's time in all%s); "+
+	return fmt.Sprintf("%d bursts of sampled instrumentation (%s of entry probes of the functions demoted to sampling, one burst per %s or more%s); "+
 		"the calls of a context they saw per call of its nearest caller still probed, or of its caller demoted with it, in at least %d of that caller's calls that began and ended inside a burst, times that caller's calls, make its estimated count (~ in text views, pprof labels timing=estimated, count_error and count_basis=caller_calls); "+
 		"below a caller that never returned, its calls per interval between exact calls in the same tree, in the intervals at least %d windows took whole, times the exact calls since its demotion (count_basis=exact_calls); "+
 		"otherwise the calls they saw are a lower bound (≥, pprof label calls=incomplete)",
-		b.bursts, b.total.Round(time.Millisecond), b.spent.Round(time.Millisecond), more, estimate.MinAnchorCalls, estimate.MinExactWindows)
+		b.bursts, b.total.Round(time.Millisecond), burstPeriod, whole, estimate.MinAnchorCalls, estimate.MinExactWindows)
 }
 
 // burstProbes returns the entry probes of funcs, by object, marked as a

@@ -2,12 +2,10 @@ package hybrid
 
 import (
 	"errors"
-	"fmt"
 	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/cilium/ebpf/link"
 
@@ -171,16 +169,15 @@ func (c *Controller) Demotions() []Demotion { return c.m.Demotions() }
 // reading's demotions, as a fraction of the target's own CPU time.
 func (c *Controller) Predicted() float64 { return c.m.predicted() }
 
-// Bursts returns how many bursts have ended.
-func (c *Controller) Bursts() int { return c.b.count() }
+// Bursts returns how many bursts have ended; WholeCalls how many calls
+// of the roots whole bursts took in windows that missed no event and no
+// demotion cut (the frames the estimates per root call rest on).
+func (c *Controller) Bursts() int     { return c.b.count(false) }
+func (c *Controller) WholeCalls() int { return c.b.wholeCallsTaken() }
 
-// WholeCalls is 0: no burst waits for whole calls of the roots.
-func (c *Controller) WholeCalls() int { return 0 }
-
-// WholeProgress says how many bursts ran, and what they cost.
-func (c *Controller) WholeProgress() string {
-	return fmt.Sprintf("%d bursts ran, costing the target %s", c.b.count(), c.b.cost().Round(time.Millisecond))
-}
+// WholeProgress says how far the whole bursts got, and how often they
+// come: what an estimate per root call waits for.
+func (c *Controller) WholeProgress() string { return c.b.wholeProgress() }
 
 // Summary returns the profile's lines on the monitor and the bursts, and
 // on the roots' sampling ("" unless SampleRoots ran).

@@ -308,7 +308,7 @@ func (m *monitor) ownCPU() float64 {
 func (m *monitor) burstBudget(budget float64) float64 {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return max(cost.BurstShare*budget, budget-m.latest)
+	return max(cost.BurstShare*budget, (1-cost.BurstShare)*budget-m.latest)
 }
 
 // Demotions returns the demotions so far, those of a round being applied

@@ -1,12 +1,6 @@
 package hybrid
 
-import (
-	"math"
-	"testing"
-	"time"
-
-	"github.com/kprofd/kprofd/daemon/cost"
-)
+import "testing"
 
 // TestProbeCountersSince checks the window's samples in probes outside
 // bursts, those of callees hit outside the root among them, including
@@ -46,35 +40,5 @@ func TestFloorWarningFits(t *testing.T) {
 		if n := len([]rune(prefix + w)); n > 160 {
 			t.Errorf("floor %g, budget %g: %d characters: %s", tc.floor, tc.budget, n, w)
 		}
-	}
-}
-
-// TestMonitorFloor checks the floor's measurement: the samples of the
-// last floorWindow only, and their lower bound.
-func TestMonitorFloor(t *testing.T) {
-	var m monitor
-	t0 := time.Unix(0, 0)
-	reading := func(at time.Duration, samples, inRoot, outside uint64) counts {
-		return counts{at: t0.Add(at), samples: samples, probe: probeCounters{inProgram: inRoot}, outside: outside}
-	}
-	if got, n := m.floorAt(reading(0, 0, 0, 0)); got != 0 || n != 0 {
-		t.Errorf("first reading: floor %v on %d samples, want 0 on 0", got, n)
-	}
-	// One sample of three outside the root in probes: a bound, on too
-	// few samples to warn by.
-	if _, n := m.floorAt(reading(20*time.Millisecond, 3, 0, 1)); n != 1 {
-		t.Errorf("after 20 ms: floor on %d samples, want 1", n)
-	}
-	// 50 of 1,000 samples outside the root in probes, 100 inside:
-	// 50 over the 850 of the target's own.
-	_, want := cost.OverheadBounds(50, 900)
-	if got, n := m.floorAt(reading(500*time.Millisecond, 1000, 100, 50)); math.Abs(got-want) > 1e-12 || n != 50 {
-		t.Errorf("after 0.5 s: floor %v on %d samples, want %v on 50", got, n, want)
-	}
-	// 1.5 s on, the first reading is out of the window: from the
-	// second, 10 of 1,000 more outside, none inside.
-	_, want = cost.OverheadBounds(10, 1000)
-	if got, n := m.floorAt(reading(1500*time.Millisecond, 2000, 100, 60)); math.Abs(got-want) > 1e-12 || n != 10 {
-		t.Errorf("after 1.5 s: floor %v on %d samples, want %v on 10 (the window's first reading dropped)", got, n, want)
 	}
 }

@@ -163,9 +163,6 @@ func (r *rootCounter) sleep(d time.Duration) bool {
 	}
 }
 
-// maxCountPeriod bounds the period of the count windows.
-const maxCountPeriod = 60 * time.Second
-
 // pacing returns the next window's length and period: the window long
 // enough for countCalls calls at the last rate, the period such that the
 // traps in the windows (their share of the calling threads' time, by the
@@ -186,9 +183,8 @@ func (r *rootCounter) pacing() (length, period time.Duration) {
 	}
 	// In a window the traps add p/(1-p) to the calling threads' time.
 	duty := share * (1 - p) / p
-	stalls := time.Duration(float64(2*breakpointStall*time.Duration(probes)) / share)
-	period = max(2*length, time.Duration(float64(length)/duty), stalls)
-	return length, min(period, maxCountPeriod)
+	period = max(2*length, time.Duration(float64(length)/duty), stallPeriod(2*breakpointStall*time.Duration(probes), cost.BurstShare*r.cfg.Budget))
+	return length, min(period, maxWholePeriod)
 }
 
 // window runs one count window of length: the count probes on every
