@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -370,7 +371,7 @@ func (o *attachOptions) hooks(stderr io.Writer, clearLine string, progress *prog
 					strings.Join(st.Roots, ", "), st.PID, st.How)
 			}
 			if o.verbose {
-				msg += fmt.Sprintf("kprofd: bpf programs %v, links %v\n", st.Programs, st.Links)
+				msg += fmt.Sprintf("kprofd: bpf programs [%s], links [%s]\n", idRanges(st.Programs), idRanges(st.Links))
 			}
 			// One write: whoever waits for the first line finds the
 			// kernel ids with it.
@@ -602,4 +603,28 @@ func flagError(err error) error {
 		}
 	}
 	return err
+}
+
+// idRanges writes kernel ids as runs ("7 9-12"): a session's links are
+// numbered one after another, and thousands of them fit on one line so.
+func idRanges[ID ~uint32](ids []ID) string {
+	sorted := slices.Clone(ids)
+	slices.Sort(sorted)
+	var b strings.Builder
+	for i := 0; i < len(sorted); {
+		j := i
+		for j+1 < len(sorted) && sorted[j+1] <= sorted[j]+1 {
+			j++
+		}
+		if b.Len() > 0 {
+			b.WriteByte(' ')
+		}
+		if j == i {
+			fmt.Fprint(&b, sorted[i])
+		} else {
+			fmt.Fprintf(&b, "%d-%d", sorted[i], sorted[j])
+		}
+		i = j + 1
+	}
+	return b.String()
 }

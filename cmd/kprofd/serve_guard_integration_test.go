@@ -109,9 +109,9 @@ func TestServeExecSetuid(t *testing.T) {
 	if code := c.wait(t); code != 1 {
 		t.Errorf("the client exited %d, want 1; stderr:\n%s", code, c.stderr.String())
 	}
-	why := fmt.Sprintf("not allowed: pid %d ran a new program (exec), which may run with other credentials (a setuid program)", pid)
+	why := fmt.Sprintf("not allowed: pid %d ran a new program (exec), which may run with other credentials (setuid)", pid)
 	stderr := c.stderr.String()
-	if !strings.Contains(stderr, "kprofd: "+why+"; detached") || !strings.Contains(stderr, why+"; the session ended, and nothing it collected is delivered") {
+	if !strings.Contains(stderr, "kprofd: "+why+"; detached") || !strings.Contains(stderr, why+"; the session ended and delivers nothing") {
 		t.Errorf("the client is not told why in its last lines:\n%s", stderr)
 	}
 	checkNoOutput(t, dir)
@@ -168,7 +168,7 @@ func TestServeNotOwned(t *testing.T) {
 	if code := c.wait(t); code != 1 {
 		t.Errorf("the client exited %d, want 1; stderr:\n%s", code, c.stderr.String())
 	}
-	if s := c.stderr.String(); !strings.Contains(s, fmt.Sprintf("pid %d is not dumpable", pid)) || !strings.Contains(s, "nothing it collected is delivered") {
+	if s := c.stderr.String(); !strings.Contains(s, fmt.Sprintf("pid %d is not dumpable", pid)) || !strings.Contains(s, "the session ended and delivers nothing") {
 		t.Errorf("the client is not told why:\n%s", s)
 	}
 	checkNoOutput(t, dir)

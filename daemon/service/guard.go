@@ -110,7 +110,7 @@ func (g *guard) vouch() error {
 	}
 	switch err := g.watch.Err(); {
 	case errors.Is(err, procevents.ErrExec):
-		return g.fail(fmt.Errorf("%w: pid %d ran a new program (exec), which may run with other credentials (a setuid program)", ErrNotAllowed, g.shown))
+		return g.fail(fmt.Errorf("%w: pid %d ran a new program (exec), which may run with other credentials (setuid)", ErrNotAllowed, g.shown))
 	case err != nil:
 		return g.fail(fmt.Errorf("%w: %w; pid %d may have run a new program", ErrNotAllowed, err, g.shown))
 	}
@@ -154,5 +154,5 @@ func (g *guard) close() {
 // withheldError is why a session's collection is withheld from its
 // client.
 func withheldError(err error) error {
-	return fmt.Errorf("%w; the session ended, and nothing it collected is delivered", err)
+	return fmt.Errorf("%w; the session ended and delivers nothing", err)
 }
