@@ -6,7 +6,7 @@ KPROFD  := $(BIN)/kprofd
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 DEMO    := $(BIN)/demo
 
-.PHONY: help build generate check-generated test test-unit test-integration bench demo lint clean
+.PHONY: help build generate check-generated test test-unit test-integration otelcol bench demo lint clean
 
 help:
 	@echo "make build             build bin/kprofd (no clang needed: the BPF object is committed)"
@@ -14,6 +14,7 @@ help:
 	@echo "make test              (as root) vet, unit tests and integration tests with real uprobes"
 	@echo "make test-unit         tests that need no privileges"
 	@echo "make test-integration  (as root) tests with real BPF and uprobes"
+	@echo "make otelcol           build the OpenTelemetry Collector the OTLP tests push to (test/otelcol; the tests build it too)"
 	@echo "make bench             (as root) benchmarks"
 	@echo "make generate          regenerate the BPF object with clang (bpf2go)"
 	@echo "make check-generated   fail if the committed BPF object does not match its source"
@@ -42,6 +43,12 @@ test-unit:
 # time so timing-sensitive targets do not compete for the two CPUs.
 test-integration:
 	$(GO) test -tags integration -p 1 -count 1 -timeout 20m ./...
+
+# The OpenTelemetry Collector of the OTLP tests, a module of its own
+# (test/otelcol): minutes on a fresh machine, then cached by go build.
+# The tests build it when this has not; CI builds it first.
+otelcol:
+	cd test/otelcol && $(GO) build -o bin/otelcol .
 
 # Benchmarks: ratios measured side by side in one run; -count 5 for medians.
 bench:

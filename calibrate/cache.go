@@ -17,6 +17,8 @@ import (
 	"sync"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/kprofd/kprofd/internal/atomicfile"
 )
 
 // Key says which machine and which kprofd a calibration is valid for.
@@ -148,11 +150,7 @@ func Save(r *Result) error {
 	if err != nil {
 		return err
 	}
-	tmp := cachePath() + ".tmp"
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
-		return fmt.Errorf("writing the calibration cache: %w", err)
-	}
-	if err := os.Rename(tmp, cachePath()); err != nil {
+	if err := atomicfile.WriteCache(cachePath(), append(b, '\n'), 0o644); err != nil {
 		return fmt.Errorf("writing the calibration cache: %w", err)
 	}
 	return nil

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/kprofd/kprofd/bpf"
@@ -32,6 +33,7 @@ func (s *Session) buildProfile(end uint64, st bpf.Stats) *cct.Profile {
 		p.Threads = s.sim.Threads()
 	}
 	s.addFunctions(p)
+	s.callErrors(p)
 	notes := commentary.Of(s.facts(st, end))
 	if s.hybrid != nil {
 		// The merged tree takes every estimated call, the threads'
@@ -42,7 +44,7 @@ func (s *Session) buildProfile(end uint64, st bpf.Stats) *cct.Profile {
 	if s.samples != nil {
 		p.SamplePeriod = s.sampler.Period
 		for _, t := range p.AllTrees() {
-			s.estimate(t)
+			s.estimate(t, s.stageOf)
 			s.markSampledCounts(t)
 		}
 		if note, short := s.countsNotes(p.Tree); note != "" {
@@ -77,52 +79,79 @@ func (s *Session) buildProfile(end uint64, st bpf.Stats) *cct.Profile {
 	return p
 }
 
-// addFunctions adds to p the functions its trees name by id, with their
-// mappings: the plan's, the signal handlers' node, and every function
-// outside the plan that a sample or a discovery found; in hybrid mode,
-// with the error of their estimated calls.
+// addFunctions sets p's functions and mappings: the plan's functions, the
+// signal handlers' node, then every function outside the plan that a
+// sample or a discovery found so far, and the main executable's mapping
+// first (pprof wants it there), then every object with one of those
+// functions. The snapshots and the final profile share one table, which
+// only grows: the plan's part is made once.
 func (s *Session) addFunctions(p *cct.Profile) {
-	// Mappings: the main executable first (pprof wants it there), then
-	// every object with a traced function.
-	index := map[*symbolizer.Mapped]int{}
-	addMapping := func(m *symbolizer.Mapped) int {
-		if i, ok := index[m]; ok {
-			return i
-		}
-		index[m] = len(p.Mappings)
-		p.Mappings = append(p.Mappings, cct.Mapping{
-			Start: m.Start, Limit: m.End, Offset: m.Offset,
-			File: m.MapPath, BuildID: m.BuildID(),
-		})
-		return index[m]
-	}
-	addMapping(s.prep.Proc.Objects[0])
-	for _, f := range s.prep.Plan.Funcs {
-		obj, fn := f.Node.Obj, f.Node.Func
-		file, line := obj.Source(fn)
-		sys := fn.Name
-		if sys == "" {
-			sys = fn.Display
-		}
-		p.Functions = append(p.Functions, cct.Function{
-			Name:       fn.Display,
-			SystemName: sys,
-			Filename:   file,
-			StartLine:  line,
-			Mapping:    addMapping(obj),
-			Addr:       fn.Addr + obj.Bias,
-		})
-	}
-	// The simulator's node for signal handlers' calls.
-	p.Functions = append(p.Functions, cct.Function{Name: SignalHandlerName, SystemName: SignalHandlerName, Mapping: -1})
-	for _, e := range s.outside.List() {
-		p.Functions = append(p.Functions, e.Function(addMapping(e.Obj)))
-	}
-	if s.counts != nil {
-		for id, err := range s.counts.ErrorsByFunc() {
-			if int(id) < len(p.Functions) {
-				p.Functions[id].CallsEstimated, p.Functions[id].CallsError = true, err
+	t := &s.snaps.table
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.index == nil {
+		t.index = map[*symbolizer.Mapped]int{}
+		t.mapping(s.prep.Proc.Objects[0])
+		for _, f := range s.prep.Plan.Funcs {
+			obj, fn := f.Node.Obj, f.Node.Func
+			file, line := obj.Source(fn)
+			sys := fn.Name
+			if sys == "" {
+				sys = fn.Display
 			}
+			t.functions = append(t.functions, cct.Function{
+				Name:       fn.Display,
+				SystemName: sys,
+				Filename:   file,
+				StartLine:  line,
+				Mapping:    t.mapping(obj),
+				Addr:       fn.Addr + obj.Bias,
+			})
+		}
+		// The simulator's node for signal handlers' calls.
+		t.functions = append(t.functions, cct.Function{Name: SignalHandlerName, SystemName: SignalHandlerName, Mapping: -1})
+	}
+	// Every function outside the plan that a sample or a discovery
+	// found: the list only grows.
+	outside := s.outside.List()
+	for _, e := range outside[t.outside:] {
+		t.functions = append(t.functions, e.Function(t.mapping(e.Obj)))
+	}
+	t.outside = len(outside)
+	p.Functions, p.Mappings = slices.Clone(t.functions), slices.Clone(t.mappings)
+}
+
+// functionTable is the functions and mappings of a session's profiles.
+type functionTable struct {
+	mu        sync.Mutex
+	functions []cct.Function
+	mappings  []cct.Mapping
+	index     map[*symbolizer.Mapped]int // into mappings
+	outside   int                        // the functions outside the plan in functions
+}
+
+// mapping returns the index of m's mapping, added when new.
+func (t *functionTable) mapping(m *symbolizer.Mapped) int {
+	if i, ok := t.index[m]; ok {
+		return i
+	}
+	t.index[m] = len(t.mappings)
+	t.mappings = append(t.mappings, cct.Mapping{
+		Start: m.Start, Limit: m.End, Offset: m.Offset,
+		File: m.MapPath, BuildID: m.BuildID(),
+	})
+	return t.index[m]
+}
+
+// callErrors sets the error of each function's estimated calls, all its
+// contexts together (hybrid mode).
+func (s *Session) callErrors(p *cct.Profile) {
+	if s.counts == nil {
+		return
+	}
+	for id, err := range s.counts.ErrorsByFunc() {
+		if int(id) < len(p.Functions) {
+			p.Functions[id].CallsEstimated, p.Functions[id].CallsError = true, err
 		}
 	}
 }
@@ -141,9 +170,9 @@ func (s *Session) countsNotes(t *cct.Tree) (note, short string) {
 }
 
 // estimate marks the nodes whose time comes from samples and sets their
-// time: those of demoted functions, of functions outside the plan, and
-// any node no probe counted a call of.
-func (s *Session) estimate(t *cct.Tree) {
+// time: those of demoted functions (by stage), of functions outside the
+// plan, and any node no probe counted a call of.
+func (s *Session) estimate(t *cct.Tree, stage func(int) cost.Stage) {
 	nplan := len(s.prep.Plan.Funcs)
 	t.Root.Walk(func(n *cct.Node) {
 		switch {
@@ -153,9 +182,9 @@ func (s *Session) estimate(t *cct.Tree) {
 			// time from then on is measured like any other's.
 			n.Estimated = true
 		case int(n.Func) < nplan:
-			n.Estimated = s.stageOf(int(n.Func)) != cost.StageFull
+			n.Estimated = stage(int(n.Func)) != cost.StageFull
 		case s.disc != nil && s.disc.IsTraced(n.Func):
-			n.Estimated = s.stageOf(int(n.Func)) != cost.StageFull // discovered, traced since
+			n.Estimated = stage(int(n.Func)) != cost.StageFull // discovered, traced since
 		case n.Func != s.sim.SignalFunc():
 			n.Estimated = true
 		}

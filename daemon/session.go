@@ -117,6 +117,8 @@ type Session struct {
 	ownsPrep bool // Close closes prep (Start made it)
 	signals  bool // signal handlers are told apart
 
+	snaps snapshots // asked for while the event loop runs (snapshot.go)
+
 	stopOnce sync.Once
 	profile  *cct.Profile
 	stopErr  error
@@ -664,6 +666,7 @@ func (s *Session) run() {
 		}
 		s.events.Add(uint64(len(buf)))
 		s.publish()
+		s.serveSnapshots()
 		if time.Since(lastActive) > 200*time.Millisecond {
 			s.active.Store(int64(s.sim.Active()))
 			lastActive = time.Now()

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -22,6 +23,7 @@ import (
 	"github.com/kprofd/kprofd/daemon"
 	"github.com/kprofd/kprofd/daemon/estimate"
 	"github.com/kprofd/kprofd/daemon/service"
+	"github.com/kprofd/kprofd/internal/atomicfile"
 	"github.com/kprofd/kprofd/internal/english"
 	"github.com/kprofd/kprofd/internal/plan"
 )
@@ -63,6 +65,7 @@ type attachOptions struct {
 	depth    int
 	minShare float64
 	report   string
+	otlp     otlpOptions
 }
 
 // attachLong is attach's help text.
@@ -118,6 +121,8 @@ folded stacks (--folded) keep the full tree and full names; the report
 beside the profile (NAME.report.txt, or --report) lists the demotions,
 cross-checks, functions found at run time and functions not traced.
 Every output path is checked writable before anything is attached.
+--otlp-endpoint (or OTEL_EXPORTER_OTLP_ENDPOINT) also pushes the profile
+to an OpenTelemetry Collector; --otlp-interval while the session runs.
 
 The root may be given as a symbol (mangled or not), a demangled name without
 parameters when unambiguous (serve, ns::Class::method), object:name
@@ -173,6 +178,7 @@ func newAttachCmd() *cobra.Command {
 	f.BoolVar(&o.debug, "debug", false, "log to stderr how long each phase of the session took (analysis, calibration, load, attach, detach,\nwrite) and hybrid mode's control decisions: each round of demotions (the window it measured, the overhead,\nthe breakpoints it takes out), when its breakpoints are gone and when its detaches return")
 	f.BoolVar(&o.recalibrate, "recalibrate", false, "measure the probes' costs again (quick mode, after the session, with its program) even when a calibration is cached")
 	f.StringVar(&o.socket, "socket", "", "run the session in the kprofd serve daemon listening on this unix socket\n(default for a user other than root: "+service.DefaultSocket+" when it exists)")
+	o.otlp.addFlags(f, "the profile")
 	cmd.MarkFlagRequired("pid")
 	cmd.MarkFlagRequired("root")
 	return cmd
@@ -272,6 +278,12 @@ func runAttach(ctx context.Context, o *attachOptions, stdout, stderr io.Writer) 
 		defer prep.Close()
 		return prep.Plan.Write(stdout)
 	}
+	push, err := o.otlp.pusher(socket != "")
+	if err != nil {
+		return err
+	}
+	var end *service.End
+	defer func() { finishOTLP(push, end, o.pid, stderr) }()
 
 	if ctx == nil {
 		ctx = context.Background()
@@ -284,9 +296,8 @@ func runAttach(ctx context.Context, o *attachOptions, stdout, stderr io.Writer) 
 	}
 	o.demotions = &demotionReporter{w: stderr, prefix: clearLine, verbose: o.verbose}
 	progress := &progressLine{w: stderr, live: clearLine != ""}
-	hooks := o.hooks(stderr, clearLine, progress, stopSignals)
+	hooks := o.hooks(stderr, clearLine, progress, stopSignals, push)
 
-	var end *service.End
 	if socket != "" {
 		if o.debug {
 			printLines(stderr, "", "kprofd: warning: --debug: the session runs in the daemon at "+socket+"; its records go to the daemon's log when it runs with kprofd serve --debug")
@@ -342,7 +353,7 @@ func (o *attachOptions) checkFlags() error {
 // demotions as they come, the live progress line (each line written
 // over clearLine, "" when stderr is no terminal), and when tracing
 // stops, which gives Ctrl-C back to the default (stopSignals).
-func (o *attachOptions) hooks(stderr io.Writer, clearLine string, progress *progressLine, stopSignals func()) service.Hooks {
+func (o *attachOptions) hooks(stderr io.Writer, clearLine string, progress *progressLine, stopSignals func(), push *service.OTLP) service.Hooks {
 	return service.Hooks{
 		Prepared: func(prep *daemon.Prepared) error {
 			if o.verbose {
@@ -363,7 +374,7 @@ func (o *attachOptions) hooks(stderr io.Writer, clearLine string, progress *prog
 					strings.Join(st.Roots, ", "), st.PID, st.How)
 			}
 			if o.verbose {
-				msg += fmt.Sprintf("kprofd: bpf programs %v, links %v\n", st.Programs, st.Links)
+				msg += fmt.Sprintf("kprofd: bpf programs [%s], links [%s]\n", idRanges(st.Programs), idRanges(st.Links))
 			}
 			// One write: whoever waits for the first line finds the
 			// kernel ids with it.
@@ -373,6 +384,7 @@ func (o *attachOptions) hooks(stderr io.Writer, clearLine string, progress *prog
 		Warn:     func(text string) { printLines(stderr, clearLine, "kprofd: warning: "+text) },
 		Demoted:  o.demotions.add,
 		Log:      o.logger(stderr),
+		Push:     push,
 		Stopping: func(string) {
 			// A second Ctrl-C now kills kprofd; the kernel then
 			// detaches the probes itself, since their links die with
@@ -390,7 +402,7 @@ func runLocal(ctx context.Context, req *service.Request, recalibrate bool, h ser
 	if err != nil {
 		return nil, err
 	}
-	end := &service.End{Why: out.Why, Final: out.Final}
+	end := &service.End{Why: out.Why, Final: out.Final, Pushes: out.Pushes}
 	if err := out.Err(req.Roots); err != nil {
 		end.Error = err.Error()
 	}
@@ -587,34 +599,14 @@ func (o *attachOptions) outputPaths() []string {
 	return paths
 }
 
-// checkWritable makes sure that writeFile can write path, by creating
-// and removing the temporary file it writes first: a missing directory,
-// a read-only file system or a path that is a directory fail here,
-// before anything is attached, rather than after a session whose
-// profile would then be lost.
-func checkWritable(path string) error {
-	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
-		return fmt.Errorf("cannot write %s: it is a directory", path)
-	}
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
-	if err != nil {
-		return fmt.Errorf("cannot write %s: %w", path, err)
-	}
-	f.Close()
-	return os.Remove(tmp)
-}
+// checkWritable makes sure that writeFile can write path before
+// anything is attached, rather than after a session whose profile would
+// then be lost.
+func checkWritable(path string) error { return atomicfile.CheckWritable(path) }
 
-// writeFile writes through a temporary file so a failed write leaves no
-// truncated output behind.
-func writeFile(path string, data []byte) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o644); err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	return os.Rename(tmp, path)
-}
+// writeFile writes path whole or not at all, replacing (never following)
+// a link planted at its name (see internal/atomicfile).
+func writeFile(path string, data []byte) error { return atomicfile.Write(path, data, 0o644) }
 
 // flags names the flag of each field a daemon.ConfigError can name.
 var flags = map[string]string{
@@ -636,4 +628,28 @@ func flagError(err error) error {
 		}
 	}
 	return err
+}
+
+// idRanges writes kernel ids as runs ("7 9-12"): a session's links are
+// numbered one after another, and thousands of them fit on one line so.
+func idRanges[ID ~uint32](ids []ID) string {
+	sorted := slices.Clone(ids)
+	slices.Sort(sorted)
+	var b strings.Builder
+	for i := 0; i < len(sorted); {
+		j := i
+		for j+1 < len(sorted) && sorted[j+1] <= sorted[j]+1 {
+			j++
+		}
+		if b.Len() > 0 {
+			b.WriteByte(' ')
+		}
+		if j == i {
+			fmt.Fprint(&b, sorted[i])
+		} else {
+			fmt.Fprintf(&b, "%d-%d", sorted[i], sorted[j])
+		}
+		i = j + 1
+	}
+	return b.String()
 }

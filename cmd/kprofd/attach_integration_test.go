@@ -147,23 +147,42 @@ func (r *kprofdRun) wait(t *testing.T) int {
 // (--predict), twice.
 func (r *kprofdRun) kernelIDs(t *testing.T) ([]ebpf.ProgramID, []link.ID) {
 	t.Helper()
-	ms := regexp.MustCompile(`bpf programs \[([0-9 ]*)\], links \[([0-9 ]*)\]`).FindAllStringSubmatch(r.stderr.String(), -1)
+	ms := regexp.MustCompile(`bpf programs \[([0-9 -]*)\], links \[([0-9 -]*)\]`).FindAllStringSubmatch(r.stderr.String(), -1)
 	if ms == nil {
 		t.Fatalf("no kernel ids in kprofd -v output:\n%s", r.stderr.String())
 	}
 	var progs []ebpf.ProgramID
 	var links []link.ID
 	for _, m := range ms {
-		for _, f := range strings.Fields(m[1]) {
-			id, _ := strconv.Atoi(f)
+		for _, id := range parseIDRanges(t, m[1]) {
 			progs = append(progs, ebpf.ProgramID(id))
 		}
-		for _, f := range strings.Fields(m[2]) {
-			id, _ := strconv.Atoi(f)
+		for _, id := range parseIDRanges(t, m[2]) {
 			links = append(links, link.ID(id))
 		}
 	}
 	return progs, links
+}
+
+// parseIDRanges reads the runs of ids that idRanges writes.
+func parseIDRanges(t *testing.T, s string) []uint32 {
+	t.Helper()
+	var ids []uint32
+	for _, f := range strings.Fields(s) {
+		first, last, isRun := strings.Cut(f, "-")
+		lo, err1 := strconv.ParseUint(first, 10, 32)
+		hi, err2 := lo, error(nil)
+		if isRun {
+			hi, err2 = strconv.ParseUint(last, 10, 32)
+		}
+		if err1 != nil || err2 != nil || hi < lo {
+			t.Fatalf("bad kernel ids %q", s)
+		}
+		for id := lo; id <= hi; id++ {
+			ids = append(ids, uint32(id))
+		}
+	}
+	return ids
 }
 
 // TestAttachInterrupt is the Ctrl-C path: kprofd detaches, writes the

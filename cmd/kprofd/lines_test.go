@@ -81,3 +81,20 @@ func TestHelpFits(t *testing.T) {
 		}
 	}
 }
+
+func TestIDRanges(t *testing.T) {
+	for _, c := range []struct {
+		ids  []uint32
+		want string
+	}{
+		{nil, ""},
+		{[]uint32{7}, "7"},
+		{[]uint32{12, 9, 10, 11, 7}, "7 9-12"},
+		{[]uint32{3, 3, 4}, "3-4"},
+		{[]uint32{1, 3, 5, 6}, "1 3 5-6"},
+	} {
+		if got := idRanges(c.ids); got != c.want {
+			t.Errorf("idRanges(%v) = %q, want %q", c.ids, got, c.want)
+		}
+	}
+}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/kprofd/kprofd/daemon/probes"
+	"github.com/kprofd/kprofd/internal/atomicfile"
 	"github.com/kprofd/kprofd/internal/plan"
 	"github.com/kprofd/kprofd/symbolizer"
 )
@@ -111,11 +112,7 @@ func WriteMemory(path string, mf *Memory) error {
 	if err != nil {
 		return err
 	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
+	return atomicfile.WriteCache(path, append(b, '\n'), 0o600)
 }
 
 // Recall returns the demotions a session of pl starts with, from mf: the

@@ -55,6 +55,9 @@ type End struct {
 	// Output is the profile in the forms the request asked for; nil when
 	// the session failed before collecting anything.
 	Output *Output `json:"output,omitempty"`
+	// Pushes are the OTLP pushes of a session run in this process
+	// (Outcome.Pushes); never sent.
+	Pushes *Pushes `json:"-"`
 }
 
 // APIError is the body of an error answer.

@@ -11,20 +11,24 @@ import (
 )
 
 // Who may trace what through the daemon. The socket is world-connectable;
-// the kernel tells the daemon who connected (SO_PEERCRED), and the daemon
-// applies the rules ptrace applies to an unprivileged tracer: root may
-// trace any process; anyone else only a process whose real, effective and
-// saved user ids are all the caller's, whose group ids likewise are the
-// caller's group, and which is dumpable (a process that changed
-// credentials, such as a setuid program, is not, and /proc shows it as
-// root's). The check is made before anything is attached, and again once
-// the probes are in, against the same process (pid reuse).
+// the kernel tells the daemon who connected (SO_PEERCRED, SO_PEERPIDFD),
+// and the daemon applies the rules ptrace applies to an unprivileged
+// tracer: root may trace any process; anyone else only a process whose
+// real, effective and saved user ids are all the caller's, whose group ids
+// likewise are the caller's group, which is dumpable (a process that
+// changed credentials, such as a setuid program, is not, nor one that
+// called prctl(PR_SET_DUMPABLE, 0); /proc shows their files as root's), and
+// which the kernel itself would let the caller read-trace (owner.go). The
+// rules hold for the whole session (guard.go).
 
 // Peer is the process at the other end of the socket, as the kernel saw
 // it when it connected.
 type Peer struct {
 	PID      int32
 	UID, GID uint32
+	// process is a pidfd of the client's process, for its namespaces;
+	// nil when unknown, which refuses every session but root's.
+	process *os.File
 }
 
 // Target is what the rules look at in a process.
@@ -32,8 +36,8 @@ type Target struct {
 	// UIDs and GIDs are the real, effective, saved and filesystem ids
 	// (/proc/PID/status).
 	UIDs, GIDs [4]uint64
-	// Owner owns /proc/PID: the effective uid, or root when the process
-	// is not dumpable.
+	// Owner owns /proc/PID/status: the effective uid, or root when the
+	// process is not dumpable (/proc/PID itself stays the user's).
 	Owner uint32
 }
 
@@ -48,7 +52,7 @@ func ReadTarget(pid int) (Target, error) {
 	if err != nil {
 		return t, fmt.Errorf("reading pid %d: %w", pid, err)
 	}
-	fi, err := os.Stat("/proc/" + strconv.Itoa(pid))
+	fi, err := os.Stat("/proc/" + strconv.Itoa(pid) + "/status")
 	if err != nil {
 		return t, fmt.Errorf("no process with pid %d", pid)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/kprofd/kprofd/daemon"
+	"github.com/kprofd/kprofd/internal/otlpexport"
 )
 
 // metrics are the daemon's Prometheus metrics. Totals add what finished
@@ -36,6 +37,7 @@ const (
 	MetricPredictedOverhead = "kprofd_session_predicted_overhead_ratio"
 	MetricSessionNodes      = "kprofd_session_tree_nodes"
 	MetricCalibrationAge    = "kprofd_calibration_age_seconds"
+	MetricOTLPPushes        = "kprofd_otlp_pushes_total"
 )
 
 func newMetrics(s *Server) *metrics {
@@ -74,13 +76,27 @@ func newMetrics(s *Server) *metrics {
 			counted(&m.demotions, func(p daemon.Progress) float64 { return float64(p.Demotions) })),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: MetricProbes, Help: "Uprobes attached now, all sessions."},
 			func() float64 { return live(func(p daemon.Progress) float64 { return float64(p.Probes) }) }),
-		sessionCollector{s},
 	)
 	if cal := s.Calibration; cal != nil {
 		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: MetricCalibrationAge, Help: "Age of the probe cost calibration the sessions use."},
 			func() float64 { return time.Since(cal.Time).Seconds() }))
 	}
 	return m
+}
+
+// otlp counts the pushes of e, by result: sent or dropped.
+func (m *metrics) otlp(e *otlpexport.Exporter) {
+	for _, r := range []struct {
+		result string
+		count  func() float64
+	}{
+		{"sent", func() float64 { sent, _ := e.Stats(); return float64(sent) }},
+		{"dropped", func() float64 { _, dropped := e.Stats(); return float64(dropped) }},
+	} {
+		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: MetricOTLPPushes,
+			Help:        "Profiles pushed to the OTLP collector (kprofd serve --otlp-endpoint), by result: sent, or dropped after the retries or with the queue full.",
+			ConstLabels: prometheus.Labels{"result": r.result}}, r.count))
+	}
 }
 
 func (m *metrics) started() { m.mu.Lock(); m.total++; m.mu.Unlock() }
@@ -116,8 +132,11 @@ func (s *Server) eachRunningLocked(f func(*session, daemon.Progress)) {
 
 // sessionCollector reports each running session's predicted overhead and
 // the size of its calling-context tree (its memory, which --max-nodes
-// bounds).
-type sessionCollector struct{ s *Server }
+// bounds), for the sessions of one user (all for root).
+type sessionCollector struct {
+	s   *Server
+	uid uint32
+}
 
 var (
 	overheadDesc = prometheus.NewDesc(MetricPredictedOverhead,
@@ -135,13 +154,32 @@ func (c sessionCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c sessionCollector) Collect(ch chan<- prometheus.Metric) {
 	c.s.eachRunning(func(x *session, p daemon.Progress) {
+		if c.uid != 0 && x.owner.UID != c.uid {
+			return
+		}
 		pid := strconv.Itoa(x.req.PID)
 		ch <- prometheus.MustNewConstMetric(overheadDesc, prometheus.GaugeValue, p.PredictedOverhead, x.id, pid)
 		ch <- prometheus.MustNewConstMetric(nodesDesc, prometheus.GaugeValue, float64(p.Nodes), x.id, pid)
 	})
 }
 
-// MetricsHandler serves the metrics in Prometheus' text format.
+// MetricsHandler serves the metrics in Prometheus' text format, without
+// any session's own series: the daemon's totals, for a TCP address
+// anyone may reach.
 func (s *Server) MetricsHandler() http.Handler {
 	return promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{})
+}
+
+// socketMetrics serves the totals and the caller's own sessions' series
+// (every session's for root): a session's id and target pid are its
+// user's alone.
+func (s *Server) socketMetrics(w http.ResponseWriter, r *http.Request) {
+	who, ok := peer(r)
+	if !ok {
+		s.MetricsHandler().ServeHTTP(w, r)
+		return
+	}
+	own := prometheus.NewRegistry()
+	own.MustRegister(sessionCollector{s: s, uid: who.UID})
+	promhttp.HandlerFor(prometheus.Gatherers{s.metrics.reg, own}, promhttp.HandlerOpts{}).ServeHTTP(w, r)
 }

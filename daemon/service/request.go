@@ -59,6 +59,10 @@ type Request struct {
 	All      bool    `json:"all,omitempty"`
 	Depth    int     `json:"depth,omitempty"`
 	MinShare float64 `json:"min_share,omitempty"`
+
+	// memoryDir is where a hybrid session's demotion memory is
+	// (UserMemoryDir); "" for MemoryDir.
+	memoryDir string
 }
 
 // Config returns the session's configuration, checked and defaulted by
@@ -98,7 +102,7 @@ func (r *Request) Config() (daemon.Config, time.Duration, error) {
 		cfg.Exclude = append(cfg.Exclude, re)
 	}
 	if cfg.Mode == daemon.ModeHybrid && !r.Forget {
-		cfg.Memory = MemoryDir()
+		cfg.Memory = or(r.memoryDir, MemoryDir())
 	}
 	cfg.Predict = cfg.Mode == daemon.ModeHybrid && !r.NoPredict
 	if cfg, err = cfg.Check(); err != nil {

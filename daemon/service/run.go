@@ -39,6 +39,14 @@ type Hooks struct {
 	Stopping func(why string)
 	// Log receives the session's debug records (daemon.Config.Log).
 	Log *slog.Logger
+	// Push, when set, pushes the session's profile to an OTLP collector
+	// as it runs and at its end (push.go).
+	Push *OTLP
+	// Withhold, when set, is asked once the session has stopped (its
+	// probes out) whether what it collected may be delivered: an error
+	// withholds the profile and the demotions the session would leave for
+	// the next one (Outcome.Withheld), and says why.
+	Withhold func() error
 }
 
 // Started says what a session attached.
@@ -70,12 +78,20 @@ type Outcome struct {
 	Final daemon.Progress
 	// StopErr is an error from stopping (events lost, a failed detach).
 	StopErr error
+	// Pushes are the session's OTLP pushes (Hooks.Push); nil without.
+	Pushes *Pushes
+	// Withheld says why nothing the session collected is delivered
+	// (Hooks.Withhold); Profile is nil then.
+	Withheld error
 }
 
 // Err is the session's result as an error: stopping's error, and that no
 // thread was inside a root (an empty profile is no success: the probes
 // cost the target and recorded nothing).
 func (o *Outcome) Err(roots []string) error {
+	if o.Withheld != nil {
+		return o.Withheld
+	}
 	if o.Profile != nil && !o.Final.RootEntered {
 		root := strings.Join(roots, " or ")
 		if n := o.Final.CallsBefore; n > 0 {
@@ -127,11 +143,16 @@ func Run(ctx context.Context, req *Request, calibration func() *calibrate.Result
 		cfg.Calibration = calibration()
 		cfg.SpeedCheck, cfg.Recalibrate = cfg.Calibration != nil, cfg.Calibration == nil
 	}
+	var memory *memorySnapshot
+	if h.Withhold != nil {
+		memory = snapshotMemory(cfg, prep)
+	}
 	s, err := daemon.StartPreparedWith(prep, cfg, pre)
 	if err != nil {
 		return nil, err
 	}
 	defer s.Close()
+	pushes := h.Push.start(s, cfg.PID)
 	started := func() Started {
 		pr := s.Progress()
 		st := Started{PID: cfg.PID, Roots: cfg.Roots, How: describe(cfg), Functions: pr.Functions, Probes: pr.Probes,
@@ -159,18 +180,30 @@ func Run(ctx context.Context, req *Request, calibration func() *calibrate.Result
 		}
 	}()
 	why := wait(ctx, s, d, h.Progress)
+	pushes.halt()
 	close(quit)
 	<-attached
 	if h.Stopping != nil {
 		h.Stopping(why)
 	}
 	profile, stopErr := s.Stop()
+	// The calibration measured kprofd's own probes, not the target: it
+	// is kept even when the session's profile is withheld.
 	if r, measured := s.Calibration(); measured {
 		if err := calibrate.Save(r); err != nil && h.Warn != nil {
 			h.Warn(err.Error())
 		}
 	}
-	return &Outcome{Why: why, Profile: profile, Final: s.Progress(), StopErr: stopErr}, nil
+	if h.Withhold != nil {
+		if err := h.Withhold(); err != nil {
+			if rerr := memory.restore(); rerr != nil {
+				err = fmt.Errorf("%w (restoring the demotion memory: %v)", err, rerr)
+			}
+			return &Outcome{Why: why, Final: s.Progress(), Withheld: err, Pushes: pushes}, nil
+		}
+	}
+	pushes.final(profile)
+	return &Outcome{Why: why, Profile: profile, Final: s.Progress(), StopErr: stopErr, Pushes: pushes}, nil
 }
 
 // wait blocks until tracing should end and says why.

@@ -8,42 +8,33 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"strings"
 	"sync"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/kprofd/kprofd/calibrate"
 	"github.com/kprofd/kprofd/daemon"
 	"github.com/kprofd/kprofd/daemon/hybrid"
+	"github.com/kprofd/kprofd/internal/english"
+	"github.com/kprofd/kprofd/internal/procevents"
 )
 
-// Server defaults and bounds.
-const (
-	DefaultMaxSessions = 8
-	DefaultMaxDuration = time.Hour
-	// maxBody bounds a request's body.
-	maxBody = 64 << 10
-	// keepFinished is how many finished sessions keep their profile for
-	// GET /v1/sessions/{id}/profile.
-	keepFinished = 32
-)
+// maxBody bounds a request's body.
+const maxBody = 64 << 10
 
 // Server is the daemon: it runs sessions for the clients of its socket.
 type Server struct {
-	// MaxSessions bounds the sessions running at once; MaxDuration the
-	// length of each (one asked for without a duration stops there).
-	MaxSessions int
-	MaxDuration time.Duration
-	// MaxNodes bounds each session's calling contexts: the default of a
-	// request without max_nodes, and the most one may ask for.
-	MaxNodes int
+	// Limits bound what clients may take (Limits.Check must pass).
+	Limits Limits
 	// Calibration is the probes' measured cost, for every session.
 	Calibration *calibrate.Result
 	Log         *slog.Logger
+	// otlp pushes every session's profile (SetOTLP); nil: none.
+	otlp *OTLP
+	// Execs hears of the targets' execs; without it only root's sessions
+	// run (see guard.go).
+	Execs *procevents.Monitor
 
 	base     context.Context // canceled by Shutdown
 	shutdown context.CancelCauseFunc
@@ -52,7 +43,7 @@ type Server struct {
 
 	mu       sync.Mutex
 	sessions map[string]*session // running and kept, by id
-	finished []string            // ids of the kept finished ones, oldest first
+	finished map[uint32][]string // ids of each user's kept finished ones, oldest first
 }
 
 // session is one session the server runs or keeps.
@@ -71,17 +62,9 @@ type session struct {
 // ErrShuttingDown is why sessions stop when the daemon does.
 var ErrShuttingDown = errors.New("the daemon is shutting down")
 
-// NewServer returns a server with the given limits (0: the defaults).
-func NewServer(maxSessions int, maxDuration time.Duration, cal *calibrate.Result, log *slog.Logger) *Server {
-	s := &Server{MaxSessions: maxSessions, MaxDuration: maxDuration, Calibration: cal, Log: log,
-		sessions: map[string]*session{}}
-	if s.MaxSessions <= 0 {
-		s.MaxSessions = DefaultMaxSessions
-	}
-	if s.MaxDuration <= 0 {
-		s.MaxDuration = DefaultMaxDuration
-	}
-	s.MaxNodes = daemon.DefaultMaxNodes
+// NewServer returns a server with the given limits.
+func NewServer(lim Limits, cal *calibrate.Result, log *slog.Logger) *Server {
+	s := &Server{Limits: lim, Calibration: cal, Log: log, sessions: map[string]*session{}, finished: map[uint32][]string{}}
 	if s.Log == nil {
 		s.Log = slog.Default()
 	}
@@ -90,46 +73,32 @@ func NewServer(maxSessions int, maxDuration time.Duration, cal *calibrate.Result
 	return s
 }
 
-// Handler returns the API's handler. Requests must come through
-// ConnContext's connections, which carry the peer's credentials.
+// Handler returns the API's handler. Requests must come through a
+// Listener's connections (ConnContext), which carry the peer.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST "+APIVersion+"/sessions", s.startSession)
-	mux.HandleFunc("GET "+APIVersion+"/sessions", s.listSessions)
-	mux.HandleFunc("POST "+APIVersion+"/sessions/{id}/stop", s.stopSession)
-	mux.HandleFunc("GET "+APIVersion+"/sessions/{id}/profile", s.sessionProfile)
-	mux.Handle("GET /metrics", s.MetricsHandler())
+	mux.HandleFunc("POST "+APIVersion+"/sessions", s.bounded(s.startSession))
+	mux.HandleFunc("GET "+APIVersion+"/sessions", s.bounded(s.listSessions))
+	mux.HandleFunc("POST "+APIVersion+"/sessions/{id}/stop", s.bounded(s.stopSession))
+	mux.HandleFunc("GET "+APIVersion+"/sessions/{id}/profile", s.bounded(s.sessionProfile))
+	mux.HandleFunc("GET /metrics", s.bounded(s.socketMetrics))
 	return mux
 }
 
-type peerKey struct{}
-
-// ConnContext puts the credentials of the process at the other end of a
-// unix socket connection into its requests' context (http.Server's
-// ConnContext).
-func ConnContext(ctx context.Context, c net.Conn) context.Context {
-	uc, ok := c.(*net.UnixConn)
-	if !ok {
-		return ctx
+// bounded bounds how long a request may keep the daemon reading its body
+// and writing its answer, and ends the reading at once when the daemon
+// shuts down. (http.Server's own ReadTimeout would also cancel a
+// session's stream, whose request stays open while it runs.)
+func (s *Server) bounded(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		rc := http.NewResponseController(w)
+		now := time.Now()
+		rc.SetReadDeadline(now.Add(s.Limits.ReadTimeout))
+		rc.SetWriteDeadline(now.Add(s.Limits.WriteTimeout))
+		stop := context.AfterFunc(s.base, func() { rc.SetReadDeadline(time.Now()) })
+		defer stop()
+		h(w, r)
 	}
-	raw, err := uc.SyscallConn()
-	if err != nil {
-		return ctx
-	}
-	var cred *unix.Ucred
-	raw.Control(func(fd uintptr) {
-		cred, err = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
-	})
-	if err != nil || cred == nil {
-		return ctx
-	}
-	return context.WithValue(ctx, peerKey{}, Peer{PID: cred.Pid, UID: cred.Uid, GID: cred.Gid})
-}
-
-// peer returns the credentials of the request's caller.
-func peer(r *http.Request) (Peer, bool) {
-	p, ok := r.Context().Value(peerKey{}).(Peer)
-	return p, ok
 }
 
 // Shutdown stops every session (each client gets its profile so far) and
@@ -146,22 +115,40 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 }
 
-func writeError(w http.ResponseWriter, code int, format string, args ...any) {
+func writeError(w http.ResponseWriter, code int, err error) {
+	var field string
+	if ce := (*daemon.ConfigError)(nil); errors.As(err, &ce) {
+		field = ce.Field
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
-	json.NewEncoder(w).Encode(APIError{Error: fmt.Sprintf(format, args...)})
+	json.NewEncoder(w).Encode(APIError{Error: err.Error(), Field: field})
+}
+
+// admission is a session request the daemon takes: the request (its pid
+// the client's), the target's pid in the daemon's PID namespace, and the
+// guard that watches the target for a client other than root.
+type admission struct {
+	req   *Request
+	pid   int
+	guard *guard
 }
 
 // admit checks a session request: well formed, within the limits, and
 // the caller's to make. It returns the HTTP status of a refusal.
-func (s *Server) admit(r *http.Request, who Peer) (*Request, int, error) {
+func (s *Server) admit(r *http.Request, who Peer) (*admission, int, error) {
 	var req Request
 	dec := json.NewDecoder(http.MaxBytesReader(nil, r.Body, maxBody))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
 		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
+		switch {
+		case errors.As(err, &tooBig):
 			return nil, http.StatusRequestEntityTooLarge, fmt.Errorf("request body over %d bytes", maxBody)
+		case s.base.Err() != nil:
+			return nil, http.StatusServiceUnavailable, ErrShuttingDown
+		case isTimeout(err):
+			return nil, http.StatusRequestTimeout, fmt.Errorf("request body not read in %s (kprofd serve --read-timeout)", s.Limits.ReadTimeout)
 		}
 		return nil, http.StatusBadRequest, fmt.Errorf("bad request: %v", err)
 	}
@@ -169,40 +156,55 @@ func (s *Server) admit(r *http.Request, who Peer) (*Request, int, error) {
 	if err != nil {
 		return nil, http.StatusBadRequest, err
 	}
-	if d > s.MaxDuration {
-		return nil, http.StatusBadRequest, &daemon.ConfigError{Field: "Duration",
-			Err: fmt.Errorf("a session of %s is over the daemon's limit of %s (kprofd serve --max-duration)", d, s.MaxDuration)}
+	if err := s.Limits.bound(&req, d); err != nil {
+		return nil, http.StatusBadRequest, err
 	}
-	if d == 0 {
-		req.Duration = s.MaxDuration.String()
-	}
-	switch {
-	case req.MaxNodes == 0:
-		req.MaxNodes = s.MaxNodes
-	case req.MaxNodes < 0 || req.MaxNodes > s.MaxNodes:
-		asked := fmt.Sprintf("%d calling contexts are", req.MaxNodes)
-		if req.MaxNodes < 0 {
-			asked = "no bound on the calling contexts is"
-		}
-		return nil, http.StatusBadRequest, &daemon.ConfigError{Field: "MaxNodes",
-			Err: fmt.Errorf("%s over the daemon's limit of %d (kprofd serve --max-nodes)", asked, s.MaxNodes)}
-	}
-	t, err := ReadTarget(req.PID)
+	req.memoryDir = UserMemoryDir(who.UID)
+	pid, err := who.hostPID(req.PID)
 	if err != nil {
 		return nil, http.StatusNotFound, err
 	}
-	if err := Authorize(who, req.PID, t); err != nil {
-		return nil, http.StatusForbidden, err
+	a := &admission{req: &req, pid: pid}
+	if who.UID == 0 {
+		if _, err := ReadTarget(pid); err != nil {
+			return nil, http.StatusNotFound, fmt.Errorf("no process with pid %d", req.PID)
+		}
+		return a, 0, nil
 	}
-	return &req, 0, nil
+	if a.guard, err = newGuard(s.Execs, who, pid, req.PID); err != nil {
+		if errors.Is(err, ErrNotAllowed) {
+			return nil, http.StatusForbidden, err
+		}
+		return nil, http.StatusNotFound, err
+	}
+	return a, 0, nil
 }
 
-// register adds a running session unless MaxSessions run already.
+// isTimeout reports a read deadline's expiry.
+func isTimeout(err error) bool {
+	var te interface{ Timeout() bool }
+	return errors.As(err, &te) && te.Timeout()
+}
+
+// register adds a running session unless the daemon, or the user, runs
+// as many as the limits allow.
 func (s *Server) register(who Peer, req *Request) (*session, context.Context, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if running := s.runningLocked(); running >= s.MaxSessions {
-		return nil, nil, fmt.Errorf("the daemon runs %d sessions already, its limit (kprofd serve --max-sessions)", running)
+	running, mine := 0, 0
+	for _, x := range s.sessions {
+		if x.isRunning() {
+			running++
+			if x.owner.UID == who.UID {
+				mine++
+			}
+		}
+	}
+	if running >= s.Limits.Sessions {
+		return nil, nil, fmt.Errorf("the daemon runs %s already, its limit (kprofd serve --max-sessions)", english.Plural(running, "session"))
+	}
+	if who.UID != 0 && mine >= s.Limits.UserSessions {
+		return nil, nil, fmt.Errorf("you run %s already, the daemon's limit per user (kprofd serve --max-user-sessions)", english.Plural(mine, "session"))
 	}
 	var b [8]byte
 	rand.Read(b[:])
@@ -214,17 +216,19 @@ func (s *Server) register(who Peer, req *Request) (*session, context.Context, er
 	return x, ctx, nil
 }
 
-// finish keeps a session's profile and forgets the oldest kept ones.
+// finish keeps a session's profile and forgets its user's oldest kept
+// ones past Limits.Kept.
 func (s *Server) finish(x *session, final daemon.Progress, pprof []byte) {
 	s.mu.Lock()
 	s.metrics.finished(final)
 	x.mu.Lock()
 	x.running, x.progress, x.pprof = false, final, pprof
 	x.mu.Unlock()
-	s.finished = append(s.finished, x.id)
-	for len(s.finished) > keepFinished {
-		delete(s.sessions, s.finished[0])
-		s.finished = s.finished[1:]
+	uid := x.owner.UID
+	s.finished[uid] = append(s.finished[uid], x.id)
+	for len(s.finished[uid]) > s.Limits.Kept {
+		delete(s.sessions, s.finished[uid][0])
+		s.finished[uid] = s.finished[uid][1:]
 	}
 	s.mu.Unlock()
 	x.cancel(nil)
@@ -233,18 +237,8 @@ func (s *Server) finish(x *session, final daemon.Progress, pprof []byte) {
 
 // running counts the sessions running.
 func (s *Server) running() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.runningLocked()
-}
-
-func (s *Server) runningLocked() int {
 	n := 0
-	for _, x := range s.sessions {
-		if x.isRunning() {
-			n++
-		}
-	}
+	s.eachRunning(func(*session, daemon.Progress) { n++ })
 	return n
 }
 
@@ -254,132 +248,68 @@ func (x *session) isRunning() bool {
 	return x.running
 }
 
-// stream writes a session's messages, one JSON object per line, each
-// flushed at once. Messages before the answer's header (warnings while
-// preparing) wait for it: the status is only known once the probes are
-// in or the session failed.
-type stream struct {
-	w  http.ResponseWriter
-	id string
-
-	mu      sync.Mutex
-	started bool
-	held    []Message
-	broken  bool // the client is gone
-}
-
-func (st *stream) send(m Message) {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	m.Session = st.id
-	if !st.started {
-		st.held = append(st.held, m)
-		return
-	}
-	st.write(m)
-}
-
-func (st *stream) write(m Message) {
-	if st.broken {
-		return
-	}
-	if err := json.NewEncoder(st.w).Encode(m); err != nil {
-		st.broken = true
-		return
-	}
-	http.NewResponseController(st.w).Flush()
-}
-
-// start sends the header and the held messages.
-func (st *stream) start() {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	if st.started {
-		return
-	}
-	st.started = true
-	st.w.Header().Set("Content-Type", "application/x-ndjson")
-	st.w.Header().Set("Kprofd-Session", st.id)
-	st.w.WriteHeader(http.StatusOK)
-	for _, m := range st.held {
-		st.write(m)
-	}
-	st.held = nil
-}
-
 func (s *Server) startSession(w http.ResponseWriter, r *http.Request) {
 	who, ok := peer(r)
 	if !ok {
-		writeError(w, http.StatusForbidden, "no peer credentials: connect through the unix socket")
+		writeError(w, http.StatusForbidden, errors.New("no peer credentials: connect through the unix socket"))
 		return
 	}
-	req, code, err := s.admit(r, who)
+	a, code, err := s.admit(r, who)
 	if err != nil {
 		s.metrics.refused()
 		s.Log.Info("session refused", "uid", who.UID, "error", err)
-		var field string
-		if ce := (*daemon.ConfigError)(nil); errors.As(err, &ce) {
-			field = ce.Field
-		}
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(code)
-		json.NewEncoder(w).Encode(APIError{Error: err.Error(), Field: field})
+		writeError(w, code, err)
 		return
 	}
-	x, ctx, err := s.register(who, req)
+	if a.guard != nil {
+		defer a.guard.close()
+	}
+	// The body is read: the stream runs as long as the session.
+	http.NewResponseController(w).SetReadDeadline(time.Time{})
+	x, ctx, err := s.register(who, a.req)
 	if err != nil {
 		s.metrics.refused()
-		s.Log.Info("session refused", "uid", who.UID, "pid", req.PID, "error", err)
-		writeError(w, http.StatusTooManyRequests, "%v", err)
+		s.Log.Info("session refused", "uid", who.UID, "pid", a.pid, "error", err)
+		writeError(w, http.StatusTooManyRequests, err)
 		return
 	}
-	log := s.Log.With("session", x.id, "uid", who.UID, "pid", req.PID, "roots", strings.Join(req.Roots, ","))
+	req := a.req
+	log := s.Log.With("session", x.id, "uid", who.UID, "pid", a.pid, "roots", strings.Join(req.Roots, ","))
 	log.Info("session starting")
-	// A client that goes away ends its session.
+	st := &stream{w: w, id: x.id, timeout: s.Limits.WriteTimeout,
+		broken: func() { x.cancel(errors.New("the client stopped reading")) }}
+	// A client that goes away ends its session, as does a target that is
+	// no longer the client's.
+	var lost <-chan struct{}
+	if a.guard != nil {
+		lost = a.guard.Lost()
+	}
 	go func() {
 		select {
 		case <-r.Context().Done():
 			x.cancel(errors.New("the client disconnected"))
+		case <-lost:
+			x.cancel(a.guard.Err())
 		case <-ctx.Done():
 		}
 	}()
-	st := &stream{w: w, id: x.id}
-	hooks := Hooks{
-		Prepared: func(*daemon.Prepared) error {
-			// Still the caller's to trace: its pid was not reused, nor
-			// its credentials changed, while the plan was made.
-			t, err := ReadTarget(req.PID)
-			if err != nil {
-				return err
-			}
-			return Authorize(who, req.PID, t)
-		},
-		Started: func(info Started) {
-			x.mu.Lock()
-			x.progress.Functions, x.progress.Probes = info.Functions, info.Probes
-			x.mu.Unlock()
-			st.start()
-			st.send(Message{Type: MsgStarted, Started: &info})
-			log.Info("session started", "functions", info.Functions, "probes", info.Probes)
-		},
-		Progress: func(p daemon.Progress) {
-			x.mu.Lock()
-			x.progress = p
-			x.mu.Unlock()
-			st.send(Message{Type: MsgProgress, Progress: &p})
-		},
-		Warn:     func(text string) { st.send(Message{Type: MsgWarning, Text: text}) },
-		Demoted:  func(d hybrid.Demotion) { st.send(Message{Type: MsgDemotion, Demotion: &d}) },
-		Stopping: func(why string) { st.send(Message{Type: MsgStopping, Text: why}) },
-		Log:      log,
+	run := *req
+	run.PID = a.pid
+	sh := &sessionHooks{x: x, st: st, g: a.guard, shown: req.PID, log: log, push: s.otlp}
+	out, err := s.run(ctx, &run, sh.hooks())
+	if out != nil && out.Pushes != nil {
+		go s.logPushes(log, out.Pushes)
 	}
-	out, err := s.run(ctx, req, hooks)
 	end := &End{}
 	var pprof []byte
 	if out != nil {
 		end.Why, end.Final = out.Why, out.Final
 		if rerr := out.Err(req.Roots); rerr != nil {
 			end.Error = rerr.Error()
+		}
+		if out.Withheld != nil {
+			end.Error = withheldError(out.Withheld).Error()
+			end.Final = sh.vouched()
 		}
 		if out.Profile != nil {
 			if end.Output, err = Render(out.Profile, req); err == nil {
@@ -391,17 +321,14 @@ func (s *Server) startSession(w http.ResponseWriter, r *http.Request) {
 		end.Error = err.Error()
 	}
 	s.finish(x, end.Final, pprof)
-	st.mu.Lock()
-	started := st.started
-	st.mu.Unlock()
-	if !started {
+	if !st.isStarted() {
 		// Failed before the probes were in: a plain error answer.
 		code := http.StatusBadRequest
 		if errors.Is(err, ErrNotAllowed) {
 			code = http.StatusForbidden
 		}
 		log.Info("session failed", "error", end.Error)
-		writeError(w, code, "%s", end.Error)
+		writeError(w, code, errors.New(end.Error))
 		return
 	}
 	st.send(Message{Type: MsgEnd, End: end})
@@ -419,18 +346,96 @@ func (s *Server) run(ctx context.Context, req *Request, h Hooks) (out *Outcome, 
 	return Run(ctx, req, func() *calibrate.Result { return s.Calibration }, h)
 }
 
+// sessionHooks pass a running session's reports to its client, each
+// only once the guard has vouched that the target was still the
+// client's when it was collected.
+type sessionHooks struct {
+	x     *session
+	st    *stream
+	g     *guard // nil for root
+	shown int    // the target's pid as the client named it
+	log   *slog.Logger
+	push  *OTLP // nil: no OTLP export
+
+	mu   sync.Mutex
+	last daemon.Progress // the last progress vouched for
+}
+
+// vouch says whether a report may go to the client.
+func (h *sessionHooks) vouch() bool { return h.g == nil || h.g.vouch() == nil }
+
+func (h *sessionHooks) vouched() daemon.Progress {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.last
+}
+
+func (h *sessionHooks) hooks() Hooks {
+	hk := Hooks{
+		Prepared: func(*daemon.Prepared) error {
+			// Still the caller's to trace, the plan made, just before
+			// the probes go in.
+			if h.g != nil {
+				return h.g.check()
+			}
+			return nil
+		},
+		Started: func(info Started) {
+			if !h.vouch() {
+				return
+			}
+			info.PID = h.shown
+			h.x.mu.Lock()
+			h.x.progress.Functions, h.x.progress.Probes = info.Functions, info.Probes
+			h.x.mu.Unlock()
+			h.st.start()
+			h.st.send(Message{Type: MsgStarted, Started: &info})
+			h.log.Info("session started", "functions", info.Functions, "probes", info.Probes)
+		},
+		Progress: func(p daemon.Progress) {
+			if !h.vouch() {
+				return
+			}
+			h.mu.Lock()
+			h.last = p
+			h.mu.Unlock()
+			h.x.mu.Lock()
+			h.x.progress = p
+			h.x.mu.Unlock()
+			h.st.send(Message{Type: MsgProgress, Progress: &p})
+		},
+		Warn: func(text string) {
+			if h.vouch() {
+				h.st.send(Message{Type: MsgWarning, Text: text})
+			}
+		},
+		Demoted: func(d hybrid.Demotion) {
+			if h.vouch() {
+				h.st.send(Message{Type: MsgDemotion, Demotion: &d})
+			}
+		},
+		Stopping: func(why string) { h.st.send(Message{Type: MsgStopping, Text: why}) },
+		Log:      h.log,
+		Push:     h.push,
+	}
+	if h.g != nil {
+		hk.Withhold = h.g.check
+	}
+	return hk
+}
+
 // lookup returns a session the caller may see.
 func (s *Server) lookup(w http.ResponseWriter, r *http.Request) *session {
 	who, ok := peer(r)
 	if !ok {
-		writeError(w, http.StatusForbidden, "no peer credentials: connect through the unix socket")
+		writeError(w, http.StatusForbidden, errors.New("no peer credentials: connect through the unix socket"))
 		return nil
 	}
 	s.mu.Lock()
 	x := s.sessions[r.PathValue("id")]
 	s.mu.Unlock()
 	if x == nil || (who.UID != 0 && x.owner.UID != who.UID) {
-		writeError(w, http.StatusNotFound, "no session %q", r.PathValue("id"))
+		writeError(w, http.StatusNotFound, fmt.Errorf("no session %q", r.PathValue("id")))
 		return nil
 	}
 	return x
@@ -453,9 +458,9 @@ func (s *Server) sessionProfile(w http.ResponseWriter, r *http.Request) {
 	x.mu.Unlock()
 	switch {
 	case running:
-		writeError(w, http.StatusConflict, "session %s is still running", x.id)
+		writeError(w, http.StatusConflict, fmt.Errorf("session %s is still running", x.id))
 	case pprof == nil:
-		writeError(w, http.StatusNotFound, "session %s has no profile", x.id)
+		writeError(w, http.StatusNotFound, fmt.Errorf("session %s has no profile", x.id))
 	default:
 		w.Header().Set("Content-Type", "application/octet-stream")
 		w.Write(pprof)
@@ -465,7 +470,7 @@ func (s *Server) sessionProfile(w http.ResponseWriter, r *http.Request) {
 func (s *Server) listSessions(w http.ResponseWriter, r *http.Request) {
 	who, ok := peer(r)
 	if !ok {
-		writeError(w, http.StatusForbidden, "no peer credentials: connect through the unix socket")
+		writeError(w, http.StatusForbidden, errors.New("no peer credentials: connect through the unix socket"))
 		return
 	}
 	list := []SessionInfo{}

@@ -413,3 +413,43 @@ func TestMoments(t *testing.T) {
 		t.Error("no observations or one: want mean and standard error 0")
 	}
 }
+
+// TestClone: a clone has every node's numbers, its own nodes, and grows
+// apart from the original.
+func TestClone(t *testing.T) {
+	tree := NewTree()
+	a := tree.Root.Child(1)
+	a.Calls, a.Wall, a.Samples, a.Incomplete, a.Folded = 3, 300, 2, true, 1
+	a.CallGaps.Add(5)
+	b := a.Child(2)
+	b.Calls, b.Wall, b.CallsEstimated, b.CallsError = 5, 100, true, 0.1
+	a.Child(3).Calls = 7
+	c := tree.Clone()
+	merged := NewTree()
+	merged.Merge(tree)
+	if got, want := dumpAll(c), dumpAll(merged); got != want {
+		t.Errorf("clone\n%s\nwant, as a merge into an empty tree makes it,\n%s", got, want)
+	}
+	c.Root.Children[0].Calls++
+	c.Root.Children[0].Child(4).Calls = 1
+	if a.Calls != 3 || len(a.Children) != 2 {
+		t.Errorf("the original changed with its clone: %d calls, %d children", a.Calls, len(a.Children))
+	}
+	if c.Root.Children[0].Parent != c.Root || c.Root.Children[0].Children[0].Parent != c.Root.Children[0] {
+		t.Error("a clone's parents are not its own nodes")
+	}
+}
+
+// dumpAll renders every node of t with its numbers, parents first.
+func dumpAll(t *Tree) string {
+	var b strings.Builder
+	t.Root.Walk(func(n *Node) {
+		fmt.Fprintf(&b, "%v %+v\n", n.Path(), struct {
+			Calls, Wall, Samples, Folded uint64
+			Incomplete, CallsEstimated   bool
+			CallsError                   float64
+			CallGaps                     Moments
+		}{n.Calls, n.Wall, n.Samples, n.Folded, n.Incomplete, n.CallsEstimated, n.CallsError, n.CallGaps})
+	})
+	return b.String()
+}

@@ -188,6 +188,13 @@ func (p *Proc) Pid() int { return p.Cmd.Process.Pid }
 // minutes of silence or at the end of the output.
 func (p *Proc) Line(t testing.TB) string {
 	t.Helper()
+	return p.LineWithin(t, 2*time.Minute)
+}
+
+// LineWithin is Line failing after d of silence: for work that runs
+// long under every probe (exact mode on a large program).
+func (p *Proc) LineWithin(t testing.TB, d time.Duration) string {
+	t.Helper()
 	type result struct {
 		s   string
 		err error
@@ -204,8 +211,8 @@ func (p *Proc) Line(t testing.TB) string {
 		}
 		p.Output.WriteString(r.s)
 		return strings.TrimSuffix(r.s, "\n")
-	case <-time.After(2 * time.Minute):
-		t.Fatalf("the target printed nothing for 2 minutes (so far: %q)", p.Output.String())
+	case <-time.After(d):
+		t.Fatalf("the target printed nothing for %s (so far: %q)", d, p.Output.String())
 		return ""
 	}
 }
@@ -221,8 +228,14 @@ func (p *Proc) Send(t testing.TB, cmd string) {
 // Run sends "run n" and returns the "done ..." line.
 func (p *Proc) Run(t testing.TB, n int) string {
 	t.Helper()
+	return p.RunWithin(t, n, 2*time.Minute)
+}
+
+// RunWithin is Run waiting up to d for the answer.
+func (p *Proc) RunWithin(t testing.TB, n int, d time.Duration) string {
+	t.Helper()
 	p.Send(t, fmt.Sprintf("run %d", n))
-	line := p.Line(t)
+	line := p.LineWithin(t, d)
 	if !strings.HasPrefix(line, "done ") {
 		t.Fatalf("target answered %q to run", line)
 	}
