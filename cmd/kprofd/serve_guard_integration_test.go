@@ -111,7 +111,7 @@ func TestServeExecSetuid(t *testing.T) {
 	}
 	why := fmt.Sprintf("not allowed: pid %d ran a new program (exec), which may run with other credentials (setuid)", pid)
 	stderr := c.stderr.String()
-	if !strings.Contains(stderr, "kprofd: "+why+"; detached") || !strings.Contains(stderr, why+"; the session ended and delivers nothing") {
+	if !strings.Contains(stderr, "kprofd: "+why+"; detached") || !strings.Contains(stderr, why+"; nothing is delivered") {
 		t.Errorf("the client is not told why in its last lines:\n%s", stderr)
 	}
 	checkNoOutput(t, dir)
@@ -168,7 +168,7 @@ func TestServeNotOwned(t *testing.T) {
 	if code := c.wait(t); code != 1 {
 		t.Errorf("the client exited %d, want 1; stderr:\n%s", code, c.stderr.String())
 	}
-	if s := c.stderr.String(); !strings.Contains(s, fmt.Sprintf("pid %d is not dumpable", pid)) || !strings.Contains(s, "the session ended and delivers nothing") {
+	if s := c.stderr.String(); !strings.Contains(s, fmt.Sprintf("pid %d is not dumpable", pid)) || !strings.Contains(s, "; nothing is delivered") {
 		t.Errorf("the client is not told why:\n%s", s)
 	}
 	checkNoOutput(t, dir)
@@ -189,7 +189,7 @@ func TestServeNotOwned(t *testing.T) {
 		t.Fatalf("target printed %q", line)
 	}
 	c = attachAsUser(t, bin, dir, u, "--socket", sv.socket, "-p", fmt.Sprint(capable.Pid()), "--root", "serve")
-	checkRefused(t, c, dir, fmt.Sprintf("kprofd: not allowed: the kernel would not let you read-trace pid %d", capable.Pid()))
+	checkRefused(t, c, dir, fmt.Sprintf("kprofd: not allowed: the kernel denies you read-trace of pid %d", capable.Pid()))
 	exitTarget(t, capable)
 	if m := sv.metrics(t); m[service.MetricSessionsRefused] != 2 || m[service.MetricProbes] != 0 {
 		t.Errorf("metrics: %v refused, %v probes; want 2 and 0", m[service.MetricSessionsRefused], m[service.MetricProbes])

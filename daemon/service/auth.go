@@ -79,11 +79,11 @@ func Authorize(peer Peer, pid int, t Target) error {
 			ErrNotAllowed, pid, t.UIDs[1], uid)
 	}
 	if t.UIDs[0] != uid || t.UIDs[2] != uid || t.GIDs[0] != gid || t.GIDs[1] != gid || t.GIDs[2] != gid {
-		return fmt.Errorf("%w: pid %d changed its credentials (uids %d/%d/%d, gids %d/%d/%d against your %d/%d); as with ptrace, only root may trace it",
+		return fmt.Errorf("%w: pid %d changed its credentials (uids %d/%d/%d, gids %d/%d/%d; yours %d/%d); only root may trace it",
 			ErrNotAllowed, pid, t.UIDs[0], t.UIDs[1], t.UIDs[2], t.GIDs[0], t.GIDs[1], t.GIDs[2], uid, gid)
 	}
 	if uint64(t.Owner) != uid {
-		return fmt.Errorf("%w: pid %d is not dumpable (prctl PR_SET_DUMPABLE, or it changed credentials); as with ptrace, only root may trace it",
+		return fmt.Errorf("%w: pid %d is not dumpable (PR_SET_DUMPABLE, or changed credentials); only root may trace it",
 			ErrNotAllowed, pid)
 	}
 	return nil

@@ -38,6 +38,10 @@ func TestAuthorize(t *testing.T) {
 				t.Errorf("allowed, want a refusal saying %q", tc.refuse)
 			case tc.refuse != "" && (!errors.Is(err, ErrNotAllowed) || !strings.Contains(err.Error(), tc.refuse) || strings.Contains(err.Error(), "\n")):
 				t.Errorf("refusal %q, want one line saying %q", err, tc.refuse)
+			case err != nil && len("kprofd: "+withheldError(err).Error())+len("4194304")-len("1234") > 160:
+				// The client prints it, the longest way, past 160 columns
+				// broken onto two lines.
+				t.Errorf("refusal %q does not fit 160 columns when a session is withheld for it", err)
 			}
 		})
 	}

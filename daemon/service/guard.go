@@ -154,5 +154,5 @@ func (g *guard) close() {
 // withheldError is why a session's collection is withheld from its
 // client.
 func withheldError(err error) error {
-	return fmt.Errorf("%w; the session ended and delivers nothing", err)
+	return fmt.Errorf("%w; nothing is delivered", err)
 }

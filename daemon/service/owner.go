@@ -169,7 +169,7 @@ func checkOwner(who client, pidfd, pid, shown int) error {
 	}
 	switch err := kernelMayRead(who.UID, who.GID, pid); {
 	case refusedByKernel(err):
-		return fmt.Errorf("%w: the kernel would not let you read-trace pid %d (it has capabilities you lack, or another reason); only root may trace it",
+		return fmt.Errorf("%w: the kernel denies you read-trace of pid %d (capabilities you lack, or another reason); only root may trace it",
 			ErrNotAllowed, shown)
 	case goneFromKernel(err):
 		return fmt.Errorf("pid %d exited", shown)
