@@ -121,6 +121,19 @@ func (s *Session) addFunctions(p *cct.Profile) {
 	p.Functions, p.Mappings = slices.Clone(t.functions), slices.Clone(t.mappings)
 }
 
+// warmFunctionTable makes the plan's part of the function table once the
+// session has attached all it will, while the target runs: a DWARF line
+// lookup per function, most of a second for a program of a few thousand
+// functions with debug information, which the end of the session would
+// otherwise wait for. Stop, when it comes first, makes it instead.
+func (s *Session) warmFunctionTable() {
+	defer close(s.tableMade)
+	<-s.attached
+	if !s.stopping.Load() {
+		s.addFunctions(&cct.Profile{})
+	}
+}
+
 // functionTable is the functions and mappings of a session's profiles.
 type functionTable struct {
 	mu        sync.Mutex

@@ -73,6 +73,7 @@ type Session struct {
 	// (Attached).
 	attached     chan struct{}
 	attachedOnce sync.Once
+	tableMade    chan struct{} // closed once warmFunctionTable is done
 	// memory is what the last session on the program left (Config.Memory)
 	// when this one starts from it: functions found through indirect
 	// calls start at their remembered stages too.
@@ -262,12 +263,16 @@ func StartPreparedWith(pr *Prepared, cfg Config, pre *Preloaded) (_ *Session, er
 	s.watching = true
 	go s.watchExit()
 	if cfg.Mode == ModeHybrid && s.memory == nil && cfg.Predict && !cfg.Alloc && s.predict(st.model, opt) {
+		s.tableMade = make(chan struct{})
+		go s.warmFunctionTable()
 		return s, nil
 	}
 	if err := s.attachAll(st.model, opt, st.remembered, st.rememberedSync); err != nil {
 		return nil, err
 	}
 	s.markAttached()
+	s.tableMade = make(chan struct{})
+	go s.warmFunctionTable()
 	go s.run()
 	return s, nil
 }
@@ -746,6 +751,9 @@ func (s *Session) Close() error {
 	}
 	s.closed = true
 	_, err := s.Stop()
+	if s.tableMade != nil {
+		<-s.tableMade
+	}
 	return errors.Join(err, s.release())
 }
 
