@@ -232,8 +232,12 @@ type SessionEnd struct {
 // indirect calls), but those whose probes linger (the
 // next session demotes them with their caller, lingering again) and
 // those that started demoted and that nothing saw called since, whose
-// memory goes stale. A function the prior started demoted goes stale
-// only once staleBursts bursts had it and saw it called in none: a whole
+// memory goes stale. A function that started demoted to sampling (by
+// the memory or the prior) goes stale only once staleBursts bursts had
+// it and saw it called in none: with no entry probe, nothing else could
+// see it called, and a session of a few seconds has too few bursts to
+// look at most of them (forgetting them all made every other session
+// on the JSON parser attach 800 functions more). A whole
 // burst sees one call of the roots, and a function that runs in one
 // request of five (one of the parser's five kinds of input, each with
 // its own hot character-level helpers) is missing from a few of them
@@ -254,9 +258,11 @@ func Memorize(funcs []*plan.Func, exe string, roots []string, budget float64, e 
 		if st == StageFull && !ns {
 			continue
 		}
-		// Started demoted and not seen called since: stale, unless
-		// only predicted and never looked at by a burst.
-		if e.Remembered[id] && !e.Called(id) && (!e.Predicted[id] || e.Bursted(id) >= staleBursts) {
+		// Started demoted and not seen called since: stale once
+		// something could have seen it called, its entry probe (a
+		// remembered function not demoted to sampling) or staleBursts
+		// bursts that had it.
+		if e.Remembered[id] && !e.Called(id) && (st != StageSampled && !e.Predicted[id] || e.Bursted(id) >= staleBursts) {
 			continue
 		}
 		mf.Funcs = append(mf.Funcs, rememberedStage{Object: objectIdentity(f.Node.Obj), Addr: f.Node.Func.Addr,

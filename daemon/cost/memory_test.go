@@ -145,6 +145,7 @@ func TestMemory(t *testing.T) {
 	// A function whose probes still linger is left to the closure.
 	end.Remembered = map[int]bool{leaf: true, caller: true}
 	end.Called = func(id int) bool { return id == caller }
+	end.Bursted = func(int) int { return staleBursts }
 	lingers := below[slices.IndexFunc(below, func(j int) bool { return j != caller })]
 	end.Lingering = map[int]bool{lingers: true}
 	again := Memorize(pl.Funcs, exe.Path(), nil, 0.10, end)
@@ -159,17 +160,30 @@ func TestMemory(t *testing.T) {
 		t.Error("the root is remembered, or missing from the plan")
 	}
 
-	// A function the prior started demoted that nothing saw called is
-	// kept until staleBursts bursts had it (it is not known idle), and
-	// goes stale once that many had it and saw nothing.
-	end.Predicted = map[int]bool{leaf: true}
-	for _, bursts := range []int{0, 1, staleBursts - 1, staleBursts} {
-		end.Bursted = func(int) int { return bursts }
-		kept := slices.ContainsFunc(Memorize(pl.Funcs, exe.Path(), nil, 0.10, end).Funcs, func(r rememberedStage) bool {
-			return r.Name == pl.Funcs[leaf].Node.Func.Name
-		})
-		if kept != (bursts < staleBursts) {
-			t.Errorf("predicted %s, not called, in %d bursts: remembered %v", m.name(leaf), bursts, kept)
+	// A function started demoted to sampling, by the prior or the
+	// memory, that nothing saw called is kept until staleBursts bursts
+	// had it (it is not known idle), and goes stale once that many had
+	// it and saw nothing.
+	// One whose entry probe stayed in goes stale at once: its probe
+	// would have counted a call.
+	end.Bursted = func(int) int { return 0 }
+	if kept := slices.ContainsFunc(Memorize(pl.Funcs, exe.Path(), nil, 0.10, end).Funcs, func(r rememberedStage) bool {
+		return r.Name == pl.Funcs[leaf].Node.Func.Name
+	}); kept != (end.Stages[leaf] == StageSampled) {
+		t.Errorf("%s, remembered at stage %v, not called, in no burst: kept %v", m.name(leaf), end.Stages[leaf], kept)
+	}
+	end.Stages = slices.Clone(end.Stages)
+	end.Stages[leaf] = StageSampled
+	for _, predicted := range []bool{true, false} {
+		end.Predicted = map[int]bool{leaf: predicted}
+		for _, bursts := range []int{0, 1, staleBursts - 1, staleBursts} {
+			end.Bursted = func(int) int { return bursts }
+			kept := slices.ContainsFunc(Memorize(pl.Funcs, exe.Path(), nil, 0.10, end).Funcs, func(r rememberedStage) bool {
+				return r.Name == pl.Funcs[leaf].Node.Func.Name
+			})
+			if kept != (bursts < staleBursts) {
+				t.Errorf("%s started sampled (predicted %v), not called, in %d bursts: remembered %v", m.name(leaf), predicted, bursts, kept)
+			}
 		}
 	}
 }
