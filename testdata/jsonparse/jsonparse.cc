@@ -1373,8 +1373,17 @@ int main()
 	fflush(stdout);
 	char line[64];
 	while (fgets(line, sizeof line, stdin)) {
-		int n;
-		if (sscanf(line, "run %d", &n) == 1) {
+		int n, k;
+		if (sscanf(line, "repeat %d %d", &n, &k) == 2) {
+			// The same request n times: every call does the same work.
+			uint64_t sum = 0;
+			parse_errors = 0;
+			json::is_ws_calls = 0;
+			for (int i = 0; i < n; i++)
+				sum += handle_request(k);
+			printf("done %llu %ld %lu\n", static_cast<unsigned long long>(sum), parse_errors, json::is_ws_calls);
+			fflush(stdout);
+		} else if (sscanf(line, "run %d", &n) == 1) {
 			uint64_t sum = 0;
 			parse_errors = 0;
 			json::is_ws_calls = 0;
