@@ -99,6 +99,11 @@ func TestCrossCheckAgree(t *testing.T) {
 		{900, 1000, 1, false, false, 79},
 		{0, 18, 1, false, true, 18},       // every call at an edge
 		{1021, 1000, 1, false, false, 50}, // but those in windows are all hits
+		// Few calls: a floor of two, and nothing judged under ten.
+		{37, 39, 1, false, true, 1},
+		{35, 39, 1, false, false, 1},
+		{0, 8, 0.81, false, true, 0},
+		{0, 13, 0.81, false, false, 0},
 	} {
 		x := CrossCheck{Seen: tc.seen, Hits: tc.hits, Inside: tc.inside, ShareUnknown: tc.unknown, Edges: tc.edges}
 		if got := agree(x); got != tc.want {
