@@ -49,6 +49,10 @@ func TestIndirectCalls(t *testing.T) {
 	}
 }
 
+// minPauseJudged is the shortest pause TestDiscoverPlugin checks is not
+// the caller's time.
+const minPauseJudged = 10 * time.Millisecond
+
 // TestDiscoverPlugin loads a library after kprofd attached and calls its
 // function through the pointer dlsym returned, inside a root: the site
 // probe on that call reports the target, kprofd reads the new mapping and
@@ -133,7 +137,13 @@ func TestDiscoverPlugin(t *testing.T) {
 				if caller == nil {
 					t.Fatal("no context plug_loop;probe_plugin")
 				}
-				if self := time.Duration(caller.Self()); self*2 > found[0].Latency {
+				// A pause of a millisecond or two cannot be told from
+				// the probes' noise in probe_plugin's own time (3 ms
+				// once on a loaded machine): judged from minPauseJudged.
+				switch self := time.Duration(caller.Self()); {
+				case found[0].Latency < minPauseJudged:
+					t.Logf("probe_plugin, paused for %s (too short to judge), holds %s of its own", found[0].Latency, self)
+				case self*2 > found[0].Latency:
 					t.Errorf("probe_plugin, paused for its callee's probes for about %s, holds %s of its own", found[0].Latency, self)
 				}
 			}
