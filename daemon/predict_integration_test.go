@@ -80,23 +80,29 @@ const wholeRequest = 2
 const maxWholeBounds = 3
 
 // repeatRequest returns a run for hybridJSON's target and ref that makes
-// wholeRequest n times in each and checks that they answer alike.
+// wholeRequest n times in each.
 func repeatRequest(t *testing.T, target, ref *testtarget.Proc) func(n int) {
 	return func(n int) {
 		t.Helper()
-		cmd := fmt.Sprintf("repeat %d %d", n, wholeRequest)
-		target.Send(t, cmd)
-		ref.Send(t, cmd)
-		if got, want := target.Line(t), ref.Line(t); got != want || !strings.HasPrefix(got, "done ") {
-			t.Fatalf("output changed under the probes: %q, un-probed %q", got, want)
-		}
+		askBoth(t, target, ref, fmt.Sprintf("repeat %d %d", n, wholeRequest))
+	}
+}
+
+// askBoth sends cmd to target, then to ref, and fails unless both answer
+// the same "done" line: the probes must not change what the target
+// computes.
+func askBoth(t *testing.T, target, ref *testtarget.Proc, cmd string) {
+	t.Helper()
+	got, want := target.Ask(t, cmd), ref.Ask(t, cmd)
+	if got != want {
+		t.Fatalf("output changed under the probes: %q, un-probed %q", got, want)
 	}
 }
 
 // TestHybridWholeBursts runs a predicting session on testdata/jsonparse,
-// the same request again and again, until its whole bursts have taken enough requests to estimate from
-// (minAnchorFrames, 3): with a thousand functions
-// demoted at the start, most below others that are, bursts taken in
+// the same request again and again, until its whole bursts have taken
+// enough requests to estimate from (minAnchorFrames, 3): with a thousand
+// functions demoted at the start, most below others that are, bursts taken in
 // turn would reach few of them, so each burst has every demoted
 // function's entries back for whole requests.
 // handle_request calls fnv1a() exactly once per request (on the bytes
@@ -396,8 +402,6 @@ func hybridJSON(t *testing.T, budget float64, predict bool, ringBytes ...int) (s
 	t.Cleanup(func() { s.Close() })
 	return s, target, ref, func(n int) {
 		t.Helper()
-		if got, want := target.Run(t, n), ref.Run(t, n); got != want {
-			t.Fatalf("output changed under the probes: %q, un-probed %q", got, want)
-		}
+		askBoth(t, target, ref, fmt.Sprintf("run %d", n))
 	}
 }

@@ -121,6 +121,12 @@ func (s *Session) addFunctions(p *cct.Profile) {
 	p.Functions, p.Mappings = slices.Clone(t.functions), slices.Clone(t.mappings)
 }
 
+// warmFunctionTableLater starts warmFunctionTable; Close waits for it.
+func (s *Session) warmFunctionTableLater() {
+	s.tableMade = make(chan struct{})
+	go s.warmFunctionTable()
+}
+
 // warmFunctionTable makes the plan's part of the function table once the
 // session has attached all it will, while the target runs: a DWARF line
 // lookup per function, most of a second for a program of a few thousand

@@ -263,16 +263,14 @@ func StartPreparedWith(pr *Prepared, cfg Config, pre *Preloaded) (_ *Session, er
 	s.watching = true
 	go s.watchExit()
 	if cfg.Mode == ModeHybrid && s.memory == nil && cfg.Predict && !cfg.Alloc && s.predict(st.model, opt) {
-		s.tableMade = make(chan struct{})
-		go s.warmFunctionTable()
+		s.warmFunctionTableLater()
 		return s, nil
 	}
 	if err := s.attachAll(st.model, opt, st.remembered, st.rememberedSync); err != nil {
 		return nil, err
 	}
 	s.markAttached()
-	s.tableMade = make(chan struct{})
-	go s.warmFunctionTable()
+	s.warmFunctionTableLater()
 	go s.run()
 	return s, nil
 }

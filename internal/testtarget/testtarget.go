@@ -234,10 +234,22 @@ func (p *Proc) Run(t testing.TB, n int) string {
 // RunWithin is Run waiting up to d for the answer.
 func (p *Proc) RunWithin(t testing.TB, n int, d time.Duration) string {
 	t.Helper()
-	p.Send(t, fmt.Sprintf("run %d", n))
+	return p.askWithin(t, fmt.Sprintf("run %d", n), d)
+}
+
+// Ask sends a command that does work ("run n", "repeat n i") and returns
+// its "done ..." line.
+func (p *Proc) Ask(t testing.TB, cmd string) string {
+	t.Helper()
+	return p.askWithin(t, cmd, 2*time.Minute)
+}
+
+func (p *Proc) askWithin(t testing.TB, cmd string, d time.Duration) string {
+	t.Helper()
+	p.Send(t, cmd)
 	line := p.LineWithin(t, d)
 	if !strings.HasPrefix(line, "done ") {
-		t.Fatalf("target answered %q to run", line)
+		t.Fatalf("target answered %q to %q", line, cmd)
 	}
 	return line
 }

@@ -1367,6 +1367,20 @@ NOINLINE uint64_t handle_request(int i)
 	}
 }
 
+// serve makes n requests, the i-th each time, or request k each time when
+// k is not negative (every call then does the same work), and prints
+// what they returned.
+static void serve(int n, int k)
+{
+	uint64_t sum = 0;
+	parse_errors = 0;
+	json::is_ws_calls = 0;
+	for (int i = 0; i < n; i++)
+		sum += handle_request(k >= 0 ? k : i);
+	printf("done %llu %ld %lu\n", static_cast<unsigned long long>(sum), parse_errors, json::is_ws_calls);
+	fflush(stdout);
+}
+
 int main()
 {
 	printf("ready\n");
@@ -1374,23 +1388,10 @@ int main()
 	char line[64];
 	while (fgets(line, sizeof line, stdin)) {
 		int n, k;
-		if (sscanf(line, "repeat %d %d", &n, &k) == 2) {
-			// The same request n times: every call does the same work.
-			uint64_t sum = 0;
-			parse_errors = 0;
-			json::is_ws_calls = 0;
-			for (int i = 0; i < n; i++)
-				sum += handle_request(k);
-			printf("done %llu %ld %lu\n", static_cast<unsigned long long>(sum), parse_errors, json::is_ws_calls);
-			fflush(stdout);
+		if (sscanf(line, "repeat %d %d", &n, &k) == 2 && k >= 0) {
+			serve(n, k);
 		} else if (sscanf(line, "run %d", &n) == 1) {
-			uint64_t sum = 0;
-			parse_errors = 0;
-			json::is_ws_calls = 0;
-			for (int i = 0; i < n; i++)
-				sum += handle_request(i);
-			printf("done %llu %ld %lu\n", static_cast<unsigned long long>(sum), parse_errors, json::is_ws_calls);
-			fflush(stdout);
+			serve(n, -1);
 		} else if (strncmp(line, "exit", 4) == 0) {
 			return 3;
 		}
