@@ -29,6 +29,10 @@ const (
 	ExitUretprobe
 	// ExitCatch: a probe on a landing pad's first instruction.
 	ExitCatch
+	// ExitReturnSite: a probe in the caller, on the first instruction
+	// the kernel emulates after the call, whose entry probe is on the
+	// call itself (plan.Func.FromCallers).
+	ExitReturnSite
 	// ExitNone: no exit probe (the function only tail-calls); no
 	// measurement, its costs count as zero.
 	ExitNone
@@ -42,6 +46,8 @@ func (c ExitClass) String() string {
 		return "uretprobe"
 	case ExitCatch:
 		return "catch"
+	case ExitReturnSite:
+		return "return site"
 	case ExitNone:
 		return "none"
 	}
@@ -167,6 +173,7 @@ var targets = []target{
 	{Pair{x86.ClassOptimized, ExitRet}, addrCalNop5, addrLoopNop5, loopNop5},
 	{Pair{x86.ClassOptimized, ExitUretprobe}, addrCalNop5U, addrLoopNop5U, loopNop5U},
 	{Pair{x86.ClassEmulated, ExitCatch}, addrCalCatch, addrLoopCatch, loopCatch},
+	{Pair{x86.ClassEmulated, ExitReturnSite}, addrCalCall, addrLoopCall, loopCall},
 }
 
 // Function ids of the calibration probes.
@@ -372,7 +379,7 @@ func readAll(prog *bpf.Program, rd *bpf.Reader) ([]wire.Event, error) {
 //
 // less the adjust time of batch flushes that fell in each interval.
 func computeMeasurement(p Pair, events []wire.Event, calls, batchSize int, base float64) (Measurement, error) {
-	exitKind := map[ExitClass]wire.Kind{ExitRet: wire.KindExit, ExitUretprobe: wire.KindReturn, ExitCatch: wire.KindCatch}[p.Exit]
+	exitKind := map[ExitClass]wire.Kind{ExitRet: wire.KindExit, ExitUretprobe: wire.KindReturn, ExitCatch: wire.KindCatch, ExitReturnSite: wire.KindExit}[p.Exit]
 	type call struct{ entry, exit wire.Event }
 	var cs []call
 	for _, ev := range events {
@@ -476,6 +483,12 @@ func (t target) probes(exe *selfExe, addrs [numAddrs]uintptr) ([]bpf.Probe, erro
 		}
 	}
 
+	if t.pair.Exit == ExitReturnSite {
+		if err := callerProbes(loop, addrs[t.leaf], add); err != nil {
+			return nil, err
+		}
+		return probes, nil
+	}
 	first := leaf[0]
 	if c := x86.ProbeClass(&first); c != t.pair.Entry {
 		return nil, fmt.Errorf("calibration target at %#x starts with a %s instruction, not %s", first.Addr, c, t.pair.Entry)
@@ -503,6 +516,27 @@ func (t target) probes(exe *selfExe, addrs [numAddrs]uintptr) ([]bpf.Probe, erro
 		return probes, add(leaf[1].Addr, idLeaf, wire.KindCatch, 0, 8)
 	}
 	return probes, nil
+}
+
+// callerProbes adds the probes of a leaf counted from its caller, the
+// loop: an entry probe on the loop's call of it (at run-time address
+// leaf) and an exit probe on the first instruction the kernel emulates
+// after the call, both with the slot the call's return address takes.
+func callerProbes(loop []x86.Inst, leaf uintptr, add func(addr uint64, fn uint32, kind wire.Kind, flags uint64, adjust int) error) error {
+	for i, in := range loop {
+		if to, ok := in.Target(); !ok || !in.IsCall() || to != uint64(leaf) {
+			continue
+		}
+		if err := add(in.Addr, idLeaf, wire.KindEntry, 0, -8); err != nil {
+			return err
+		}
+		for _, next := range loop[i+1:] {
+			if x86.ProbeClass(&next) == x86.ClassEmulated {
+				return add(next.Addr, idLeaf, wire.KindExit, 0, -8)
+			}
+		}
+	}
+	return fmt.Errorf("calibration loop has no call of %#x followed by an emulated instruction", leaf)
 }
 
 // function decodes one of this package's assembly functions, at run-time

@@ -9,6 +9,7 @@ func calStepU()
 func calNop5()
 func calNop5U()
 func calCatch()
+func calCall()
 
 func loopPush(n int)
 func loopPushU(n int)
@@ -17,6 +18,7 @@ func loopStepU(n int)
 func loopNop5(n int)
 func loopNop5U(n int)
 func loopCatch(n int)
+func loopCall(n int)
 
 func targetAddrs(a *[numAddrs]uintptr)
 
@@ -36,5 +38,7 @@ const (
 	addrLoopPushU
 	addrLoopStepU
 	addrLoopNop5U
+	addrCalCall
+	addrLoopCall
 	numAddrs
 )

@@ -46,6 +46,12 @@ TEXT ·calCatch(SB), NOSPLIT|NOFRAME, $0-0
 	POPQ BP
 	RET
 
+// Entry single-stepped (lea), as in a function counted from its callers:
+// its probes are on loopCall's call of it and on the jnz after the call.
+TEXT ·calCall(SB), NOSPLIT|NOFRAME, $0-0
+	LEAQ 1(AX), AX
+	RET
+
 // LOOP is the body of a driver loop: call fn CX times (the loop loads
 // its argument n into CX first; the targets leave CX alone). The push is
 // the loop's first emulated instruction, its entry probe.
@@ -93,6 +99,11 @@ TEXT ·loopCatch(SB), NOSPLIT|NOFRAME, $0-8
 	MOVQ n+0(FP), CX
 	LOOP(·calCatch, catchAgain)
 
+// func loopCall(n int)
+TEXT ·loopCall(SB), NOSPLIT|NOFRAME, $0-8
+	MOVQ n+0(FP), CX
+	LOOP(·calCall, callAgain)
+
 // func targetAddrs(a *[numAddrs]uintptr) stores the run-time addresses
 // of the targets, in the order of the addr constants in targets.go: the
 // symbol table may be stripped (go test, go build -s), but the assembler
@@ -127,4 +138,8 @@ TEXT ·targetAddrs(SB), NOSPLIT, $0-8
 	MOVQ AX, 96(DI)
 	LEAQ ·loopNop5U(SB), AX
 	MOVQ AX, 104(DI)
+	LEAQ ·calCall(SB), AX
+	MOVQ AX, 112(DI)
+	LEAQ ·loopCall(SB), AX
+	MOVQ AX, 120(DI)
 	RET

@@ -53,12 +53,17 @@ func BenchmarkCompensation(b *testing.B) {
 	// well under the goal of 300 ns; at 3,000 calls their count alone
 	// moved it by 150 ns.
 	for _, tc := range []struct {
-		exits plan.ExitMode
-		n     int
-	}{{plan.ExitsUretprobe, 24000}, {plan.ExitsRet, 20000}} {
-		b.Run(tc.exits.String(), func(b *testing.B) {
+		exits   plan.ExitMode
+		stepped bool // acc built with -DSTEPPED: single-stepped entries
+		n       int
+	}{{plan.ExitsUretprobe, false, 24000}, {plan.ExitsRet, false, 20000}, {plan.ExitsUretprobe, true, 6000}, {plan.ExitsRet, true, 6000}} {
+		name, flags := tc.exits.String(), []string{"-O2"}
+		if tc.stepped {
+			name, flags = name+"-stepped", append(flags, "-DSTEPPED")
+		}
+		b.Run(name, func(b *testing.B) {
 			dir := b.TempDir()
-			testtarget.Compile(b, dir, "gcc", "-O2", "-o", "acc", filepath.Join(testtarget.Testdata(), "accuracy", "acc.c"))
+			testtarget.Compile(b, dir, "gcc", append(flags, "-o", "acc", filepath.Join(testtarget.Testdata(), "accuracy", "acc.c"))...)
 			target := testtarget.Launch(b, filepath.Join(dir, "acc"))
 			before := parseFigures(b, target.Line(b), "true")
 			if line := target.Line(b); line != "ready" {

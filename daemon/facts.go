@@ -46,6 +46,10 @@ func (s *Session) facts(st bpf.Stats, end uint64) *commentary.Facts {
 		f.Discovery = discoveryFacts(s.disc)
 	}
 	for _, fn := range pl.Funcs {
+		if fn.FromCallers {
+			f.FromCallers++
+			continue
+		}
 		if len(fn.CallSites) > 0 {
 			f.CallSites = append(f.CallSites, commentary.CallSites{Name: fn.Node.Name(), Sites: len(fn.CallSites)})
 		}

@@ -56,6 +56,10 @@ type Facts struct {
 	Untraced  []string
 	CallSites []CallSites
 	Skipped   int
+	// FromCallers counts the functions counted at their calls and the
+	// returns after them, not at their single-stepped entries
+	// (plan.Func.FromCallers).
+	FromCallers int
 }
 
 // Go is a Go program's runtime: its version, and where the layout of

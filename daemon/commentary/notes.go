@@ -265,6 +265,9 @@ func planned(n *Notes, f *Facts) {
 	if len(f.CallSites) > 0 {
 		n.Say(fmt.Sprintf("%s counted at their call sites in the traced code (their entry cannot carry a probe safely): calls from elsewhere not seen (the report lists them)", english.Plural(len(f.CallSites), "function")))
 	}
+	if f.FromCallers > 0 {
+		n.Detail(fmt.Sprintf("%s counted at their calls and the returns after them (the kernel emulates those probes), not at their own entries, which would be single-stepped: nothing else calls them", english.Plural(f.FromCallers, "function")))
+	}
 	if f.Skipped > 0 {
 		n.Say(fmt.Sprintf("%d callees excluded or not traceable (see --dry-run)", f.Skipped))
 	}

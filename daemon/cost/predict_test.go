@@ -42,7 +42,7 @@ func TestPredictRound(t *testing.T) {
 		{"lib_compute far over, its callee along", map[string]float64{"lib_compute": rate("lib_compute", 3*slack), "handle_request": 1000},
 			"lib_helper:all lib_compute:all"},
 		{"two within the slack, over it together", map[string]float64{"parse": rate("parse", 0.6*slack), "lib_compute": rate("lib_compute", 0.6*slack), "handle_request": 1000},
-			"parse:exi lib_compute:exi"}, // the rounds' rule: exits first
+			"parse:exi"}, // the rounds' rule: exits first; parse's, after its calls (plan.Func.FromCallers), are half its cost
 		{"parse over the budget, within the slack", map[string]float64{"parse": rate("parse", 0.9*slack), "handle_request": 1000}, ""},
 		{"the root alone far over", map[string]float64{"handle_request": rate("handle_request", 10)}, ""},
 	} {

@@ -155,6 +155,10 @@ func Attach(prog Attacher, pid int, pl *plan.Plan, opt Options, warnf func(strin
 		}
 	}
 	refused := func(f *plan.Func, p plan.ObjProbe, why error) bool {
+		if p.CallSite && pl.Revert(f) {
+			warnf("%s: the kernel refuses the probe on its call at %#x of %s (%v): it is probed at its own entry instead", f.Node.Name(), p.Addr, p.Obj.Base(), why)
+			return true
+		}
 		if p.CallSite {
 			if pl.DropCallSite(f, p.Obj, p.Addr) {
 				warnf("%s: the kernel refuses the probe on one of its call sites, at %#x of %s (%v); the calls made there are not counted", f.Node.Name(), p.Addr, p.Obj.Base(), why)

@@ -163,6 +163,14 @@ func (pl *Plan) ReplaceEntry(f *Func, refused uint64) (string, bool) {
 			if g != f && g.Untraced == "" && len(g.CallSites) == 0 {
 				taken[codeAddr{g.Node.Obj, g.Entry.Addr}] = true
 			}
+			if g.FromCallers {
+				for _, p := range g.CallSites {
+					taken[codeAddr{p.Obj, p.Addr}] = true
+				}
+				for _, p := range g.Exits {
+					taken[codeAddr{g.Node.Obj, p.Addr}] = true
+				}
+			}
 		}
 		for _, cs := range n.CalledFrom {
 			if at := (codeAddr{cs.Caller.Obj, cs.Addr}); !cs.Cond && !cs.Unsure && !taken[at] {

@@ -77,6 +77,9 @@ type Probe struct {
 	// CallSite marks an entry probe on a call or jump in a caller's code
 	// (see Func.CallSites).
 	CallSite bool
+	// ReturnSite marks an exit probe in a caller's code, after a call of
+	// a function counted from its callers (see Func.FromCallers).
+	ReturnSite bool
 	// SiteIndex is a KindSite probe's index in Plan.Sites.
 	SiteIndex uint32
 }
@@ -96,6 +99,12 @@ type Func struct {
 	// call or jump to it in the traced code (a call rel32, which the
 	// kernel emulates). Calls from anywhere else are not seen.
 	CallSites []ObjProbe
+	// FromCallers marks a function whose entry probe would be single-
+	// stepped and which nothing but direct calls in the traced code
+	// enters: CallSites count its calls, and its Exits sit after them, in
+	// its callers' code (ReturnSite), each on an instruction the kernel
+	// emulates.
+	FromCallers bool
 	// Untraced says why the function has no probes at all: nothing safe
 	// opens its calls. Its callees appear under its caller.
 	Untraced string
@@ -124,7 +133,8 @@ type Func struct {
 	// Notes explains choices worth knowing (an expensive entry, ...).
 	Notes []string
 
-	refused map[uint64]bool // entry addresses the kernel refused (ReplaceEntry)
+	refused  map[uint64]bool // entry addresses the kernel refused (ReplaceEntry)
+	fallback *fallback       // its own probes, when FromCallers (Revert)
 }
 
 // ObjProbe is a probe in a given object: a call site of a function in
@@ -339,6 +349,7 @@ func New(g *callgraph.Graph, p *symbolizer.Process, mode ExitMode) (*Plan, error
 		}
 	}
 	pl.Syncs = append(placeSyncs(p, byFunc), placeSigreturns(p)...)
+	pl.countFromCallers()
 	if err := pl.checkSafe(); err != nil {
 		return nil, fmt.Errorf("internal error, please report: %w", err)
 	}

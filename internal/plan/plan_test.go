@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -50,6 +51,9 @@ func TestPlanCTree(t *testing.T) {
 		funcs := map[string]*Func{}
 		for _, f := range pl.Funcs {
 			funcs[f.Node.Func.Name] = f
+			if len(f.CallSites) > 0 {
+				continue
+			}
 			off, err := f.Node.Obj.FileOffset(f.Entry.Addr)
 			if err != nil || off != f.Entry.Offset {
 				t.Errorf("%s: entry offset %#x, want %#x (%v)", f.Node.Name(), f.Entry.Offset, off, err)
@@ -64,15 +68,18 @@ func TestPlanCTree(t *testing.T) {
 			{"walk", x86.ClassEmulated, 2},           // test; jne
 			{"dispatch", x86.ClassEmulated, 0},       // its tail-call jmp
 			{"check", x86.ClassEmulated, 2},          // test; je (to check.cold)
-			{"parse", x86.ClassStepped, 1},           // mov first, no emulated instruction before ret
 			{"lib_compute", x86.ClassEmulated, 1},
 		} {
 			f := funcs[tc.name]
 			if f == nil {
 				t.Fatalf("%s not in the plan", tc.name)
 			}
-			if f.Entry.Class != tc.class || f.Entry.Kind != wire.KindEntry {
-				t.Errorf("%s: entry %s %s, want %s", tc.name, f.Entry.Kind, f.Entry.Class, tc.class)
+			if e := ownEntry(f); e.Class != tc.class || e.Kind != wire.KindEntry {
+				t.Errorf("%s: entry %s %s, want %s", tc.name, e.Kind, e.Class, tc.class)
+			}
+			if f.FromCallers {
+				checkFromCallers(t, f, len(f.CallSites))
+				continue
 			}
 			switch mode {
 			case ExitsRet:
@@ -93,6 +100,14 @@ func TestPlanCTree(t *testing.T) {
 					t.Errorf("%s: exits %+v, want one uretprobe at %#x", tc.name, f.Exits, want)
 				}
 			}
+		}
+		checkFromCallers(t, funcs["parse"], 3) // mov first, no emulated instruction before ret; called twice by the root, once by main
+		// check's rets, single-stepped, traded for emulated probes at its
+		// two calls; walk calls itself by tail calls, lib_compute is
+		// exported.
+		wantFrom := map[ExitMode]string{ExitsRet: "check parse", ExitsUretprobe: "parse"}[mode]
+		if got := fromCallersNames(pl); got != wantFrom {
+			t.Errorf("exits by %s: counted from their callers: %s, want %s", mode, got, wantFrom)
 		}
 		if !funcs["handle_request"].Root || funcs["walk"].Root {
 			t.Error("root flags wrong")
@@ -138,7 +153,7 @@ func TestPlanSIMD(t *testing.T) {
 			{"cond_fill", 0, x86.ClassEmulated, 0},
 			{"avx_fill", 0, x86.ClassEmulated, 1},    // VEX up to the ret
 			{"avx2_fill", 0, x86.ClassEmulated, 2},   // VEX up to the ret; called by handle_request and wrap_fill
-			{"wrap_fill", 0, x86.ClassStepped, 0},    // its call carries avx2_fill's call-site probe
+			{"wrap_fill", 0, x86.ClassStepped, 0},    // counted from its caller instead (checkFromCallers)
 			{"nop_first", 10, x86.ClassEmulated, 0},  // past the cs nopw the kernel refuses, the push
 			{"avx512_fill", 0, x86.ClassEmulated, 1}, // EVEX up to the ret
 		} {
@@ -150,12 +165,14 @@ func TestPlanSIMD(t *testing.T) {
 				t.Errorf("%s untraced: %s", tc.name, f.Untraced)
 				continue
 			}
-			if len(f.CallSites) != tc.callSites {
+			if f.FromCallers {
+				checkFromCallers(t, f, 1)
+			} else if len(f.CallSites) != tc.callSites {
 				t.Errorf("%s: %d call sites, want %d", tc.name, len(f.CallSites), tc.callSites)
 			}
 			if tc.callSites == 0 {
-				if f.Entry.Addr != f.Node.Func.Addr+tc.offset || f.Entry.Class != tc.class {
-					t.Errorf("%s: entry at +%#x %s, want +%#x %s", tc.name, f.Entry.Addr-f.Node.Func.Addr, f.Entry.Class, tc.offset, tc.class)
+				if e := ownEntry(f); e.Addr != f.Node.Func.Addr+tc.offset || e.Class != tc.class {
+					t.Errorf("%s: entry at +%#x %s, want +%#x %s", tc.name, e.Addr-f.Node.Func.Addr, e.Class, tc.offset, tc.class)
 				}
 				continue
 			}
@@ -172,6 +189,12 @@ func TestPlanSIMD(t *testing.T) {
 			if len(f.Exits) != 1 || f.Exits[0].Kind != wire.KindExit {
 				t.Errorf("%s: exits %+v, want its ret", tc.name, f.Exits)
 			}
+		}
+		// Single-stepped probes (an entry; the rets, by mode) traded for
+		// emulated ones at the calls of functions only ever called.
+		wantFrom := map[ExitMode]string{ExitsRet: "cond_fill do_copy vzu_first wrap_fill", ExitsUretprobe: "wrap_fill"}[mode]
+		if got := fromCallersNames(pl); got != wantFrom {
+			t.Errorf("exits by %s: counted from their callers: %s, want %s", mode, got, wantFrom)
 		}
 		if f := funcs["avx2_only"]; f == nil || !strings.Contains(f.Untraced, "1 conditional tail call") || len(f.EntryProbes()) != 0 || len(f.Exits) != 0 {
 			t.Errorf("avx2_only: want untraced for its conditional tail call, got %+v", f)
@@ -201,4 +224,53 @@ func TestElide(t *testing.T) {
 			t.Errorf("elide(%q, %d) has %d runes", tc.s, tc.n, n)
 		}
 	}
+}
+
+// checkFromCallers checks that f, whose own entry would be single-stepped,
+// is counted from its callers: an entry probe on each of its calls (a
+// call of it, the slot below the stack pointer) and an emulated exit probe
+// after each, in the code the call returns to.
+func checkFromCallers(t *testing.T, f *Func, calls int) {
+	t.Helper()
+	if f == nil || !f.FromCallers || len(f.CallSites) != calls {
+		t.Fatalf("%+v: want counted from its %d calls", f, calls)
+	}
+	for _, cs := range f.CallSites {
+		in, err := decodeAt(cs.Obj, cs.Addr)
+		to, _ := in.Target()
+		if err != nil || !in.IsCall() || to != f.Node.Func.Addr || !cs.CallSite || cs.Kind != wire.KindEntry || cs.SlotAdjust != -8 || cs.Class != x86.ClassEmulated {
+			t.Errorf("%s: call site %+v on %v (%v)", f.Node.Name(), cs.Probe, in.Op, err)
+		}
+	}
+	if len(f.Exits) > calls {
+		t.Errorf("%s: %d exits for %d calls", f.Node.Name(), len(f.Exits), calls)
+	}
+	for _, e := range f.Exits {
+		in, err := decodeAt(f.Node.Obj, e.Addr)
+		if err != nil || !e.ReturnSite || e.Kind != wire.KindExit || e.Class != x86.ClassEmulated || x86.ProbeClass(&in) != x86.ClassEmulated {
+			t.Errorf("%s: exit %+v on %v (%v)", f.Node.Name(), e, in.Op, err)
+		}
+	}
+}
+
+// ownEntry returns f's own entry probe, as placed before f was counted
+// from its callers, if it was.
+func ownEntry(f *Func) Probe {
+	if f.fallback != nil {
+		return f.fallback.entry
+	}
+	return f.Entry
+}
+
+// fromCallersNames lists the functions of pl counted from their callers,
+// sorted.
+func fromCallersNames(pl *Plan) string {
+	var names []string
+	for _, f := range pl.Funcs {
+		if f.FromCallers {
+			names = append(names, f.Node.Func.Name)
+		}
+	}
+	slices.Sort(names)
+	return strings.Join(names, " ")
 }

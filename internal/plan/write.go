@@ -122,5 +122,8 @@ func exitSummary(f *Func) string {
 	if f.Exits[0].Kind == wire.KindReturn {
 		return "uretprobe"
 	}
+	if f.Exits[0].ReturnSite {
+		return fmt.Sprintf("%d after call", len(f.Exits))
+	}
 	return fmt.Sprintf("%d ret", len(f.Exits))
 }

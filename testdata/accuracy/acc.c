@@ -38,9 +38,19 @@
 
 volatile unsigned sink;
 
+// PROLOGUE makes a function start with push rbx (saving rbx), which the
+// kernel emulates; built with -DSTEPPED it starts with no instruction the
+// kernel emulates before its first branch or loop, so its entry probe is
+// single-stepped.
+#ifdef STEPPED
+#define PROLOGUE()
+#else
+#define PROLOGUE() asm volatile("" ::: "rbx")
+#endif
+
 NOINLINE int tiny(int x)
 {
-	asm volatile("" ::: "rbx"); // saving rbx makes it start with push
+	PROLOGUE();
 	return x * 3 + 1;
 }
 
@@ -66,7 +76,7 @@ static unsigned spin(unsigned n)
 #define SPINNER(name, n)                         \
 	NOINLINE unsigned name(void)             \
 	{                                        \
-		asm volatile("" ::: "rbx");      \
+		PROLOGUE();                      \
 		return spin(n);                  \
 	}
 

@@ -1,0 +1,124 @@
+package plan
+
+import (
+	"debug/elf"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"slices"
+
+	"github.com/kprofd/kprofd/symbolizer"
+)
+
+// maxScan bounds the bytes of one segment or relocation section that
+// functionsReferenced reads.
+const maxScan = 512 << 20
+
+// functionsReferenced returns, for each of the link-time addresses addrs
+// of functions of obj, where obj may refer to it: every position in its
+// executable segments whose 32-bit word, read as a pc-relative
+// displacement (call, jmp, lea: the word ends the instruction, or an
+// 8-bit or 32-bit immediate follows it) or as an absolute address
+// (non-PIE code), names it; every aligned word of its other loaded
+// segments that holds it; and every relocation that writes it. Random
+// bytes may match too: the answer errs on the side of more references,
+// never fewer.
+func functionsReferenced(obj *symbolizer.Mapped, addrs []uint64) (map[uint64][]uint64, error) {
+	want := map[uint64]bool{}
+	lo, hi := ^uint64(0), uint64(0)
+	for _, a := range addrs {
+		want[a] = true
+		lo, hi = min(lo, a), max(hi, a)
+	}
+	refs := map[uint64][]uint64{}
+	f := obj.ELF()
+	for _, p := range f.Progs {
+		if p.Type != elf.PT_LOAD || p.Filesz == 0 {
+			continue
+		}
+		if p.Filesz > maxScan {
+			return nil, fmt.Errorf("segment at %#x is too large to scan", p.Vaddr)
+		}
+		b := make([]byte, p.Filesz)
+		if _, err := p.ReadAt(b, 0); err != nil && err != io.EOF {
+			return nil, err
+		}
+		if p.Flags&elf.PF_X != 0 {
+			scanCode(b, p.Vaddr, lo, hi, f.Type == elf.ET_EXEC, want, refs)
+		} else {
+			scanData(b, p.Vaddr, lo, hi, want, refs)
+		}
+	}
+	return refs, scanRelocs(f, lo, hi, want, refs)
+}
+
+// scanCode records the 32-bit words of code at vaddr that may name one of
+// want (within [lo, hi]), by the position of the word: the displacement
+// of a direct call or jump (e8, e9, 0f 8x before it), or a rip-relative
+// one (a ModRM byte mod 00, rm 101 before it; an 8-bit or 32-bit
+// immediate may follow it); and as absolute addresses too in a non-PIE
+// object (in a PIE one, any small immediate would match). A word that
+// matches by chance only makes more references.
+func scanCode(b []byte, vaddr, lo, hi uint64, absolute bool, want map[uint64]bool, refs map[uint64][]uint64) {
+	for i := 1; i+4 <= len(b); i++ {
+		w := int64(int32(binary.LittleEndian.Uint32(b[i:])))
+		at := vaddr + uint64(i)
+		before := b[i-1]
+		var ends []uint64
+		switch {
+		case before == 0xe8 || before == 0xe9 || before&0xf0 == 0x80 && i >= 2 && b[i-2] == 0x0f:
+			ends = []uint64{at + 4}
+		case before&0xc7 == 0x05:
+			ends = []uint64{at + 4, at + 5, at + 8} // no immediate, imm8, imm32
+		}
+		for _, next := range ends {
+			if t := next + uint64(w); t >= lo && t <= hi && want[t] {
+				refs[t] = append(refs[t], at)
+			}
+		}
+		if t := uint64(uint32(w)); absolute && t >= lo && t <= hi && want[t] {
+			refs[t] = append(refs[t], at)
+		}
+	}
+}
+
+// scanData records the aligned 64-bit words of data at vaddr that hold
+// one of want.
+func scanData(b []byte, vaddr, lo, hi uint64, want map[uint64]bool, refs map[uint64][]uint64) {
+	for i := int((8 - vaddr%8) % 8); i+8 <= len(b); i += 8 {
+		if t := binary.LittleEndian.Uint64(b[i:]); t >= lo && t <= hi && want[t] {
+			refs[t] = append(refs[t], vaddr+uint64(i))
+		}
+	}
+}
+
+// scanRelocs records the relocations of f that write one of want: a
+// relative one by its addend, one against a symbol by the symbol's value
+// plus the addend.
+func scanRelocs(f *elf.File, lo, hi uint64, want map[uint64]bool, refs map[uint64][]uint64) error {
+	syms, _ := f.DynamicSymbols() // none: only relative relocations
+	for _, s := range f.Sections {
+		if s.Type != elf.SHT_RELA || s.Size > maxScan {
+			continue
+		}
+		b, err := s.Data()
+		if err != nil {
+			return err
+		}
+		for i := 0; i+24 <= len(b); i += 24 {
+			off := binary.LittleEndian.Uint64(b[i:])
+			info := binary.LittleEndian.Uint64(b[i+8:])
+			t := binary.LittleEndian.Uint64(b[i+16:]) // the addend
+			if sym := info >> 32; sym > 0 {
+				if int(sym) > len(syms) {
+					continue
+				}
+				t += syms[sym-1].Value
+			}
+			if t >= lo && t <= hi && want[t] && !slices.Contains(refs[t], off) {
+				refs[t] = append(refs[t], off)
+			}
+		}
+	}
+	return nil
+}
