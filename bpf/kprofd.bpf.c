@@ -102,10 +102,14 @@ static __always_inline void site(struct pt_regs *ctx, struct kprofd_thread *th, 
 // which looks for a root frame on it, and until the verdict comes the
 // thread's events all go out (the daemon keeps those the verdict says
 // were inside a root).
-static __always_inline void seed(struct pt_regs *ctx, struct kprofd_thread *th, __u32 tid, __u8 kind, __u64 delta)
+static __always_inline void seed(struct pt_regs *ctx, struct kprofd_thread *th, __u32 tid, __u8 kind, __u64 cookie, __u64 delta)
 {
 	th->root_slot = PENDING_SLOT; // the context is new: entered is 0
-	__u8 flags = FLAG_SEED | (kind == KIND_ENTRY ? FLAG_AT_ENTRY : 0);
+	// An entry probe in the function's own code: the innermost frame is
+	// the function's. On a call of it (a slot below the stack pointer),
+	// the innermost frame is its caller's.
+	__u8 at_entry = kind == KIND_ENTRY && (__s16)(cookie >> 48) >= 0;
+	__u8 flags = FLAG_SEED | (at_entry ? FLAG_AT_ENTRY : 0);
 	if (capture(PT_REGS_IP(ctx), PT_REGS_SP(ctx), PT_REGS_FP(ctx), delta, th, tid, KIND_STACK, flags)) {
 		count(STAT_SEEDS, 1);
 		return;
@@ -320,7 +324,7 @@ static __always_inline int handle(struct pt_regs *ctx)
 			if ((cookie & COOKIE_ROOT) || check) {
 				th = goroutine(goid, 1);
 				if (th && check)
-					seed(ctx, th, tid, kind, delta);
+					seed(ctx, th, tid, kind, cookie, delta);
 			}
 		}
 	} else {
@@ -330,7 +334,7 @@ static __always_inline int handle(struct pt_regs *ctx)
 		if (!th && ((cookie & COOKIE_ROOT) || check)) {
 			th = new_thread(task, tid);
 			if (th && check)
-				seed(ctx, th, tid, kind, 0);
+				seed(ctx, th, tid, kind, cookie, 0);
 		}
 	}
 	if (!th) {

@@ -65,8 +65,9 @@ struct bpf_perf_event_data {
 #define FLAG_BURST 4
 // The real stack of a thread at its first probe hit, which may be inside a
 // root already (it was running when kprofd attached): the daemon answers
-// through the seeds map. With FLAG_AT_ENTRY the hit is an entry probe's,
-// whose function's frame the entry event opens.
+// through the seeds map. With FLAG_AT_ENTRY the hit is an entry probe's in
+// the function's own code, whose frame the entry event opens (not a
+// probe on a call of it, which sits in the caller's frame).
 #define FLAG_SEED 8
 #define FLAG_AT_ENTRY 16
 // An allocation sample: the stack of an allocator's entry in byte

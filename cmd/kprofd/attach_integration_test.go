@@ -520,7 +520,7 @@ func TestCalibrate(t *testing.T) {
 	if err := json.Unmarshal(out, &r); err != nil {
 		t.Fatalf("calibrate --json printed %s: %v", out, err)
 	}
-	if !r.Quick || len(r.Measurements) != 7 {
+	if !r.Quick || len(r.Measurements) != 8 { // 3 entry classes × 2 exits, catch, return site
 		t.Fatalf("calibration %+v", r)
 	}
 	for _, m := range r.Measurements {

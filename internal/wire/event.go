@@ -102,8 +102,9 @@ const (
 	// FlagSeed marks the real stack of a thread at its first probe hit,
 	// when the thread was running as kprofd attached: the caller looks
 	// for a root frame on it and answers with bpf.Program.Settle.
-	// FlagAtEntry says the hit was an entry probe's, whose event (next)
-	// opens the innermost frame.
+	// FlagAtEntry says the hit was an entry probe's in the function's own
+	// code, whose event (next) opens the innermost frame (not one on a
+	// call of it, in its caller's frame).
 	FlagSeed    uint8 = 1 << 3
 	FlagAtEntry uint8 = 1 << 4
 	// FlagAlloc marks the KindSample stack of an allocation sampled by
