@@ -85,17 +85,33 @@ func (pl *Plan) countFromCallers() {
 	// A return site may end at another chosen function's call, which
 	// then ends the frame; one dropped for want of return sites frees
 	// its calls, so the others look again.
+	funcOf := map[*callgraph.Node]*Func{}
+	for _, f := range pl.Funcs {
+		funcOf[f.Node] = f
+	}
 	for changed := true; changed; {
 		changed = false
 		calls := map[codeAddr]*Func{}
+		from := map[*Func]bool{}
 		for _, c := range chosen {
+			from[c.f] = true
 			for _, e := range c.entries {
 				calls[codeAddr{e.Obj, e.Addr}] = c.f
 			}
 		}
+		// A caller's exit at ret: its return sites, or its own probe on
+		// that ret (not a uretprobe, whose trampoline costs less than
+		// the trap a return site is priced by).
+		callerExits := func(caller *callgraph.Node, ret uint64) bool {
+			cf := funcOf[caller]
+			if cf == nil || cf.Untraced != "" {
+				return false
+			}
+			return from[cf] || slices.ContainsFunc(cf.Exits, func(p Probe) bool { return p.Kind == wire.KindExit && p.Addr == ret })
+		}
 		kept := chosen[:0]
 		for _, c := range chosen {
-			exits, ok := returnSites(c, calls, occupied)
+			exits, ok := returnSites(c, calls, occupied, callerExits)
 			if !ok {
 				changed = true
 				continue
@@ -189,14 +205,19 @@ func callEntries(f *Func, refs []uint64, occupied map[codeAddr]bool, outside fun
 }
 
 // returnSites places c's exit probes, one after each of its calls
-// (returnSite); false when a call has none.
-func returnSites(c *fromCallers, calls map[codeAddr]*Func, occupied map[codeAddr]bool) ([]Probe, bool) {
+// (returnSite); false when a call has none. Where the caller returns
+// first, its exit ends the call's frame if callerExits says that exit is
+// an int3 probe at that ret or later (priced as a return site is).
+func returnSites(c *fromCallers, calls map[codeAddr]*Func, occupied map[codeAddr]bool, callerExits func(*callgraph.Node, uint64) bool) ([]Probe, bool) {
 	var exits []Probe
 	for i, e := range c.entries {
 		p, ends, err := returnSite(c.callers[i], e.Addr+5, func(a uint64) (*Func, bool) {
 			at := codeAddr{e.Obj, a}
 			return calls[at], occupied[at]
 		})
+		if errors.Is(err, errReachesRet) && callerExits(c.callers[i], p.Addr) {
+			continue
+		}
 		if err != nil {
 			return nil, false
 		}
@@ -221,6 +242,9 @@ func returnSite(caller *callgraph.Node, ret uint64, probed func(uint64) (*Func, 
 		return Probe{}, nil, err
 	}
 	at, depth, ends, err := returnSiteIn(code, ret, caller.BranchTargets, probed)
+	if errors.Is(err, errReachesRet) {
+		return Probe{Addr: at}, nil, err
+	}
 	if err != nil || ends != nil {
 		return Probe{}, ends, err
 	}
@@ -231,6 +255,10 @@ func returnSite(caller *callgraph.Node, ret uint64, probed func(uint64) (*Func, 
 // errNoReturnSite says that no instruction after a call can show its
 // return.
 var errNoReturnSite = errors.New("no instruction after the call the kernel emulates and only its return reaches")
+
+// errReachesRet says that the code after a call reaches the caller's ret
+// first: the caller's exit, if probed there, ends the call's frame too.
+var errReachesRet = errors.New("the caller returns first")
 
 // returnSiteIn finds, in code at ret (a call's return address), the first
 // instruction reached straight-line from ret and only from it (no branch
@@ -248,6 +276,9 @@ func returnSiteIn(code []byte, ret uint64, targets []uint64, probed func(uint64)
 		in, err := x86.Decode(code[off:], at)
 		if err != nil {
 			break
+		}
+		if in.IsRet() {
+			return at, depth, nil, errReachesRet // its own exit probe may be there
 		}
 		g, taken := probed(at)
 		switch {

@@ -2,6 +2,7 @@ package plan
 
 import (
 	"encoding/binary"
+	"errors"
 	"slices"
 	"testing"
 )
@@ -24,8 +25,9 @@ func TestReturnSiteIn(t *testing.T) {
 		{"push right away", []byte{0x53, 0xc3}, nil, 0, 0, -8, false, false},
 		// mov %eax,%ebx; pop %rbx; jmp: one pop on the way.
 		{"pop then jmp", []byte{0x89, 0xc3, 0x5b, 0xeb, 0x00}, nil, 0, 3, -16, false, false},
-		// add $8,%rsp; add %ebx,%eax; pop %rbx; ret: nothing emulated.
-		{"epilogue", []byte{0x48, 0x83, 0xc4, 0x08, 0x01, 0xd8, 0x5b, 0xc3}, nil, 0, 0, 0, false, true},
+		// add $8,%rsp; add %ebx,%eax; pop %rbx; ret: nothing emulated
+		// before the caller returns (errReachesRet, at the ret).
+		{"epilogue", []byte{0x48, 0x83, 0xc4, 0x08, 0x01, 0xd8, 0x5b, 0xc3}, nil, 0, 7, 0, false, true},
 		{"the return address is a jump target", []byte{0x89, 0xc3, 0x75, 0x00}, []uint64{ret}, 0, 0, 0, false, true},
 		{"a jump target before the jcc", []byte{0x89, 0xc3, 0x75, 0x00}, []uint64{ret + 2}, 0, 0, 0, false, true},
 		// mov %eax,%ebx; ...; call next: its entry ends the frame.
@@ -47,9 +49,13 @@ func TestReturnSiteIn(t *testing.T) {
 			}
 			at, depth, ends, err := returnSiteIn(tc.code, ret, tc.targets, probed)
 			switch {
+			case tc.name == "epilogue":
+				if !errors.Is(err, errReachesRet) || at != ret+tc.offset {
+					t.Errorf("at +%d: %v, want the caller's ret at +%d", at-ret, err, tc.offset)
+				}
 			case tc.none:
-				if err == nil {
-					t.Errorf("return site at +%d (ends %v), want none", at-ret, ends)
+				if !errors.Is(err, errNoReturnSite) {
+					t.Errorf("return site at +%d (ends %v, %v), want none", at-ret, ends, err)
 				}
 			case tc.ends:
 				if err != nil || ends != next {

@@ -102,10 +102,11 @@ func TestPlanCTree(t *testing.T) {
 			}
 		}
 		checkFromCallers(t, funcs["parse"], 3) // mov first, no emulated instruction before ret; called twice by the root, once by main
-		// check's rets, single-stepped, traded for emulated probes at its
-		// two calls; walk calls itself by tail calls, lib_compute is
-		// exported.
-		wantFrom := map[ExitMode]string{ExitsRet: "check parse", ExitsUretprobe: "parse"}[mode]
+		// By ret, the single-stepped rets of every function only ever
+		// called are traded for emulated probes at its calls (walk's
+		// last call is followed by its own ret: its exit ends that call
+		// too); lib_compute is exported, dispatch has no ret.
+		wantFrom := map[ExitMode]string{ExitsRet: "check lib_helper parse rare walk", ExitsUretprobe: "parse"}[mode]
 		if got := fromCallersNames(pl); got != wantFrom {
 			t.Errorf("exits by %s: counted from their callers: %s, want %s", mode, got, wantFrom)
 		}
