@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"golang.org/x/arch/x86/x86asm"
 
@@ -125,8 +126,9 @@ func (pl *Plan) countFromCallers() {
 		f := c.f
 		f.fallback = &fallback{entry: f.Entry, exits: f.Exits, notes: f.Notes}
 		f.Entry, f.CallSites, f.Exits, f.FromCallers = Probe{}, c.entries, c.exits, true
-		f.Notes = append(slices.Clone(f.Notes), fmt.Sprintf("calls counted at its %s and their returns after them (emulated), not by single-stepped probes: nothing else calls it",
-			english.Plural(len(c.entries), "call site")))
+		notes := slices.DeleteFunc(slices.Clone(f.Notes), func(n string) bool { return strings.HasPrefix(n, steppedEntryNote) })
+		f.Notes = append(notes, fmt.Sprintf("counted at its %s and after them (emulated probes), not by single-stepped ones: nothing else calls it",
+			english.Plural(len(c.entries), "call")))
 	}
 }
 
@@ -159,13 +161,22 @@ func candidate(f *Func) bool {
 // elsewhere (outside decodes and caches such callers), each in a caller
 // without jumps through a table (whose targets, unknown, may be the call's
 // return address).
-func callEntries(f *Func, refs []uint64, occupied map[codeAddr]bool, outside func(*symbolizer.Func) (*callgraph.Node, []callgraph.DirectCall)) (*fromCallers, bool) {
-	if len(refs) == 0 || len(refs) > maxCallerSites {
+func callEntries(f *Func, refs []reference, occupied map[codeAddr]bool, outside func(*symbolizer.Func) (*callgraph.Node, []callgraph.DirectCall)) (*fromCallers, bool) {
+	obj, to := f.Node.Obj, f.Node.Func.Addr
+	var sites []uint64
+	for _, r := range refs {
+		switch {
+		case !r.short:
+			sites = append(sites, r.at)
+		case shortJumpAt(obj, r.at-1, to):
+			return nil, false // a short jump to it: a tail call
+		}
+	}
+	if len(sites) == 0 || len(sites) > maxCallerSites {
 		return nil, false
 	}
-	obj, to := f.Node.Obj, f.Node.Func.Addr
 	c := &fromCallers{f: f}
-	for _, r := range refs {
+	for _, r := range sites {
 		at := r - 1 // a call rel32's displacement follows its opcode
 		var caller *callgraph.Node
 		for _, cs := range f.Node.CalledFrom {

@@ -85,13 +85,14 @@ func TestScanCode(t *testing.T) {
 	put(0x20, append([]byte{0xe9}, rel(base+0x21)...)...)             // jmp fn
 	put(0x30, append([]byte{0x48, 0x8d, 0x3d}, rel(base+0x33)...)...) // lea fn(%rip),%rdi
 	put(0x40, append([]byte{0x0f, 0x84}, rel(base+0x42)...)...)       // je fn
+	put(0xf0, 0xeb, byte(fn-(base+0xf2)))                             // jmp fn (short)
 	// nopl 0x0(%rax,%rax,1) ending at fn: its zero displacement names
 	// fn as a rel32 would.
 	put(0xf8, 0x0f, 0x1f, 0x84, 0x00, 0x00, 0x00, 0x00, 0x00)
-	refs := map[uint64][]uint64{}
+	refs := map[uint64][]reference{}
 	scanCode(code, base, fn, fn, false, map[uint64]bool{fn: true}, refs)
-	want := []uint64{base + 0x11, base + 0x21, base + 0x33, base + 0x42}
+	want := []reference{{base + 0xf1, true}, {base + 0x11, false}, {base + 0x21, false}, {base + 0x33, false}, {base + 0x42, false}}
 	if got := refs[fn]; !slices.Equal(got, want) {
-		t.Errorf("references %x, want %x", got, want)
+		t.Errorf("references %v, want %v", got, want)
 	}
 }

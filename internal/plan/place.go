@@ -237,6 +237,10 @@ func isLoadRtSigreturn(in *x86.Inst) bool {
 	return ok && ok2 && (r == x86asm.RAX || r == x86asm.EAX) && imm == 15
 }
 
+// steppedEntryNote opens the note of a function whose entry probe is
+// single-stepped.
+const steppedEntryNote = "entry probe single-stepped"
+
 // maxPrologue bounds how far into a function the entry probe may move.
 const maxPrologue = 64
 
@@ -327,7 +331,7 @@ func entrySite(code []byte, addr uint64, targets []uint64, reserved func(uint64)
 		if stepped.Addr != addr {
 			what = fmt.Sprintf("at +%#x, after an unsafe %s", stepped.Addr-addr, what)
 		}
-		return *stepped, []string{fmt.Sprintf("entry probe single-stepped (%s): no emulated instruction in the prologue", what)}, nil
+		return *stepped, []string{fmt.Sprintf("%s (%s): no emulated instruction in the prologue", steppedEntryNote, what)}, nil
 	}
 	why := "its prologue ends before any"
 	if len(hazards) > 0 {
