@@ -161,19 +161,23 @@ type target struct {
 	pair       Pair
 	leaf, loop int
 	run        func(int)
+	// twin, when set, runs an un-probed copy of the leaf's loop: the
+	// leaf has a body of real work, which the twin times between the
+	// probed batches (measureBody).
+	twin func(int)
 }
 
 // Each pair has a leaf and a loop of its own: a pair's probes stay
 // attached, and silent, while the next pairs are measured.
 var targets = []target{
-	{Pair{x86.ClassEmulated, ExitRet}, addrCalPush, addrLoopPush, loopPush},
-	{Pair{x86.ClassEmulated, ExitUretprobe}, addrCalPushU, addrLoopPushU, loopPushU},
-	{Pair{x86.ClassStepped, ExitRet}, addrCalStep, addrLoopStep, loopStep},
-	{Pair{x86.ClassStepped, ExitUretprobe}, addrCalStepU, addrLoopStepU, loopStepU},
-	{Pair{x86.ClassOptimized, ExitRet}, addrCalNop5, addrLoopNop5, loopNop5},
-	{Pair{x86.ClassOptimized, ExitUretprobe}, addrCalNop5U, addrLoopNop5U, loopNop5U},
-	{Pair{x86.ClassEmulated, ExitCatch}, addrCalCatch, addrLoopCatch, loopCatch},
-	{Pair{x86.ClassEmulated, ExitReturnSite}, addrCalCall, addrLoopCall, loopCall},
+	{Pair{x86.ClassEmulated, ExitRet}, addrCalPush, addrLoopPush, loopPush, nil},
+	{Pair{x86.ClassEmulated, ExitUretprobe}, addrCalPushU, addrLoopPushU, loopPushU, nil},
+	{Pair{x86.ClassStepped, ExitRet}, addrCalStep, addrLoopStep, loopStep, loopStepTwin},
+	{Pair{x86.ClassStepped, ExitUretprobe}, addrCalStepU, addrLoopStepU, loopStepU, loopStepTwin},
+	{Pair{x86.ClassOptimized, ExitRet}, addrCalNop5, addrLoopNop5, loopNop5, nil},
+	{Pair{x86.ClassOptimized, ExitUretprobe}, addrCalNop5U, addrLoopNop5U, loopNop5U, nil},
+	{Pair{x86.ClassEmulated, ExitCatch}, addrCalCatch, addrLoopCatch, loopCatch, nil},
+	{Pair{x86.ClassEmulated, ExitReturnSite}, addrCalCall, addrLoopCall, loopCall, nil},
 }
 
 // Function ids of the calibration probes.
@@ -302,6 +306,9 @@ func closeAll(links []link.Link) error {
 // for the caller to close: they stay silent once the target's loop is
 // done, no other code calling its functions.
 func measure(prog *bpf.Program, rd *bpf.Reader, path string, pid int, t target, probes []bpf.Probe, opt Options) (Measurement, []link.Link, error) {
+	if t.twin != nil {
+		return measureBody(prog, rd, path, pid, t, probes, opt)
+	}
 	base := unprobed(t.run)
 	before, err := prog.Stats()
 	if err != nil {

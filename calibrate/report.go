@@ -30,7 +30,8 @@ func (r *Result) WriteTable(w io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	_, err := fmt.Fprintln(w, "\ninner: probe time inside the function's measured time; outer: the rest, charged to its caller per call")
+	_, err := fmt.Fprintln(w, "\ninner: probe time inside the function's measured time; outer: the rest, charged to its caller per call\n"+
+		"stepped: measured on a leaf doing ~2 µs of work, timed against its un-probed twin between batches (a step slows the code after it)")
 	return err
 }
 

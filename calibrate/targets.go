@@ -10,6 +10,7 @@ func calNop5()
 func calNop5U()
 func calCatch()
 func calCall()
+func calStepTwin()
 
 func loopPush(n int)
 func loopPushU(n int)
@@ -19,6 +20,7 @@ func loopNop5(n int)
 func loopNop5U(n int)
 func loopCatch(n int)
 func loopCall(n int)
+func loopStepTwin(n int)
 
 func targetAddrs(a *[numAddrs]uintptr)
 

@@ -20,14 +20,33 @@ TEXT ·calPushU(SB), NOSPLIT|NOFRAME, $0-0
 	POPQ BP
 	RET
 
-// Entry single-stepped (lea), exit at a ret.
+// BODY is a leaf's real work after its first instruction: BODYITER rounds
+// of a multiply chain (some 2 us), in DX and AX only. A single-stepped hit
+// costs the code after it more than its trap, which an empty body would
+// not show (docs/calibration.md).
+#define BODYITER 1500
+#define BODY(again) \
+	MOVQ $BODYITER, DX; \
+again: \
+	IMULQ $3, AX; \
+	DECQ DX; \
+	JNZ again; \
+	RET
+
+// Entry single-stepped (lea), then the body; exit at a ret.
 TEXT ·calStep(SB), NOSPLIT|NOFRAME, $0-0
 	LEAQ 1(AX), AX
-	RET
+	BODY(stepWork)
 
 TEXT ·calStepU(SB), NOSPLIT|NOFRAME, $0-0
 	LEAQ 1(AX), AX
-	RET
+	BODY(stepUWork)
+
+// The twin of calStep, never probed: its loop, run between the probed
+// batches, times the body as the probed calls ran it.
+TEXT ·calStepTwin(SB), NOSPLIT|NOFRAME, $0-0
+	LEAQ 1(AX), AX
+	BODY(twinWork)
 
 // Entry on a 5-byte nop, which the kernel may optimise into a call.
 TEXT ·calNop5(SB), NOSPLIT|NOFRAME, $0-0
@@ -98,6 +117,11 @@ TEXT ·loopNop5U(SB), NOSPLIT|NOFRAME, $0-8
 TEXT ·loopCatch(SB), NOSPLIT|NOFRAME, $0-8
 	MOVQ n+0(FP), CX
 	LOOP(·calCatch, catchAgain)
+
+// func loopStepTwin(n int)
+TEXT ·loopStepTwin(SB), NOSPLIT|NOFRAME, $0-8
+	MOVQ n+0(FP), CX
+	LOOP(·calStepTwin, twinAgain)
 
 // func loopCall(n int)
 TEXT ·loopCall(SB), NOSPLIT|NOFRAME, $0-8
