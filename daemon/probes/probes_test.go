@@ -124,8 +124,10 @@ func TestAttachPlanRefused(t *testing.T) {
 	warnings := func(w *[]string) func(string, ...any) {
 		return func(format string, args ...any) { *w = append(*w, fmt.Sprintf(format, args...)) }
 	}
+	// By uretprobe: by ret, walk and lib_helper are counted from their
+	// callers (plan.Func.FromCallers), their own entries unprobed.
 	t.Run("entry moves, exit dropped", func(t *testing.T) {
-		pl := plantest.CTree(t, plan.ExitsRet)
+		pl := plantest.CTree(t, plan.ExitsUretprobe)
 		walk, parse := plantest.ByName(pl)["walk"], plantest.ByName(pl)["parse"]
 		first := walk.Entry
 		a := &fakeAttacher{refuse: map[uint64]bool{first.Offset: true, parse.Exits[0].Offset: true}}
@@ -147,7 +149,7 @@ func TestAttachPlanRefused(t *testing.T) {
 		}
 	})
 	t.Run("entry at the call sites", func(t *testing.T) {
-		pl := plantest.CTree(t, plan.ExitsRet)
+		pl := plantest.CTree(t, plan.ExitsUretprobe)
 		helper := plantest.ByName(pl)["lib_helper"]
 		a := &fakeAttacher{refuseAt: inFunc(helper)}
 		var w []string
@@ -167,8 +169,32 @@ func TestAttachPlanRefused(t *testing.T) {
 			}
 		}
 	})
-	t.Run("nothing left", func(t *testing.T) {
+	t.Run("call refused, back to its own entry", func(t *testing.T) {
 		pl := plantest.CTree(t, plan.ExitsRet)
+		parse := plantest.ByName(pl)["parse"]
+		if !parse.FromCallers {
+			t.Fatal("parse is not counted from its callers")
+		}
+		call := parse.CallSites[0]
+		a := &fakeAttacher{refuseAt: func(path string, off uint64) bool { return path == call.Obj.Path() && off == call.Offset }}
+		var w []string
+		set, err := Attach(a, 1, pl, Options{}, warnings(&w))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer set.Close()
+		if parse.FromCallers || len(parse.CallSites) != 0 || parse.Entry.Offset == 0 || len(parse.Exits) == 0 || parse.Exits[0].ReturnSite {
+			t.Errorf("parse: %+v; want its own entry and rets back", parse)
+		}
+		if want := pl.NumProbes(); set.funcs != len(pl.Funcs) || a.probes != want {
+			t.Errorf("%d functions, %d probes; want %d, %d", set.funcs, a.probes, len(pl.Funcs), want)
+		}
+		if len(w) != 1 || !strings.Contains(w[0], "ctree:parse: the kernel refuses the probe on its call") || !strings.HasSuffix(w[0], "it is probed at its own entry instead") {
+			t.Errorf("warnings %q", w)
+		}
+	})
+	t.Run("nothing left", func(t *testing.T) {
+		pl := plantest.CTree(t, plan.ExitsUretprobe)
 		helper, compute := plantest.ByName(pl)["lib_helper"], plantest.ByName(pl)["lib_compute"]
 		inHelper, inCompute := inFunc(helper), inFunc(compute)
 		// lib_helper's body and the calls of it in lib_compute's (which
@@ -211,7 +237,7 @@ func TestDemote(t *testing.T) {
 	if n, err := set.DetachParts(walk, Exits); err != nil || n != len(walk.Exits) || a.probes != all-n {
 		t.Errorf("exits of walk: %d detached (%v), %d left; want %d, %d", n, err, a.probes, len(walk.Exits), all-len(walk.Exits))
 	}
-	want := all - len(walk.Exits) - 1 - len(walk.Catches)
+	want := all - len(walk.Exits) - len(walk.EntryProbes()) - len(walk.Catches)
 	if _, err := set.DetachParts(walk, AllParts...); err != nil || a.probes != want || set.probes != want || set.funcs != len(pl.Funcs)-1 {
 		t.Errorf("all of walk: %d probes left (%d counted, %v), %d functions; want %d, %d", a.probes, set.probes, err, set.funcs, want, len(pl.Funcs)-1)
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/kprofd/kprofd/internal/callgraph"
 	"github.com/kprofd/kprofd/internal/english"
 	"github.com/kprofd/kprofd/internal/wire"
+	"github.com/kprofd/kprofd/internal/x86"
 )
 
 // maxNameWidth bounds the function column of the plan's table: one
@@ -35,7 +36,8 @@ func (pl *Plan) Write(w io.Writer) error {
 	if pl.ExitsReason != "" {
 		fmt.Fprintf(w, " (%s)", pl.ExitsReason)
 	}
-	fmt.Fprintln(w)
+	probes, stepped := pl.Stepped()
+	fmt.Fprintf(w, "\n%d probes, %d of them single-stepped\n", probes, stepped)
 	if len(pl.Sites) > 0 {
 		fmt.Fprintf(w, "%s probed to find their targets while the program runs (--discover)\n", english.Plural(len(pl.Sites), "indirect call site"))
 	}
@@ -126,4 +128,32 @@ func exitSummary(f *Func) string {
 		return fmt.Sprintf("%d after call", len(f.Exits))
 	}
 	return fmt.Sprintf("%d ret", len(f.Exits))
+}
+
+// Stepped counts the plan's probes, and those of them the kernel
+// single-steps (x86.ClassStepped): the dearest kind. A uretprobe shares
+// its entry's step, and returns by a trampoline.
+func (pl *Plan) Stepped() (probes, stepped int) {
+	count := func(ps ...Probe) {
+		for _, p := range ps {
+			probes++
+			if p.Class == x86.ClassStepped && p.Kind != wire.KindReturn {
+				stepped++
+			}
+		}
+	}
+	for _, f := range pl.Funcs {
+		for _, p := range f.EntryProbes() {
+			count(p.Probe)
+		}
+		count(f.Exits...)
+		count(f.Catches...)
+	}
+	for _, s := range pl.Sites {
+		count(s.Probe)
+	}
+	for _, s := range pl.Syncs {
+		count(s.Probe)
+	}
+	return probes, stepped
 }
