@@ -82,7 +82,11 @@ func prepare(cfg Config, p *symbolizer.Process) (*Prepared, error) {
 	if err != nil {
 		return nil, err
 	}
-	pl, err := plan.New(g, p, cfg.Exits)
+	newPlan := plan.New
+	if cfg.Mode == ModeExact {
+		newPlan = plan.NewExact // no probe is ever detached mid-session
+	}
+	pl, err := newPlan(g, p, cfg.Exits)
 	if err != nil {
 		return nil, err
 	}

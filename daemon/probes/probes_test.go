@@ -124,8 +124,8 @@ func TestAttachPlanRefused(t *testing.T) {
 	warnings := func(w *[]string) func(string, ...any) {
 		return func(format string, args ...any) { *w = append(*w, fmt.Sprintf(format, args...)) }
 	}
-	// By uretprobe: by ret, walk and lib_helper are counted from their
-	// callers (plan.Func.FromCallers), their own entries unprobed.
+	// By uretprobe: by ret, check is counted from its callers
+	// (plan.Func.FromCallers), its own entry unprobed.
 	t.Run("entry moves, exit dropped", func(t *testing.T) {
 		pl := plantest.CTree(t, plan.ExitsUretprobe)
 		walk, parse := plantest.ByName(pl)["walk"], plantest.ByName(pl)["parse"]
@@ -170,7 +170,7 @@ func TestAttachPlanRefused(t *testing.T) {
 		}
 	})
 	t.Run("call refused, back to its own entry", func(t *testing.T) {
-		pl := plantest.CTree(t, plan.ExitsRet)
+		pl := plantest.CTree(t, plan.ExitsUretprobe)
 		parse := plantest.ByName(pl)["parse"]
 		if !parse.FromCallers {
 			t.Fatal("parse is not counted from its callers")
@@ -183,8 +183,8 @@ func TestAttachPlanRefused(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer set.Close()
-		if parse.FromCallers || len(parse.CallSites) != 0 || parse.Entry.Offset == 0 || len(parse.Exits) == 0 || parse.Exits[0].ReturnSite {
-			t.Errorf("parse: %+v; want its own entry and rets back", parse)
+		if parse.FromCallers || len(parse.CallSites) != 0 || parse.Entry.Offset == 0 || len(parse.Exits) != 1 || parse.Exits[0].Kind != wire.KindReturn {
+			t.Errorf("parse: %+v; want its own entry and uretprobe back", parse)
 		}
 		if want := pl.NumProbes(); set.funcs != len(pl.Funcs) || a.probes != want {
 			t.Errorf("%d functions, %d probes; want %d, %d", set.funcs, a.probes, len(pl.Funcs), want)

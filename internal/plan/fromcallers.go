@@ -42,8 +42,9 @@ type fromCallers struct {
 // nothing else can enter the function: it is no root, not exported, and
 // every reference to its address in its object is a call of it from the
 // traced code (functionsReferenced); each call must carry a probe, and
-// each must have such a return site.
-func (pl *Plan) countFromCallers() {
+// each must have such a return site, or, with shareEnds (NewExact), an end
+// made by another probe.
+func (pl *Plan) countFromCallers(shareEnds bool) {
 	byObj := map[*symbolizer.Mapped][]*Func{}
 	for _, f := range pl.Funcs {
 		if candidate(f) {
@@ -105,14 +106,14 @@ func (pl *Plan) countFromCallers() {
 		// the trap a return site is priced by).
 		callerExits := func(caller *callgraph.Node, ret uint64) bool {
 			cf := funcOf[caller]
-			if cf == nil || cf.Untraced != "" {
+			if !shareEnds || cf == nil || cf.Untraced != "" {
 				return false
 			}
 			return from[cf] || slices.ContainsFunc(cf.Exits, func(p Probe) bool { return p.Kind == wire.KindExit && p.Addr == ret })
 		}
 		kept := chosen[:0]
 		for _, c := range chosen {
-			exits, ok := returnSites(c, calls, occupied, callerExits)
+			exits, ok := returnSites(c, calls, occupied, callerExits, shareEnds)
 			if !ok {
 				changed = true
 				continue
@@ -216,10 +217,12 @@ func callEntries(f *Func, refs []reference, occupied map[codeAddr]bool, outside 
 }
 
 // returnSites places c's exit probes, one after each of its calls
-// (returnSite); false when a call has none. Where the caller returns
-// first, its exit ends the call's frame if callerExits says that exit is
-// an int3 probe at that ret or later (priced as a return site is).
-func returnSites(c *fromCallers, calls map[codeAddr]*Func, occupied map[codeAddr]bool, callerExits func(*callgraph.Node, uint64) bool) ([]Probe, bool) {
+// (returnSite); false when a call has none. With shareEnds, the next call
+// of another function counted from its callers may end the frame instead,
+// and where the caller returns first, its exit does if callerExits says
+// that exit is an int3 probe at that ret or later (priced as a return
+// site is).
+func returnSites(c *fromCallers, calls map[codeAddr]*Func, occupied map[codeAddr]bool, callerExits func(*callgraph.Node, uint64) bool, shareEnds bool) ([]Probe, bool) {
 	var exits []Probe
 	for i, e := range c.entries {
 		p, ends, err := returnSite(c.callers[i], e.Addr+5, func(a uint64) (*Func, bool) {
@@ -232,9 +235,10 @@ func returnSites(c *fromCallers, calls map[codeAddr]*Func, occupied map[codeAddr
 		if err != nil {
 			return nil, false
 		}
-		if ends != nil && slices.Contains(c.f.TailCalls, ends.ID) {
-			// Its entry there could be a tail call of c's function,
-			// which would not end it.
+		if ends != nil && (!shareEnds || slices.Contains(c.f.TailCalls, ends.ID)) {
+			// Without shareEnds no other probe may end it; and an
+			// entry there that could be a tail call of c's function
+			// would not end it.
 			return nil, false
 		}
 		if ends == nil {

@@ -263,8 +263,23 @@ type Plan struct {
 	callSiteAt map[codeAddr]bool // instructions that carry call-site entry probes
 }
 
-// New places the probes for every function of g.
+// New places the probes for every function of g. Each function's probes
+// see its calls whatever becomes of the others' (hybrid mode detaches
+// some): see NewExact.
 func New(g *callgraph.Graph, p *symbolizer.Process, mode ExitMode) (*Plan, error) {
+	return newPlan(g, p, mode, false)
+}
+
+// NewExact is New for a session that keeps every probe in until it ends
+// (exact mode): a function counted from its callers (Func.FromCallers)
+// may then have a call's frame ended by the next such function's call, or
+// by its caller's exit, where it has no return site of its own. Were
+// those probes detached, the frame would stay open over what follows.
+func NewExact(g *callgraph.Graph, p *symbolizer.Process, mode ExitMode) (*Plan, error) {
+	return newPlan(g, p, mode, true)
+}
+
+func newPlan(g *callgraph.Graph, p *symbolizer.Process, mode ExitMode, shareEnds bool) (*Plan, error) {
 	pl := &Plan{Graph: g, Exits: mode}
 	if mode == ExitsAuto {
 		pl.Exits, pl.ExitsReason = AutoExits(p)
@@ -349,7 +364,7 @@ func New(g *callgraph.Graph, p *symbolizer.Process, mode ExitMode) (*Plan, error
 		}
 	}
 	pl.Syncs = append(placeSyncs(p, byFunc), placeSigreturns(p)...)
-	pl.countFromCallers()
+	pl.countFromCallers(shareEnds)
 	if err := pl.checkSafe(); err != nil {
 		return nil, fmt.Errorf("internal error, please report: %w", err)
 	}

@@ -101,12 +101,11 @@ func TestPlanCTree(t *testing.T) {
 				}
 			}
 		}
-		checkFromCallers(t, funcs["parse"], 3) // mov first, no emulated instruction before ret; called twice by the root, once by main
-		// By ret, the single-stepped rets of every function only ever
-		// called are traded for emulated probes at its calls (walk's
-		// last call is followed by its own ret: its exit ends that call
-		// too); lib_compute is exported, dispatch has no ret.
-		wantFrom := map[ExitMode]string{ExitsRet: "check lib_helper parse rare walk", ExitsUretprobe: "parse"}[mode]
+		// parse: mov first, no emulated instruction before ret; called
+		// twice by the root, once by main. By ret, check's single-stepped
+		// rets are traded for emulated probes at its calls; the others'
+		// calls need another function's probe to end them (NewExact).
+		wantFrom := map[ExitMode]string{ExitsRet: "check", ExitsUretprobe: "parse"}[mode]
 		if got := fromCallersNames(pl); got != wantFrom {
 			t.Errorf("exits by %s: counted from their callers: %s, want %s", mode, got, wantFrom)
 		}
@@ -225,6 +224,48 @@ func TestElide(t *testing.T) {
 			t.Errorf("elide(%q, %d) has %d runes", tc.s, tc.n, n)
 		}
 	}
+}
+
+// TestPlanCTreeExact checks which of testdata/ctree's functions an exact
+// session counts from their callers: more than a hybrid one, since a
+// call's frame may end at the next such call or at its caller's exit
+// (walk's last call is followed by its own ret); lib_compute is exported,
+// dispatch has no ret.
+func TestPlanCTreeExact(t *testing.T) {
+	b := testtarget.BuildCTree(t)
+	p := open(t, b.Exe, b.Lib)
+	hr := p.Objects[0].Lookup("handle_request")[0]
+	g, err := callgraph.Build(p, []callgraph.Root{{Obj: p.Objects[0], Func: hr}}, callgraph.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for mode, want := range map[ExitMode]string{ExitsRet: "check lib_helper parse rare walk", ExitsUretprobe: "parse"} {
+		pl, err := NewExact(g, p, mode)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := fromCallersNames(pl); got != want {
+			t.Errorf("exits by %s: counted from their callers: %s, want %s", mode, got, want)
+		}
+		for _, f := range pl.Funcs {
+			if f.FromCallers {
+				checkFromCallers(t, f, len(f.CallSites))
+			}
+		}
+		if f := plantestByName(pl, "parse"); len(f.CallSites) != 3 {
+			t.Errorf("exits by %s: parse counted at %d calls, want 3", mode, len(f.CallSites))
+		}
+	}
+}
+
+// plantestByName returns pl's function named name.
+func plantestByName(pl *Plan, name string) *Func {
+	for _, f := range pl.Funcs {
+		if f.Node.Func.Name == name {
+			return f
+		}
+	}
+	return nil
 }
 
 // checkFromCallers checks that f, whose own entry would be single-stepped,
