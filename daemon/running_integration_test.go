@@ -4,6 +4,7 @@ package daemon_test
 
 import (
 	"fmt"
+	"os"
 	"regexp"
 	"strings"
 	"syscall"
@@ -39,6 +40,9 @@ func TestRootRunningAtAttach(t *testing.T) {
 	target.Send(t, "thread 300")
 	expectLine(t, target, "done 300")
 	expectLine(t, target, "joined")
+	// The main thread prints "joined" before its next read_line: the
+	// session must see that call begin before it stops.
+	waitInRead(t, target.Pid())
 	p := stopAndCheckGone(t, s, target.Pid())
 	pp := roundTrip(t, p)
 
@@ -290,4 +294,20 @@ func funcID(t *testing.T, p *cct.Profile, name string) cct.FuncID {
 	}
 	t.Fatalf("no function %s in the profile", name)
 	return cct.NoFunc
+}
+
+// waitInRead waits until thread tid is blocked in read(2) (its
+// /proc/PID/syscall starts with the syscall's number, 0).
+func waitInRead(t *testing.T, tid int) {
+	t.Helper()
+	for start := time.Now(); time.Since(start) < 10*time.Second; time.Sleep(time.Millisecond) {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/syscall", tid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.HasPrefix(string(b), "0 ") {
+			return
+		}
+	}
+	t.Fatalf("thread %d never blocked in read", tid)
 }
