@@ -33,9 +33,9 @@ func TestAutoExits(t *testing.T) {
 	}
 }
 
-// TestPlanCTree checks the probes of testdata/ctree's functions against
-// the code gcc -O2 generates for them (the test documents it).
-func TestPlanCTree(t *testing.T) {
+// ctreeGraph builds testdata/ctree and returns it opened, and its call
+// graph below handle_request.
+func ctreeGraph(t *testing.T) (*symbolizer.Process, *callgraph.Graph) {
 	b := testtarget.BuildCTree(t)
 	p := open(t, b.Exe, b.Lib)
 	hr := p.Objects[0].Lookup("handle_request")[0]
@@ -43,6 +43,13 @@ func TestPlanCTree(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return p, g
+}
+
+// TestPlanCTree checks the probes of testdata/ctree's functions against
+// the code gcc -O2 generates for them (the test documents it).
+func TestPlanCTree(t *testing.T) {
+	p, g := ctreeGraph(t)
 	for _, mode := range []ExitMode{ExitsRet, ExitsUretprobe} {
 		pl, err := New(g, p, mode)
 		if err != nil {
@@ -232,13 +239,7 @@ func TestElide(t *testing.T) {
 // (walk's last call is followed by its own ret); lib_compute is exported,
 // dispatch has no ret.
 func TestPlanCTreeExact(t *testing.T) {
-	b := testtarget.BuildCTree(t)
-	p := open(t, b.Exe, b.Lib)
-	hr := p.Objects[0].Lookup("handle_request")[0]
-	g, err := callgraph.Build(p, []callgraph.Root{{Obj: p.Objects[0], Func: hr}}, callgraph.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p, g := ctreeGraph(t)
 	for mode, want := range map[ExitMode]string{ExitsRet: "check lib_helper parse rare walk", ExitsUretprobe: "parse"} {
 		pl, err := NewExact(g, p, mode)
 		if err != nil {
