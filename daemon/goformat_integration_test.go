@@ -3,7 +3,6 @@
 package daemon_test
 
 import (
-	"strings"
 	"testing"
 
 	"github.com/kprofd/kprofd/daemon"
@@ -23,8 +22,8 @@ const goFormatRun = 10
 // those counted before the attach must add up to the calls made (or a
 // few more: the count before runs on a moment after the attach), and
 // every function's bursts must have seen what the kernel counted of its
-// calls (no cross-check outside the runtime disagrees: a goroutine's
-// entries of one function at one slot are calls, unless its stack moved).
+// calls (no cross-check disagrees: a goroutine's entries of one function
+// at one slot are calls, unless its stack moved).
 func TestHybridGoFormat(t *testing.T) {
 	requireRoot(t)
 	exe := testtarget.BuildGoFormat(t)
@@ -61,15 +60,8 @@ func TestHybridGoFormat(t *testing.T) {
 	if before := s.Progress().CallsBefore; got > made || got+before < made {
 		t.Errorf("formatAll: %d calls in the profile, %d before the attach; %d made", got, before, made)
 	}
-	// The runtime's own functions are left out: the collector calls
-	// them too, from its own goroutines and on the system and signal
-	// stacks, more in some of its phases than in others, so the share
-	// of their calls inside the roots measured in one period does not
-	// hold for the bursts' (before this was written, one session in
-	// three disagreed on a few of them, spanSet.push, sigtramp,
-	// morestack).
 	for _, x := range s.CrossChecks() {
-		if !x.Agree && !strings.HasPrefix(strings.TrimPrefix(x.Func, "goformat:"), "runtime.") {
+		if !x.Agree {
 			t.Errorf("cross-check disagrees: %s", x)
 		}
 	}

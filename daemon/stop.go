@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"errors"
+	"strings"
 	"time"
 
 	"github.com/kprofd/kprofd/daemon/estimate"
@@ -77,7 +78,7 @@ func (s *Session) stop() (*cct.Profile, error) {
 	}
 	s.sim.Finish(end)
 	if s.counts != nil {
-		s.crossChecks = estimate.CrossChecks(s.counts, s.check, s.hybrid.FuncName)
+		s.crossChecks = estimate.CrossChecks(s.counts, s.check, s.hybrid.FuncName, s.goRuntime)
 	}
 	p := s.buildProfile(end, stats)
 	if drift != "" {
@@ -110,4 +111,12 @@ func (s *Session) detach() (rest func() error, err error) {
 	// Signals are no more the session's concern, and a calibration in
 	// kprofd after it must not take Go's preemption signals for its.
 	return rest, errors.Join(err, s.prog.UntrackSignals())
+}
+
+// goRuntime reports a function of a Go program's runtime package: the
+// collector calls its helpers from its own goroutines and stacks too,
+// more in some of its phases than in others (estimate.CrossCheck.Unsteady).
+func (s *Session) goRuntime(id uint32) bool {
+	_, name, _ := strings.Cut(s.hybrid.FuncName(id), ":")
+	return s.prep.Go != nil && strings.HasPrefix(name, "runtime.")
 }

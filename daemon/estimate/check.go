@@ -127,6 +127,12 @@ type CrossCheck struct {
 	// Seen ≤ Hits is checked then.
 	Inside       float64
 	ShareUnknown bool
+	// Unsteady says its calls come from outside the roots too, in a
+	// share that changes from one period to the next (the Go
+	// collector's helpers, called by its own goroutines more in some of
+	// its phases): Inside does not hold for the bursts' periods, and
+	// only Seen ≤ Hits is checked.
+	Unsteady bool
 	// Agree says Seen+Edges, every event that may be among the hits,
 	// is not below Inside·Hits by more than three standard errors (of
 	// a binomial draw of Hits at Inside) plus 2% of Hits (a share that
@@ -157,7 +163,7 @@ type eventTally struct {
 // left out, as the event loop's tallies leave them: events went missing
 // in them, which the probe program may drop on purpose (a burst's hits
 // with the ring buffer half full), and the estimates leave them out.
-func (c *Check) checks(tallies map[uint32]eventTally, name func(uint32) string, lossy func(k int) bool) []CrossCheck {
+func (c *Check) checks(tallies map[uint32]eventTally, name func(uint32) string, unsteady func(uint32) bool, lossy func(k int) bool) []CrossCheck {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var out []CrossCheck
@@ -173,7 +179,7 @@ func (c *Check) checks(tallies map[uint32]eventTally, name func(uint32) string, 
 			continue
 		}
 		t := tallies[id]
-		x := CrossCheck{Func: name(id), ID: id, Bursts: bursts, Hits: hits, Seen: t.seen, Edges: t.edges, Inside: 1}
+		x := CrossCheck{Func: name(id), ID: id, Bursts: bursts, Hits: hits, Seen: t.seen, Edges: t.edges, Inside: 1, Unsteady: unsteady(id)}
 		if a.probed && a.calls > 0 {
 			x.Inside = math.Min(float64(t.exact)/float64(a.calls), 1)
 		} else {
@@ -201,7 +207,7 @@ func agree(x CrossCheck) bool {
 	if seen > hits+tol {
 		return false
 	}
-	return x.ShareUnknown || x.Inside*hits < minJudged || seen+float64(x.Edges) >= x.Inside*hits-tol
+	return x.ShareUnknown || x.Unsteady || x.Inside*hits < minJudged || seen+float64(x.Edges) >= x.Inside*hits-tol
 }
 
 // minJudged is the fewest calls inside the roots a cross-check must
@@ -211,8 +217,11 @@ const minJudged = 10
 // String says what x found, in a line of the profile's comments.
 func (x CrossCheck) String() string {
 	inside := fmt.Sprintf("%.1f%% of its calls were inside the roots while counted exactly", 100*x.Inside)
-	if x.ShareUnknown {
+	switch {
+	case x.ShareUnknown:
 		inside = "never counted exactly"
+	case x.Unsteady:
+		inside += ", a share that changes (called from outside the roots too, unsteadily)"
 	}
 	verdict := "agree"
 	if !x.Agree {
@@ -267,7 +276,9 @@ func CrossCheckComments(xs []CrossCheck) []string {
 // CrossChecks returns, once the session is stopped, the cross-check of
 // each function demoted to sampling: the events counts took in the
 // bursts' windows against the hits check counted around them, but for
-// the windows that lost events; name names a function id.
-func CrossChecks(counts *Counts, check *Check, name func(uint32) string) []CrossCheck {
-	return check.checks(counts.tallies(check.leftOut), name, counts.log.IsLossy)
+// the windows that lost events; name names a function id, and unsteady
+// says which functions' share of calls inside the roots changes from one
+// period to the next (see CrossCheck.Unsteady).
+func CrossChecks(counts *Counts, check *Check, name func(uint32) string, unsteady func(uint32) bool) []CrossCheck {
+	return check.checks(counts.tallies(check.leftOut), name, unsteady, counts.log.IsLossy)
 }

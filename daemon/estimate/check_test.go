@@ -33,7 +33,9 @@ func TestCounterCheck(t *testing.T) {
 		3: {exact: 200, seen: 150}, // half inside, but 150 of 400 hits seen
 		4: {exact: 7},
 	}
-	xs := c.checks(tallies, func(id uint32) string { return fmt.Sprint("f", id) }, lossy)
+	name := func(id uint32) string { return fmt.Sprint("f", id) }
+	steady := func(uint32) bool { return false }
+	xs := c.checks(tallies, name, steady, lossy)
 	got := make([]string, len(xs))
 	for i, x := range xs {
 		got[i] = x.String()
@@ -54,6 +56,12 @@ func TestCounterCheck(t *testing.T) {
 	if CrossCheckComments(nil) != nil {
 		t.Error("comments without checks")
 	}
+	// f3's calls come from outside the roots too, unsteadily: its share
+	// measured while it was counted exactly says nothing of the bursts'.
+	xs = c.checks(tallies, name, func(id uint32) bool { return id == 3 }, lossy)
+	if want := "f3: 150 events of 400 hits (37.5%) and 0 at the windows' edges, 2 bursts; 50.0% of its calls were inside the roots while counted exactly, a share that changes (called from outside the roots too, unsteadily): agree"; xs[1].String() != want {
+		t.Errorf("unsteady f3: %s, want %s", xs[1], want)
+	}
 }
 
 // TestCounterCheckOwnProbes checks that a window is left out of a
@@ -71,7 +79,7 @@ func TestCounterCheckOwnProbes(t *testing.T) {
 			t.Errorf("window %d left out: %v, want %v", k, got, want)
 		}
 	}
-	xs := c.checks(map[uint32]eventTally{1: {exact: 1000, seen: 100}}, func(uint32) string { return "f1" }, func(int) bool { return false })
+	xs := c.checks(map[uint32]eventTally{1: {exact: 1000, seen: 100}}, func(uint32) string { return "f1" }, func(uint32) bool { return false }, func(int) bool { return false })
 	if len(xs) != 1 || xs[0].Bursts != 1 || xs[0].Hits != 100 || !xs[0].Agree {
 		t.Errorf("checks: %+v, want the last window's 100 hits alone, agreeing", xs)
 	}
@@ -109,6 +117,10 @@ func TestCrossCheckAgree(t *testing.T) {
 		if got := agree(x); got != tc.want {
 			t.Errorf("agree(seen %d, edges %d, hits %d, inside %g, unknown %v) = %v, want %v", tc.seen, tc.edges, tc.hits, tc.inside, tc.unknown, got, tc.want)
 		}
+	}
+	// An unsteady share: only the upper bound holds.
+	if !agree(CrossCheck{Seen: 1, Hits: 202, Inside: 0.118, Unsteady: true}) || agree(CrossCheck{Seen: 300, Hits: 202, Inside: 0.118, Unsteady: true}) {
+		t.Error("unsteady share: want every count of events up to the hits, and none above them")
 	}
 }
 
