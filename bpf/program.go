@@ -165,7 +165,7 @@ func (p *Program) load(spec *ebpf.CollectionSpec, cfg Config) error {
 			needed = append(needed, kprofdProgKprofdEmpty, kprofdProgKprofdMinimal)
 		}
 	} else {
-		// The uprobe_multi programs too: the kernel would reject the
+		// Not the uprobe_multi programs: the kernel would reject the
 		// whole collection for a program type it does not know.
 		needed = append(needed, kprofdProgKprofdSingle)
 	}

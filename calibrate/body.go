@@ -1,7 +1,6 @@
 package calibrate
 
 import (
-	"fmt"
 	"time"
 
 	"github.com/cilium/ebpf/link"
@@ -18,13 +17,13 @@ import (
 // call's inner time and of the period between its entries. The machine's
 // speed drifts, so the reference is taken batch by batch, not once.
 func measureBody(prog *bpf.Program, rd *bpf.Reader, path string, pid int, t target, probes []bpf.Probe, opt Options) (Measurement, []link.Link, error) {
-	links, err := prog.Attach(path, pid, probes)
+	before, err := prog.Stats()
 	if err != nil {
 		return Measurement{}, nil, err
 	}
-	before, err := prog.Stats()
+	links, err := prog.Attach(path, pid, probes)
 	if err != nil {
-		return Measurement{}, links, err
+		return Measurement{}, nil, err
 	}
 	var inner, outer []float64
 	t.twin(opt.BatchSize) // warm
@@ -43,12 +42,8 @@ func measureBody(prog *bpf.Program, rd *bpf.Reader, path string, pid int, t targ
 		}
 		inner, outer = append(inner, in), append(outer, out)
 	}
-	after, err := prog.Stats()
-	if err != nil {
+	if err := lostSince(prog, before); err != nil {
 		return Measurement{}, links, err
-	}
-	if lost := after.Lost - before.Lost; lost > 0 {
-		return Measurement{}, links, fmt.Errorf("%d events lost", lost)
 	}
 	return Measurement{Pair: t.pair, Inner: summarise(inner), Outer: summarise(outer)}, links, nil
 }

@@ -324,15 +324,24 @@ func measure(prog *bpf.Program, rd *bpf.Reader, path string, pid int, t target, 
 	if err != nil {
 		return Measurement{}, links, err
 	}
-	after, err := prog.Stats()
-	if err != nil {
+	if err := lostSince(prog, before); err != nil {
 		return Measurement{}, links, err
-	}
-	if lost := after.Lost - before.Lost; lost > 0 {
-		return Measurement{}, links, fmt.Errorf("%d events lost", lost)
 	}
 	m, err := computeMeasurement(t.pair, events, calls, opt.BatchSize, base)
 	return m, links, err
+}
+
+// lostSince fails when the program lost events since its stats read
+// before: a measurement missing calls.
+func lostSince(prog *bpf.Program, before bpf.Stats) error {
+	after, err := prog.Stats()
+	if err != nil {
+		return err
+	}
+	if lost := after.Lost - before.Lost; lost > 0 {
+		return fmt.Errorf("%d events lost", lost)
+	}
+	return nil
 }
 
 // unprobed returns the time per call of a loop without probes: the
@@ -351,8 +360,9 @@ func unprobed(run func(int)) float64 {
 }
 
 // readAll returns every event of the probes of a target whose loop is
-// done: the ring buffer's, then those still batched in the thread. A flush of the reader makes
-// it return what is there without waiting for a poll.
+// done: the ring buffer's, then those still batched in the thread. A
+// flush of the reader makes it return what is there without waiting for
+// a poll.
 func readAll(prog *bpf.Program, rd *bpf.Reader) ([]wire.Event, error) {
 	batched, err := prog.Drain()
 	if err != nil {

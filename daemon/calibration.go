@@ -8,8 +8,8 @@ import (
 
 // calibrate measures opt's pairs of probe classes in kprofd's own process
 // with the session's program (calibrate.RunWith): no probe of the
-// session's may be attached, nor its event loop run. It returns nil when
-// the measurement failed.
+// session's may be attached, nor its event loop run. It logs the phase
+// with its time.
 func (s *Session) calibrate(opt calibrate.Options, phase string) (*calibrate.Result, error) {
 	start := time.Now()
 	r, err := calibrate.RunWith(s.prog, s.reader, opt)

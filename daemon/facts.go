@@ -46,7 +46,7 @@ func (s *Session) facts(st bpf.Stats, end uint64) *commentary.Facts {
 		f.Discovery = discoveryFacts(s.disc)
 	}
 	for _, fn := range pl.Funcs {
-		if fn.FromCallers {
+		if fn.FromCallers() {
 			f.FromCallers++
 			continue
 		}

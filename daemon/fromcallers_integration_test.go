@@ -47,7 +47,7 @@ func TestFromCallers(t *testing.T) {
 			defer s.Close()
 			var from []string
 			for _, f := range s.Prepared().Plan.Funcs {
-				if f.FromCallers {
+				if f.FromCallers() {
 					from = append(from, f.Node.Func.Name)
 				}
 			}

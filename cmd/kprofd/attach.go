@@ -397,7 +397,15 @@ func (o *attachOptions) hooks(stderr io.Writer, clearLine string, progress *prog
 
 // runLocal runs the session in this process, as the daemon runs it.
 func runLocal(ctx context.Context, req *service.Request, recalibrate bool, h service.Hooks, stderr io.Writer) (*service.End, error) {
-	cal := func() *calibrate.Result { return cachedCalibration(recalibrate, stderr) }
+	// Without a cached calibration the session measures one after its
+	// detach, rather than keep its probes waiting.
+	cal := func() *calibrate.Result {
+		r := cachedCalibration(recalibrate, stderr)
+		if r == nil {
+			fmt.Fprintln(stderr, "kprofd: the probes' cost on this machine is measured after the session (quick calibration, cached for the next)")
+		}
+		return r
+	}
 	out, err := service.Run(ctx, req, cal, h)
 	if err != nil {
 		return nil, err
@@ -417,42 +425,32 @@ func runLocal(ctx context.Context, req *service.Request, recalibrate bool, h ser
 }
 
 // cachedCalibration returns the cached calibration of this machine, nil
-// when there is none or a new one is asked for: the session then
-// measures one after its detach, rather than keep its probes waiting.
+// when there is none (a warning when it cannot be read) or a new one is
+// asked for.
 func cachedCalibration(recalibrate bool, stderr io.Writer) *calibrate.Result {
-	if !recalibrate {
-		key, err := calibrate.ThisMachine()
-		if err == nil {
-			var r *calibrate.Result
-			if r, err = calibrate.Load(key); err == nil {
-				return r
-			}
-		}
-		if !errors.Is(err, calibrate.ErrNoCache) {
-			fmt.Fprintf(stderr, "kprofd: warning: %v\n", err)
+	if recalibrate {
+		return nil
+	}
+	key, err := calibrate.ThisMachine()
+	if err == nil {
+		var r *calibrate.Result
+		if r, err = calibrate.Load(key); err == nil {
+			return r
 		}
 	}
-	fmt.Fprintln(stderr, "kprofd: the probes' cost on this machine is measured after the session (quick calibration, cached for the next)")
+	if !errors.Is(err, calibrate.ErrNoCache) {
+		fmt.Fprintf(stderr, "kprofd: warning: %v\n", err)
+	}
 	return nil
 }
 
 // calibration returns the cached calibration of this machine, or makes a
-// quick one when there is none or a new one is asked for. Without one the
-// profile keeps the probes' time: a warning, not an error.
+// quick one when there is none or a new one is asked for (kprofd serve,
+// before any session). Without one the profile keeps the probes' time: a
+// warning, not an error.
 func calibration(recalibrate bool, stderr io.Writer) *calibrate.Result {
-	key, err := calibrate.ThisMachine()
-	if err != nil {
-		fmt.Fprintf(stderr, "kprofd: warning: times not compensated for the probes' cost: %v\n", err)
-		return nil
-	}
-	if !recalibrate {
-		r, err := calibrate.Load(key)
-		if err == nil {
-			return r
-		}
-		if !errors.Is(err, calibrate.ErrNoCache) {
-			fmt.Fprintf(stderr, "kprofd: warning: %v\n", err)
-		}
+	if r := cachedCalibration(recalibrate, stderr); r != nil {
+		return r
 	}
 	fmt.Fprintln(stderr, "kprofd: measuring what probes cost on this machine (quick calibration, cached for next time)")
 	r, err := calibrate.Run(calibrate.Quick)

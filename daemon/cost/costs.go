@@ -90,7 +90,7 @@ func CallCosts(pl *plan.Plan, cal *calibrate.Result) []CallCost {
 // its calibrated costs.
 func ProbePair(f *plan.Func) calibrate.Pair {
 	p := calibrate.Pair{Entry: f.EntryClass(), Exit: calibrate.ExitNone}
-	if f.FromCallers {
+	if f.FromCallers() {
 		// Its returns are seen after its calls, where the next call
 		// of such a function may end it instead: priced alike.
 		p.Exit = calibrate.ExitReturnSite
@@ -98,11 +98,8 @@ func ProbePair(f *plan.Func) calibrate.Pair {
 	}
 	if len(f.Exits) > 0 {
 		p.Exit = calibrate.ExitRet
-		switch {
-		case f.Exits[0].Kind == wire.KindReturn:
+		if f.Exits[0].Kind == wire.KindReturn {
 			p.Exit = calibrate.ExitUretprobe
-		case f.Exits[0].ReturnSite:
-			p.Exit = calibrate.ExitReturnSite
 		}
 	}
 	return p

@@ -172,7 +172,7 @@ func TestAttachPlanRefused(t *testing.T) {
 	t.Run("call refused, back to its own entry", func(t *testing.T) {
 		pl := plantest.CTree(t, plan.ExitsUretprobe)
 		parse := plantest.ByName(pl)["parse"]
-		if !parse.FromCallers {
+		if !parse.FromCallers() {
 			t.Fatal("parse is not counted from its callers")
 		}
 		call := parse.CallSites[0]
@@ -183,7 +183,7 @@ func TestAttachPlanRefused(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer set.Close()
-		if parse.FromCallers || len(parse.CallSites) != 0 || parse.Entry.Offset == 0 || len(parse.Exits) != 1 || parse.Exits[0].Kind != wire.KindReturn {
+		if parse.FromCallers() || len(parse.CallSites) != 0 || parse.Entry.Offset == 0 || len(parse.Exits) != 1 || parse.Exits[0].Kind != wire.KindReturn {
 			t.Errorf("parse: %+v; want its own entry and uretprobe back", parse)
 		}
 		if want := pl.NumProbes(); set.funcs != len(pl.Funcs) || a.probes != want {

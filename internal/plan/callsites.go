@@ -163,7 +163,7 @@ func (pl *Plan) ReplaceEntry(f *Func, refused uint64) (string, bool) {
 			if g != f && g.Untraced == "" && len(g.CallSites) == 0 {
 				taken[codeAddr{g.Node.Obj, g.Entry.Addr}] = true
 			}
-			if g.FromCallers {
+			if g.FromCallers() {
 				for _, p := range g.CallSites {
 					taken[codeAddr{p.Obj, p.Addr}] = true
 				}

@@ -23,9 +23,8 @@ const maxCallerSites = 32
 const maxReturnSearch = 48
 
 // fromCallers is how a function is counted from its callers' code: an
-// entry probe on each call of it, and an exit probe after each (none
-// where the next instruction probed is another such call, which ends the
-// frame by taking its slot).
+// entry probe on each call of it, and an exit probe after each (in exact
+// mode, none where another probe ends the frame: see returnSites).
 type fromCallers struct {
 	f       *Func
 	entries []ObjProbe
@@ -126,7 +125,7 @@ func (pl *Plan) countFromCallers(shareEnds bool) {
 	for _, c := range chosen {
 		f := c.f
 		f.fallback = &fallback{entry: f.Entry, exits: f.Exits, notes: f.Notes}
-		f.Entry, f.CallSites, f.Exits, f.FromCallers = Probe{}, c.entries, c.exits, true
+		f.Entry, f.CallSites, f.Exits = Probe{}, c.entries, c.exits
 		notes := slices.DeleteFunc(slices.Clone(f.Notes), func(n string) bool { return strings.HasPrefix(n, steppedEntryNote) })
 		f.Notes = append(notes, fmt.Sprintf("counted at its %s and after them (emulated probes), not by single-stepped ones: nothing else calls it",
 			english.Plural(len(c.entries), "call")))
@@ -263,7 +262,7 @@ func returnSite(caller *callgraph.Node, ret uint64, probed func(uint64) (*Func, 
 	if err != nil || ends != nil {
 		return Probe{}, ends, err
 	}
-	p, _, err = withOffset(caller, Probe{Addr: at, Kind: wire.KindExit, Class: x86.ClassEmulated, SlotAdjust: depth - 8, ReturnSite: true})
+	p, _, err = withOffset(caller, Probe{Addr: at, Kind: wire.KindExit, Class: x86.ClassEmulated, SlotAdjust: depth - 8})
 	return p, nil, err
 }
 
@@ -340,10 +339,10 @@ func (pl *Plan) probeAddrs() map[codeAddr]bool {
 // again: the kernel refused a probe on one of its calls. It reports false
 // when f was not counted from its callers.
 func (pl *Plan) Revert(f *Func) bool {
-	if !f.FromCallers || f.fallback == nil {
+	if !f.FromCallers() {
 		return false
 	}
 	f.Entry, f.Exits, f.Notes = f.fallback.entry, f.fallback.exits, f.fallback.notes
-	f.CallSites, f.FromCallers, f.fallback = nil, false, nil
+	f.CallSites, f.fallback = nil, nil
 	return true
 }

@@ -91,7 +91,7 @@ func TestScanCode(t *testing.T) {
 	put(0xf8, 0x0f, 0x1f, 0x84, 0x00, 0x00, 0x00, 0x00, 0x00)
 	refs := map[uint64][]reference{}
 	scanCode(code, base, fn, fn, false, map[uint64]bool{fn: true}, refs)
-	want := []reference{{base + 0xf1, true}, {base + 0x11, false}, {base + 0x21, false}, {base + 0x33, false}, {base + 0x42, false}}
+	want := []reference{{base + 0x11, false}, {base + 0x21, false}, {base + 0x33, false}, {base + 0x42, false}, {base + 0xf1, true}}
 	if got := refs[fn]; !slices.Equal(got, want) {
 		t.Errorf("references %v, want %v", got, want)
 	}

@@ -77,9 +77,6 @@ type Probe struct {
 	// CallSite marks an entry probe on a call or jump in a caller's code
 	// (see Func.CallSites).
 	CallSite bool
-	// ReturnSite marks an exit probe in a caller's code, after a call of
-	// a function counted from its callers (see Func.FromCallers).
-	ReturnSite bool
 	// SiteIndex is a KindSite probe's index in Plan.Sites.
 	SiteIndex uint32
 }
@@ -99,12 +96,6 @@ type Func struct {
 	// call or jump to it in the traced code (a call rel32, which the
 	// kernel emulates). Calls from anywhere else are not seen.
 	CallSites []ObjProbe
-	// FromCallers marks a function whose entry probe would be single-
-	// stepped and which nothing but direct calls in the traced code
-	// enters: CallSites count its calls, and its Exits sit after them, in
-	// its callers' code (ReturnSite), each on an instruction the kernel
-	// emulates.
-	FromCallers bool
 	// Untraced says why the function has no probes at all: nothing safe
 	// opens its calls. Its callees appear under its caller.
 	Untraced string
@@ -134,8 +125,15 @@ type Func struct {
 	Notes []string
 
 	refused  map[uint64]bool // entry addresses the kernel refused (ReplaceEntry)
-	fallback *fallback       // its own probes, when FromCallers (Revert)
+	fallback *fallback       // its own probes, when counted from its callers (Revert)
 }
+
+// FromCallers reports a function counted from its callers instead of by
+// single-stepped probes of its own (its entry, or its rets): nothing but
+// direct calls enters it, CallSites count its calls, and its Exits sit
+// after them, in its callers' code, each on an instruction the kernel
+// emulates (see countFromCallers).
+func (f *Func) FromCallers() bool { return f.fallback != nil }
 
 // ObjProbe is a probe in a given object: a call site of a function in
 // its caller's object, or a sync probe, which marks a moment the stack is

@@ -84,7 +84,7 @@ func TestPlanCTree(t *testing.T) {
 			if e := ownEntry(f); e.Class != tc.class || e.Kind != wire.KindEntry {
 				t.Errorf("%s: entry %s %s, want %s", tc.name, e.Kind, e.Class, tc.class)
 			}
-			if f.FromCallers {
+			if f.FromCallers() {
 				checkFromCallers(t, f, len(f.CallSites))
 				continue
 			}
@@ -172,7 +172,7 @@ func TestPlanSIMD(t *testing.T) {
 				t.Errorf("%s untraced: %s", tc.name, f.Untraced)
 				continue
 			}
-			if f.FromCallers {
+			if f.FromCallers() {
 				checkFromCallers(t, f, 1)
 			} else if len(f.CallSites) != tc.callSites {
 				t.Errorf("%s: %d call sites, want %d", tc.name, len(f.CallSites), tc.callSites)
@@ -249,7 +249,7 @@ func TestPlanCTreeExact(t *testing.T) {
 			t.Errorf("exits by %s: counted from their callers: %s, want %s", mode, got, want)
 		}
 		for _, f := range pl.Funcs {
-			if f.FromCallers {
+			if f.FromCallers() {
 				checkFromCallers(t, f, len(f.CallSites))
 			}
 		}
@@ -275,7 +275,7 @@ func plantestByName(pl *Plan, name string) *Func {
 // after each, in the code the call returns to.
 func checkFromCallers(t *testing.T, f *Func, calls int) {
 	t.Helper()
-	if f == nil || !f.FromCallers || len(f.CallSites) != calls {
+	if f == nil || !f.FromCallers() || len(f.CallSites) != calls {
 		t.Fatalf("%+v: want counted from its %d calls", f, calls)
 	}
 	for _, cs := range f.CallSites {
@@ -290,7 +290,8 @@ func checkFromCallers(t *testing.T, f *Func, calls int) {
 	}
 	for _, e := range f.Exits {
 		in, err := decodeAt(f.Node.Obj, e.Addr)
-		if err != nil || !e.ReturnSite || e.Kind != wire.KindExit || e.Class != x86.ClassEmulated || x86.ProbeClass(&in) != x86.ClassEmulated {
+		// In a caller's code, after the call: never a ret.
+		if err != nil || in.IsRet() || e.Kind != wire.KindExit || e.Class != x86.ClassEmulated || x86.ProbeClass(&in) != x86.ClassEmulated {
 			t.Errorf("%s: exit %+v on %v (%v)", f.Node.Name(), e, in.Op, err)
 		}
 	}
@@ -310,7 +311,7 @@ func ownEntry(f *Func) Probe {
 func fromCallersNames(pl *Plan) string {
 	var names []string
 	for _, f := range pl.Funcs {
-		if f.FromCallers {
+		if f.FromCallers() {
 			names = append(names, f.Node.Func.Name)
 		}
 	}

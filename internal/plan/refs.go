@@ -109,34 +109,35 @@ func functionsReferenced(obj *symbolizer.Mapped, addrs []uint64) (map[uint64][]r
 // object (in a PIE one, any small immediate would match). A word that
 // matches by chance only makes more references.
 func scanCode(b []byte, vaddr, lo, hi uint64, absolute bool, want map[uint64]bool, refs map[uint64][]reference) {
-	// Short jumps (jmp, jcc, loop, jrcxz with an 8-bit displacement)
-	// reach a function next to theirs.
-	for i := 1; i < len(b); i++ {
-		if op := b[i-1]; op == 0xeb || op&0xf0 == 0x70 || op >= 0xe0 && op <= 0xe3 {
-			at := vaddr + uint64(i)
-			if t := at + 1 + uint64(int64(int8(b[i]))); t >= lo && t <= hi && want[t] {
-				refs[t] = append(refs[t], reference{at: at, short: true})
-			}
+	record := func(t uint64, r reference) {
+		if t >= lo && t <= hi && want[t] {
+			refs[t] = append(refs[t], r)
 		}
 	}
-	for i := 1; i+4 <= len(b); i++ {
-		w := int64(int32(binary.LittleEndian.Uint32(b[i:])))
+	for i := 1; i < len(b); i++ {
 		at := vaddr + uint64(i)
 		before := b[i-1]
-		var ends []uint64
+		// Short jumps (jmp, jcc, loop, jrcxz with an 8-bit
+		// displacement) reach a function next to theirs.
+		if before == 0xeb || before&0xf0 == 0x70 || before >= 0xe0 && before <= 0xe3 {
+			record(at+1+uint64(int64(int8(b[i]))), reference{at: at, short: true})
+		}
+		if i+4 > len(b) {
+			continue
+		}
+		w := int64(int32(binary.LittleEndian.Uint32(b[i:])))
 		switch {
 		case before == 0xe8 || before == 0xe9 || before&0xf0 == 0x80 && i >= 2 && b[i-2] == 0x0f:
-			ends = []uint64{at + 4}
+			record(at+4+uint64(w), reference{at: at})
 		case before&0xc7 == 0x05:
-			ends = []uint64{at + 4, at + 5, at + 8} // no immediate, imm8, imm32
+			// No immediate after the displacement, an 8-bit one, a
+			// 32-bit one.
+			record(at+4+uint64(w), reference{at: at})
+			record(at+5+uint64(w), reference{at: at})
+			record(at+8+uint64(w), reference{at: at})
 		}
-		for _, next := range ends {
-			if t := next + uint64(w); t >= lo && t <= hi && want[t] {
-				refs[t] = append(refs[t], reference{at: at})
-			}
-		}
-		if t := uint64(uint32(w)); absolute && t >= lo && t <= hi && want[t] {
-			refs[t] = append(refs[t], reference{at: at})
+		if absolute {
+			record(uint64(uint32(w)), reference{at: at})
 		}
 	}
 }

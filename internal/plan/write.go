@@ -36,8 +36,7 @@ func (pl *Plan) Write(w io.Writer) error {
 	if pl.ExitsReason != "" {
 		fmt.Fprintf(w, " (%s)", pl.ExitsReason)
 	}
-	probes, stepped := pl.Stepped()
-	fmt.Fprintf(w, "\n%d probes, %d of them single-stepped\n", probes, stepped)
+	fmt.Fprintf(w, "\n%d probes, %d of them single-stepped\n", pl.NumProbes(), pl.Stepped())
 	if len(pl.Sites) > 0 {
 		fmt.Fprintf(w, "%s probed to find their targets while the program runs (--discover)\n", english.Plural(len(pl.Sites), "indirect call site"))
 	}
@@ -124,21 +123,21 @@ func exitSummary(f *Func) string {
 	if f.Exits[0].Kind == wire.KindReturn {
 		return "uretprobe"
 	}
-	if f.Exits[0].ReturnSite {
+	if f.FromCallers() {
 		return fmt.Sprintf("%d after call", len(f.Exits))
 	}
 	return fmt.Sprintf("%d ret", len(f.Exits))
 }
 
-// Stepped counts the plan's probes, and those of them the kernel
-// single-steps (x86.ClassStepped): the dearest kind. A uretprobe shares
-// its entry's step, and returns by a trampoline.
-func (pl *Plan) Stepped() (probes, stepped int) {
+// Stepped counts the plan's probes the kernel single-steps
+// (x86.ClassStepped): the dearest kind. A uretprobe shares its entry's
+// step, and returns by a trampoline.
+func (pl *Plan) Stepped() int {
+	n := 0
 	count := func(ps ...Probe) {
 		for _, p := range ps {
-			probes++
 			if p.Class == x86.ClassStepped && p.Kind != wire.KindReturn {
-				stepped++
+				n++
 			}
 		}
 	}
@@ -155,5 +154,5 @@ func (pl *Plan) Stepped() (probes, stepped int) {
 	for _, s := range pl.Syncs {
 		count(s.Probe)
 	}
-	return probes, stepped
+	return n
 }
