@@ -18,12 +18,15 @@ func newCalibrateCmd() *cobra.Command {
 		Short: "Measure what kprofd's probes cost on this machine",
 		Long: `calibrate measures, for every pair of probe classes kprofd uses (entry on an
 emulated instruction, single-stepped, or on an optimised 5-byte nop; exit at
-ret instructions, by uretprobe, or at a catch site), the inner time (the part of
-the probes' cost inside the probed function's measured time) and the outer time
-(the part its caller pays per call). It probes functions inside the kprofd binary
-itself, so it needs no compiler, and takes the mean over batches of 100 calls
-(10,000 calls per pair; --quick: 2,000): a profile's times are means too, the
-calls that something disturbed included.
+ret instructions, by uretprobe, or at a catch site; and a call with the
+instruction after it, for functions counted from their callers), the inner time
+(the part of the probes' cost inside the probed function's measured time) and
+the outer time (the part its caller pays per call). It probes functions inside
+the kprofd binary itself, so it needs no compiler, and takes the mean over
+batches of 100 calls (10,000 calls per pair; --quick: 2,000): a profile's times
+are means too, the calls that something disturbed included. Single-stepped
+entries are measured on a function doing some 2 µs of work: a step slows the
+code after it too.
 
 attach uses the result to take the instrumentation's own time out of profiles.
 The result is cached per kernel release, CPU model and kprofd binary in ` + calibrate.CacheDir() + `
