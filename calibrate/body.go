@@ -3,28 +3,19 @@ package calibrate
 import (
 	"time"
 
-	"github.com/cilium/ebpf/link"
-
 	"github.com/kprofd/kprofd/bpf"
 	"github.com/kprofd/kprofd/internal/wire"
 )
 
-// measureBody measures a pair on a leaf with a body of real work: a
+// measureBody measures a pair, its probes attached, on a leaf with a body
+// of real work: a
 // single-stepped hit slows the code after it beyond its trap, which only
 // such a body shows. Each batch of probed calls is followed by the same
 // number of calls of the leaf's un-probed twin, timed: that is the body's
 // time (and the loop's) as the probed calls ran it, taken out of each
 // call's inner time and of the period between its entries. The machine's
 // speed drifts, so the reference is taken batch by batch, not once.
-func measureBody(prog *bpf.Program, rd *bpf.Reader, path string, pid int, t target, probes []bpf.Probe, opt Options) (Measurement, []link.Link, error) {
-	before, err := prog.Stats()
-	if err != nil {
-		return Measurement{}, nil, err
-	}
-	links, err := prog.Attach(path, pid, probes)
-	if err != nil {
-		return Measurement{}, nil, err
-	}
+func measureBody(prog *bpf.Program, rd *bpf.Reader, t target, opt Options) (Measurement, error) {
 	var inner, outer []float64
 	t.twin(opt.BatchSize) // warm
 	for range opt.Batches {
@@ -34,18 +25,15 @@ func measureBody(prog *bpf.Program, rd *bpf.Reader, path string, pid int, t targ
 		base := float64(time.Since(start).Nanoseconds()) / float64(opt.BatchSize)
 		events, err := readAll(prog, rd)
 		if err != nil {
-			return Measurement{}, links, err
+			return Measurement{}, err
 		}
 		in, out, err := batchCosts(t.pair, events, opt.BatchSize, base)
 		if err != nil {
-			return Measurement{}, links, err
+			return Measurement{}, err
 		}
 		inner, outer = append(inner, in), append(outer, out)
 	}
-	if err := lostSince(prog, before); err != nil {
-		return Measurement{}, links, err
-	}
-	return Measurement{Pair: t.pair, Inner: summarise(inner), Outer: summarise(outer)}, links, nil
+	return Measurement{Pair: t.pair, Inner: summarise(inner), Outer: summarise(outer)}, nil
 }
 
 // batchCosts returns the mean inner and outer time of the first n of the

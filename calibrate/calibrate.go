@@ -306,10 +306,10 @@ func closeAll(links []link.Link) error {
 // for the caller to close: they stay silent once the target's loop is
 // done, no other code calling its functions.
 func measure(prog *bpf.Program, rd *bpf.Reader, path string, pid int, t target, probes []bpf.Probe, opt Options) (Measurement, []link.Link, error) {
-	if t.twin != nil {
-		return measureBody(prog, rd, path, pid, t, probes, opt)
+	var base float64
+	if t.twin == nil {
+		base = unprobed(t.run)
 	}
-	base := unprobed(t.run)
 	before, err := prog.Stats()
 	if err != nil {
 		return Measurement{}, nil, err
@@ -318,16 +318,20 @@ func measure(prog *bpf.Program, rd *bpf.Reader, path string, pid int, t target, 
 	if err != nil {
 		return Measurement{}, nil, err
 	}
-	calls := opt.Batches*opt.BatchSize + 1
-	t.run(calls)
-	events, err := readAll(prog, rd)
-	if err != nil {
-		return Measurement{}, links, err
+	var m Measurement
+	if t.twin != nil {
+		m, err = measureBody(prog, rd, t, opt)
+	} else {
+		calls := opt.Batches*opt.BatchSize + 1
+		t.run(calls)
+		var events []wire.Event
+		if events, err = readAll(prog, rd); err == nil {
+			m, err = computeMeasurement(t.pair, events, calls, opt.BatchSize, base)
+		}
 	}
-	if err := lostSince(prog, before); err != nil {
-		return Measurement{}, links, err
+	if err == nil {
+		err = lostSince(prog, before)
 	}
-	m, err := computeMeasurement(t.pair, events, calls, opt.BatchSize, base)
 	return m, links, err
 }
 
