@@ -187,7 +187,14 @@ type pendingDemotion struct {
 // context.
 type burstTally struct {
 	calls []tallied
+	// at indexes calls by node once they are many: a root's frame
+	// spanning a whole burst tallies thousands of contexts, and a scan
+	// per call made kprofd's event loop take a core from the target.
+	at map[*cct.Node]int
 }
+
+// tallyIndexAt is how many contexts a tally scans before it indexes them.
+const tallyIndexAt = 16
 
 type tallied struct {
 	node  *cct.Node
@@ -495,6 +502,15 @@ func (r *anchorRef) tally(fr *stack.Frame, n *cct.Node, phys uint32) {
 }
 
 func (t *burstTally) add(n *cct.Node, phys uint32) {
+	if t.at != nil {
+		if i, ok := t.at[n]; ok {
+			t.calls[i].calls++
+			return
+		}
+		t.at[n] = len(t.calls)
+		t.calls = append(t.calls, tallied{node: n, phys: phys, calls: 1})
+		return
+	}
 	for i := range t.calls {
 		if t.calls[i].node == n {
 			t.calls[i].calls++
@@ -502,6 +518,12 @@ func (t *burstTally) add(n *cct.Node, phys uint32) {
 		}
 	}
 	t.calls = append(t.calls, tallied{node: n, phys: phys, calls: 1})
+	if len(t.calls) > tallyIndexAt {
+		t.at = make(map[*cct.Node]int, 2*len(t.calls))
+		for i, e := range t.calls {
+			t.at[e.node] = i
+		}
+	}
 }
 
 // rootOf returns the root of n's tree.
