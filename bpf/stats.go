@@ -73,6 +73,16 @@ type Stats struct {
 	Seeds, SeedsLost uint64
 }
 
+// InProbes returns the samples of the target's threads that landed in a
+// probe's program or trap, inside a root or not: kprofd's time.
+func (s Stats) InProbes() uint64 {
+	return s.ProbeSamples + s.TrapSamples + s.OutsideTrapSamples + s.OutsideCalleeSamples
+}
+
+// OwnSamples returns the samples of the target's own work: those of its
+// threads in no probe.
+func (s Stats) OwnSamples() uint64 { return s.TargetSamples - min(s.InProbes(), s.TargetSamples) }
+
 // Counter indexes in the stats map; they match STAT_* in kprofd.h.
 const (
 	statLost = iota

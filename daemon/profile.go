@@ -266,7 +266,7 @@ func lowerBoundNote(t *cct.Tree, stage func(int) cost.Stage, progress func() str
 // cost.MinProbeSamples samples.
 func measuredOverhead(st bpf.Stats, budget float64) *cct.Overhead {
 	o := &cct.Overhead{Budget: budget}
-	in := st.ProbeSamples + st.TrapSamples + st.OutsideTrapSamples + st.OutsideCalleeSamples
+	in := st.InProbes()
 	if st.TargetSamples >= cost.MinProbeSamples && in < st.TargetSamples {
 		o.Measured, o.Known = float64(in)/float64(st.TargetSamples-in), true
 	}

@@ -80,11 +80,16 @@ type burster struct {
 	// while one ran: the roots' calls are too long for whole bursts.
 	start   bpf.Stats
 	tooLong bool
+	// led is what the bursts may spend and have spent (see ledger);
+	// entriesAfter the roots' entries when the last window closed.
+	led          ledger
+	entriesAfter uint64
 
 	mu         sync.Mutex
 	bursts     int
 	wholes     int // of them whole (see run)
 	wholeCalls int // the calls of the roots the whole ones took, in windows that missed no event and no demotion cut
+	ledgerCuts int // whole windows the ledger stopped before their calls ended
 	// wholePeriod is the period of the latest whole burst (see
 	// wholePeriodAfter).
 	wholePeriod time.Duration
@@ -121,6 +126,7 @@ func (b *burster) run() {
 	defer close(b.done)
 	st := &burstRun{duties: map[uint32]float64{}, began: time.Now()}
 	b.start, _ = b.env.Program.Stats()
+	b.led.start, b.led.period = b.start, b.cfg.SamplePeriod
 	for gen := uint32(1); ; gen++ {
 		chosen := monotonic.Now() // when its functions are taken
 		c := b.choose(st)
@@ -143,6 +149,20 @@ func (b *burster) run() {
 			// whole burst is chosen before any is) says no.
 			continue
 		}
+		// What the bursts before spent must be paid for first, and a
+		// whole burst's likely cost be in hand.
+		need := 0.0
+		if c.whole {
+			need = b.wholeNeed()
+		}
+		if ok, err := b.awaitAllowance(need); !ok {
+			if err != nil {
+				b.mu.Lock()
+				b.err = err
+				b.mu.Unlock()
+			}
+			return
+		}
 		if c.whole {
 			// Every function demoted to sampling by now, those the
 			// rounds demoted while it waited (seconds, before the
@@ -161,13 +181,19 @@ func (b *burster) run() {
 		if len(c.funcs) > 0 {
 			var err error
 			t0 := time.Now()
-			if c.duty, attach, took, err = b.burst(gen, chosen, c.funcs, c.set, c.length, c.whole); err != nil {
+			var spent float64
+			if c.duty, attach, took, spent, err = b.burst(gen, chosen, c.funcs, c.set, c.length, c.whole); err != nil {
 				b.mu.Lock()
 				b.err = err
 				b.mu.Unlock()
 				return
 			}
-			b.learn(st, c, t0, took, attach)
+			b.led.spend(spent)
+			if c.whole {
+				b.take.spent = spent
+				b.led.setCut(b.take.cut, spent)
+			}
+			b.learn(st, c, t0, took, attach, spent)
 		}
 		// The probes fire from the start of the attach to the end of
 		// the detach (which costs about what attaching did), not only
@@ -243,8 +269,9 @@ func (b *burster) choose(st *burstRun) burstChoice {
 }
 
 // learn takes in what burst c, begun at t0, measured: its window took
-// took, attaching its probes attach, and c.duty is the next one's.
-func (b *burster) learn(st *burstRun, c burstChoice, t0 time.Time, took, attach time.Duration) {
+// took, attaching its probes attach, it cost the target spent (ns), and
+// c.duty is the next one's.
+func (b *burster) learn(st *burstRun, c burstChoice, t0 time.Time, took, attach time.Duration, spent float64) {
 	isFors := 0
 	for id, isFor := range c.set {
 		if !isFor {
@@ -259,7 +286,7 @@ func (b *burster) learn(st *burstRun, c burstChoice, t0 time.Time, took, attach 
 		st.perBurst = cmp.Or(st.perBurst, float64(isFors))*(1-burstAverage) + float64(isFors)*burstAverage
 	}
 	args := []any{"at", t0.Sub(b.cfg.Start), "whole", c.whole, "for", isFors, "functions", len(c.funcs), "length", c.length,
-		"window", took, "attach", attach, "next_duty", c.duty}
+		"window", took, "attach", attach, "next_duty", c.duty, "spent", time.Duration(spent), "bursts_spent", time.Duration(b.led.spentSoFar())}
 	if c.whole {
 		args = append(args, "root_calls", b.take.calls, "root_calls_wanted", b.calls, "hits", b.take.hits)
 	}
@@ -279,7 +306,7 @@ func (b *burster) periodAfter(c burstChoice, armed, attach time.Duration) time.D
 	b.mu.Lock()
 	b.wholePeriod = period
 	b.mu.Unlock()
-	if b.take.calls == 0 && !b.idle {
+	if b.take.calls == 0 && !b.idle && !b.take.cut {
 		// A call of a root ran all the while, with every
 		// probe in: one longer than the window.
 		b.tooLong = true
@@ -303,13 +330,14 @@ const burstAverage = 0.25
 // lacks: see estimate.BurstLog.demote) and returns the
 // duty cycle the next burst may have (what keeps the bursts' cost within
 // their share of the budget, at the call rates this one measured), how
-// long attaching took and how long the window was.
-func (b *burster) burst(gen uint32, chosen uint64, funcs []*plan.Func, set map[uint32]bool, length time.Duration, whole bool) (duty float64, attach, took time.Duration, err error) {
+// long attaching took, how long the window was and what the burst cost
+// the target (ns of its CPU time, see burstCost).
+func (b *burster) burst(gen uint32, chosen uint64, funcs []*plan.Func, set map[uint32]bool, length time.Duration, whole bool) (duty float64, attach, took time.Duration, spent float64, err error) {
 	// Two numbers per burst: a thread's first hit while the probes go
 	// in captures its stack, and its first with all of them in again
 	// (see below).
 	if err := b.env.Program.SetBurst(2*gen - 1); err != nil {
-		return 0, 0, 0, err
+		return 0, 0, 0, 0, err
 	}
 	nids := 0
 	ids := make([]uint32, 0, len(funcs))
@@ -319,11 +347,17 @@ func (b *burster) burst(gen uint32, chosen uint64, funcs []*plan.Func, set map[u
 	}
 	before, lostBefore, err := b.burstSamples()
 	if err != nil {
-		return 0, 0, 0, err
+		return 0, 0, 0, 0, err
 	}
 	links, armed, attach, err := b.attachBurst(funcs, set)
 	if err != nil {
-		return 0, 0, 0, err
+		return 0, 0, 0, 0, err
+	}
+	attached, _, err := b.burstSamples()
+	if err != nil {
+		probes.CloseAll(links)
+		b.log.Disarm(armed, monotonic.Now())
+		return 0, 0, 0, 0, errors.Join(err, b.setArmed(-1))
 	}
 	// A thread whose stack was captured while the probes went in (a
 	// whole burst's take hundreds of ms) has entered functions since
@@ -345,14 +379,15 @@ func (b *burster) burst(gen uint32, chosen uint64, funcs []*plan.Func, set map[u
 	if err != nil {
 		probes.CloseAll(links)
 		b.log.Disarm(armed, monotonic.Now())
-		return 0, 0, 0, errors.Join(err, b.setArmed(-1))
+		return 0, 0, 0, 0, errors.Join(err, b.setArmed(-1))
 	}
 	start := monotonic.Now()
-	b.holdWindow(gen, chosen, base, inRead, start, length, set, whole)
+	b.holdWindow(gen, chosen, base, inRead, start, length, set, whole, costMeter{period: b.cfg.SamplePeriod, before: before, attached: attached})
 	// No call of a root ran while its probes were in: they cost the
 	// target their attach and detach alone.
 	st, err := b.env.Program.Stats()
 	b.idle = err == nil && base.RootEntries <= base.RootExits && st.RootEntries == base.RootEntries
+	b.entriesAfter = st.RootEntries
 	end := monotonic.Now()
 	b.log.Close(end)
 	outCalls, outErr := b.env.Program.CallCounts(nil, nids)
@@ -369,7 +404,7 @@ func (b *burster) burst(gen uint32, chosen uint64, funcs []*plan.Func, set map[u
 	}()
 	after, lostAfter, err := b.burstSamples()
 	if err = errors.Join(inErr, outErr, err); err != nil {
-		return 0, 0, 0, err
+		return 0, 0, 0, 0, err
 	}
 	if lostAfter > lostBefore {
 		// Events of some thread were lost while this burst's probes
@@ -380,7 +415,8 @@ func (b *burster) burst(gen uint32, chosen uint64, funcs []*plan.Func, set map[u
 	// What the burst cost as measured: its samples in the probe program
 	// and in the traps (those the event loop has placed by now).
 	measured := float64(after-before) * float64(b.cfg.SamplePeriod)
-	return b.nextDuty(funcs, start, end, measured, inCalls, outCalls), attach, time.Duration(end - start), nil
+	spent = costMeter{period: b.cfg.SamplePeriod, before: before, attached: attached}.cost(after)
+	return b.nextDuty(funcs, start, end, measured, inCalls, outCalls), attach, time.Duration(end - start), spent, nil
 }
 
 // attachBurst arms a burst and attaches the probes of funcs (see
@@ -410,12 +446,14 @@ func (b *burster) attachBurst(funcs []*plan.Func, set map[uint32]bool) (links []
 // since chosen of a function it lacks, and holds it while it takes new
 // frames for up to length and until they end: a whole window waits for
 // the roots' calls (wholeWindow, from the counters base), another for
-// the frames of its functions (window).
-func (b *burster) holdWindow(gen uint32, chosen uint64, base bpf.Stats, inRead, start uint64, length time.Duration, set map[uint32]bool, whole bool) {
+// the frames of its functions (window); a whole window stops once meter
+// says it spent its limit.
+func (b *burster) holdWindow(gen uint32, chosen uint64, base bpf.Stats, inRead, start uint64, length time.Duration, set map[uint32]bool, whole bool, meter costMeter) {
 	if whole {
 		b.log.OpenWhole(inRead, start, length, set)
 		b.log.CutSince(chosen)
-		take, err := b.wholeWindow(gen, base, start, b.calls, length)
+		meter.limit = b.wholeCap(base)
+		take, err := b.wholeWindow(gen, base, start, b.calls, length, meter)
 		if err != nil {
 			b.cfg.warnf("burst of sampled instrumentation: %v", err)
 		}
@@ -442,9 +480,13 @@ func (b *burster) tally(whole bool, ids []uint32, inRead, start, end uint64, los
 	b.bursts++
 	if whole {
 		b.wholes++
-		if !b.take.lossy && !b.log.IsCut(b.log.Last()) {
+		if b.take.cut {
+			b.ledgerCuts++
+		}
+		if !b.take.lossy && !b.take.cut && !b.log.IsCut(b.log.Last()) {
 			// A window that missed events gives no frame, nor one
-			// a demotion cut (some, not every one).
+			// a demotion cut (some, not every one), nor one the
+			// ledger stopped before its calls ended.
 			b.wholeCalls += b.take.calls
 		}
 	}
@@ -526,7 +568,7 @@ func (b *burster) burstSamples() (samples, lost uint64, err error) {
 	if err != nil {
 		return 0, 0, err
 	}
-	return st.BurstSamples + st.BurstTrapSamples, st.Lost + st.BurstDropped, nil
+	return burstSamplesIn(st), st.Lost + st.BurstDropped, nil
 }
 
 // Stop ends the bursts, the one running included, and waits.
@@ -556,6 +598,9 @@ func (b *burster) summary() string {
 	whole := ""
 	if b.wholes > 0 {
 		whole = fmt.Sprintf(", %d of them whole: every demoted function's entry probes back for whole calls of the roots, %d calls in all in windows that missed no event and no demotion cut", b.wholes, b.wholeCalls)
+		if b.ledgerCuts > 0 {
+			whole += fmt.Sprintf(", %d stopped before their calls ended, having spent what the budget had left for bursts", b.ledgerCuts)
+		}
 	}
 	if n := b.log.LossyWindows(); n > 0 {
 		whole += fmt.Sprintf("; %d of their windows missed events (the ring buffer full, or half full and burst hits dropped) and were left out", n)

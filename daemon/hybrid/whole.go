@@ -75,6 +75,10 @@ type wholeTake struct {
 	calls             int
 	hits              uint64
 	lossy             bool
+	// cut says the ledger stopped the window before the calls it
+	// awaited had ended (see ledger); spent is what the burst cost.
+	cut   bool
+	spent float64
 }
 
 // maxWholeCalls bounds the calls of the roots a whole burst waits for.
@@ -90,13 +94,15 @@ type wholeCosts struct {
 	tails, lengths float64 // ns summed: the tails, and the calls' after them
 	calls          int
 	hits           uint64
+	spent          float64 // what the bursts cost the target, ns summed
 }
 
-// add takes in t, if it took calls.
+// add takes in t, if it took calls and was not cut short.
 func (c *wholeCosts) add(t wholeTake) {
-	if t.calls == 0 || t.first <= t.start || t.end <= t.first {
+	if t.calls == 0 || t.cut || t.first <= t.start || t.end <= t.first {
 		return
 	}
+	c.spent += t.spent
 	c.n++
 	c.tails += float64(t.first - t.start)
 	c.lengths += float64(t.end - t.first)
@@ -163,7 +169,8 @@ func wholeBurst(demoted, n int, perBurst float64) bool {
 // calls of the roots have begun in it (up to length; fewer if that
 // passes) and then until they have ended (up to estimate.MaxWholeSettle), going
 // by the kernel's counts of both since base (bpf.Stats.AwaitedEntries,
-// AwaitedExits). With every probe in, the event loop runs far behind
+// AwaitedExits), or until meter says it spent its limit (cut). With
+// every probe in, the event loop runs far behind
 // the target (a whole burst makes hundreds of thousands of events a
 // call of a parser's root, which take longer to take than to make), and
 // waiting for it to see the calls end would keep the probes in for
@@ -175,7 +182,7 @@ func wholeBurst(demoted, n int, perBurst float64) bool {
 // full) closes at once: its frames are left out. The event loop places
 // the frames by their times later (estimate.BurstLog.catching, fits). It returns
 // what the window took.
-func (b *burster) wholeWindow(gen uint32, base bpf.Stats, start uint64, calls int, length time.Duration) (wholeTake, error) {
+func (b *burster) wholeWindow(gen uint32, base bpf.Stats, start uint64, calls int, length time.Duration, meter costMeter) (wholeTake, error) {
 	took := wholeTake{start: start}
 	st := base
 	tick := time.NewTicker(settlePoll)
@@ -201,6 +208,10 @@ catching:
 		if st.BurstDropped > base.BurstDropped {
 			break catching // its frames are lost: the sooner out, the better
 		}
+		if meter.over(st) {
+			took.cut = true
+			break catching
+		}
 	}
 	stop := monotonic.Now()
 	b.log.StopCatching(stop)
@@ -225,6 +236,10 @@ catching:
 		took.calls = int(st.AwaitedEntries - base.AwaitedEntries)
 		if took.calls == 0 {
 			return took, nil // no call of a root began
+		}
+		if took.cut || meter.over(st) {
+			took.cut = st.AwaitedExits-base.AwaitedExits < st.AwaitedEntries-base.AwaitedEntries
+			return took, nil
 		}
 		if st.AwaitedExits-base.AwaitedExits >= st.AwaitedEntries-base.AwaitedEntries || st.BurstDropped > base.BurstDropped {
 			return took, nil

@@ -1,0 +1,154 @@
+package hybrid
+
+import (
+	"sync"
+	"time"
+
+	"github.com/kprofd/kprofd/bpf"
+)
+
+// The bursts' ledger: what the bursts may spend of the target's time so
+// far, and what they spent. The pacing rules (pacing.go) space bursts by
+// what each one cost, over periods of seconds to a minute; a session of
+// ten seconds lives on the first of them, and one burst that traps at
+// every call below the roots (a whole burst's, or an ordinary one's with
+// a thousand companions) cost the target two seconds in one lump. The
+// ledger bounds the sum instead: the bursts may spend the bursts' part of
+// the budget (monitor.burstBudget) of the target's own CPU time since
+// they began, as the kernel's samples count it, and a burst waits until
+// what the ones before it spent is paid for. A whole window stops when
+// it has spent what was left.
+type ledger struct {
+	mu sync.Mutex
+	// start is the probe program's counters when the bursts began;
+	// period the sampling period.
+	start  bpf.Stats
+	period time.Duration
+	// spent is the bursts' measured cost so far, ns of the target's
+	// CPU time (see costMeter).
+	spent float64
+	// cut is the cost of the last whole window the ledger stopped
+	// before the calls it awaited ended (0: none): the next waits for
+	// twice that.
+	cut float64
+}
+
+// allowance returns what the bursts may still spend by st (ns of the
+// target's CPU time; negative when they are in debt), with share the
+// part of the target's own CPU time they may take.
+func (l *ledger) allowance(st bpf.Stats, share float64) float64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	own := st.OwnSamples() - min(l.start.OwnSamples(), st.OwnSamples())
+	return share*float64(own)*float64(l.period) - l.spent
+}
+
+// spend records a burst's cost (ns).
+func (l *ledger) spend(cost float64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.spent += cost
+}
+
+// setCut records whether the ledger stopped the last whole window short
+// (see cut), and what it cost.
+func (l *ledger) setCut(cut bool, cost float64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.cut = 0
+	if cut {
+		l.cut = cost
+	}
+}
+
+// spentSoFar returns what the bursts spent (ns).
+func (l *ledger) spentSoFar() float64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.spent
+}
+
+// ledgerPoll is how often a burst waiting on the ledger looks again.
+const ledgerPoll = 20 * time.Millisecond
+
+// awaitAllowance waits until the bursts may spend need (ns), or the
+// target idles (see idleSince), or stop closes (false).
+func (b *burster) awaitAllowance(need float64) (bool, error) {
+	for {
+		st, err := b.env.Program.Stats()
+		if err != nil {
+			return false, err
+		}
+		if b.led.allowance(st, b.m.burstBudget(b.cfg.Budget)) >= need || b.idleSince(st) {
+			return true, nil
+		}
+		select {
+		case <-b.stop:
+			return false, nil
+		case <-time.After(ledgerPoll):
+		}
+	}
+}
+
+// idleSince reports whether, by st, no call of a root has begun since
+// the last window closed and none runs: a server between requests. Its
+// CPU time, which the bursts' allowance grows by, stands still, and a
+// burst costs it nothing but the attach and the detach (a whole window
+// that a request opens stops at minWholeCap, see wholeCap); waiting for
+// the debts to be paid would hold the next request's burst off until
+// the requests after it paid them.
+func (b *burster) idleSince(st bpf.Stats) bool {
+	return st.RootEntries == b.entriesAfter && st.RootEntries <= st.RootExits
+}
+
+// wholeNeed returns what the next whole burst should have in hand before
+// it starts: what the whole bursts that took calls cost on average, or
+// twice what the last one, stopped short, cost; with neither, only the
+// debts paid (its window stops at what is left, see wholeCap).
+func (b *burster) wholeNeed() float64 {
+	b.led.mu.Lock()
+	need := 2 * b.led.cut
+	b.led.mu.Unlock()
+	if b.costs.n > 0 {
+		need = max(need, b.costs.spent/float64(b.costs.n))
+	}
+	return need
+}
+
+// wholeCap returns what a whole window opening with the counters at st
+// may spend (ns of the target's CPU time, its attach and detach
+// included), at least minWholeCap.
+func (b *burster) wholeCap(st bpf.Stats) float64 {
+	return max(b.led.allowance(st, b.m.burstBudget(b.cfg.Budget)), float64(minWholeCap))
+}
+
+// minWholeCap is the least a whole window may spend: its attach and
+// detach alone cost tens of ms with a thousand functions.
+const minWholeCap = 50 * time.Millisecond
+
+// costMeter measures what a burst costs the target as it goes, by the
+// kernel's count of samples in burst probes and their traps (which the
+// sampler counts as the bursts' from the start of the attach): before
+// the attach, attached once its probes were in. Detaching them costs
+// about what attaching did, so that is counted twice.
+type costMeter struct {
+	period           time.Duration
+	before, attached uint64
+	// limit is what the burst may spend (ns; 0: no limit).
+	limit float64
+}
+
+// burstSamplesIn returns the samples st counts in burst probes and their
+// traps.
+func burstSamplesIn(st bpf.Stats) uint64 { return st.BurstSamples + st.BurstTrapSamples }
+
+// cost returns the burst's cost (ns) when the samples in its probes and
+// traps have come to now.
+func (m costMeter) cost(now uint64) float64 {
+	return float64(now-m.before+m.attached-m.before) * float64(m.period)
+}
+
+// over reports whether the burst has spent its limit by st.
+func (m costMeter) over(st bpf.Stats) bool {
+	return m.limit > 0 && m.cost(burstSamplesIn(st)) >= m.limit
+}

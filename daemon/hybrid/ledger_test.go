@@ -1,0 +1,70 @@
+package hybrid
+
+import (
+	"testing"
+	"time"
+
+	"github.com/kprofd/kprofd/bpf"
+)
+
+func TestLedger(t *testing.T) {
+	const period = time.Millisecond
+	start := bpf.Stats{TargetSamples: 1000, ProbeSamples: 100, TrapSamples: 50}
+	l := ledger{start: start, period: period}
+	// 2,000 samples later, 500 of them in probes or traps: 1,500 ms of
+	// the target's own CPU time, of which a 5% share is 75 ms.
+	st := bpf.Stats{TargetSamples: 3000, ProbeSamples: 400, TrapSamples: 250}
+	if got, want := l.allowance(st, 0.05), 75e6; got != want {
+		t.Errorf("allowance = %g, want %g", got, want)
+	}
+	l.spend(100e6)
+	if got, want := l.allowance(st, 0.05), -25e6; got != want {
+		t.Errorf("allowance after spending 100 ms = %g, want %g (in debt)", got, want)
+	}
+	// Counters that went back (a program reloaded) owe nothing more.
+	if got, want := l.allowance(bpf.Stats{}, 0.05), -100e6; got != want {
+		t.Errorf("allowance at zeroed counters = %g, want %g", got, want)
+	}
+}
+
+func TestCostMeter(t *testing.T) {
+	// 10 samples while the probes went in, 30 more in the window: the
+	// detach costs what the attach did.
+	m := costMeter{period: time.Millisecond, before: 100, attached: 110, limit: 45e6}
+	if got, want := m.cost(140), 50e6; got != want {
+		t.Errorf("cost = %g, want %g", got, want)
+	}
+	for _, tc := range []struct {
+		samples uint64
+		over    bool
+	}{{130, false}, {134, false}, {135, true}, {200, true}} {
+		st := bpf.Stats{BurstSamples: tc.samples - 5, BurstTrapSamples: 5}
+		if got := m.over(st); got != tc.over {
+			t.Errorf("over at %d samples = %v, want %v", tc.samples, got, tc.over)
+		}
+	}
+	if (costMeter{period: time.Millisecond}).over(bpf.Stats{BurstSamples: 1e6}) {
+		t.Error("a meter with no limit said over")
+	}
+}
+
+func TestWholeNeed(t *testing.T) {
+	b := &burster{}
+	if got := b.wholeNeed(); got != 0 {
+		t.Errorf("need with nothing measured = %g, want 0", got)
+	}
+	b.led.setCut(true, 80e6)
+	if got, want := b.wholeNeed(), 160e6; got != want {
+		t.Errorf("need after a cut window = %g, want %g", got, want)
+	}
+	b.costs.add(wholeTake{start: 1, first: 2, end: 10, calls: 1, spent: 300e6})
+	b.costs.add(wholeTake{start: 1, first: 2, end: 10, calls: 1, spent: 100e6})
+	b.costs.add(wholeTake{start: 1, first: 2, end: 10, calls: 1, cut: true, spent: 900e6}) // left out
+	if got, want := b.wholeNeed(), 200e6; got != want {
+		t.Errorf("need after whole windows of 300 and 100 ms and a cut one of 80 = %g, want %g", got, want)
+	}
+	b.led.setCut(false, 0)
+	if got, want := b.wholeNeed(), 200e6; got != want {
+		t.Errorf("need once a window took its calls = %g, want %g", got, want)
+	}
+}
