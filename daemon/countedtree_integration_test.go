@@ -16,6 +16,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -57,6 +59,10 @@ import (
 //     (cct.Profile.Overhead, the summary's "overhead: the probes took
 //     X%"), and line-minus-slowdown-points: that less (slowdown-1), in
 //     points.
+//
+// With them, kprofd-cores: the CPU kprofd (this process) took from
+// Prepare to Stop's return, in cores on average, which on a small
+// machine a multi-threaded target feels.
 //
 // How the truth is exact. Each program does deterministic work in units
 // that repeat: a call of the root that does the same at every call
@@ -172,8 +178,9 @@ const (
 	countedLead     = 500 * time.Millisecond
 )
 
-// countedTruths holds each program's truth once made: the exact-mode
-// sessions are long, and the benchmark function runs more than once.
+// countedTruths holds each program's truth once made, when there is no
+// KPROFD_TRUTH_CACHE to keep it in: the exact-mode sessions are long,
+// and the benchmark function runs more than once.
 var countedTruths sync.Map // program name -> countcheck.Truth
 
 // countedFigures is what one session measured.
@@ -194,14 +201,21 @@ type countedFigures struct {
 	bursts, wholeBursts, wholeCalls, demotions int
 	callsBefore                                uint64
 	prepare                                    time.Duration
+	// kprofdCores is kprofd's CPU time (this process's) from Prepare
+	// to Stop's return, over that time: the cores it took on average.
+	kprofdCores float64
 }
 
 func benchCounted(b *testing.B, prog countedProgram, cal *calibrate.Result) {
 	exe := prog.build(b)
-	truth := countedTruth(b, prog, exe, cal)
+	// Made (or its cache checked) before the sessions, and read again
+	// after each: a truth of 345,000 contexts held in this process, where
+	// the session's kprofd runs, had its collector take CPU from the
+	// target throughout the session.
+	countedTruth(b, prog, exe, cal)
 	var all []countedFigures
 	for range b.N {
-		f := countedSession(b, prog, exe, cal, truth)
+		f := countedSession(b, prog, exe, cal, func() countcheck.Truth { return countedTruth(b, prog, exe, cal) })
 		all = append(all, f)
 	}
 	// Medians of what was measured (NaN: not measured).
@@ -226,6 +240,7 @@ func benchCounted(b *testing.B, prog countedProgram, cal *calibrate.Result) {
 	b.ReportMetric(med(func(f countedFigures) float64 { return f.slowdownAttached }), "slowdown-attached-x")
 	b.ReportMetric(med(func(f countedFigures) float64 { return f.slowdownCPU }), "slowdown-cpu-x")
 	b.ReportMetric(100*med(func(f countedFigures) float64 { return f.spread }), "unprobed-spread-%")
+	b.ReportMetric(med(func(f countedFigures) float64 { return f.kprofdCores }), "kprofd-cores")
 	var line, diff []float64
 	for _, f := range all {
 		if f.lineKnown {
@@ -278,7 +293,6 @@ func countedTruth(b *testing.B, prog countedProgram, exe string, cal *calibrate.
 				b.Fatalf("%s: %v", cached, err)
 			}
 			b.Logf("truth: read from %s", cached)
-			countedTruths.Store(prog.name, t)
 			return t
 		}
 	}
@@ -317,8 +331,9 @@ func countedTruth(b *testing.B, prog countedProgram, exe string, cal *calibrate.
 		units = append(units, float64(prog.truthUnits))
 	}
 	t := countcheck.NewTruth(profiles, units)
-	countedTruths.Store(prog.name, t)
-	if cached != "" {
+	if cached == "" {
+		countedTruths.Store(prog.name, t)
+	} else {
 		var buf bytes.Buffer
 		zw := gzip.NewWriter(&buf)
 		err := json.NewEncoder(zw).Encode(t)
@@ -476,8 +491,10 @@ func overlapping(chunks []countedChunk, from, to time.Time) []countedChunk {
 
 // countedSession runs one iteration of BenchmarkCountedTree on a fresh
 // process of exe.
-func countedSession(b *testing.B, prog countedProgram, exe string, cal *calibrate.Result, truth countcheck.Truth) countedFigures {
+func countedSession(b *testing.B, prog countedProgram, exe string, cal *calibrate.Result, truthOf func() countcheck.Truth) countedFigures {
 	load := loadAverage()
+	runtime.GC()
+	debug.FreeOSMemory()
 	target := testtarget.Start(b, exe)
 	defer target.Exit(b)
 	want := target.Run(b, prog.chunk)
@@ -494,6 +511,7 @@ func countedSession(b *testing.B, prog countedProgram, exe string, cal *calibrat
 	done := chunkLoop(b, target, prog.chunk, want, stop)
 	time.Sleep(countedLead)
 	t0 := time.Now()
+	cpu0 := selfCPU(b)
 	pr, err := daemon.Prepare(cfg)
 	if err != nil {
 		b.Fatal(err)
@@ -513,6 +531,7 @@ func countedSession(b *testing.B, prog countedProgram, exe string, cal *calibrat
 		b.Fatal(err)
 	}
 	t1 := time.Now()
+	kprofdCPU := selfCPU(b) - cpu0
 	progress := s.Progress()
 	demotions := s.Demotions()
 	s.Close()
@@ -530,6 +549,7 @@ func countedSession(b *testing.B, prog countedProgram, exe string, cal *calibrat
 		slowdown: wall / min(beforeWall, afterWall), slowdownAttached: attachedWall / min(beforeWall, afterWall),
 		slowdownCPU: cpu / min(beforeCPU, afterCPU), spread: math.Abs(beforeWall-afterWall) / min(beforeWall, afterWall), prepare: prepared.Sub(t0), callsBefore: progress.CallsBefore,
 		demotions: len(demotions), bursts: progress.Bursts, wholeCalls: progress.WholeCalls,
+		kprofdCores: kprofdCPU / t1.Sub(t0).Seconds(),
 	}
 	if o := p.Overhead; o != nil && o.Known {
 		f.line, f.lineKnown = o.Measured, true
@@ -555,7 +575,7 @@ func countedSession(b *testing.B, prog countedProgram, exe string, cal *calibrat
 	// Contexts compare without the functions that reach the next by
 	// tail calls alone, which stacks unwound from samples lack.
 	rename := countcheck.DropTailCallers(tailOnlyCalls(pr.Plan))
-	f.r = countcheck.Compare(countcheck.Rename(countcheck.Contexts(p), rename), truth.Rename(rename), units)
+	f.r = countcheck.Compare(countcheck.Rename(countcheck.Contexts(p), rename), truthOf().Rename(rename), units)
 	f.covered, f.accurate, f.units = f.r.Share(f.r.Covered), f.r.Share(f.r.Accurate), units.Lo
 	if units.Lo == 0 {
 		// Any count from 0 up is then within the truth.
@@ -577,9 +597,9 @@ func countedSession(b *testing.B, prog countedProgram, exe string, cal *calibrat
 	if f.lineKnown {
 		lineText = fmt.Sprintf("%.1f%%", 100*f.line)
 	}
-	b.Logf("%s: load %s; un-probed %.2fms/chunk before, %.2fms after (CPU %.2fms, %.2fms); prepare %s; slowdown %.3fx (%.3fx from the attach, CPU %.3fx); overhead line %s",
+	b.Logf("%s: load %s; un-probed %.2fms/chunk before, %.2fms after (CPU %.2fms, %.2fms); prepare %s; slowdown %.3fx (%.3fx from the attach, CPU %.3fx); overhead line %s; kprofd took %.2f cores",
 		prog.name, load, 1e3*beforeWall, 1e3*afterWall, 1e3*beforeCPU, 1e3*afterCPU, f.prepare.Round(time.Millisecond),
-		f.slowdown, f.slowdownAttached, f.slowdownCPU, lineText)
+		f.slowdown, f.slowdownAttached, f.slowdownCPU, lineText, f.kprofdCores)
 	rootText := fmt.Sprintf("%d exact", r)
 	if estimated {
 		rootText = fmt.Sprintf("~%d estimated", r)
@@ -787,4 +807,18 @@ func summarizeBursts(bs []burstRecord) string {
 		return "none"
 	}
 	return strings.Join(parts, "; ")
+}
+
+// selfCPU returns this process's CPU time so far (s): the session's
+// kprofd, with the benchmark's own few goroutines.
+func selfCPU(b *testing.B) float64 {
+	st, err := procfs.NewProc(os.Getpid())
+	if err == nil {
+		var stat procfs.ProcStat
+		if stat, err = st.Stat(); err == nil {
+			return stat.CPUTime()
+		}
+	}
+	b.Fatal(err)
+	return 0
 }
