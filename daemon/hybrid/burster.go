@@ -80,10 +80,8 @@ type burster struct {
 	// while one ran: the roots' calls are too long for whole bursts.
 	start   bpf.Stats
 	tooLong bool
-	// led is what the bursts may spend and have spent (see ledger);
-	// entriesAfter the roots' entries when the last window closed.
-	led          ledger
-	entriesAfter uint64
+	// led is what the bursts may spend and have spent (see ledger).
+	led ledger
 
 	mu         sync.Mutex
 	bursts     int
@@ -387,7 +385,6 @@ func (b *burster) burst(gen uint32, chosen uint64, funcs []*plan.Func, set map[u
 	// target their attach and detach alone.
 	st, err := b.env.Program.Stats()
 	b.idle = err == nil && base.RootEntries <= base.RootExits && st.RootEntries == base.RootEntries
-	b.entriesAfter = st.RootEntries
 	end := monotonic.Now()
 	b.log.Close(end)
 	outCalls, outErr := b.env.Program.CallCounts(nil, nids)

@@ -72,14 +72,15 @@ func (l *ledger) spentSoFar() float64 {
 const ledgerPoll = 20 * time.Millisecond
 
 // awaitAllowance waits until the bursts may spend need (ns), or the
-// target idles (see idleSince), or stop closes (false).
+// target idles (see idleWatch), or stop closes (false).
 func (b *burster) awaitAllowance(need float64) (bool, error) {
+	var quiet idleWatch
 	for {
 		st, err := b.env.Program.Stats()
 		if err != nil {
 			return false, err
 		}
-		if b.led.allowance(st, b.m.burstBudget(b.cfg.Budget)) >= need || b.idleSince(st) {
+		if b.led.allowance(st, b.m.burstBudget(b.cfg.Budget)) >= need || quiet.idle(st, time.Now()) {
 			return true, nil
 		}
 		select {
@@ -90,15 +91,29 @@ func (b *burster) awaitAllowance(need float64) (bool, error) {
 	}
 }
 
-// idleSince reports whether, by st, no call of a root has begun since
-// the last window closed and none runs: a server between requests. Its
-// CPU time, which the bursts' allowance grows by, stands still, and a
-// burst costs it nothing but the attach and the detach (a whole window
-// that a request opens stops at minWholeCap, see wholeCap); waiting for
-// the debts to be paid would hold the next request's burst off until
+// idleWatch says whether the target idles: no call of a root running
+// and none begun for idleAfter (a server between requests). Its CPU
+// time, which the bursts' allowance grows by, stands still, and a burst
+// costs it nothing but the attach and the detach (a whole window that a
+// request opens may spend what whole calls cost, see wholeCap); waiting
+// for the debts to be paid would hold the next request's burst off until
 // the requests after it paid them.
-func (b *burster) idleSince(st bpf.Stats) bool {
-	return st.RootEntries == b.entriesAfter && st.RootEntries <= st.RootExits
+type idleWatch struct {
+	entries uint64
+	since   time.Time
+}
+
+// idleAfter is how long no root call must run for the target to idle.
+const idleAfter = 5 * ledgerPoll
+
+// idle takes in the counters st read at now and reports whether the
+// target idles.
+func (w *idleWatch) idle(st bpf.Stats, now time.Time) bool {
+	if st.RootEntries > st.RootExits || st.RootEntries != w.entries || w.since.IsZero() {
+		w.entries, w.since = st.RootEntries, now
+		return false
+	}
+	return now.Sub(w.since) >= idleAfter
 }
 
 // wholeNeed returns what the next whole burst should have in hand before
@@ -117,9 +132,12 @@ func (b *burster) wholeNeed() float64 {
 
 // wholeCap returns what a whole window opening with the counters at st
 // may spend (ns of the target's CPU time, its attach and detach
-// included), at least minWholeCap.
+// included): what is left, at least minWholeCap, and at least what it
+// waited for (wholeNeed), which a burst on an idle target did not: a
+// request that comes while it is open may run its course, and the debt
+// is paid before the next burst that finds the target busy.
 func (b *burster) wholeCap(st bpf.Stats) float64 {
-	return max(b.led.allowance(st, b.m.burstBudget(b.cfg.Budget)), float64(minWholeCap))
+	return max(b.led.allowance(st, b.m.burstBudget(b.cfg.Budget)), b.wholeNeed(), float64(minWholeCap))
 }
 
 // minWholeCap is the least a whole window may spend: its attach and

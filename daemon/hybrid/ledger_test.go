@@ -68,3 +68,26 @@ func TestWholeNeed(t *testing.T) {
 		t.Errorf("need once a window took its calls = %g, want %g", got, want)
 	}
 }
+
+func TestIdleWatch(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	var w idleWatch
+	for _, tc := range []struct {
+		at             time.Duration
+		entries, exits uint64
+		want           bool
+	}{
+		{0, 10, 10, false},                      // the first look: nothing to go by
+		{idleAfter / 2, 10, 10, false},          // quiet, not for long enough
+		{idleAfter, 10, 10, true},               // quiet since the first look
+		{idleAfter + ledgerPoll, 11, 10, false}, // a call began
+		{2 * idleAfter, 11, 11, false},          // it ended: quiet from here
+		{3*idleAfter + ledgerPoll, 11, 11, true},
+		{4 * idleAfter, 12, 11, false},
+		{6 * idleAfter, 12, 11, false}, // a call running all the while is no idling
+	} {
+		if got := w.idle(bpf.Stats{RootEntries: tc.entries, RootExits: tc.exits}, t0.Add(tc.at)); got != tc.want {
+			t.Errorf("at %s, %d entries and %d exits: idle %v, want %v", tc.at, tc.entries, tc.exits, got, tc.want)
+		}
+	}
+}
