@@ -186,10 +186,9 @@ func (b *burster) run() {
 				b.mu.Unlock()
 				return
 			}
-			b.led.spend(spent)
+			b.led.spend(spent, c.whole, b.take.cut)
 			if c.whole {
 				b.take.spent = spent
-				b.led.setCut(b.take.cut, spent)
 			}
 			b.learn(st, c, t0, took, attach, spent)
 		}
@@ -284,7 +283,7 @@ func (b *burster) learn(st *burstRun, c burstChoice, t0 time.Time, took, attach 
 		st.perBurst = cmp.Or(st.perBurst, float64(isFors))*(1-burstAverage) + float64(isFors)*burstAverage
 	}
 	args := []any{"at", t0.Sub(b.cfg.Start), "whole", c.whole, "for", isFors, "functions", len(c.funcs), "length", c.length,
-		"window", took, "attach", attach, "next_duty", c.duty, "spent", time.Duration(spent), "bursts_spent", time.Duration(b.led.spentSoFar())}
+		"window", took, "attach", attach, "next_duty", c.duty, "spent", time.Duration(spent), "bursts_spent", time.Duration(b.led.spent)}
 	if c.whole {
 		args = append(args, "root_calls", b.take.calls, "root_calls_wanted", b.calls, "hits", b.take.hits)
 	}
@@ -329,7 +328,7 @@ const burstAverage = 0.25
 // duty cycle the next burst may have (what keeps the bursts' cost within
 // their share of the budget, at the call rates this one measured), how
 // long attaching took, how long the window was and what the burst cost
-// the target (ns of its CPU time, see burstCost).
+// the target (ns of its CPU time, see costMeter).
 func (b *burster) burst(gen uint32, chosen uint64, funcs []*plan.Func, set map[uint32]bool, length time.Duration, whole bool) (duty float64, attach, took time.Duration, spent float64, err error) {
 	// Two numbers per burst: a thread's first hit while the probes go
 	// in captures its stack, and its first with all of them in again
@@ -357,6 +356,7 @@ func (b *burster) burst(gen uint32, chosen uint64, funcs []*plan.Func, set map[u
 		b.log.Disarm(armed, monotonic.Now())
 		return 0, 0, 0, 0, errors.Join(err, b.setArmed(-1))
 	}
+	meter := costMeter{period: b.cfg.SamplePeriod, before: before, attached: attached}
 	// A thread whose stack was captured while the probes went in (a
 	// whole burst's take hundreds of ms) has entered functions since
 	// whose probes were not in yet: their frames are on no simulated
@@ -380,7 +380,7 @@ func (b *burster) burst(gen uint32, chosen uint64, funcs []*plan.Func, set map[u
 		return 0, 0, 0, 0, errors.Join(err, b.setArmed(-1))
 	}
 	start := monotonic.Now()
-	b.holdWindow(gen, chosen, base, inRead, start, length, set, whole, costMeter{period: b.cfg.SamplePeriod, before: before, attached: attached})
+	b.holdWindow(gen, chosen, base, inRead, start, length, set, whole, meter)
 	// No call of a root ran while its probes were in: they cost the
 	// target their attach and detach alone.
 	st, err := b.env.Program.Stats()
@@ -412,7 +412,7 @@ func (b *burster) burst(gen uint32, chosen uint64, funcs []*plan.Func, set map[u
 	// What the burst cost as measured: its samples in the probe program
 	// and in the traps (those the event loop has placed by now).
 	measured := float64(after-before) * float64(b.cfg.SamplePeriod)
-	spent = costMeter{period: b.cfg.SamplePeriod, before: before, attached: attached}.cost(after)
+	spent = meter.cost(after)
 	return b.nextDuty(funcs, start, end, measured, inCalls, outCalls), attach, time.Duration(end - start), spent, nil
 }
 

@@ -1,7 +1,6 @@
 package hybrid
 
 import (
-	"sync"
 	"time"
 
 	"github.com/kprofd/kprofd/bpf"
@@ -17,9 +16,8 @@ import (
 // the budget (monitor.burstBudget) of the target's own CPU time since
 // they began, as the kernel's samples count it, and a burst waits until
 // what the ones before it spent is paid for. A whole window stops when
-// it has spent what was left.
+// it has spent what was left. Only the bursts' goroutine uses it.
 type ledger struct {
-	mu sync.Mutex
 	// start is the probe program's counters when the bursts began;
 	// period the sampling period.
 	start  bpf.Stats
@@ -37,35 +35,20 @@ type ledger struct {
 // target's CPU time; negative when they are in debt), with share the
 // part of the target's own CPU time they may take.
 func (l *ledger) allowance(st bpf.Stats, share float64) float64 {
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	own := st.OwnSamples() - min(l.start.OwnSamples(), st.OwnSamples())
 	return share*float64(own)*float64(l.period) - l.spent
 }
 
-// spend records a burst's cost (ns).
-func (l *ledger) spend(cost float64) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
+// spend records a burst's cost (ns), and for a whole one whether the
+// ledger stopped its window short (see cut).
+func (l *ledger) spend(cost float64, whole, cut bool) {
 	l.spent += cost
-}
-
-// setCut records whether the ledger stopped the last whole window short
-// (see cut), and what it cost.
-func (l *ledger) setCut(cut bool, cost float64) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.cut = 0
-	if cut {
-		l.cut = cost
+	if whole {
+		l.cut = 0
+		if cut {
+			l.cut = cost
+		}
 	}
-}
-
-// spentSoFar returns what the bursts spent (ns).
-func (l *ledger) spentSoFar() float64 {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.spent
 }
 
 // ledgerPoll is how often a burst waiting on the ledger looks again.
@@ -121,9 +104,7 @@ func (w *idleWatch) idle(st bpf.Stats, now time.Time) bool {
 // twice what the last one, stopped short, cost; with neither, only the
 // debts paid (its window stops at what is left, see wholeCap).
 func (b *burster) wholeNeed() float64 {
-	b.led.mu.Lock()
 	need := 2 * b.led.cut
-	b.led.mu.Unlock()
 	if b.costs.n > 0 {
 		need = max(need, b.costs.spent/float64(b.costs.n))
 	}

@@ -17,7 +17,7 @@ func TestLedger(t *testing.T) {
 	if got, want := l.allowance(st, 0.05), 75e6; got != want {
 		t.Errorf("allowance = %g, want %g", got, want)
 	}
-	l.spend(100e6)
+	l.spend(100e6, false, false)
 	if got, want := l.allowance(st, 0.05), -25e6; got != want {
 		t.Errorf("allowance after spending 100 ms = %g, want %g (in debt)", got, want)
 	}
@@ -50,22 +50,27 @@ func TestCostMeter(t *testing.T) {
 
 func TestWholeNeed(t *testing.T) {
 	b := &burster{}
-	if got := b.wholeNeed(); got != 0 {
-		t.Errorf("need with nothing measured = %g, want 0", got)
+	need := func(what string, want float64) {
+		t.Helper()
+		if got := b.wholeNeed(); got != want {
+			t.Errorf("need %s = %g, want %g", what, got, want)
+		}
 	}
-	b.led.setCut(true, 80e6)
-	if got, want := b.wholeNeed(), 160e6; got != want {
-		t.Errorf("need after a cut window = %g, want %g", got, want)
-	}
+	need("with nothing measured", 0)
+	b.led.spend(80e6, true, true)
+	need("after a cut window of 80 ms", 160e6)
+	b.led.spend(5e6, false, false)
+	need("after an ordinary burst, which leaves the cut as it was", 160e6)
+	b.led.spend(30e6, true, false)
+	need("once a whole window took its calls", 0)
 	b.costs.add(wholeTake{start: 1, first: 2, end: 10, calls: 1, spent: 300e6})
 	b.costs.add(wholeTake{start: 1, first: 2, end: 10, calls: 1, spent: 100e6})
 	b.costs.add(wholeTake{start: 1, first: 2, end: 10, calls: 1, cut: true, spent: 900e6}) // left out
-	if got, want := b.wholeNeed(), 200e6; got != want {
-		t.Errorf("need after whole windows of 300 and 100 ms and a cut one of 80 = %g, want %g", got, want)
-	}
-	b.led.setCut(false, 0)
-	if got, want := b.wholeNeed(), 200e6; got != want {
-		t.Errorf("need once a window took its calls = %g, want %g", got, want)
+	need("after whole windows of 300 and 100 ms and a cut one", 200e6)
+	b.led.spend(150e6, true, true)
+	need("after another cut window, of 150 ms", 300e6)
+	if want := 80e6 + 5e6 + 30e6 + 150e6; b.led.spent != want {
+		t.Errorf("spent %g, want %g", b.led.spent, want)
 	}
 }
 
