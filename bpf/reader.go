@@ -5,19 +5,36 @@ import (
 	"fmt"
 	"os"
 	"sync/atomic"
+	"syscall"
 	"time"
 	"unsafe"
 
 	"github.com/cilium/ebpf/ringbuf"
+	"golang.org/x/sys/unix"
 
 	"github.com/kprofd/kprofd/internal/wire"
 )
 
 // Reader reads events from the program's ring buffer in batches.
+//
+// It waits for events in Go's network poller, on a duplicate of the
+// ring's descriptor, rather than in the ringbuf package's own epoll_wait:
+// a goroutine blocked in a system call for more than 10 ms has the
+// runtime's sysmon take its P back and then wake every 20 µs for a while,
+// and with a wait per poll interval that kept sysmon waking ~2,000 times
+// a second, half of kprofd's CPU time in a quiet session, all of it
+// context switches on the target's cores.
 type Reader struct {
-	rd     *ringbuf.Reader
-	rec    ringbuf.Record
-	poll   time.Duration
+	rd   *ringbuf.Reader
+	rec  ringbuf.Record
+	poll time.Duration
+	// wake is the ring's descriptor in the network poller, nil where
+	// it could not be registered (then the ringbuf package waits).
+	wake     *os.File
+	wakeConn syscall.RawConn
+	// flushed asks the next wait to return at once; closed says Close
+	// was called.
+	flushed, closed atomic.Bool
 	stacks []wire.Stack // the stacks of the last Read
 	// stackRecords and stackBytes count the stack records read and the
 	// bytes they took (see StackRecords).
@@ -35,7 +52,57 @@ func (p *Program) NewReader(poll time.Duration) (*Reader, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening the ring buffer: %w", err)
 	}
-	return &Reader{rd: rd, poll: poll}, nil
+	r := &Reader{rd: rd, poll: poll}
+	r.wake, r.wakeConn = pollable(p.objs.Events.FD())
+	return r, nil
+}
+
+// pollable returns a non-blocking duplicate of descriptor fd registered
+// in Go's network poller, or nils if it cannot be.
+func pollable(fd int) (*os.File, syscall.RawConn) {
+	dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil
+	}
+	if err := unix.SetNonblock(dup, true); err != nil {
+		unix.Close(dup)
+		return nil, nil
+	}
+	f := os.NewFile(uintptr(dup), "ring buffer")
+	conn, err := f.SyscallConn()
+	// A descriptor the poller took accepts deadlines.
+	if err != nil || f.SetReadDeadline(time.Time{}) != nil {
+		f.Close()
+		return nil, nil
+	}
+	return f, conn
+}
+
+// noWait is a deadline already past: the ringbuf package's reads return
+// the records there without waiting.
+var noWait = time.Unix(0, 1)
+
+// await waits in the network poller until the ring buffer has records
+// and the probe program woke the reader, a poll interval passes, or
+// Flush or Close is called.
+func (r *Reader) await() error {
+	r.wake.SetReadDeadline(time.Now().Add(r.poll))
+	// After the deadline is set: a Flush that finds this wait too late
+	// to see its flag ends it with its own deadline.
+	if r.flushed.Swap(false) {
+		return nil
+	}
+	err := r.wakeConn.Read(func(uintptr) bool {
+		return r.rd.AvailableBytes() > 0 || r.flushed.Load()
+	})
+	switch {
+	case r.closed.Load():
+		return ErrClosed
+	case err == nil, errors.Is(err, os.ErrDeadlineExceeded):
+		r.flushed.Store(false)
+		return nil
+	}
+	return fmt.Errorf("waiting for the ring buffer: %w", err)
 }
 
 // Read appends to dst the events that are ready, waiting at most one poll
@@ -44,8 +111,17 @@ func (p *Program) NewReader(poll time.Duration) (*Reader, error) {
 // wire.KindRootless event; Stack returns it until the next Read. A stack flagged wire.FlagSeed
 // ends the read. It returns ErrClosed once the reader is closed.
 func (r *Reader) Read(dst []wire.Event) ([]wire.Event, error) {
-	r.rd.SetDeadline(time.Now().Add(r.poll))
 	r.stacks = r.stacks[:0]
+	if r.wake == nil {
+		r.rd.SetDeadline(time.Now().Add(r.poll))
+	} else {
+		if r.rd.AvailableBytes() == 0 {
+			if err := r.await(); err != nil {
+				return dst, err
+			}
+		}
+		r.rd.SetDeadline(noWait)
+	}
 	for len(dst)+wire.BatchSize <= cap(dst) {
 		err := r.rd.ReadInto(&r.rec)
 		if errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, ringbuf.ErrFlushed) {
@@ -142,11 +218,25 @@ func appendEvents(dst []wire.Event, raw []byte) ([]wire.Event, error) {
 	return dst, nil
 }
 
-// Flush makes a blocked Read return what is in the buffer now.
-func (r *Reader) Flush() error { return r.rd.Flush() }
+// Flush makes a blocked Read return what is in the buffer now, or the
+// next Read if none is blocked.
+func (r *Reader) Flush() error {
+	if r.wake == nil {
+		return r.rd.Flush()
+	}
+	r.flushed.Store(true)
+	return r.wake.SetReadDeadline(time.Now())
+}
 
 // Pending returns the bytes waiting in the ring buffer.
 func (r *Reader) Pending() int { return r.rd.AvailableBytes() }
 
 // Close closes the ring buffer; a blocked Read returns ErrClosed.
-func (r *Reader) Close() error { return r.rd.Close() }
+func (r *Reader) Close() error {
+	r.closed.Store(true)
+	var err error
+	if r.wake != nil {
+		err = r.wake.Close()
+	}
+	return errors.Join(err, r.rd.Close())
+}
