@@ -35,7 +35,7 @@ type Reader struct {
 	// flushed asks the next wait to return at once; closed says Close
 	// was called.
 	flushed, closed atomic.Bool
-	stacks []wire.Stack // the stacks of the last Read
+	stacks          []wire.Stack // the stacks of the last Read
 	// stackRecords and stackBytes count the stack records read and the
 	// bytes they took (see StackRecords).
 	stackRecords, stackBytes atomic.Uint64
