@@ -194,7 +194,12 @@ type countedFigures struct {
 	units float64
 	// spread is how far apart the un-probed runs before and after the
 	// session were, over the faster: the noise the slowdown carries.
-	spread                                     float64
+	spread float64
+	// besideTwin is the target's time per chunk during the session over
+	// its twin's, over the same ratio un-probed (before and after), in
+	// wall and in CPU time; twinSpread how far apart that ratio was
+	// before and after, over the smaller.
+	besideTwin, besideTwinCPU, twinSpread      float64
 	lineKnown                                  bool
 	r                                          countcheck.Result
 	gc                                         float64
@@ -240,17 +245,22 @@ func benchCounted(b *testing.B, prog countedProgram, cal *calibrate.Result) {
 	b.ReportMetric(med(func(f countedFigures) float64 { return f.slowdownAttached }), "slowdown-attached-x")
 	b.ReportMetric(med(func(f countedFigures) float64 { return f.slowdownCPU }), "slowdown-cpu-x")
 	b.ReportMetric(100*med(func(f countedFigures) float64 { return f.spread }), "unprobed-spread-%")
+	b.ReportMetric(med(func(f countedFigures) float64 { return f.besideTwin }), "beside-twin-x")
+	b.ReportMetric(med(func(f countedFigures) float64 { return f.besideTwinCPU }), "beside-twin-cpu-x")
+	b.ReportMetric(100*med(func(f countedFigures) float64 { return f.twinSpread }), "twin-spread-%")
 	b.ReportMetric(med(func(f countedFigures) float64 { return f.kprofdCores }), "kprofd-cores")
-	var line, diff []float64
+	var line, diff, diffTwin []float64
 	for _, f := range all {
 		if f.lineKnown {
 			line = append(line, 100*f.line)
 			diff = append(diff, 100*f.line-100*(f.slowdown-1))
+			diffTwin = append(diffTwin, 100*f.line-100*(f.besideTwin-1))
 		}
 	}
 	if len(line) > 0 {
 		b.ReportMetric(median(line), "overhead-line-%")
 		b.ReportMetric(median(diff), "line-minus-slowdown-points")
+		b.ReportMetric(median(diffTwin), "line-minus-twin-points")
 	}
 	share := func(get func(countcheck.Result) countcheck.Sum) float64 {
 		return 100 * med(func(f countedFigures) float64 { return f.r.Share(get(f.r)) })
@@ -399,116 +409,29 @@ func rootCalls(p *cct.Profile, root string) uint64 {
 	return n
 }
 
-// countedChunk is one "run" command: when it was sent and when its
-// answer came, and the target's CPU time (all its threads, in seconds)
-// it took.
-type countedChunk struct {
-	start, end time.Time
-	cpu        float64
-}
-
-// chunkLoop runs chunks of n root calls on p back to back until stop is
-// closed, then returns them on the channel; every answer must be want.
-func chunkLoop(b *testing.B, p *testtarget.Proc, n int, want string, stop <-chan struct{}) <-chan []countedChunk {
-	proc, err := procfs.NewProc(p.Pid())
-	if err != nil {
-		b.Fatal(err)
-	}
-	cpuTime := func() float64 {
-		st, err := proc.Stat()
-		if err != nil {
-			return math.NaN()
-		}
-		return st.CPUTime()
-	}
-	out := make(chan []countedChunk, 1)
-	go func() {
-		var chunks []countedChunk
-		for {
-			select {
-			case <-stop:
-				out <- chunks
-				return
-			default:
-			}
-			c0 := cpuTime()
-			c := countedChunk{start: time.Now()}
-			got := p.Run(b, n)
-			c.end = time.Now()
-			c.cpu = cpuTime() - c0
-			if got != want {
-				b.Errorf("output changed under kprofd: %q, un-probed %q", got, want)
-			}
-			chunks = append(chunks, c)
-		}
-	}()
-	return out
-}
-
-// unprobedFor runs chunks for d and returns them.
-func unprobedFor(b *testing.B, p *testtarget.Proc, n int, want string, d time.Duration) []countedChunk {
-	stop := make(chan struct{})
-	done := chunkLoop(b, p, n, want, stop)
-	time.Sleep(d)
-	close(stop)
-	return <-done
-}
-
-// meanChunk returns the chunks' mean wall time and CPU time, in seconds.
-func meanChunk(chunks []countedChunk) (wall, cpu float64) {
-	for _, c := range chunks {
-		wall += c.end.Sub(c.start).Seconds()
-		cpu += c.cpu
-	}
-	n := float64(max(len(chunks), 1))
-	return wall / n, cpu / n
-}
-
-// chunkCalls returns the root calls of the chunks that ran wholly in
-// [from, to] and of those that ran at least in part in it.
-func chunkCalls(chunks []countedChunk, n int, from, to time.Time) (inside, touching int) {
-	for _, c := range chunks {
-		if !c.start.Before(from) && !c.end.After(to) {
-			inside += n
-		}
-		if c.end.After(from) && c.start.Before(to) {
-			touching += n
-		}
-	}
-	return inside, touching
-}
-
-// overlapping returns the chunks that ran at least in part in [from, to].
-func overlapping(chunks []countedChunk, from, to time.Time) []countedChunk {
-	var in []countedChunk
-	for _, c := range chunks {
-		if c.end.After(from) && c.start.Before(to) {
-			in = append(in, c)
-		}
-	}
-	return in
-}
-
 // countedSession runs one iteration of BenchmarkCountedTree on a fresh
 // process of exe.
 func countedSession(b *testing.B, prog countedProgram, exe string, cal *calibrate.Result, truthOf func() countcheck.Truth) countedFigures {
 	load := loadAverage()
 	runtime.GC()
 	debug.FreeOSMemory()
-	target := testtarget.Start(b, exe)
+	target := startPinned(b, exe)
 	defer target.Exit(b)
+	twin := startPinned(b, exe)
+	defer twin.Exit(b)
 	want := target.Run(b, prog.chunk)
 	for range 3 {
 		target.Run(b, prog.chunk)
+		twin.Run(b, prog.chunk)
 	}
-	before := unprobedFor(b, target, prog.chunk, want, countedUnprobed)
+	before := unprobedFor(b, target, twin, prog.chunk, want, countedUnprobed)
 
 	var log burstRecords
 	var warnings warnLog
 	cfg := daemon.Config{PID: target.Pid(), Roots: []string{prog.root}, Mode: daemon.ModeHybrid, Budget: 0.10,
 		Calibration: cal, Predict: true, Memory: b.TempDir(), Log: slog.New(&log), Warnf: warnings.warnf}
 	stop := make(chan struct{})
-	done := chunkLoop(b, target, prog.chunk, want, stop)
+	done := chunkLoop(b, target, twin, prog.chunk, want, stop)
 	time.Sleep(countedLead)
 	t0 := time.Now()
 	cpu0 := selfCPU(b)
@@ -537,20 +460,30 @@ func countedSession(b *testing.B, prog countedProgram, exe string, cal *calibrat
 	s.Close()
 	time.Sleep(countedLead)
 	close(stop)
-	chunks := <-done
-	after := unprobedFor(b, target, prog.chunk, want, countedUnprobed)
+	runs := <-done
+	chunks := runs.target
+	after := unprobedFor(b, target, twin, prog.chunk, want, countedUnprobed)
 
-	// The slowdown, in wall and in CPU time.
-	beforeWall, beforeCPU := meanChunk(before)
-	afterWall, afterCPU := meanChunk(after)
-	wall, cpu := meanChunk(overlapping(chunks, t0, t1))
+	// The slowdown, in wall and in CPU time: against the un-probed runs
+	// before and after, and against the twin beside.
+	beforeWall, beforeCPU := meanChunk(before.target)
+	afterWall, afterCPU := meanChunk(after.target)
+	wall, cpuTime := meanChunk(overlapping(chunks, t0, t1))
 	attachedWall, _ := meanChunk(overlapping(chunks, prepared, t1))
 	f := countedFigures{
 		slowdown: wall / min(beforeWall, afterWall), slowdownAttached: attachedWall / min(beforeWall, afterWall),
-		slowdownCPU: cpu / min(beforeCPU, afterCPU), spread: math.Abs(beforeWall-afterWall) / min(beforeWall, afterWall), prepare: prepared.Sub(t0), callsBefore: progress.CallsBefore,
+		slowdownCPU: cpuTime / min(beforeCPU, afterCPU), spread: math.Abs(beforeWall-afterWall) / min(beforeWall, afterWall), prepare: prepared.Sub(t0), callsBefore: progress.CallsBefore,
 		demotions: len(demotions), bursts: progress.Bursts, wholeCalls: progress.WholeCalls,
 		kprofdCores: kprofdCPU / t1.Sub(t0).Seconds(),
 	}
+	// Beside the twin: over the same ratio un-probed, for the twin, idle
+	// while the target runs, starts its chunks with colder caches (it
+	// reads ~5% slower un-probed).
+	beforeTwin, beforeTwinCPU := twinRatio(before, time.Time{}, time.Now())
+	afterTwin, afterTwinCPU := twinRatio(after, time.Time{}, time.Now())
+	w, c := twinRatio(runs, t0, t1)
+	f.besideTwin, f.besideTwinCPU = 2*w/(beforeTwin+afterTwin), 2*c/(beforeTwinCPU+afterTwinCPU)
+	f.twinSpread = math.Abs(beforeTwin-afterTwin) / min(beforeTwin, afterTwin)
 	if o := p.Overhead; o != nil && o.Known {
 		f.line, f.lineKnown = o.Measured, true
 	}
@@ -597,9 +530,9 @@ func countedSession(b *testing.B, prog countedProgram, exe string, cal *calibrat
 	if f.lineKnown {
 		lineText = fmt.Sprintf("%.1f%%", 100*f.line)
 	}
-	b.Logf("%s: load %s; un-probed %.2fms/chunk before, %.2fms after (CPU %.2fms, %.2fms); prepare %s; slowdown %.3fx (%.3fx from the attach, CPU %.3fx); overhead line %s; kprofd took %.2f cores",
+	b.Logf("%s: load %s; un-probed %.2fms/chunk before, %.2fms after (CPU %.2fms, %.2fms); prepare %s; slowdown %.3fx (%.3fx from the attach, CPU %.3fx); beside the twin %.3fx (CPU %.3fx; un-probed %.3fx before, %.3fx after); overhead line %s; kprofd took %.2f cores",
 		prog.name, load, 1e3*beforeWall, 1e3*afterWall, 1e3*beforeCPU, 1e3*afterCPU, f.prepare.Round(time.Millisecond),
-		f.slowdown, f.slowdownAttached, f.slowdownCPU, lineText, f.kprofdCores)
+		f.slowdown, f.slowdownAttached, f.slowdownCPU, f.besideTwin, f.besideTwinCPU, beforeTwin, afterTwin, lineText, f.kprofdCores)
 	rootText := fmt.Sprintf("%d exact", r)
 	if estimated {
 		rootText = fmt.Sprintf("~%d estimated", r)

@@ -4,7 +4,6 @@ package daemon_test
 
 import (
 	"fmt"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -12,7 +11,6 @@ import (
 	"time"
 
 	"github.com/prometheus/procfs"
-	"golang.org/x/sys/unix"
 
 	"github.com/kprofd/kprofd/daemon"
 	"github.com/kprofd/kprofd/internal/testtarget"
@@ -194,20 +192,6 @@ func startTwins(b *testing.B, exe string, n int) (probed, twin *testtarget.Proc,
 		b.Fatalf("twin printed %q, first process %q", got, want)
 	}
 	return probed, twin, want
-}
-
-// startPinned starts exe pinned to the last CPU, where the benchmark's
-// targets take turns while kprofd runs on the others.
-func startPinned(b testing.TB, exe string) *testtarget.Proc {
-	p := testtarget.Start(b, exe)
-	if cpus := runtime.NumCPU(); cpus > 1 {
-		var set unix.CPUSet
-		set.Set(cpus - 1)
-		if err := unix.SchedSetaffinity(p.Pid(), &set); err != nil {
-			b.Fatalf("pinning the target: %v", err)
-		}
-	}
-	return p
 }
 
 // timedRun runs n requests and returns the wall time and the target's CPU
