@@ -64,7 +64,11 @@ func (s *Session) buildProfile(end uint64, st bpf.Stats) *cct.Profile {
 	}
 	p.Comments, p.Report = notes.Head, notes.All
 	if s.cfg.Mode == ModeHybrid {
-		p.Overhead = measuredOverhead(st, s.cfg.Budget)
+		var stalled, period time.Duration
+		if s.hybrid != nil && s.sampler != nil {
+			stalled, period = s.hybrid.Stalled(), s.sampler.Period
+		}
+		p.Overhead = measuredOverhead(st, stalled, period, s.cfg.Budget)
 	}
 	if s.samples != nil {
 		for _, t := range p.AllTrees() {
@@ -261,14 +265,19 @@ func lowerBoundNote(t *cct.Tree, stage func(int) cost.Stage, progress func() str
 }
 
 // measuredOverhead is the probes' time over the target's own CPU time,
-// by the samples the kernel put in a probe (their program or their trap,
-// inside a root or not), against budget; unknown on fewer than
-// cost.MinProbeSamples samples.
-func measuredOverhead(st bpf.Stats, budget float64) *cct.Overhead {
+// against budget: by the samples the kernel put in a probe (their program
+// or their trap, inside a root or not), plus the time the bursts' attaches
+// and detaches stalled the target (stalled, which no sample shows; the
+// samples come every period); unknown on fewer than cost.MinProbeSamples
+// samples.
+func measuredOverhead(st bpf.Stats, stalled, period time.Duration, budget float64) *cct.Overhead {
 	o := &cct.Overhead{Budget: budget}
 	in := st.InProbes()
 	if st.TargetSamples >= cost.MinProbeSamples && in < st.TargetSamples {
-		o.Measured, o.Known = float64(in)/float64(st.TargetSamples-in), true
+		if period > 0 {
+			o.Stalled = float64(stalled) / (float64(st.TargetSamples-in) * float64(period))
+		}
+		o.Measured, o.Known = float64(in)/float64(st.TargetSamples-in)+o.Stalled, true
 	}
 	return o
 }

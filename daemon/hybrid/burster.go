@@ -85,9 +85,10 @@ type burster struct {
 
 	mu         sync.Mutex
 	bursts     int
-	wholes     int // of them whole (see run)
-	wholeCalls int // the calls of the roots the whole ones took, in windows that missed no event and no demotion cut
-	ledgerCuts int // whole windows the ledger stopped before their calls ended
+	wholes     int     // of them whole (see run)
+	wholeCalls int     // the calls of the roots the whole ones took, in windows that missed no event and no demotion cut
+	ledgerCuts int     // whole windows the ledger stopped before their calls ended
+	stalled    float64 // ns the attaches and detaches stalled the target (see ledger.stall)
 	// wholePeriod is the period of the latest whole burst (see
 	// wholePeriodAfter).
 	wholePeriod time.Duration
@@ -124,7 +125,7 @@ func (b *burster) run() {
 	defer close(b.done)
 	st := &burstRun{duties: map[uint32]float64{}, began: time.Now()}
 	b.start, _ = b.env.Program.Stats()
-	b.led.start, b.led.period = b.start, b.cfg.SamplePeriod
+	b.led.start, b.led.began, b.led.period = b.start, time.Now(), b.cfg.SamplePeriod
 	for gen := uint32(1); ; gen++ {
 		chosen := monotonic.Now() // when its functions are taken
 		c := b.choose(st)
@@ -342,21 +343,25 @@ func (b *burster) burst(gen uint32, chosen uint64, funcs []*plan.Func, set map[u
 		nids = max(nids, int(f.ID)+1)
 		ids = append(ids, f.ID)
 	}
-	before, lostBefore, err := b.burstSamples()
+	stBefore, err := b.env.Program.Stats()
 	if err != nil {
 		return 0, 0, 0, 0, err
 	}
+	cores := b.led.cores(stBefore, time.Now())
+	before, lostBefore := burstSamplesIn(stBefore), lostIn(stBefore)
 	links, armed, attach, err := b.attachBurst(funcs, set)
 	if err != nil {
 		return 0, 0, 0, 0, err
 	}
-	attached, _, err := b.burstSamples()
+	stAttached, err := b.env.Program.Stats()
 	if err != nil {
 		probes.CloseAll(links)
 		b.log.Disarm(armed, monotonic.Now())
 		return 0, 0, 0, 0, errors.Join(err, b.setArmed(-1))
 	}
-	meter := costMeter{period: b.cfg.SamplePeriod, before: before, attached: attached}
+	meter := costMeter{period: b.cfg.SamplePeriod, before: before, attached: burstSamplesIn(stAttached),
+		stall: b.led.stall(cores, stBefore, stAttached, attach)}
+	b.addStall(meter.stall)
 	// A thread whose stack was captured while the probes went in (a
 	// whole burst's take hundreds of ms) has entered functions since
 	// whose probes were not in yet: their frames are on no simulated
@@ -393,16 +398,23 @@ func (b *burster) burst(gen uint32, chosen uint64, funcs []*plan.Func, set map[u
 	// Closing removes the breakpoints at once; the rest of the close
 	// (a grace period) need not hold the next burst up.
 	go func() {
+		st0, err0 := b.env.Program.Stats()
+		detachStart := time.Now()
 		probes.CloseAll(links)
+		detach := time.Since(detachStart)
+		if st1, err1 := b.env.Program.Stats(); err0 == nil && err1 == nil {
+			b.addStall(b.led.stall(cores, st0, st1, detach))
+		}
 		b.log.Disarm(armed, monotonic.Now())
 		if err := b.setArmed(-1); err != nil {
 			b.cfg.warnf("burst of sampled instrumentation: %v", err)
 		}
 	}()
-	after, lostAfter, err := b.burstSamples()
+	stAfter, err := b.env.Program.Stats()
 	if err = errors.Join(inErr, outErr, err); err != nil {
 		return 0, 0, 0, 0, err
 	}
+	after, lostAfter := burstSamplesIn(stAfter), lostIn(stAfter)
 	if lostAfter > lostBefore {
 		// Events of some thread were lost while this burst's probes
 		// were in: its frames may lack calls.
@@ -556,16 +568,24 @@ catching:
 	}
 }
 
-// burstSamples returns the samples taken in burst probes so far (in
-// their program and in their traps, both counted in the kernel) and the
-// events the ring buffer lost so far, or the probe program dropped to
-// keep its room for exact events.
-func (b *burster) burstSamples() (samples, lost uint64, err error) {
-	st, err := b.env.Program.Stats()
-	if err != nil {
-		return 0, 0, err
-	}
-	return burstSamplesIn(st), st.Lost + st.BurstDropped, nil
+// lostIn returns the events st counts lost, in the ring buffer or for
+// want of a burst's storage.
+func lostIn(st bpf.Stats) uint64 { return st.Lost + st.BurstDropped }
+
+// addStall adds to the time the bursts' attaches and detaches stalled
+// the target (ns of its CPU time, see ledger.stall).
+func (b *burster) addStall(ns float64) {
+	b.mu.Lock()
+	b.stalled += ns
+	b.mu.Unlock()
+}
+
+// stalledTime returns the time the bursts' attaches and detaches have
+// stalled the target so far.
+func (b *burster) stalledTime() time.Duration {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return time.Duration(b.stalled)
 }
 
 // Stop ends the bursts, the one running included, and waits.

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/cilium/ebpf/link"
 
@@ -174,6 +175,10 @@ func (c *Controller) Predicted() float64 { return c.m.predicted() }
 // demotion cut (the frames the estimates per root call rest on).
 func (c *Controller) Bursts() int     { return c.b.count(false) }
 func (c *Controller) WholeCalls() int { return c.b.wholeCallsTaken() }
+
+// Stalled returns the time the bursts' attaches and detaches kept the
+// target from running, which no sample shows (see ledger.stall).
+func (c *Controller) Stalled() time.Duration { return c.b.stalledTime() }
 
 // WholeProgress says how far the whole bursts got, and how often they
 // come: what an estimate per root call waits for.

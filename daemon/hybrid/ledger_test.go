@@ -46,6 +46,40 @@ func TestCostMeter(t *testing.T) {
 	if (costMeter{period: time.Millisecond}).over(bpf.Stats{BurstSamples: 1e6}) {
 		t.Error("a meter with no limit said over")
 	}
+	// An attach that stalled the target 4 ms counts twice, for the
+	// detach.
+	m.stall = 4e6
+	if got, want := m.cost(140), 58e6; got != want {
+		t.Errorf("cost with a stall = %g, want %g", got, want)
+	}
+}
+
+func TestStall(t *testing.T) {
+	began := time.Unix(100, 0)
+	l := ledger{start: bpf.Stats{TargetSamples: 1000}, began: began, period: time.Millisecond}
+	// 1,500 samples of 1 ms in 2 s: the target kept 0.75 CPUs busy.
+	if got, want := l.cores(bpf.Stats{TargetSamples: 2500}, began.Add(2*time.Second)), 0.75; got != want {
+		t.Errorf("cores = %g, want %g", got, want)
+	}
+	if got := l.cores(bpf.Stats{TargetSamples: 2500}, began); got != 0 {
+		t.Errorf("cores at the start = %g, want 0", got)
+	}
+	for _, tc := range []struct {
+		name    string
+		cores   float64
+		samples uint64 // the target's during the attach
+		want    float64
+	}{
+		// 100 ms at 0.75 CPUs would have run 75 ms; it ran 15.
+		{"stalled", 0.75, 15, 60e6},
+		{"ran on", 0.75, 80, 0},
+		{"idle target", 0, 0, 0},
+	} {
+		got := l.stall(tc.cores, bpf.Stats{TargetSamples: 3000}, bpf.Stats{TargetSamples: 3000 + tc.samples}, 100*time.Millisecond)
+		if got != tc.want {
+			t.Errorf("%s: stall = %g, want %g", tc.name, got, tc.want)
+		}
+	}
 }
 
 func TestWholeNeed(t *testing.T) {

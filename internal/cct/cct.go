@@ -509,6 +509,9 @@ type Overhead struct {
 	// Known says Measured was measured: a session too short, or one
 	// without the measurement, leaves it false.
 	Known bool
+	// Stalled is the part of Measured the target spent stalled while
+	// probes went in or out, not running (so no sample shows it).
+	Stalled float64
 }
 
 // EstimateTimes sets the Wall of every Estimated node of t from its

@@ -165,6 +165,9 @@ func overheadText(o *cct.Overhead) string {
 		return "overhead: not measured (" + budget + ")"
 	}
 	line := fmt.Sprintf("overhead: the probes took %.1f%% of the target's CPU time", 100*o.Measured)
+	if o.Stalled >= 0.0005 {
+		line += fmt.Sprintf(" (%.1f%% stalled while bursts' probes went in and out)", 100*o.Stalled)
+	}
 	switch {
 	case budget == "":
 	case o.Measured > o.Budget:
