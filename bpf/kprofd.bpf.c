@@ -777,8 +777,11 @@ int kprofd_sample(struct bpf_perf_event_data *ctx)
 		     in_trap(ctx, &regs, task, th))) {
 			if (th->root_probe)
 				count(STAT_OUTSIDE_TRAP_SAMPLES, 1);
-			else if (th->busy != 2 && !bursts_armed)
-				// A burst's are the bursts' cost, paced apart.
+			else if (th->busy == 2 || bursts_armed)
+				// A burst's are the bursts' cost, which their
+				// ledger pays, not the steady probes'.
+				count(STAT_OUTSIDE_BURST_SAMPLES, 1);
+			else
 				count(STAT_OUTSIDE_CALLEE_SAMPLES, 1);
 		}
 		return 0;
@@ -816,6 +819,39 @@ int kprofd_sample(struct bpf_perf_event_data *ctx)
 			count(STAT_BURST_TRAP_SAMPLES, 1);
 	}
 	capture(regs.rip, regs.rsp, regs.rbp, delta, th, tid, KIND_SAMPLE, flags);
+	return 0;
+}
+
+// The target's threads preempted by one of kprofd's, by thread id: since
+// when (see kprofd_switch).
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, __u64);
+} preempted SEC(".maps");
+
+// kprofd_switch measures what kprofd's own threads take from the target
+// on the CPUs they share, which no sample of the target shows: from a
+// switch that preempts a thread of the target (still runnable) for one of
+// kprofd's, to that thread's running again (STAT_DAEMON_WAIT_NS). A
+// thread that woke while kprofd ran on its CPU is not counted.
+SEC("tp_btf/sched_switch")
+int BPF_PROG(kprofd_switch, _Bool preempt, struct task_struct *prev, struct task_struct *next, unsigned int prev_state)
+{
+	if (next->tgid == target_tgid) {
+		__u32 tid = next->pid;
+		__u64 *since = bpf_map_lookup_elem(&preempted, &tid);
+		if (since) {
+			count(STAT_DAEMON_WAIT_NS, bpf_ktime_get_ns() - *since);
+			bpf_map_delete_elem(&preempted, &tid);
+		}
+	}
+	if (prev->tgid == target_tgid && next->tgid == daemon_tgid && prev_state == 0 /* TASK_RUNNING */) {
+		__u32 tid = prev->pid;
+		__u64 now = bpf_ktime_get_ns();
+		bpf_map_update_elem(&preempted, &tid, &now, BPF_ANY);
+	}
 	return 0;
 }
 

@@ -142,7 +142,9 @@ enum {
 	STAT_AWAITED_EXITS = 19,   // the exits of those calls
 	STAT_BURST_DROPPED = 20,   // burst probe hits dropped: the ring buffer was crowded
 	STAT_OUTSIDE_CALLEE_SAMPLES = 21, // samples of threads outside every root in another function's probe
-	STAT_MAX = 22,
+	STAT_DAEMON_WAIT_NS = 22, // ns the target's threads waited, preempted by kprofd's (kprofd_switch)
+	STAT_OUTSIDE_BURST_SAMPLES = 23, // samples of threads outside every root in a burst's probe or trap
+	STAT_MAX = 24,
 };
 
 struct kprofd_event {
@@ -468,6 +470,8 @@ volatile const __u32 calls_stripes = 1;
 volatile const __u32 calls_stride = 0;
 // The sampling program runs: mark the threads the probe program runs on.
 volatile const __u8 sampling = 0;
+// kprofd's own process id, for kprofd_switch.
+volatile const __u32 daemon_tgid = 0;
 // A Go target: contexts and events are per goroutine. The running
 // goroutine's g is at go_g_tls from the thread's fs base (the TLS slot the
 // Go runtime keeps it in: R14 holds it only in ABIInternal code), its id

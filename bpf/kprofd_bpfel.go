@@ -104,6 +104,7 @@ const (
 	kprofdMapFullHandler       = "full_handler"
 	kprofdMapGoroutines        = "goroutines"
 	kprofdMapPauses            = "pauses"
+	kprofdMapPreempted         = "preempted"
 	kprofdMapSeeds             = "seeds"
 	kprofdMapSites             = "sites"
 	kprofdMapStackScratch      = "stack_scratch"
@@ -122,6 +123,7 @@ const (
 	kprofdProgKprofdSample     = "kprofd_sample"
 	kprofdProgKprofdSignal     = "kprofd_signal"
 	kprofdProgKprofdSingle     = "kprofd_single"
+	kprofdProgKprofdSwitch     = "kprofd_switch"
 	kprofdVarBatchAgeNs        = "batch_age_ns"
 	kprofdVarBurstGen          = "burst_gen"
 	kprofdVarBurstRingLimit    = "burst_ring_limit"
@@ -131,6 +133,7 @@ const (
 	kprofdVarCatchUntil        = "catch_until"
 	kprofdVarCheckIntervalNs   = "check_interval_ns"
 	kprofdVarCountCalls        = "count_calls"
+	kprofdVarDaemonTgid        = "daemon_tgid"
 	kprofdVarDrainTgid         = "drain_tgid"
 	kprofdVarGoG_tls           = "go_g_tls"
 	kprofdVarGoGoidOff         = "go_goid_off"
@@ -206,6 +209,7 @@ type kprofdProgramSpecs struct {
 	KprofdSample  *ebpf.ProgramSpec `ebpf:"kprofd_sample"`
 	KprofdSignal  *ebpf.ProgramSpec `ebpf:"kprofd_signal"`
 	KprofdSingle  *ebpf.ProgramSpec `ebpf:"kprofd_single"`
+	KprofdSwitch  *ebpf.ProgramSpec `ebpf:"kprofd_switch"`
 }
 
 // kprofdMapSpecs contains maps before they are loaded into the kernel.
@@ -221,6 +225,7 @@ type kprofdMapSpecs struct {
 	FullHandler       *ebpf.MapSpec `ebpf:"full_handler"`
 	Goroutines        *ebpf.MapSpec `ebpf:"goroutines"`
 	Pauses            *ebpf.MapSpec `ebpf:"pauses"`
+	Preempted         *ebpf.MapSpec `ebpf:"preempted"`
 	Seeds             *ebpf.MapSpec `ebpf:"seeds"`
 	Sites             *ebpf.MapSpec `ebpf:"sites"`
 	StackScratch      *ebpf.MapSpec `ebpf:"stack_scratch"`
@@ -244,6 +249,7 @@ type kprofdVariableSpecs struct {
 	CatchUntil      *ebpf.VariableSpec `ebpf:"catch_until"`
 	CheckIntervalNs *ebpf.VariableSpec `ebpf:"check_interval_ns"`
 	CountCalls      *ebpf.VariableSpec `ebpf:"count_calls"`
+	DaemonTgid      *ebpf.VariableSpec `ebpf:"daemon_tgid"`
 	DrainTgid       *ebpf.VariableSpec `ebpf:"drain_tgid"`
 	GoG_tls         *ebpf.VariableSpec `ebpf:"go_g_tls"`
 	GoGoidOff       *ebpf.VariableSpec `ebpf:"go_goid_off"`
@@ -296,6 +302,7 @@ type kprofdMaps struct {
 	FullHandler       *ebpf.Map `ebpf:"full_handler"`
 	Goroutines        *ebpf.Map `ebpf:"goroutines"`
 	Pauses            *ebpf.Map `ebpf:"pauses"`
+	Preempted         *ebpf.Map `ebpf:"preempted"`
 	Seeds             *ebpf.Map `ebpf:"seeds"`
 	Sites             *ebpf.Map `ebpf:"sites"`
 	StackScratch      *ebpf.Map `ebpf:"stack_scratch"`
@@ -317,6 +324,7 @@ func (m *kprofdMaps) Close() error {
 		m.FullHandler,
 		m.Goroutines,
 		m.Pauses,
+		m.Preempted,
 		m.Seeds,
 		m.Sites,
 		m.StackScratch,
@@ -341,6 +349,7 @@ type kprofdVariables struct {
 	CatchUntil      *ebpf.Variable `ebpf:"catch_until"`
 	CheckIntervalNs *ebpf.Variable `ebpf:"check_interval_ns"`
 	CountCalls      *ebpf.Variable `ebpf:"count_calls"`
+	DaemonTgid      *ebpf.Variable `ebpf:"daemon_tgid"`
 	DrainTgid       *ebpf.Variable `ebpf:"drain_tgid"`
 	GoG_tls         *ebpf.Variable `ebpf:"go_g_tls"`
 	GoGoidOff       *ebpf.Variable `ebpf:"go_goid_off"`
@@ -378,6 +387,7 @@ type kprofdPrograms struct {
 	KprofdSample  *ebpf.Program `ebpf:"kprofd_sample"`
 	KprofdSignal  *ebpf.Program `ebpf:"kprofd_signal"`
 	KprofdSingle  *ebpf.Program `ebpf:"kprofd_single"`
+	KprofdSwitch  *ebpf.Program `ebpf:"kprofd_switch"`
 }
 
 func (p *kprofdPrograms) Close() error {
@@ -392,6 +402,7 @@ func (p *kprofdPrograms) Close() error {
 		p.KprofdSample,
 		p.KprofdSignal,
 		p.KprofdSingle,
+		p.KprofdSwitch,
 	)
 }
 

@@ -170,7 +170,7 @@ func (p *Program) load(spec *ebpf.CollectionSpec, cfg Config) error {
 		needed = append(needed, kprofdProgKprofdSingle)
 	}
 	if cfg.Sampling {
-		needed = append(needed, kprofdProgKprofdSample)
+		needed = append(needed, kprofdProgKprofdSample, kprofdProgKprofdSwitch)
 	}
 	if cfg.Signals {
 		needed = append(needed, kprofdProgKprofdSignal)
@@ -200,7 +200,7 @@ func (p *Program) load(spec *ebpf.CollectionSpec, cfg Config) error {
 	for name, dst := range map[string]**ebpf.Program{kprofdProgKprofdMulti: &progs.KprofdMulti, kprofdProgKprofdReturn: &progs.KprofdReturn,
 		kprofdProgKprofdSingle: &progs.KprofdSingle, kprofdProgKprofdEmpty: &progs.KprofdEmpty, kprofdProgKprofdMinimal: &progs.KprofdMinimal,
 		kprofdProgKprofdExit: &progs.KprofdExit, kprofdProgKprofdExec: &progs.KprofdExec, kprofdProgKprofdDrain: &progs.KprofdDrain,
-		kprofdProgKprofdSignal: &progs.KprofdSignal, kprofdProgKprofdSample: &progs.KprofdSample} {
+		kprofdProgKprofdSignal: &progs.KprofdSignal, kprofdProgKprofdSample: &progs.KprofdSample, kprofdProgKprofdSwitch: &progs.KprofdSwitch} {
 		*dst = coll.DetachProgram(name)
 	}
 	if p.multi {
@@ -229,6 +229,9 @@ func configure(spec *ebpf.CollectionSpec, cfg Config, stripes, stride int) error
 	}
 	if err := spec.Variables[kprofdVarSampling].Set(cfg.Sampling); err != nil {
 		return fmt.Errorf("setting sampling: %w", err)
+	}
+	if err := spec.Variables[kprofdVarDaemonTgid].Set(uint32(os.Getpid())); err != nil {
+		return fmt.Errorf("setting daemon_tgid: %w", err)
 	}
 	for _, name := range []string{kprofdVarTargetTgid, kprofdVarDrainTgid} {
 		if err := spec.Variables[name].Set(uint32(cfg.PID)); err != nil {

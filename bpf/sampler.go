@@ -39,6 +39,13 @@ func (p *Program) StartSampling(period time.Duration) (*Sampler, error) {
 		return nil, err
 	}
 	s := &Sampler{Period: period}
+	// What kprofd's threads take from the target on a CPU they share
+	// (Stats.DaemonWait).
+	sw, err := link.AttachTracing(link.TracingOptions{Program: p.objs.KprofdSwitch, AttachType: ebpf.AttachTraceRawTp})
+	if err != nil {
+		return nil, fmt.Errorf("attaching to the sched_switch tracepoint: %w", err)
+	}
+	s.links = append(s.links, sw)
 	for _, cpu := range cpus {
 		attr := unix.PerfEventAttr{
 			Type:   unix.PERF_TYPE_SOFTWARE,

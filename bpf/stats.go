@@ -3,6 +3,7 @@ package bpf
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/cilium/ebpf"
 )
@@ -45,6 +46,15 @@ type Stats struct {
 	// called from outside it), bursts' left out. Threads that never
 	// entered a root are not sampled.
 	OutsideCalleeSamples uint64
+	// OutsideBurstSamples counts the samples of such threads in a burst's
+	// probe, or in a trap while a burst was armed: the bursts' cost
+	// outside the roots (their probes fire wherever the functions run).
+	OutsideBurstSamples uint64
+	// DaemonWait is the time the target's threads waited while sampling
+	// was on, preempted on their CPU by a thread of this process (of
+	// kprofd), still runnable: what kprofd's own CPU time took from the
+	// target, which none of its samples show.
+	DaemonWait time.Duration
 	// SyncHits counts the hits of the sync probe on __cxa_begin_catch (one
 	// per exception caught anywhere in the process), when call counting
 	// is on (Config.Funcs is set).
@@ -76,7 +86,7 @@ type Stats struct {
 // InProbes returns the samples of the target's threads that landed in a
 // probe's program or trap, inside a root or not: kprofd's time.
 func (s Stats) InProbes() uint64 {
-	return s.ProbeSamples + s.TrapSamples + s.OutsideTrapSamples + s.OutsideCalleeSamples
+	return s.ProbeSamples + s.TrapSamples + s.OutsideTrapSamples + s.OutsideCalleeSamples + s.OutsideBurstSamples
 }
 
 // OwnSamples returns the samples of the target's own work: those of its
@@ -107,6 +117,8 @@ const (
 	statAwaitedExits
 	statBurstDropped
 	statOutsideCalleeSamples
+	statDaemonWaitNs
+	statOutsideBurstSamples
 	statMax
 )
 
@@ -121,14 +133,17 @@ func (p *Program) Stats() (Stats, error) {
 		statOutsideTrapSamples: &s.OutsideTrapSamples, statSyncHits: &s.SyncHits,
 		statRootEntries: &s.RootEntries, statRootExits: &s.RootExits,
 		statAwaitedEntries: &s.AwaitedEntries, statAwaitedExits: &s.AwaitedExits, statBurstDropped: &s.BurstDropped,
-		statOutsideCalleeSamples: &s.OutsideCalleeSamples}
+		statOutsideCalleeSamples: &s.OutsideCalleeSamples, statOutsideBurstSamples: &s.OutsideBurstSamples}
 	sums, err := readPerCPU(p.objs.Stats, nil, statMax)
 	if err != nil {
 		return s, err
 	}
 	for i, dst := range counters {
-		*dst = sums[i]
+		if dst != nil {
+			*dst = sums[i]
+		}
 	}
+	s.DaemonWait = time.Duration(sums[statDaemonWaitNs])
 	return s, nil
 }
 

@@ -264,20 +264,22 @@ func lowerBoundNote(t *cct.Tree, stage func(int) cost.Stage, progress func() str
 		english.Plural(len(funcs), "function"), english.Plural(contexts, "context"), estimate.MinAnchorCalls, estimate.MinExactWindows, progress()), short
 }
 
-// measuredOverhead is the probes' time over the target's own CPU time,
-// against budget: by the samples the kernel put in a probe (their program
-// or their trap, inside a root or not), plus the time the bursts' attaches
-// and detaches stalled the target (stalled, which no sample shows; the
-// samples come every period); unknown on fewer than cost.MinProbeSamples
+// measuredOverhead is kprofd's cost over the target's own CPU time,
+// against budget: the samples the kernel put in a probe (their program or
+// their trap, inside a root or not), plus what no sample shows, the time
+// the bursts' attaches and detaches stalled the target (stalled) and the
+// time its threads waited for kprofd's on their CPUs (st.DaemonWait); the
+// samples come every period. Unknown on fewer than cost.MinProbeSamples
 // samples.
 func measuredOverhead(st bpf.Stats, stalled, period time.Duration, budget float64) *cct.Overhead {
 	o := &cct.Overhead{Budget: budget}
 	in := st.InProbes()
 	if st.TargetSamples >= cost.MinProbeSamples && in < st.TargetSamples {
 		if period > 0 {
-			o.Stalled = float64(stalled) / (float64(st.TargetSamples-in) * float64(period))
+			own := float64(st.TargetSamples-in) * float64(period)
+			o.Stalled, o.Shared = float64(stalled)/own, float64(st.DaemonWait)/own
 		}
-		o.Measured, o.Known = float64(in)/float64(st.TargetSamples-in)+o.Stalled, true
+		o.Measured, o.Known = float64(in)/float64(st.TargetSamples-in)+o.Stalled+o.Shared, true
 	}
 	return o
 }
@@ -286,7 +288,7 @@ func measuredOverhead(st bpf.Stats, stalled, period time.Duration, budget float6
 // outside the root (most of their traps) over the target's own CPU time,
 // from the samples of the whole session.
 func floorOverhead(st bpf.Stats) float64 {
-	inProbes := st.ProbeSamples + st.TrapSamples + st.OutsideCalleeSamples
+	inProbes := st.ProbeSamples + st.TrapSamples + st.OutsideCalleeSamples + st.OutsideBurstSamples
 	if st.TargetSamples <= inProbes {
 		return 0
 	}

@@ -510,8 +510,9 @@ type Overhead struct {
 	// without the measurement, leaves it false.
 	Known bool
 	// Stalled is the part of Measured the target spent stalled while
-	// probes went in or out, not running (so no sample shows it).
-	Stalled float64
+	// probes went in or out, Shared the part its threads waited for
+	// kprofd's on their CPUs: neither shows in a sample.
+	Stalled, Shared float64
 }
 
 // EstimateTimes sets the Wall of every Estimated node of t from its
