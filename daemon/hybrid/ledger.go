@@ -82,7 +82,7 @@ const ledgerPoll = 20 * time.Millisecond
 // awaitAllowance waits until the bursts may spend need (ns), or the
 // target idles (see idleWatch), or stop closes (false).
 func (b *burster) awaitAllowance(need float64) (bool, error) {
-	var quiet idleWatch
+	quiet := idleWatch{period: b.led.period}
 	for {
 		st, err := b.env.Program.Stats()
 		if err != nil {
@@ -100,28 +100,43 @@ func (b *burster) awaitAllowance(need float64) (bool, error) {
 }
 
 // idleWatch says whether the target idles: no call of a root running
-// and none begun for idleAfter (a server between requests). Its CPU
-// time, which the bursts' allowance grows by, stands still, and a burst
-// costs it nothing but the attach and the detach (a whole window that a
-// request opens may spend what whole calls cost, see wholeCap); waiting
-// for the debts to be paid would hold the next request's burst off until
-// the requests after it paid them.
+// and none begun for idleAfter, and its threads on less than idleCores
+// CPUs meanwhile (a server between requests). Its CPU time, which the
+// bursts' allowance grows by, stands still, and a burst costs it nothing
+// but the attach and the detach (a whole window that a request opens may
+// spend what whole calls cost, see wholeCap); waiting for the debts to be
+// paid would hold the next request's burst off until the requests after
+// it paid them. A target busy outside the roots is no idle one: the
+// bursts' probes fire there too, and its CPU time pays their debts.
 type idleWatch struct {
-	entries uint64
-	since   time.Time
+	period           time.Duration // the sampling period
+	entries, samples uint64
+	since            time.Time
 }
 
-// idleAfter is how long no root call must run for the target to idle.
-const idleAfter = 5 * ledgerPoll
+// idleAfter is how long no root call must run for the target to idle,
+// idleCores the most CPUs it may keep busy meanwhile.
+const (
+	idleAfter = 5 * ledgerPoll
+	idleCores = 0.1
+)
 
 // idle takes in the counters st read at now and reports whether the
 // target idles.
 func (w *idleWatch) idle(st bpf.Stats, now time.Time) bool {
 	if st.RootEntries > st.RootExits || st.RootEntries != w.entries || w.since.IsZero() {
-		w.entries, w.since = st.RootEntries, now
+		w.entries, w.samples, w.since = st.RootEntries, st.TargetSamples, now
 		return false
 	}
-	return now.Sub(w.since) >= idleAfter
+	d := now.Sub(w.since)
+	if d < idleAfter {
+		return false
+	}
+	if float64(st.TargetSamples-min(w.samples, st.TargetSamples))*float64(w.period) > idleCores*float64(d) {
+		w.samples, w.since = st.TargetSamples, now
+		return false
+	}
+	return true
 }
 
 // wholeNeed returns what the next whole burst should have in hand before
@@ -165,8 +180,10 @@ type costMeter struct {
 }
 
 // burstSamplesIn returns the samples st counts in burst probes and their
-// traps.
-func burstSamplesIn(st bpf.Stats) uint64 { return st.BurstSamples + st.BurstTrapSamples }
+// traps, inside the roots or not.
+func burstSamplesIn(st bpf.Stats) uint64 {
+	return st.BurstSamples + st.BurstTrapSamples + st.OutsideBurstSamples
+}
 
 // cost returns the burst's cost (ns) when the samples in its probes and
 // traps have come to now.

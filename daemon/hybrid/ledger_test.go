@@ -129,4 +129,22 @@ func TestIdleWatch(t *testing.T) {
 			t.Errorf("at %s, %d entries and %d exits: idle %v, want %v", tc.at, tc.entries, tc.exits, got, tc.want)
 		}
 	}
+
+	// No root call, but busy outside the roots: 1-ms samples.
+	busy := idleWatch{period: time.Millisecond}
+	for _, tc := range []struct {
+		at      time.Duration
+		samples uint64
+		want    bool
+	}{
+		{0, 1000, false},
+		{idleAfter, 1000 + 60, false},                                     // 0.6 CPUs: busy, watched from here
+		{idleAfter + ledgerPoll, 1060 + 20, false},                        // too soon to tell
+		{2 * idleAfter, 1060 + 5, true},                                   // 0.05 CPUs since: idle
+		{3 * idleAfter, 1065 + uint64(idleAfter/time.Millisecond), false}, // a CPU busy again
+	} {
+		if got := busy.idle(bpf.Stats{RootEntries: 5, RootExits: 5, TargetSamples: tc.samples}, t0.Add(tc.at)); got != tc.want {
+			t.Errorf("busy target at %s, %d samples: idle %v, want %v", tc.at, tc.samples, got, tc.want)
+		}
+	}
 }
