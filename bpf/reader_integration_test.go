@@ -18,7 +18,7 @@ import (
 // and that Flush and Close end a wait far shorter than its poll interval.
 func TestReaderWaitsInPoller(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("needs root")
+		t.Fatal("integration tests need root: run them with sudo (make test-integration)")
 	}
 	if err := rlimit.RemoveMemlock(); err != nil {
 		t.Fatal(err)

@@ -19,7 +19,7 @@ import (
 // at all while that thread spins on CPU 1.
 func TestDaemonWait(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("needs root")
+		t.Fatal("integration tests need root: run them with sudo (make test-integration)")
 	}
 	if runtime.NumCPU() < 2 {
 		t.Skip("needs two CPUs")

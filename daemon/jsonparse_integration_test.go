@@ -4,13 +4,12 @@ package daemon_test
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/prometheus/procfs"
 
 	"github.com/kprofd/kprofd/daemon"
 	"github.com/kprofd/kprofd/internal/testtarget"
@@ -197,23 +196,17 @@ func startTwins(b *testing.B, exe string, n int) (probed, twin *testtarget.Proc,
 // timedRun runs n requests and returns the wall time and the target's CPU
 // time they took; the output must be want.
 func timedRun(b testing.TB, p *testtarget.Proc, n int, want string) (wall, cpu time.Duration) {
-	proc, err := procfs.NewProc(p.Pid())
-	if err != nil {
-		b.Fatal(err)
-	}
-	cpuTime := func() float64 {
-		st, err := proc.Stat()
-		if err != nil {
-			b.Fatal(err)
-		}
-		return st.CPUTime()
-	}
+	cpuTime := cpuTimeOf(b, p)
 	c0, t0 := cpuTime(), time.Now()
 	if got := p.Run(b, n); got != want {
 		b.Fatalf("output changed under the probes: %q, un-probed %q", got, want)
 	}
 	wall = time.Since(t0)
-	return wall, time.Duration((cpuTime() - c0) * 1e9)
+	c1 := cpuTime()
+	if math.IsNaN(c0) || math.IsNaN(c1) {
+		b.Fatalf("reading the CPU time of process %d", p.Pid())
+	}
+	return wall, time.Duration((c1 - c0) * 1e9)
 }
 
 func median(v []float64) float64 {

@@ -95,17 +95,7 @@ func chunkLoop(b *testing.B, p, twin *testtarget.Proc, n int, want string, stop 
 // chunkRunner returns a function that runs a chunk of n root calls on p
 // and times it; the answer must be want.
 func chunkRunner(b *testing.B, p *testtarget.Proc, n int, want, changed string) func() countedChunk {
-	proc, err := procfs.NewProc(p.Pid())
-	if err != nil {
-		b.Fatal(err)
-	}
-	cpuTime := func() float64 {
-		st, err := proc.Stat()
-		if err != nil {
-			return math.NaN()
-		}
-		return st.CPUTime()
-	}
+	cpuTime := cpuTimeOf(b, p)
 	return func() countedChunk {
 		c0 := cpuTime()
 		c := countedChunk{start: time.Now()}
@@ -169,4 +159,20 @@ func overlapping(chunks []countedChunk, from, to time.Time) []countedChunk {
 		}
 	}
 	return in
+}
+
+// cpuTimeOf returns a function that reads p's CPU time, all its threads',
+// in seconds (NaN when it cannot).
+func cpuTimeOf(b testing.TB, p *testtarget.Proc) func() float64 {
+	proc, err := procfs.NewProc(p.Pid())
+	if err != nil {
+		b.Fatal(err)
+	}
+	return func() float64 {
+		st, err := proc.Stat()
+		if err != nil {
+			return math.NaN()
+		}
+		return st.CPUTime()
+	}
 }
