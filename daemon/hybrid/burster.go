@@ -425,6 +425,8 @@ func (b *burster) burst(gen uint32, chosen uint64, funcs []*plan.Func, set map[u
 	// and in the traps (those the event loop has placed by now).
 	measured := float64(after-before) * float64(b.cfg.SamplePeriod)
 	spent = meter.cost(after)
+	b.m.log.Debug("hybrid: burst cost", "sampled", time.Duration(measured), "stall", time.Duration(meter.stall),
+		"priced", time.Duration(b.callsCost(funcs, inCalls, outCalls)))
 	return b.nextDuty(funcs, start, end, measured, inCalls, outCalls), attach, time.Duration(end - start), spent, nil
 }
 
@@ -511,12 +513,18 @@ func (b *burster) nextDuty(funcs []*plan.Func, start, end uint64, measured float
 	// The probe time per second the bursted functions would cost fully
 	// probed, and the share of the target's own CPU the bursts may take.
 	secs := float64(end-start) / 1e9
-	load := 0.0
-	for _, f := range funcs {
-		load += float64(outCalls.CallsSince(inCalls, int(f.ID))) / secs * b.m.entryCost(int(f.ID))
-	}
-	load = math.Max(load, measured/secs)
+	load := math.Max(b.callsCost(funcs, inCalls, outCalls), measured) / secs
 	return burstDuty(load, b.m.burstBudget(b.cfg.Budget), b.m.ownCPU())
+}
+
+// callsCost returns what the calls of funcs counted from inCalls to
+// outCalls cost at their entries' calibrated price (ns).
+func (b *burster) callsCost(funcs []*plan.Func, inCalls, outCalls wire.Counters[uint64]) float64 {
+	cost := 0.0
+	for _, f := range funcs {
+		cost += float64(outCalls.CallsSince(inCalls, int(f.ID))) * b.m.entryCost(int(f.ID))
+	}
+	return cost
 }
 
 // window holds the open window, from start, while it takes new frames
