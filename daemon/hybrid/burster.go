@@ -425,9 +425,9 @@ func (b *burster) burst(gen uint32, chosen uint64, funcs []*plan.Func, set map[u
 	// and in the traps (those the event loop has placed by now).
 	measured := float64(after-before) * float64(b.cfg.SamplePeriod)
 	spent = meter.cost(after)
-	b.m.log.Debug("hybrid: burst cost", "sampled", time.Duration(measured), "stall", time.Duration(meter.stall),
-		"priced", time.Duration(b.callsCost(funcs, inCalls, outCalls)))
-	return b.nextDuty(funcs, start, end, measured, inCalls, outCalls), attach, time.Duration(end - start), spent, nil
+	priced := b.callsCost(funcs, inCalls, outCalls)
+	b.m.log.Debug("hybrid: burst cost", "sampled", time.Duration(measured), "stall", time.Duration(meter.stall), "priced", time.Duration(priced))
+	return b.nextDuty(start, end, max(measured, priced)), attach, time.Duration(end - start), spent, nil
 }
 
 // attachBurst arms a burst and attaches the probes of funcs (see
@@ -505,15 +505,15 @@ func (b *burster) tally(whole bool, ids []uint32, inRead, start, end uint64, los
 	b.mu.Unlock()
 }
 
-// nextDuty returns the duty cycle the next burst may have after one of
-// funcs from start to end, which cost measured ns as sampled and whose
-// calls inCalls and outCalls counted: what keeps the bursts' cost within
-// their share of the budget, at the call rates this one measured.
-func (b *burster) nextDuty(funcs []*plan.Func, start, end uint64, measured float64, inCalls, outCalls wire.Counters[uint64]) float64 {
+// nextDuty returns the duty cycle the next burst may have after one from
+// start to end that cost cost ns (the more of what its samples measured
+// and what its calls cost at their calibrated price): what keeps the
+// bursts' cost within their share of the budget, at the call rates this
+// one measured.
+func (b *burster) nextDuty(start, end uint64, cost float64) float64 {
 	// The probe time per second the bursted functions would cost fully
 	// probed, and the share of the target's own CPU the bursts may take.
-	secs := float64(end-start) / 1e9
-	load := math.Max(b.callsCost(funcs, inCalls, outCalls), measured) / secs
+	load := cost / (float64(end-start) / 1e9)
 	return burstDuty(load, b.m.burstBudget(b.cfg.Budget), b.m.ownCPU())
 }
 
