@@ -167,10 +167,10 @@ func overheadText(o *cct.Overhead) string {
 	line := fmt.Sprintf("overhead: the probes took %.1f%% of the target's CPU time", 100*o.Measured)
 	var parts []string
 	if o.Stalled >= 0.0005 {
-		parts = append(parts, fmt.Sprintf("%.1f%% stalled while bursts' probes went in and out", 100*o.Stalled))
+		parts = append(parts, fmt.Sprintf("%.1f%% stalled while probes went in and out", 100*o.Stalled))
 	}
 	if o.Shared >= 0.0005 {
-		parts = append(parts, fmt.Sprintf("%.1f%% waiting for kprofd on its CPUs", 100*o.Shared))
+		parts = append(parts, fmt.Sprintf("%.1f%% waiting for kprofd's threads", 100*o.Shared))
 	}
 	if len(parts) > 0 {
 		line = strings.Replace(line, "the probes took", "kprofd took", 1) + " (" + strings.Join(parts, ", ") + ")"

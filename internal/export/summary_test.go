@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/kprofd/kprofd/internal/cct"
 )
@@ -66,16 +67,22 @@ func TestOverheadText(t *testing.T) {
 		{cct.Overhead{Budget: 0.1, Measured: 0.15, Known: true}, "overhead: the probes took 15.0% of the target's CPU time, over its budget 10%"},
 		{cct.Overhead{Measured: 0.31, Known: true}, "overhead: the probes took 31.0% of the target's CPU time"},
 		{cct.Overhead{Budget: 0.1, Measured: 0.094, Stalled: 0.031, Known: true},
-			"overhead: kprofd took 9.4% of the target's CPU time (3.1% stalled while bursts' probes went in and out), within its budget 10%"},
+			"overhead: kprofd took 9.4% of the target's CPU time (3.1% stalled while probes went in and out), within its budget 10%"},
 		{cct.Overhead{Budget: 0.1, Measured: 0.104, Stalled: 0.011, Shared: 0.024, Known: true},
-			"overhead: kprofd took 10.4% of the target's CPU time (1.1% stalled while bursts' probes went in and out, 2.4% waiting for kprofd on its CPUs), over its budget 10%"},
+			"overhead: kprofd took 10.4% of the target's CPU time (1.1% stalled while probes went in and out, 2.4% waiting for kprofd's threads), over its budget 10%"},
+		{cct.Overhead{Budget: 0.025, Measured: 2.5, Stalled: 1.0, Shared: 1.0, Known: true},
+			"overhead: kprofd took 250.0% of the target's CPU time (100.0% stalled while probes went in and out, 100.0% waiting for kprofd's threads), over its budget 2.5%"},
 		{cct.Overhead{Budget: 0.1, Measured: 0.05, Shared: 0.0004, Known: true},
 			"overhead: the probes took 5.0% of the target's CPU time, within its budget 10%"},
 		{cct.Overhead{Budget: 0.025}, "overhead: not measured (budget 2.5%)"},
 		{cct.Overhead{}, "overhead: not measured"},
 	} {
-		if got := overheadText(&tt.o); got != tt.want {
+		got := overheadText(&tt.o)
+		if got != tt.want {
 			t.Errorf("%+v: got %q, want %q", tt.o, got, tt.want)
+		}
+		if n := utf8.RuneCountInString(got); n > 160 {
+			t.Errorf("%+v: a line of %d characters, the summary's hold 160", tt.o, n)
 		}
 	}
 }
