@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -35,7 +36,10 @@ type Reader struct {
 	// flushed asks the next wait to return at once; closed says Close
 	// was called.
 	flushed, closed atomic.Bool
-	stacks          []wire.Stack // the stacks of the last Read
+	// open is held for reading by Read and Pending, which look at the
+	// ring's positions, and for writing by Close while it unmaps them.
+	open   sync.RWMutex
+	stacks []wire.Stack // the stacks of the last Read
 	// stackRecords and stackBytes count the stack records read and the
 	// bytes they took (see StackRecords).
 	stackRecords, stackBytes atomic.Uint64
@@ -112,6 +116,11 @@ func (r *Reader) await() error {
 // ends the read. It returns ErrClosed once the reader is closed.
 func (r *Reader) Read(dst []wire.Event) ([]wire.Event, error) {
 	r.stacks = r.stacks[:0]
+	r.open.RLock()
+	defer r.open.RUnlock()
+	if r.closed.Load() {
+		return dst, ErrClosed
+	}
 	if r.wake == nil {
 		r.rd.SetDeadline(time.Now().Add(r.poll))
 	} else {
@@ -229,14 +238,29 @@ func (r *Reader) Flush() error {
 }
 
 // Pending returns the bytes waiting in the ring buffer.
-func (r *Reader) Pending() int { return r.rd.AvailableBytes() }
+func (r *Reader) Pending() int {
+	r.open.RLock()
+	defer r.open.RUnlock()
+	if r.closed.Load() {
+		return 0
+	}
+	return r.rd.AvailableBytes()
+}
 
-// Close closes the ring buffer; a blocked Read returns ErrClosed.
+// Close closes the ring buffer; a blocked Read returns ErrClosed, and
+// Close waits for it.
 func (r *Reader) Close() error {
-	r.closed.Store(true)
+	if r.closed.Swap(true) {
+		return nil
+	}
+	// End a Read's wait, then wait for it to return.
 	var err error
 	if r.wake != nil {
 		err = r.wake.Close()
+	} else {
+		err = r.rd.Flush()
 	}
+	r.open.Lock()
+	defer r.open.Unlock()
 	return errors.Join(err, r.rd.Close())
 }

@@ -83,4 +83,14 @@ func TestReaderWaitsInPoller(t *testing.T) {
 	if res := wait(done, "Close"); !errors.Is(res.err, ErrClosed) {
 		t.Errorf("Read ended by Close returned %v, want ErrClosed", res.err)
 	}
+	// After Close: no wait, no ring to look at.
+	if res := wait(read(), "Close, before it"); !errors.Is(res.err, ErrClosed) {
+		t.Errorf("Read after Close returned %v, want ErrClosed", res.err)
+	}
+	if n := r.Pending(); n != 0 {
+		t.Errorf("Pending after Close = %d, want 0", n)
+	}
+	if err := r.Close(); err != nil {
+		t.Errorf("a second Close: %v", err)
+	}
 }
