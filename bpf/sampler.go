@@ -20,8 +20,11 @@ import (
 type Sampler struct {
 	// Period is the CPU time between two samples of one CPU.
 	Period time.Duration
-	events []int
-	links  []link.Link
+	// NoDaemonWait says why Stats.DaemonWait is not measured (nil: it
+	// is): the kernel refused the sched_switch tracepoint.
+	NoDaemonWait error
+	events       []int
+	links        []link.Link
 }
 
 // StartSampling opens a cpu-clock event with the given sampling period on
@@ -41,11 +44,12 @@ func (p *Program) StartSampling(period time.Duration) (*Sampler, error) {
 	s := &Sampler{Period: period}
 	// What kprofd's threads take from the target on a CPU they share
 	// (Stats.DaemonWait).
-	sw, err := link.AttachTracing(link.TracingOptions{Program: p.objs.KprofdSwitch, AttachType: ebpf.AttachTraceRawTp})
-	if err != nil {
-		return nil, fmt.Errorf("attaching to the sched_switch tracepoint: %w", err)
+	// (Not measured rather than no session where the kernel refuses it.)
+	if sw, err := link.AttachTracing(link.TracingOptions{Program: p.objs.KprofdSwitch, AttachType: ebpf.AttachTraceRawTp}); err != nil {
+		s.NoDaemonWait = fmt.Errorf("attaching to the sched_switch tracepoint: %w", err)
+	} else {
+		s.links = append(s.links, sw)
 	}
-	s.links = append(s.links, sw)
 	for _, cpu := range cpus {
 		attr := unix.PerfEventAttr{
 			Type:   unix.PERF_TYPE_SOFTWARE,

@@ -250,6 +250,9 @@ func StartPreparedWith(pr *Prepared, cfg Config, pre *Preloaded) (_ *Session, er
 		if s.sampler, err = s.prog.StartSampling(time.Second / time.Duration(cfg.SampleHz)); err != nil {
 			return nil, err
 		}
+		if err := s.sampler.NoDaemonWait; err != nil {
+			cfg.warnf("the overhead line leaves out the target's waits for kprofd on its CPUs: %v", err)
+		}
 	}
 	opt := s.probeOptions()
 	opt.NoSites = !discovering
