@@ -21,16 +21,14 @@ import (
 // It waits for events in Go's network poller, on a duplicate of the
 // ring's descriptor, rather than in the ringbuf package's own epoll_wait:
 // a goroutine blocked in a system call for more than 10 ms has the
-// runtime's sysmon take its P back and then wake every 20 µs for a while,
-// and with a wait per poll interval that kept sysmon waking ~2,000 times
-// a second, half of kprofd's CPU time in a quiet session, all of it
-// context switches on the target's cores.
+// runtime's sysmon take its P back and then nap 20 µs at a time for a
+// while, a context switch each. Waiting in the poller took a fifth of
+// kprofd's context switches out of a quiet nlohmann session.
 type Reader struct {
 	rd   *ringbuf.Reader
 	rec  ringbuf.Record
 	poll time.Duration
-	// wake is the ring's descriptor in the network poller, nil where
-	// it could not be registered (then the ringbuf package waits).
+	// wake is the ring's descriptor in the network poller.
 	wake     *os.File
 	wakeConn syscall.RawConn
 	// flushed asks the next wait to return at once; closed says Close
@@ -57,29 +55,34 @@ func (p *Program) NewReader(poll time.Duration) (*Reader, error) {
 		return nil, fmt.Errorf("opening the ring buffer: %w", err)
 	}
 	r := &Reader{rd: rd, poll: poll}
-	r.wake, r.wakeConn = pollable(p.objs.Events.FD())
+	if r.wake, r.wakeConn, err = pollable(p.objs.Events.FD()); err != nil {
+		return nil, errors.Join(fmt.Errorf("waiting for the ring buffer in Go's poller: %w", err), rd.Close())
+	}
 	return r, nil
 }
 
 // pollable returns a non-blocking duplicate of descriptor fd registered
-// in Go's network poller, or nils if it cannot be.
-func pollable(fd int) (*os.File, syscall.RawConn) {
+// in Go's network poller.
+func pollable(fd int) (*os.File, syscall.RawConn, error) {
 	dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
 	if err != nil {
-		return nil, nil
+		return nil, nil, err
 	}
 	if err := unix.SetNonblock(dup, true); err != nil {
 		unix.Close(dup)
-		return nil, nil
+		return nil, nil, err
 	}
 	f := os.NewFile(uintptr(dup), "ring buffer")
 	conn, err := f.SyscallConn()
-	// A descriptor the poller took accepts deadlines.
-	if err != nil || f.SetReadDeadline(time.Time{}) != nil {
-		f.Close()
-		return nil, nil
+	if err == nil {
+		// A descriptor the poller took accepts deadlines.
+		err = f.SetReadDeadline(time.Time{})
 	}
-	return f, conn
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	return f, conn, nil
 }
 
 // noWait is a deadline already past: the ringbuf package's reads return
@@ -121,19 +124,15 @@ func (r *Reader) Read(dst []wire.Event) ([]wire.Event, error) {
 	if r.closed.Load() {
 		return dst, ErrClosed
 	}
-	if r.wake == nil {
-		r.rd.SetDeadline(time.Now().Add(r.poll))
-	} else {
-		if r.rd.AvailableBytes() == 0 {
-			if err := r.await(); err != nil {
-				return dst, err
-			}
+	if r.rd.AvailableBytes() == 0 {
+		if err := r.await(); err != nil {
+			return dst, err
 		}
-		r.rd.SetDeadline(noWait)
 	}
+	r.rd.SetDeadline(noWait)
 	for len(dst)+wire.BatchSize <= cap(dst) {
 		err := r.rd.ReadInto(&r.rec)
-		if errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, ringbuf.ErrFlushed) {
+		if errors.Is(err, os.ErrDeadlineExceeded) {
 			return dst, nil
 		}
 		if err != nil {
@@ -230,9 +229,6 @@ func appendEvents(dst []wire.Event, raw []byte) ([]wire.Event, error) {
 // Flush makes a blocked Read return what is in the buffer now, or the
 // next Read if none is blocked.
 func (r *Reader) Flush() error {
-	if r.wake == nil {
-		return r.rd.Flush()
-	}
 	r.flushed.Store(true)
 	return r.wake.SetReadDeadline(time.Now())
 }
@@ -254,12 +250,7 @@ func (r *Reader) Close() error {
 		return nil
 	}
 	// End a Read's wait, then wait for it to return.
-	var err error
-	if r.wake != nil {
-		err = r.wake.Close()
-	} else {
-		err = r.rd.Flush()
-	}
+	err := r.wake.Close()
 	r.open.Lock()
 	defer r.open.Unlock()
 	return errors.Join(err, r.rd.Close())

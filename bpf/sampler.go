@@ -43,8 +43,8 @@ func (p *Program) StartSampling(period time.Duration) (*Sampler, error) {
 	}
 	s := &Sampler{Period: period}
 	// What kprofd's threads take from the target on a CPU they share
-	// (Stats.DaemonWait).
-	// (Not measured rather than no session where the kernel refuses it.)
+	// (Stats.DaemonWait): not measured, rather than no session, where
+	// the kernel refuses the tracepoint.
 	if sw, err := link.AttachTracing(link.TracingOptions{Program: p.objs.KprofdSwitch, AttachType: ebpf.AttachTraceRawTp}); err != nil {
 		s.NoDaemonWait = fmt.Errorf("attaching to the sched_switch tracepoint: %w", err)
 	} else {

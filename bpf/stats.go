@@ -125,6 +125,7 @@ const (
 // Stats reads the program's counters.
 func (p *Program) Stats() (Stats, error) {
 	var s Stats
+	var daemonWait uint64 // ns
 	counters := [statMax]*uint64{statLost: &s.Lost, statNoStorage: &s.NoStorage, statStaleRoot: &s.StaleRoots,
 		statStacks: &s.Stacks, statStacksLost: &s.StacksLost, statTargetSamples: &s.TargetSamples,
 		statRootSamples: &s.RootSamples, statProbeSamples: &s.ProbeSamples, statBurstSamples: &s.BurstSamples,
@@ -133,17 +134,16 @@ func (p *Program) Stats() (Stats, error) {
 		statOutsideTrapSamples: &s.OutsideTrapSamples, statSyncHits: &s.SyncHits,
 		statRootEntries: &s.RootEntries, statRootExits: &s.RootExits,
 		statAwaitedEntries: &s.AwaitedEntries, statAwaitedExits: &s.AwaitedExits, statBurstDropped: &s.BurstDropped,
-		statOutsideCalleeSamples: &s.OutsideCalleeSamples, statOutsideBurstSamples: &s.OutsideBurstSamples}
+		statOutsideCalleeSamples: &s.OutsideCalleeSamples, statOutsideBurstSamples: &s.OutsideBurstSamples,
+		statDaemonWaitNs: &daemonWait}
 	sums, err := readPerCPU(p.objs.Stats, nil, statMax)
 	if err != nil {
 		return s, err
 	}
 	for i, dst := range counters {
-		if dst != nil {
-			*dst = sums[i]
-		}
+		*dst = sums[i]
 	}
-	s.DaemonWait = time.Duration(sums[statDaemonWaitNs])
+	s.DaemonWait = time.Duration(daemonWait)
 	return s, nil
 }
 

@@ -3,7 +3,6 @@
 package bpf
 
 import (
-	"os"
 	"os/exec"
 	"runtime"
 	"testing"
@@ -18,9 +17,7 @@ import (
 // beside it (about half the time, the scheduler being fair), and hardly
 // at all while that thread spins on CPU 1.
 func TestDaemonWait(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Fatal("integration tests need root: run them with sudo (make test-integration)")
-	}
+	requireRoot(t)
 	if runtime.NumCPU() < 2 {
 		t.Skip("needs two CPUs")
 	}

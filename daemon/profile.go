@@ -288,7 +288,7 @@ func measuredOverhead(st bpf.Stats, stalled, period time.Duration, budget float6
 // outside the root (most of their traps) over the target's own CPU time,
 // from the samples of the whole session.
 func floorOverhead(st bpf.Stats) float64 {
-	inProbes := st.ProbeSamples + st.TrapSamples + st.OutsideCalleeSamples + st.OutsideBurstSamples
+	inProbes := st.InProbes() - st.OutsideTrapSamples
 	if st.TargetSamples <= inProbes {
 		return 0
 	}

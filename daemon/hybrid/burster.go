@@ -88,7 +88,7 @@ type burster struct {
 	wholes     int     // of them whole (see run)
 	wholeCalls int     // the calls of the roots the whole ones took, in windows that missed no event and no demotion cut
 	ledgerCuts int     // whole windows the ledger stopped before their calls ended
-	stalled    float64 // ns the attaches and detaches stalled the target (see ledger.stall)
+	stalled    float64 // ns the attaches and detaches stalled the target (see stall)
 	// wholePeriod is the period of the latest whole burst (see
 	// wholePeriodAfter).
 	wholePeriod time.Duration
@@ -360,7 +360,7 @@ func (b *burster) burst(gen uint32, chosen uint64, funcs []*plan.Func, set map[u
 		return 0, 0, 0, 0, errors.Join(err, b.setArmed(-1))
 	}
 	meter := costMeter{period: b.cfg.SamplePeriod, before: before, attached: burstSamplesIn(stAttached),
-		stall: b.led.stall(cores, stBefore, stAttached, attach)}
+		stall: stall(b.cfg.SamplePeriod, cores, stBefore, stAttached, attach)}
 	b.addStall(meter.stall)
 	// A thread whose stack was captured while the probes went in (a
 	// whole burst's take hundreds of ms) has entered functions since
@@ -403,7 +403,7 @@ func (b *burster) burst(gen uint32, chosen uint64, funcs []*plan.Func, set map[u
 		probes.CloseAll(links)
 		detach := time.Since(detachStart)
 		if st1, err1 := b.env.Program.Stats(); err0 == nil && err1 == nil {
-			b.addStall(b.led.stall(cores, st0, st1, detach))
+			b.addStall(stall(b.cfg.SamplePeriod, cores, st0, st1, detach))
 		}
 		b.log.Disarm(armed, monotonic.Now())
 		if err := b.setArmed(-1); err != nil {
@@ -581,7 +581,7 @@ catching:
 func lostIn(st bpf.Stats) uint64 { return st.Lost + st.BurstDropped }
 
 // addStall adds to the time the bursts' attaches and detaches stalled
-// the target (ns of its CPU time, see ledger.stall).
+// the target (ns of its CPU time, see stall).
 func (b *burster) addStall(ns float64) {
 	b.mu.Lock()
 	b.stalled += ns

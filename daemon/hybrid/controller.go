@@ -177,7 +177,7 @@ func (c *Controller) Bursts() int     { return c.b.count(false) }
 func (c *Controller) WholeCalls() int { return c.b.wholeCallsTaken() }
 
 // Stalled returns the time the bursts' attaches and detaches kept the
-// target from running, which no sample shows (see ledger.stall).
+// target from running, which no sample shows (see stall).
 func (c *Controller) Stalled() time.Duration { return c.b.stalledTime() }
 
 // WholeProgress says how far the whole bursts got, and how often they

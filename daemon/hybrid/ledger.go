@@ -51,16 +51,15 @@ func (l *ledger) cores(st bpf.Stats, now time.Time) float64 {
 }
 
 // stall returns what putting probes in or taking them out, which took
-// wall and moved the counters from before to after, kept the target from
-// running (ns of its CPU time): what it would have run at its average
-// pace (cores, see cores), less what it ran. The kernel rewrites each
-// page under the process's memory lock, and a thread that faults on a
-// rewritten page waits for it without a sample to show; on goformat a
-// burst of 2,100 functions stalled the target for about its attach's
-// 386 ms, and again at the detach, three times what its samples in traps
-// counted.
-func (l *ledger) stall(cores float64, before, after bpf.Stats, wall time.Duration) float64 {
-	ran := float64(after.TargetSamples-min(before.TargetSamples, after.TargetSamples)) * float64(l.period)
+// wall and moved the counters from before to after (samples every
+// period), kept the target from running (ns of its CPU time): what it
+// would have run at its average pace (cores, see ledger.cores), less what
+// it ran. The kernel rewrites each page under the process's memory lock,
+// and a thread that faults on a rewritten page waits for it without a
+// sample to show. A plain function: the detach is measured on another
+// goroutine than the ledger's.
+func stall(period time.Duration, cores float64, before, after bpf.Stats, wall time.Duration) float64 {
+	ran := float64(after.TargetSamples-min(before.TargetSamples, after.TargetSamples)) * float64(period)
 	return max(0, cores*float64(wall)-ran)
 }
 
@@ -169,7 +168,7 @@ const minWholeCap = 50 * time.Millisecond
 // kernel's count of samples in burst probes and their traps (which the
 // sampler counts as the bursts' from the start of the attach): before
 // the attach, attached once its probes were in; and by the time the
-// attach stalled the target (see ledger.stall). Detaching them costs
+// attach stalled the target (see stall). Detaching them costs
 // about what attaching did, so that is counted twice.
 type costMeter struct {
 	period           time.Duration

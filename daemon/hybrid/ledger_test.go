@@ -75,7 +75,7 @@ func TestStall(t *testing.T) {
 		{"ran on", 0.75, 80, 0},
 		{"idle target", 0, 0, 0},
 	} {
-		got := l.stall(tc.cores, bpf.Stats{TargetSamples: 3000}, bpf.Stats{TargetSamples: 3000 + tc.samples}, 100*time.Millisecond)
+		got := stall(l.period, tc.cores, bpf.Stats{TargetSamples: 3000}, bpf.Stats{TargetSamples: 3000 + tc.samples}, 100*time.Millisecond)
 		if got != tc.want {
 			t.Errorf("%s: stall = %g, want %g", tc.name, got, tc.want)
 		}

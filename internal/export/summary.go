@@ -164,7 +164,6 @@ func overheadText(o *cct.Overhead) string {
 		}
 		return "overhead: not measured (" + budget + ")"
 	}
-	line := fmt.Sprintf("overhead: the probes took %.1f%% of the target's CPU time", 100*o.Measured)
 	var parts []string
 	if o.Stalled >= 0.0005 {
 		parts = append(parts, fmt.Sprintf("%.1f%% stalled while probes went in and out", 100*o.Stalled))
@@ -172,8 +171,10 @@ func overheadText(o *cct.Overhead) string {
 	if o.Shared >= 0.0005 {
 		parts = append(parts, fmt.Sprintf("%.1f%% waiting for kprofd's threads", 100*o.Shared))
 	}
+	// The probes' time alone, or kprofd's with what no sample shows.
+	line := fmt.Sprintf("overhead: the probes took %.1f%% of the target's CPU time", 100*o.Measured)
 	if len(parts) > 0 {
-		line = strings.Replace(line, "the probes took", "kprofd took", 1) + " (" + strings.Join(parts, ", ") + ")"
+		line = fmt.Sprintf("overhead: kprofd took %.1f%% of the target's CPU time (%s)", 100*o.Measured, strings.Join(parts, ", "))
 	}
 	switch {
 	case budget == "":
