@@ -94,6 +94,15 @@ type Config struct {
 	// detaches returned. Where a session's time goes before it settles
 	// is read from these.
 	Log *slog.Logger
+	// HandOffDetach, when set, is given at the stop the descriptors of
+	// the links still attached once the roots' are out (the program is
+	// silenced: they record nothing) and may keep duplicates of them open
+	// in another process, which then detaches them; it returns that
+	// process's id. The kernel takes uprobes out one at a time, 0.15-0.2
+	// ms each here, so a session ending with thousands in (hybrid mode
+	// keeps the probes of functions no call reached) would otherwise
+	// wait a second for them. On an error the session detaches them.
+	HandOffDetach func(fds []int) (pid int, err error)
 	// Memory, in hybrid mode, is the directory where a session leaves
 	// the stages its functions ended at, per executable and roots, and
 	// where the next one starts from (see memory.go); "" for none.

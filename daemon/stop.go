@@ -5,7 +5,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cilium/ebpf/link"
+
 	"github.com/kprofd/kprofd/daemon/estimate"
+	"github.com/kprofd/kprofd/daemon/probes"
 	"github.com/kprofd/kprofd/internal/cct"
 	"github.com/kprofd/kprofd/internal/monotonic"
 )
@@ -46,7 +49,7 @@ func (s *Session) stop() (*cct.Profile, error) {
 	}
 	LogPhase(s.cfg.Log, "stop discovery and hybrid mode", stopStart)
 	detachStart := time.Now()
-	detachRest, detachErr := s.detach()
+	rest, detachErr := s.detach()
 	end := monotonic.Now()
 	LogPhase(s.cfg.Log, "detach", detachStart)
 	drainStart := time.Now()
@@ -68,7 +71,7 @@ func (s *Session) stop() (*cct.Profile, error) {
 	// the rest of the probes go: its own probes would wait behind them.
 	drift := s.calibrateAfter()
 	restDone := make(chan error, 1)
-	go func() { restDone <- detachRest() }()
+	go func() { restDone <- s.detachRest(rest) }()
 	profileStart := time.Now()
 	if s.hybrid != nil {
 		// Once every event is in: a session no thread entered a root in
@@ -87,17 +90,15 @@ func (s *Session) stop() (*cct.Profile, error) {
 	LogPhase(s.cfg.Log, "profile", profileStart)
 	restStart := time.Now()
 	detachErr = errors.Join(detachErr, <-restDone)
-	LogPhase(s.cfg.Log, "detach the rest", restStart)
+	LogPhase(s.cfg.Log, "wait for the rest", restStart)
 	return p, errors.Join(attachErr, hybridErr, pauseErr, detachErr, drainErr, s.runErr, statsErr)
 }
 
 // detach makes the session record nothing more: it silences the program
 // and detaches the roots' probes, which waits for every probe program
-// still running, then the sampler and the signal tracepoint. rest
-// detaches the other probes, which take a grace period each (see
-// probes.Set.CloseRootsFirst).
-func (s *Session) detach() (rest func() error, err error) {
-	rest = func() error { return nil }
+// still running, then the sampler and the signal tracepoint. It returns
+// the other probes' links, still attached (probes.Set.CloseRootsFirst).
+func (s *Session) detach() (rest []link.Link, err error) {
 	err = s.prog.Silence()
 	switch {
 	case s.probes != nil && err == nil:
@@ -111,6 +112,27 @@ func (s *Session) detach() (rest func() error, err error) {
 	// Signals are no more the session's concern, and a calibration in
 	// kprofd after it must not take Go's preemption signals for its.
 	return rest, errors.Join(err, s.prog.UntrackSignals())
+}
+
+// detachRest detaches the links detach left, or hands them to
+// Config.HandOffDetach and closes its own copies, which detaches nothing
+// while the other process holds them.
+func (s *Session) detachRest(rest []link.Link) error {
+	start := time.Now()
+	if fds, ok := probes.FDs(rest); ok && len(fds) > 0 && s.cfg.HandOffDetach != nil {
+		pid, err := s.cfg.HandOffDetach(fds)
+		if err == nil {
+			err = probes.CloseAll(rest)
+			LogPhase(s.cfg.Log, "hand off the rest", start, "links", len(rest), "pid", pid)
+			return err
+		}
+		if s.cfg.Log != nil {
+			s.cfg.Log.Debug("hand off the rest", "err", err)
+		}
+	}
+	err := probes.CloseAll(rest)
+	LogPhase(s.cfg.Log, "detach the rest", start, "links", len(rest))
+	return err
 }
 
 // goRuntime reports a function of a Go program's runtime package: the

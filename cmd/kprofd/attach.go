@@ -406,6 +406,7 @@ func runLocal(ctx context.Context, req *service.Request, recalibrate bool, h ser
 		}
 		return r
 	}
+	h.HandOffDetach = handOffDetach
 	out, err := service.Run(ctx, req, cal, h)
 	if err != nil {
 		return nil, err

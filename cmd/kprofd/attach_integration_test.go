@@ -185,6 +185,40 @@ func parseIDRanges(t *testing.T, s string) []uint32 {
 	return ids
 }
 
+// TestAttachHandsOffLastProbes: at its stop kprofd detaches the roots'
+// probes itself and hands the links it has left to `kprofd
+// detach-probes`, another process, which takes them out after kprofd has
+// written its files and exited; all of them, and the program with them.
+func TestAttachHandsOffLastProbes(t *testing.T) {
+	bin := buildKprofd(t)
+	build := testtarget.BuildCTree(t)
+	target := testtarget.Start(t, build.Exe)
+	out := filepath.Join(t.TempDir(), "p.pb.gz")
+	k := startKprofd(t, bin, "attach", "-p", fmt.Sprint(target.Pid()), "--root", "handle_request", "-o", out,
+		"--format", "none", "-v", "--debug", "--mode", "exact", "--all")
+	target.Run(t, requests)
+	k.cmd.Process.Signal(os.Interrupt)
+	if code := k.wait(t); code != 0 {
+		t.Fatalf("kprofd exited %d after Ctrl-C; stderr:\n%s", code, k.stderr.String())
+	}
+	m := regexp.MustCompile(`phase="hand off the rest" took=\S+ links=(\d+) pid=(\d+)`).FindStringSubmatch(k.stderr.String())
+	if m == nil {
+		t.Fatalf("kprofd handed off no links; stderr:\n%s", k.stderr.String())
+	}
+	progs, links := k.kernelIDs(t)
+	if n, _ := strconv.Atoi(m[1]); n == 0 || n >= len(links) {
+		t.Errorf("handed off %d links of %d: want all but the roots'", n, len(links))
+	}
+	if pid, _ := strconv.Atoi(m[2]); pid == k.cmd.Process.Pid {
+		t.Errorf("kprofd handed its links to itself (pid %d)", pid)
+	}
+	if _, err := os.Stat(out); err != nil {
+		t.Errorf("no profile: %v", err)
+	}
+	testtarget.CheckGone(t, progs, links)
+	testtarget.CheckNoProbes(t, target.Pid())
+}
+
 // TestAttachInterrupt is the Ctrl-C path: kprofd detaches, writes the
 // profile, the folded stacks and the tree, and leaves nothing attached.
 func TestAttachInterrupt(t *testing.T) {

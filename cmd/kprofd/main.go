@@ -46,6 +46,6 @@ tree below the root: call counts and wall time per calling context.`,
 		SilenceErrors: true,
 		Version:       version,
 	}
-	cmd.AddCommand(newAttachCmd(), newServeCmd(), newCalibrateCmd())
+	cmd.AddCommand(newAttachCmd(), newServeCmd(), newCalibrateCmd(), newDetachProbesCmd())
 	return cmd
 }

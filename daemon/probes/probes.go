@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
 
 	"github.com/kprofd/kprofd/bpf"
 	"github.com/kprofd/kprofd/internal/monotonic"
@@ -597,14 +598,16 @@ func (s *Set) Close() error {
 	return errors.Join(errs...)
 }
 
-// CloseRootsFirst detaches the roots' entry probes and returns a function
-// that detaches the rest. Once the program records nothing more for the
-// target (bpf.Program.Silence), the roots' detach waits for every probe
-// program still running (a grace period): the session's events are all
-// in when it returns, and the other links, which take a grace period
-// each to close, may go while the profile is made. With no root entry
-// attached, it detaches everything before it returns.
-func (s *Set) CloseRootsFirst() (rest func() error, err error) {
+// CloseRootsFirst detaches the roots' entry probes and returns the other
+// links, still attached, for the caller to close (CloseAll) or to hand to
+// a process that closes them (FDs). Once the program records nothing more
+// for the target (bpf.Program.Silence), the roots' detach waits for every
+// probe program still running (a grace period): the session's events are
+// all in when it returns, and the other links, whose uprobes the kernel
+// takes out one at a time (0.15-0.2 ms each on these VMs), may go while
+// the profile is made. With no root entry attached, it detaches
+// everything before it returns, and returns none.
+func (s *Set) CloseRootsFirst() (rest []link.Link, err error) {
 	s.mu.Lock()
 	links := s.links
 	s.links = [numPhases][]link.Link{}
@@ -616,9 +619,9 @@ func (s *Set) CloseRootsFirst() (rest func() error, err error) {
 		}
 	}
 	if len(links[phaseRootEntries]) == 0 {
-		return func() error { return nil }, CloseAll(others)
+		return nil, CloseAll(others)
 	}
-	return func() error { return CloseAll(others) }, CloseAll(links[phaseRootEntries])
+	return others, CloseAll(links[phaseRootEntries])
 }
 
 // DetachAll detaches every probe as Close does, and forgets them: the set
@@ -652,14 +655,55 @@ func (s *Set) DetachAll() (rootsGone uint64, err error) {
 // end of a hybrid session on the JSON parser, 670 links took 230 ms all at
 // once and 670-760 ms 32 at a time. The bound only caps the threads.
 func CloseAll(links []link.Link) error {
-	errs := make([]error, len(links))
+	return closeConcurrently(len(links), func(i int) error { return links[i].Close() })
+}
+
+// CloseFDs closes file descriptors of links (FDs) as CloseAll closes
+// links: the process `kprofd attach` hands its last links to runs it.
+func CloseFDs(fds []int) error {
+	return closeConcurrently(len(fds), func(i int) error { return unix.Close(fds[i]) })
+}
+
+// FDs returns the links' file descriptors, or false when one has none of
+// its own (a perf event a kernel without BPF links for them attached by
+// ioctl): a process given duplicates of them holds the probes attached
+// until it closes them, whatever the links here do.
+func FDs(links []link.Link) ([]int, bool) {
+	fds := make([]int, len(links))
+	for i, l := range links {
+		withFD, ok := l.(interface{ FD() int })
+		if !ok {
+			return nil, false
+		}
+		fds[i] = withFD.FD()
+	}
+	return fds, true
+}
+
+// Dup duplicates file descriptors (close-on-exec), closing those it made
+// when one fails.
+func Dup(fds []int) ([]int, error) {
+	dups := make([]int, 0, len(fds))
+	for _, fd := range fds {
+		dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+		if err != nil {
+			CloseFDs(dups)
+			return nil, fmt.Errorf("duplicating a link's descriptor: %w", err)
+		}
+		dups = append(dups, dup)
+	}
+	return dups, nil
+}
+
+func closeConcurrently(n int, closeOne func(i int) error) error {
+	errs := make([]error, n)
 	sem := make(chan struct{}, 1024)
 	var wg sync.WaitGroup
-	for i, l := range links {
+	for i := range n {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			errs[i] = l.Close()
+			errs[i] = closeOne(i)
 		})
 	}
 	wg.Wait()

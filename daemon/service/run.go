@@ -47,6 +47,9 @@ type Hooks struct {
 	// withholds the profile and the demotions the session would leave for
 	// the next one (Outcome.Withheld), and says why.
 	Withhold func() error
+	// HandOffDetach is daemon.Config.HandOffDetach: who detaches the
+	// probes left at the stop.
+	HandOffDetach func(fds []int) (pid int, err error)
 }
 
 // Started says what a session attached.
@@ -121,7 +124,7 @@ func Run(ctx context.Context, req *Request, calibration func() *calibrate.Result
 	if h.Warn != nil {
 		cfg.Warnf = func(format string, args ...any) { h.Warn(fmt.Sprintf(format, args...)) }
 	}
-	cfg.Demoted, cfg.Log = h.Demoted, h.Log
+	cfg.Demoted, cfg.Log, cfg.HandOffDetach = h.Demoted, h.Log, h.HandOffDetach
 	// The program loads while the target is analysed.
 	pre := daemon.Preload(cfg)
 	analysisStart := time.Now()

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/kprofd/kprofd/calibrate"
 	"github.com/kprofd/kprofd/daemon"
 	"github.com/kprofd/kprofd/daemon/hybrid"
+	"github.com/kprofd/kprofd/daemon/probes"
 	"github.com/kprofd/kprofd/internal/english"
 	"github.com/kprofd/kprofd/internal/procevents"
 )
@@ -372,6 +374,7 @@ func (h *sessionHooks) vouched() daemon.Progress {
 
 func (h *sessionHooks) hooks() Hooks {
 	hk := Hooks{
+		HandOffDetach: detachInBackground,
 		Prepared: func(*daemon.Prepared) error {
 			// Still the caller's to trace, the plan made, just before
 			// the probes go in.
@@ -485,4 +488,17 @@ func (s *Server) listSessions(w http.ResponseWriter, r *http.Request) {
 	s.mu.Unlock()
 	w.Header().Set("Content-Type", "application/json")
 	json.NewEncoder(w).Encode(list)
+}
+
+// detachInBackground keeps duplicates of a stopped session's last links
+// and closes them in the background (daemon.Config.HandOffDetach): the
+// daemon outlives the kernel's detach, and the client need not wait for
+// it.
+func detachInBackground(fds []int) (pid int, err error) {
+	dups, err := probes.Dup(fds)
+	if err != nil {
+		return 0, err
+	}
+	go probes.CloseFDs(dups)
+	return os.Getpid(), nil
 }
