@@ -133,7 +133,13 @@ func compareBool(a, b bool) int {
 
 // symbolFuncs makes one Func per address of syms, sorted by Addr.
 func (o *Object) symbolFuncs(syms []symbol) []*Func {
-	slices.SortFunc(syms, func(a, b symbol) int { return cmp.Or(cmp.Compare(a.addr, b.addr), rank(a, b)) })
+	// rank only on ties: cmp.Or would compute it at every comparison.
+	slices.SortFunc(syms, func(a, b symbol) int {
+		if c := cmp.Compare(a.addr, b.addr); c != 0 {
+			return c
+		}
+		return rank(a, b)
+	})
 	var fs []*Func
 	for i := 0; i < len(syms); {
 		j := i

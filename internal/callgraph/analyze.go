@@ -115,6 +115,9 @@ func (b *body) decodeRange(obj *symbolizer.Object, fn *symbolizer.Func, r symbol
 			b.problems = append(b.problems, fmt.Sprintf("%s; %d undecodable bytes skipped in all", first, skipped))
 		}
 	}()
+	// About an instruction per four bytes: growing flow one append at a
+	// time was a tenth of the analysis of python3.11.
+	b.flow = slices.Grow(b.flow, len(code)/4+1)
 	for off := 0; off < len(code); {
 		addr := r.Start + uint64(off)
 		in, err := x86.Decode(code[off:], addr)
