@@ -39,6 +39,7 @@ func handOffDetach(fds []int) (pid int, err error) {
 		}
 	}()
 	cmd := exec.Command("/proc/self/exe", "detach-probes", strconv.Itoa(len(files)))
+	cmd.Args[0] = "kprofd" // what ps shows, rather than /proc/self/exe
 	cmd.ExtraFiles = files
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {

@@ -120,7 +120,7 @@ func TestServeExecSetuid(t *testing.T) {
 	}
 	progs, links := c.kernelIDs(t)
 	testtarget.CheckGone(t, progs, links)
-	testtarget.CheckNoProbes(t, pid)
+	testtarget.CheckNoProbesSoon(t, pid)
 	list := sv.sessions(t)
 	if len(list) != 1 || list[0].Running {
 		t.Fatalf("sessions %+v, want one ended", list)
@@ -174,7 +174,7 @@ func TestServeNotOwned(t *testing.T) {
 	checkNoOutput(t, dir)
 	progs, links := c.kernelIDs(t)
 	testtarget.CheckGone(t, progs, links)
-	testtarget.CheckNoProbes(t, pid)
+	testtarget.CheckNoProbesSoon(t, pid)
 
 	// Non-dumpable at the attach.
 	c = attachAsUser(t, bin, dir, u, "--socket", sv.socket, "-p", fmt.Sprint(pid), "--root", "serve")

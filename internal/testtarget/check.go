@@ -148,6 +148,27 @@ func CheckNoProbes(t testing.TB, pid int) {
 	}
 }
 
+// CheckNoProbesSoon is CheckNoProbes for kprofd commands, which exit once
+// their files are written and leave the probes still in then to `kprofd
+// detach-probes` (kprofd serve: to a goroutine): it gives the kernel a
+// few seconds to take them out, as CheckGone does.
+func CheckNoProbesSoon(t testing.TB, pid int) {
+	t.Helper()
+	var diff string
+	var err error
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if diff, err = TextDiff(pid); err != nil || diff == "" || time.Now().After(deadline) {
+			break
+		}
+	}
+	if err != nil {
+		t.Fatalf("comparing pid %d's code with its files: %v", pid, err)
+	}
+	if diff != "" {
+		t.Errorf("a probe is still installed in pid %d 5s after kprofd: %s", pid, diff)
+	}
+}
+
 // CheckGone proves that BPF programs and links no longer exist in the
 // kernel. The kernel frees a uprobe_multi link's program after an RCU
 // grace period, so it gives them a few seconds.
