@@ -42,9 +42,9 @@ type Probes interface {
 // Simulator is what the controller tells the stack simulator and reads
 // of it (*stack.Simulator).
 type Simulator interface {
-	// Drop drops function id's exit events, or all its events
-	// (entries), from monotonic time t on.
-	Drop(id uint32, entries bool, t uint64)
+	// Drop drops the exit events of the functions of drops, or all
+	// their events (drops[id] true), from monotonic time t on.
+	Drop(t uint64, drops map[uint32]bool)
 	// TrapSamples returns the samples found in each function's probes.
 	TrapSamples() map[uint32]uint64
 	// CountTrapsFrom makes TrapSamples count from monotonic time t on.

@@ -24,18 +24,17 @@ func (m *monitor) remember(ds []cost.Decision, t uint64, found *plan.Plan) {
 			byID[int(f.ID)] = f
 		}
 	}
+	// The simulator first, all at once, then the bursts, as a round does.
+	m.env.Sim.Drop(t, simDrops(ds))
 	dems := make([]Demotion, 0, len(ds))
 	for _, d := range ds {
 		f := byID[d.ID]
 		if f == nil {
 			f = m.funcOf(d.ID)
 		}
-		if !d.Sites {
-			m.env.Sim.Drop(uint32(d.ID), d.Stage == cost.StageSampled, t)
-			if m.bursts != nil && d.Stage == cost.StageSampled {
-				m.bursts.DemoteUnprobed(uint32(d.ID), t)
-				m.env.Check.Demoted(uint32(d.ID), nil, false)
-			}
+		if !d.Sites && m.bursts != nil && d.Stage == cost.StageSampled {
+			m.bursts.DemoteUnprobed(uint32(d.ID), t)
+			m.env.Check.Demoted(uint32(d.ID), nil, false)
 		}
 		if u := m.env.Samples; u != nil && !d.Idle {
 			u.Detached(f.ID, d.Parts()...)

@@ -123,10 +123,8 @@ func (m *monitor) apply(r *round, old, c counts) error {
 	// for a grace period of tens of ms): no callee's entry can land
 	// without its caller's.
 	from := monotonic.Now()
+	m.env.Sim.Drop(from, simDrops(r.ds))
 	for _, d := range r.ds {
-		if !d.Sites {
-			m.env.Sim.Drop(uint32(d.ID), d.Stage == cost.StageSampled, from)
-		}
 		if !d.Sites && m.bursts != nil && (d.Stage == cost.StageSampled || m.funcOf(d.ID).Alloc != nil) {
 			// Its calls count exactly up to from, the event loop's
 			// cut, and are estimated after: the event loop, behind
@@ -205,4 +203,16 @@ func sampledAllocSpec(f *plan.Func, pl *plan.Plan) wire.AllocSpec {
 func floorWarning(floor, budget float64) string {
 	return fmt.Sprintf("the root's own probes cost ≥%.1f%% of the target's CPU (budget %.0f%%): all below it is demoted as called; "+
 		"a root called less often costs less", 100*floor, 100*budget)
+}
+
+// simDrops is what Simulator.Drop takes for decisions: the functions
+// losing probes of their own, true for those losing their entries.
+func simDrops(ds []cost.Decision) map[uint32]bool {
+	drops := map[uint32]bool{}
+	for _, d := range ds {
+		if !d.Sites {
+			drops[uint32(d.ID)] = drops[uint32(d.ID)] || d.Stage == cost.StageSampled
+		}
+	}
+	return drops
 }

@@ -390,12 +390,17 @@ func (s *Simulator) unpause(tid uint32, t uint64) {
 	}
 }
 
-// Drop tells the simulator that function id loses its exit probes, or
-// all its probes (entries), as of monotonic time t: its events from then
-// on are dropped, so that probes may be detached in any order (a callee's
-// entry whose caller's probe is already gone would land in the wrong
-// context). Burst entries still count. Any goroutine may call it.
-func (s *Simulator) Drop(id uint32, entries bool, t uint64) {
+// Drop tells the simulator that the functions of drops lose their exit
+// probes, or all their probes (drops[id] true: entries), as of monotonic
+// time t: their events from then on are dropped, so that probes may be
+// detached in any order (a callee's entry whose caller's probe is already
+// gone would land in the wrong context). Burst entries still count. Any
+// goroutine may call it; a round's demotions come in one call, since the
+// map is copied at each.
+func (s *Simulator) Drop(t uint64, drops map[uint32]bool) {
+	if len(drops) == 0 {
+		return
+	}
 	s.goneMu.Lock()
 	defer s.goneMu.Unlock()
 	// Copied on write: the event loop reads it for every event.
@@ -403,8 +408,10 @@ func (s *Simulator) Drop(id uint32, entries bool, t uint64) {
 	if old := s.gone.Load(); old != nil {
 		gone = maps.Clone(*old)
 	}
-	if d, ok := gone[id]; !ok || entries && !d.entries {
-		gone[id] = droppedAt{entries: entries, t: t}
+	for id, entries := range drops {
+		if d, ok := gone[id]; !ok || entries && !d.entries {
+			gone[id] = droppedAt{entries: entries, t: t}
+		}
 	}
 	s.gone.Store(&gone)
 }
