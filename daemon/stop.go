@@ -119,13 +119,18 @@ func (s *Session) detach() (rest []link.Link, err error) {
 // while the other process holds them.
 func (s *Session) detachRest(rest []link.Link) error {
 	start := time.Now()
-	if fds, ok := probes.FDs(rest); ok && len(fds) > 0 && s.cfg.HandOffDetach != nil {
-		pid, err := s.cfg.HandOffDetach(fds)
+	if s.cfg.HandOffDetach != nil && len(rest) > 0 {
+		fds, ok := probes.FDs(rest)
+		pid, err := 0, errors.New("a link without a descriptor of its own")
+		if ok {
+			pid, err = s.cfg.HandOffDetach(fds)
+		}
 		if err == nil {
 			err = probes.CloseAll(rest)
 			LogPhase(s.cfg.Log, "hand off the rest", start, "links", len(rest), "pid", pid)
 			return err
 		}
+		// Harmless: the session detaches them itself, as it did before.
 		if s.cfg.Log != nil {
 			s.cfg.Log.Debug("hand off the rest", "err", err)
 		}
