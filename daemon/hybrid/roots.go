@@ -67,6 +67,14 @@ const minCallerSamples = 50
 // called to be named.
 const lessOften = 2
 
+// minCallerCalls is how many calls of a caller the count windows must see
+// before its rate is named while the session runs: a caller called once
+// per thousand roots shows none in a window of a thousand roots one time
+// in three, and a rate from a few calls is off by half. Short of it, the
+// windows go on counting the same caller, and the session's end names it
+// from what they saw, with how many calls that was.
+const minCallerCalls = 10
+
 // rootCounter runs the count windows of roots whose own probes are gone
 // (see above), paced so that their traps take no more than the bursts'
 // share of the budget.
@@ -108,9 +116,28 @@ type callerSearch struct {
 	chosen bool // the chain is chosen
 	done   bool // named one, or none is left to try
 	named  string
-	ratio  float64 // the roots' calls per call of the one named
 	rate   float64 // its calls per second
 	tried  []string
+	// What the windows counted of chain[level] so far (name): its
+	// calls and the roots', in windows of length in all.
+	counting     string
+	calls, roots uint64
+	length       time.Duration
+}
+
+// next gives up the caller counted and goes on to the one above it.
+func (s *callerSearch) next() {
+	s.tried = append(s.tried, s.counting)
+	s.level++
+	s.counting, s.calls, s.roots, s.length = "", 0, 0, 0
+}
+
+// name names the caller counted as called less often.
+func (s *callerSearch) name() {
+	s.done, s.named = true, s.counting
+	if s.length > 0 {
+		s.rate = float64(s.calls) / s.length.Seconds()
+	}
 }
 
 func newRootCounter(cfg *Config, env *Env, roots []*plan.Func, log *estimate.RootCalls, hitCost func(uint32) float64, why string, rate float64) *rootCounter {
@@ -327,13 +354,16 @@ func (r *rootCounter) advanceSearch() (site CountSite, ok, over bool) {
 // callerFailed records that the caller tried could not be counted.
 func (r *rootCounter) callerFailed(name string) {
 	r.mu.Lock()
-	r.callers.tried = append(r.callers.tried, name+" (no probe went on)")
-	r.callers.level++
+	r.callers.counting = name + " (no probe went on)"
+	r.callers.next()
 	r.mu.Unlock()
 }
 
 // callerCounted takes in what a window counted of the caller tried: its
-// calls and the roots' in length.
+// calls and the roots' in length. A caller is passed over once it shows
+// at least minCallerCalls calls and more than one per lessOften roots,
+// named once it shows minCallerCalls calls and fewer; until then the
+// windows go on counting it (concludeCallers judges it at the end).
 func (r *rootCounter) callerCounted(name string, calls, roots uint64, length time.Duration) {
 	r.mu.Lock()
 	s := &r.callers
@@ -341,18 +371,36 @@ func (r *rootCounter) callerCounted(name string, calls, roots uint64, length tim
 		r.mu.Unlock()
 		return // nothing ran: the next window tries again
 	}
-	if calls*lessOften <= roots {
-		s.done, s.named, s.rate = true, name, float64(calls)/length.Seconds()
-		s.ratio = float64(roots) / float64(max(calls, 1)) // with none, the roots' calls
-	} else {
-		s.tried = append(s.tried, name)
-		s.level++
+	s.counting = name
+	s.calls, s.roots, s.length = s.calls+calls, s.roots+roots, s.length+length
+	switch {
+	case s.calls < minCallerCalls:
+	case s.calls*lessOften > s.roots:
+		s.next()
+	default:
+		s.name()
 	}
 	done := s.done || s.level >= len(s.chain) || s.chain[s.level] == cct.NoFunc
 	s.done = done
 	r.mu.Unlock()
 	if done {
 		r.sayOnce()
+	}
+}
+
+// concludeCallers judges, at the end, the caller the windows were still
+// counting: called less often by all they saw, or not.
+func (r *rootCounter) concludeCallers() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := &r.callers
+	if s.done || s.roots == 0 {
+		return
+	}
+	if s.calls*lessOften <= s.roots {
+		s.name()
+	} else {
+		s.next()
 	}
 }
 
@@ -375,12 +423,12 @@ func (r *rootCounter) line() string {
 	r.mu.Unlock()
 	var better string
 	switch {
-	case s.named != "" && s.rate == 0:
-		better = fmt.Sprintf("; %s, which calls it, was not called in a count window while it called it %s times: it runs on around the calls, and as the root its own probes would cost next to nothing",
-			s.named, english.Rate(s.ratio))
+	case s.named != "" && s.calls == 0:
+		better = fmt.Sprintf("; %s, which calls it, was not called in the count windows while it called it %s times: it runs on around the calls, or is called far less often, and as the root its own probes would cost next to nothing",
+			s.named, english.Rate(float64(s.roots)))
 	case s.named != "":
-		better = fmt.Sprintf("; %s, which calls it, is called %s times less often (%s calls/s): as the root, its own probes would cost that much less",
-			s.named, english.Rate(s.ratio), english.Rate(s.rate))
+		better = fmt.Sprintf("; %s, which calls it, is called %s times less often (%s calls/s; %s against %s in the count windows): as the root, its own probes would cost that much less",
+			s.named, english.Rate(float64(s.roots)/float64(s.calls)), english.Rate(s.rate), english.Plural(int(s.calls), "call"), english.Rate(float64(s.roots)))
 	case len(s.tried) > 0:
 		better = fmt.Sprintf("; no caller called less often was found (%s)", elideList(s.tried, 4))
 	case r.env.Callers != nil:
@@ -403,6 +451,7 @@ func elideList(s []string, n int) string {
 func (r *rootCounter) Stop() error {
 	close(r.stop)
 	<-r.done
+	r.concludeCallers()
 	r.sayOnce()
 	r.mu.Lock()
 	defer r.mu.Unlock()
