@@ -250,6 +250,11 @@ func configure(spec *ebpf.CollectionSpec, cfg Config, stripes, stride int) error
 	if err := spec.Variables[kprofdVarSeedThreads].Set(cfg.SeedThreads); err != nil {
 		return fmt.Errorf("setting seed_threads: %w", err)
 	}
+	if cfg.Go == nil {
+		// Only Go targets' goroutines are checked; preallocated, its
+		// 65,536 entries took a tenth of a C session's load.
+		spec.Maps[kprofdMapCheckedGoroutines].MaxEntries = 1
+	}
 	if g := cfg.Go; g != nil {
 		// Goroutines' contexts are in their own map.
 		spec.Maps[kprofdMapThreadSlots].MaxEntries = 1
