@@ -250,19 +250,20 @@ func configure(spec *ebpf.CollectionSpec, cfg Config, stripes, stride int) error
 	if err := spec.Variables[kprofdVarSeedThreads].Set(cfg.SeedThreads); err != nil {
 		return fmt.Errorf("setting seed_threads: %w", err)
 	}
-	if cfg.Go == nil {
-		// Only Go targets' goroutines are checked; preallocated, its
-		// 65,536 entries took a tenth of a C session's load.
+	g := cfg.Go
+	if g == nil {
+		// Only Go targets' goroutines are checked: its 65,536 entries,
+		// preallocated, took ~10 ms of a C session's load
+		// (BenchmarkVerifier).
 		spec.Maps[kprofdMapCheckedGoroutines].MaxEntries = 1
+		return nil
 	}
-	if g := cfg.Go; g != nil {
-		// Goroutines' contexts are in their own map.
-		spec.Maps[kprofdMapThreadSlots].MaxEntries = 1
-		for name, v := range map[string]any{kprofdVarGoMode: true, kprofdVarGoG_tls: g.GTLS,
-			kprofdVarGoGoidOff: g.GoidOff, kprofdVarGoStackHiOff: g.StackHiOff} {
-			if err := spec.Variables[name].Set(v); err != nil {
-				return fmt.Errorf("setting %s: %w", name, err)
-			}
+	// Goroutines' contexts are in their own map.
+	spec.Maps[kprofdMapThreadSlots].MaxEntries = 1
+	for name, v := range map[string]any{kprofdVarGoMode: true, kprofdVarGoG_tls: g.GTLS,
+		kprofdVarGoGoidOff: g.GoidOff, kprofdVarGoStackHiOff: g.StackHiOff} {
+		if err := spec.Variables[name].Set(v); err != nil {
+			return fmt.Errorf("setting %s: %w", name, err)
 		}
 	}
 	return nil

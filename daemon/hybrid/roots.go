@@ -116,7 +116,6 @@ type callerSearch struct {
 	chosen bool // the chain is chosen
 	done   bool // named one, or none is left to try
 	named  string
-	rate   float64 // its calls per second
 	tried  []string
 	// What the windows counted of chain[level] so far (name): its
 	// calls and the roots', in windows of length in all.
@@ -133,12 +132,7 @@ func (s *callerSearch) next() {
 }
 
 // name names the caller counted as called less often.
-func (s *callerSearch) name() {
-	s.done, s.named = true, s.counting
-	if s.length > 0 {
-		s.rate = float64(s.calls) / s.length.Seconds()
-	}
-}
+func (s *callerSearch) name() { s.done, s.named = true, s.counting }
 
 func newRootCounter(cfg *Config, env *Env, roots []*plan.Func, log *estimate.RootCalls, hitCost func(uint32) float64, why string, rate float64) *rootCounter {
 	return &rootCounter{cfg: cfg, env: env, roots: roots, log: log, hitCost: hitCost, why: why, rate: rate, probes: 1,
@@ -428,7 +422,8 @@ func (r *rootCounter) line() string {
 			s.named, english.Rate(float64(s.roots)))
 	case s.named != "":
 		better = fmt.Sprintf("; %s, which calls it, is called %s times less often (%s calls/s; %s against %s in the count windows): as the root, its own probes would cost that much less",
-			s.named, english.Rate(float64(s.roots)/float64(s.calls)), english.Rate(s.rate), english.Plural(int(s.calls), "call"), english.Rate(float64(s.roots)))
+			s.named, english.Rate(float64(s.roots)/float64(s.calls)), english.Rate(float64(s.calls)/s.length.Seconds()),
+			english.Plural(int(s.calls), "call"), english.Rate(float64(s.roots)))
 	case len(s.tried) > 0:
 		better = fmt.Sprintf("; no caller called less often was found (%s)", elideList(s.tried, 4))
 	case r.env.Callers != nil:

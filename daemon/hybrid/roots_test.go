@@ -7,6 +7,7 @@ import (
 
 	"github.com/kprofd/kprofd/daemon/stack"
 	"github.com/kprofd/kprofd/internal/callgraph"
+	"github.com/kprofd/kprofd/internal/cct"
 	"github.com/kprofd/kprofd/internal/plan"
 	"github.com/kprofd/kprofd/symbolizer"
 )
@@ -47,7 +48,7 @@ func TestCallerSearch(t *testing.T) {
 		}
 		r.callers.chain, r.callers.chosen = stack.CallerChain{1, 2}, true
 		for i := range len(stack.CallerChain{}) - 2 {
-			r.callers.chain[2+i] = 0xffffffff
+			r.callers.chain[2+i] = cct.NoFunc
 		}
 		names := []string{"b", "c"}
 		for _, w := range tc.windows {
