@@ -1,6 +1,8 @@
 package calibrate
 
 import (
+	"math"
+
 	"testing"
 
 	"github.com/kprofd/kprofd/internal/cct"
@@ -71,5 +73,47 @@ func TestInTarget(t *testing.T) {
 	}
 	if r := refs[ret]; r.Inner.Mean != 6000 || r.Outer.OK() {
 		t.Errorf("ret pair: %+v, want an inner time of 6000 and no outer time", r)
+	}
+}
+
+// TestScaleTo checks the factor the target's measured costs give the
+// calibration: their sum over the calibration's for the same costs, its
+// error the widest stray of one cost's ratio plus the measured sum's
+// error; that a pair with no calibration, or none measured, gives no
+// factor; and the costs it makes of another pair's.
+func TestScaleTo(t *testing.T) {
+	uret := Pair{Entry: x86.ClassEmulated, Exit: ExitUretprobe}
+	site := Pair{Entry: x86.ClassEmulated, Exit: ExitReturnSite}
+	step := Pair{Entry: x86.ClassStepped, Exit: ExitUretprobe}
+	stat := func(mean float64) Stat { return Stat{Mean: mean, P10: mean - 100, P90: mean + 100} }
+	cal := &Result{Measurements: []Measurement{
+		{Pair: uret, Inner: stat(2000), Outer: stat(5000)},
+		{Pair: site, Inner: stat(6000), Outer: stat(6000)},
+	}}
+	est := func(mean, stderr float64) Estimate { return Estimate{Mean: mean, StdErr: stderr, N: 10000} }
+
+	if _, ok := ScaleTo(nil, cal); ok {
+		t.Error("a factor from no measured cost")
+	}
+	if _, ok := ScaleTo(map[Pair]Reference{step: {Inner: est(20000, 10)}}, cal); ok {
+		t.Error("a factor from a pair the calibration lacks")
+	}
+
+	// 7,200 and 6,600 against 6,000 each: 13,800/12,000 = 1.15; the
+	// ratios 1.2 and 1.1 stray 0.05; the sum's error 2*sqrt(30²+40²) =
+	// 100, over 12,000.
+	refs := map[Pair]Reference{site: {Inner: est(7200, 30), Outer: est(6600, 40)}}
+	s, ok := ScaleTo(refs, cal)
+	wantErr := 0.05 + 100.0/12000
+	if !ok || s.Components != 2 || math.Abs(s.Factor-1.15) > 1e-9 || math.Abs(s.Err-wantErr) > 1e-9 {
+		t.Fatalf("ScaleTo: %+v, %v; want factor 1.15±%.4f from 2 costs", s, ok, wantErr)
+	}
+
+	c, _ := cal.Costs(uret)
+	got := s.Scale(c)
+	want := cct.Costs{Inner: 2300, Outer: 5750, InnerErr: 100*1.15 + 2000*wantErr, OuterErr: 100*1.15 + 5000*wantErr}
+	if math.Abs(got.Inner-want.Inner) > 1e-6 || math.Abs(got.Outer-want.Outer) > 1e-6 ||
+		math.Abs(got.InnerErr-want.InnerErr) > 1e-6 || math.Abs(got.OuterErr-want.OuterErr) > 1e-6 {
+		t.Errorf("Scale(%+v) = %+v, want %+v", c, got, want)
 	}
 }

@@ -223,20 +223,72 @@ func lookup(t *cct.Tree, p *cct.Profile, path string) *cct.Node {
 // (fanout, few_us, tens_us: 2 gaps per call), take their callees' outer
 // time from their own gaps.
 func TestCompensationInTarget(t *testing.T) {
+	const calls = 1000
+	p := traceAcc(t, nil, calls)
+	comments := strings.Join(p.Report, "\n")
+	want := regexp.MustCompile(fmt.Sprintf(`probe costs of entry emulated \+ uretprobe measured in the target: `+
+		`inner \d+±\d+ ns from %d calls of work;fanout;tiny, outer \d+±\d+ ns from %d gaps between calls of work;fanout;tiny`, 40*calls, 39*calls))
+	if !want.MatchString(comments) {
+		t.Errorf("comments do not match %s:\n%s", want, comments)
+	}
+	if want := fmt.Sprintf("2 contexts took their callees' outer probe time from the %d gaps measured between their calls", 41*calls); !strings.Contains(comments, want) {
+		t.Errorf("comments do not say %q:\n%s", want, comments)
+	}
+	if strings.Contains(comments, "not compensated") || strings.Contains(comments, "did not measure") {
+		t.Errorf("part of the profile was not compensated, or by the calibration:\n%s", comments)
+	}
+	if n := lookup(p.Tree, p, "work;fanout;tiny"); n == nil || n.SelfError == 0 {
+		t.Errorf("work;fanout;tiny: %+v, want a compensated context with an error bound", n)
+	}
+}
+
+// TestCompensationScaled checks that the pairs no context of the target
+// measures are priced by the calibration scaled by those it did: built
+// with single-stepped entries, testdata/accuracy's tiny and few_us are
+// counted from their callers, whose pair tiny measures in the target,
+// while work and fanout (an emulated entry with a uretprobe) and tens_us
+// (a stepped entry with a uretprobe) have no trivial leaf of their pair.
+func TestCompensationScaled(t *testing.T) {
+	const calls = 1000
+	p := traceAcc(t, []string{"-DSTEPPED"}, calls)
+	comments := strings.Join(p.Report, "\n")
+	for _, want := range []*regexp.Regexp{
+		regexp.MustCompile(fmt.Sprintf(`probe costs of entry emulated \+ return site measured in the target: `+
+			`inner \d+±\d+ ns from %d calls of work;fanout;tiny, outer \d+±\d+ ns from %d gaps between calls of work;fanout;tiny`, 40*calls, 39*calls)),
+		regexp.MustCompile(`probe costs the target did not measure \(3 functions\): the calibration's times \d+\.\d\d±\d+\.\d\d, ` +
+			`the target's measured costs against the calibration's for the same pairs \(2 costs\)`),
+	} {
+		if !want.MatchString(comments) {
+			t.Errorf("comments do not match %s:\n%s", want, comments)
+		}
+	}
+	if strings.Contains(comments, "not compensated") {
+		t.Errorf("part of the profile was not compensated:\n%s", comments)
+	}
+	for _, path := range []string{"work", "work;fanout", "work;tens_us"} {
+		if n := lookup(p.Tree, p, path); n == nil || n.Calls != calls || n.SelfError == 0 {
+			t.Errorf("%s: %+v, want %d calls compensated, with an error bound", path, n, calls)
+		}
+	}
+}
+
+// traceAcc builds testdata/accuracy with the extra gcc flags, traces calls
+// calls of its root, work, in an exact session with uretprobes, and
+// returns the profile, compensated by a fresh quick calibration.
+func traceAcc(t *testing.T, flags []string, calls int) *cct.Profile {
 	requireRoot(t)
 	cal, err := calibrate.Run(calibrate.Quick)
 	if err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	testtarget.Compile(t, dir, "gcc", "-O2", "-o", "acc", filepath.Join(testtarget.Testdata(), "accuracy", "acc.c"))
+	testtarget.Compile(t, dir, "gcc", append(append([]string{"-O2"}, flags...), "-o", "acc", filepath.Join(testtarget.Testdata(), "accuracy", "acc.c"))...)
 	target := testtarget.Launch(t, filepath.Join(dir, "acc"))
 	for _, want := range []string{"true", "ready"} {
 		if line := target.Line(t); !strings.HasPrefix(line, want) {
 			t.Fatalf("acc printed %q", line)
 		}
 	}
-	const calls = 1000
 	s, err := daemon.Start(daemon.Config{PID: target.Pid(), Roots: []string{"work"}, Exits: plan.ExitsUretprobe, Calibration: cal})
 	if err != nil {
 		t.Fatal(err)
@@ -250,19 +302,5 @@ func TestCompensationInTarget(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	comments := strings.Join(p.Report, "\n")
-	want := regexp.MustCompile(fmt.Sprintf(`probe costs of entry emulated \+ uretprobe measured in the target: `+
-		`inner \d+±\d+ ns from %d calls of work;fanout;tiny, outer \d+±\d+ ns from %d gaps between calls of work;fanout;tiny`, 40*calls, 39*calls))
-	if !want.MatchString(comments) {
-		t.Errorf("comments do not match %s:\n%s", want, comments)
-	}
-	if want := fmt.Sprintf("2 contexts took their callees' outer probe time from the %d gaps measured between their calls", 41*calls); !strings.Contains(comments, want) {
-		t.Errorf("comments do not say %q:\n%s", want, comments)
-	}
-	if strings.Contains(comments, "not compensated") {
-		t.Errorf("part of the profile was not compensated:\n%s", comments)
-	}
-	if n := lookup(p.Tree, p, "work;fanout;tiny"); n == nil || n.SelfError == 0 {
-		t.Errorf("work;fanout;tiny: %+v, want a compensated context with an error bound", n)
-	}
+	return p
 }

@@ -22,6 +22,8 @@ import (
 // Where the session's own calls measured a pair's costs (calibrate.InTarget,
 // from contexts whose code the call graph found to be a few instructions),
 // those replace the calibration's: they were paid under the target's load.
+// The calibration's other costs are scaled by how far the measured ones
+// strayed from it (calibrate.ScaleTo).
 // A context whose own code between calls is a few instructions measured
 // its callees' outer time itself, in the gaps between them
 // (cct.Costs.GapsMeasured): those gaps replace the estimates there.
@@ -32,12 +34,19 @@ func compensate(p *cct.Profile, pl *plan.Plan, c *calibrate.Result, after bool, 
 	perCall := cost.CallCosts(pl, c)
 	describe := describer(pl, stage)
 	refs := calibrate.InTarget(p.Tree, describe)
+	scaling, scaled := calibrate.ScaleTo(refs, c)
 	var missing []string
+	rescaled := 0 // functions with a cost the target did not measure
 	for i, f := range pl.Funcs {
 		pair := cost.ProbePair(f)
 		var ok bool
 		costs[i], ok = c.Costs(pair)
-		if r, found := refs[pair]; found && (ok || r.Inner.OK() && r.Outer.OK()) {
+		r, found := refs[pair]
+		if ok && scaled && pair.Exit != calibrate.ExitNone && !(r.Inner.OK() && r.Outer.OK()) {
+			costs[i] = scaling.Scale(costs[i])
+			rescaled++
+		}
+		if found && (ok || r.Inner.OK() && r.Outer.OK()) {
 			costs[i], ok = measuredCosts(costs[i], r), true
 		}
 		if !ok {
@@ -77,6 +86,9 @@ func compensate(p *cct.Profile, pl *plan.Plan, c *calibrate.Result, after bool, 
 	}
 	comments := []string{fmt.Sprintf("wall times compensated for the probes' own time (%s); raw_wall as measured", source)}
 	comments = append(comments, referenceComments(p, refs, func(pr calibrate.Pair) bool { _, ok := c.Costs(pr); return ok })...)
+	if rescaled > 0 {
+		comments = append(comments, fmt.Sprintf("probe costs the target did not measure (%d functions): the calibration's times %.2f±%.2f, the target's measured costs against the calibration's for the same pairs (%d costs)", rescaled, scaling.Factor, scaling.Err, scaling.Components))
+	}
 	if contexts, gaps := measuredGaps(p.Tree, cost); contexts > 0 {
 		comments = append(comments, fmt.Sprintf("%d contexts took their callees' outer probe time from the %d gaps measured between their calls", contexts, gaps))
 	}
