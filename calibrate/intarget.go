@@ -143,7 +143,7 @@ func ScaleTo(refs map[Pair]Reference, c *Result) (s Scaling, ok bool) {
 	}
 	for pair, r := range refs {
 		costs, found := c.Costs(pair)
-		if !found || pair.Exit == ExitNone {
+		if !found {
 			continue
 		}
 		add(r.Inner, costs.Inner)

@@ -36,7 +36,7 @@ func compensate(p *cct.Profile, pl *plan.Plan, c *calibrate.Result, after bool, 
 	refs := calibrate.InTarget(p.Tree, describe)
 	scaling, scaled := calibrate.ScaleTo(refs, c)
 	var missing []string
-	rescaled := 0 // functions with a cost the target did not measure
+	rescaled := 0 // planned functions with a cost the target did not measure
 	for i, f := range pl.Funcs {
 		pair := cost.ProbePair(f)
 		var ok bool
@@ -54,8 +54,14 @@ func compensate(p *cct.Profile, pl *plan.Plan, c *calibrate.Result, after bool, 
 		}
 		switch stage(i) {
 		case cost.StageEntry:
-			// Most of its calls came after its exits went.
-			costs[i] = cct.Costs{Outer: perCall[i].Entry, OuterErr: costs[i].InnerErr + costs[i].OuterErr}
+			// Most of its calls came after its exits went. The entry
+			// alone is the calibration's, never measured in the
+			// target: scaled like the pairs it did not measure.
+			entry := perCall[i].Entry
+			if scaled {
+				entry *= scaling.Factor
+			}
+			costs[i] = cct.Costs{Outer: entry, OuterErr: costs[i].InnerErr + costs[i].OuterErr}
 		case cost.StageSampled:
 			// Its calls were counted before its entry went.
 			costs[i] = cct.Costs{Outer: costs[i].Inner + costs[i].Outer, OuterErr: costs[i].InnerErr + costs[i].OuterErr}
