@@ -115,7 +115,6 @@ func treeText(t *testing.T, p *cct.Profile) string {
 	return b.String()
 }
 
-// parseRate parses english.Rate's format: "950", "1.2k".
 // checkBatchNamed checks that the warning names parse_batch as called less
 // often than the root, with calls counted against the root's that agree
 // with its batch: the count windows see a few thousand of the root's
@@ -142,6 +141,7 @@ func checkBatchNamed(t *testing.T, line string) {
 	t.Errorf("the warning does not name parse_batch as called less often: %q", line)
 }
 
+// parseRate parses english.Rate's format: "950", "1.2k".
 func parseRate(t *testing.T, s string) float64 {
 	t.Helper()
 	scale := 1.0

@@ -120,24 +120,29 @@ func (s *Session) detach() (rest []link.Link, err error) {
 func (s *Session) detachRest(rest []link.Link) error {
 	start := time.Now()
 	if s.cfg.HandOffDetach != nil && len(rest) > 0 {
-		fds, ok := probes.FDs(rest)
-		pid, err := 0, errors.New("a link without a descriptor of its own")
-		if ok {
-			pid, err = s.cfg.HandOffDetach(fds)
-		}
+		pid, err := s.handOff(rest)
 		if err == nil {
 			err = probes.CloseAll(rest)
 			LogPhase(s.cfg.Log, "hand off the rest", start, "links", len(rest), "pid", pid)
 			return err
 		}
-		// Harmless: the session detaches them itself, as it did before.
 		if s.cfg.Log != nil {
+			// Harmless: the session detaches them itself.
 			s.cfg.Log.Debug("hand off the rest", "err", err)
 		}
 	}
 	err := probes.CloseAll(rest)
 	LogPhase(s.cfg.Log, "detach the rest", start, "links", len(rest))
 	return err
+}
+
+// handOff gives Config.HandOffDetach the links' descriptors.
+func (s *Session) handOff(links []link.Link) (pid int, err error) {
+	fds, ok := probes.FDs(links)
+	if !ok {
+		return 0, errors.New("a link without a descriptor of its own")
+	}
+	return s.cfg.HandOffDetach(fds)
 }
 
 // goRuntime reports a function of a Go program's runtime package: the
